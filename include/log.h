@@ -1,0 +1,38 @@
+/* Leveled JSON log lines on stdout, one object per line.
+ *
+ * The macros skip all formatting when the level is off. Never pass a bearer token, a stored
+ * result or raw arguments: log hashes. */
+#ifndef IDEMGW_LOG_H
+#define IDEMGW_LOG_H
+
+#include <stdint.h>
+
+typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } log_level_t;
+
+extern log_level_t log_threshold;
+
+const char *log_level_name(log_level_t level);
+/* Parses "debug", "info", "warn", "error", "off"; returns -1 when unknown. */
+int log_level_parse(const char *s);
+
+/* Extra fields: a NULL-terminated list of key, value string pairs is awkward in C, so callers
+ * pass a preformatted JSON fragment ("\"k\":\"v\",...", no braces) or NULL. conn is the
+ * connection id (0 for none). */
+void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+#define LOG_AT(level, conn, fields, ...)                                                           \
+    do {                                                                                           \
+        if ((level) >= log_threshold)                                                              \
+            log_emit((level), (conn), (fields), __VA_ARGS__);                                      \
+    } while (0)
+
+#define log_debug(conn, ...) LOG_AT(LOG_DEBUG, conn, NULL, __VA_ARGS__)
+#define log_info(conn, ...) LOG_AT(LOG_INFO, conn, NULL, __VA_ARGS__)
+#define log_warn(conn, ...) LOG_AT(LOG_WARN, conn, NULL, __VA_ARGS__)
+#define log_error(conn, ...) LOG_AT(LOG_ERROR, conn, NULL, __VA_ARGS__)
+
+/* Appends a JSON string literal (with quotes) of s to a caller buffer; used to build fields. */
+void log_json_string(char *out, size_t outlen, const char *s);
+
+#endif

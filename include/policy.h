@@ -1,0 +1,67 @@
+/* Tool policy: which class each tool is in and how its calls are protected.
+ * Pure data and lookup; parsed from the YAML config by config.c. */
+#ifndef IDEMGW_POLICY_H
+#define IDEMGW_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    TOOL_CLASS_READ = 0,       /* no side effects: forwarded untouched */
+    TOOL_CLASS_IDEMPOTENT,     /* naturally idempotent writes: forwarded untouched */
+    TOOL_CLASS_NON_IDEMPOTENT, /* claimed, forwarded once, replayed */
+} tool_class_t;
+
+typedef enum { ON_TOOL_ERROR_RELEASE = 0, ON_TOOL_ERROR_STORE } on_tool_error_t;
+typedef enum { ON_AMBIGUOUS_HOLD = 0, ON_AMBIGUOUS_RELEASE } on_ambiguous_t;
+typedef enum { ON_STORE_DOWN_REJECT = 0, ON_STORE_DOWN_PASSTHROUGH } on_store_down_t;
+
+typedef struct policy_tool {
+    char *name;                   /* tool name; NULL for the defaults entry */
+    tool_class_t cls;             /* class of the tool */
+    uint64_t window_ms;           /* how long a finished call is remembered (default 10m) */
+    char **exclude_args;          /* dotted argument paths left out of the hash ("meta.ts") */
+    size_t n_exclude_args;        /* entries in exclude_args */
+    char *key_arg;                /* argument carrying an explicit key (default idempotency_key) */
+    on_tool_error_t on_tool_error; /* isError:true results: release (default) or store */
+    on_ambiguous_t on_ambiguous;  /* outcome unknown: hold (default) or release */
+    uint64_t wait_ms;             /* in_progress: 0 = reject, else wait up to this long */
+    uint64_t lease_ms;            /* in-progress claim validity; 0 = upstream timeout + margin */
+    uint64_t max_stored_bytes;    /* larger results are not stored (default 1 MiB) */
+    bool forward_key;             /* send Idempotency-Key: sha256(key) upstream */
+    on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
+    int line;                     /* line in the config file, for messages; 0 when built in */
+} policy_tool_t;
+
+typedef struct policy {
+    policy_tool_t defaults; /* applies to tools not named in tools */
+    policy_tool_t *tools;   /* named tools, settings merged over defaults at parse time */
+    size_t n_tools;
+} policy_t;
+
+/* Built-in defaults: class non_idempotent, window 10m, key_arg idempotency_key, release,
+ * hold, reject, lease 0 (derived), max_stored_bytes 1 MiB, no forward_key, reject. */
+void policy_defaults_init(policy_tool_t *out);
+
+/* The policy for tool name (never NULL: falls back to the defaults entry). */
+const policy_tool_t *policy_lookup(const policy_t *p, const char *tool);
+
+/* The effective lease: lease_ms, or upstream_timeout_ms + 30s when lease_ms is 0. */
+uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms);
+
+const char *tool_class_name(tool_class_t c);
+/* Returns 0 and sets *out, or -1 for an unknown name. */
+int tool_class_parse(const char *s, tool_class_t *out);
+
+/* Durations "250ms", "90s", "10m", "2h", "1d" (a bare integer is seconds). 0 or -1. */
+int policy_parse_duration(const char *s, uint64_t *out_ms);
+/* Sizes "512", "64KiB", "1MiB", "1GiB" (also KB/MB/k/M meaning powers of 1024). 0 or -1. */
+int policy_parse_size(const char *s, uint64_t *out_bytes);
+
+void policy_tool_free(policy_tool_t *t);
+void policy_free(policy_t *p);
+/* Deep copy (for reload comparisons and tests). */
+void policy_tool_copy(policy_tool_t *dst, const policy_tool_t *src);
+
+#endif

@@ -1,0 +1,122 @@
+/* The key store: PostgreSQL through libpq in non-blocking mode on the libevent loop.
+ *
+ * One table (see sql/). A claim is one atomic statement that inserts, takes over (expired,
+ * failed, or in progress past its lease when the caller allows it) or returns the existing
+ * row. Every claim or takeover increments the fence; finish writes only WHERE fence = $n.
+ *
+ * Callback contract: every call that returns STORE_OK invokes its callback exactly once, later,
+ * from the event loop (never from inside the call). Pointers inside a result are valid only
+ * during the callback; copy what you keep. A callback may issue new store calls. */
+#ifndef IDEMGW_STORE_H
+#define IDEMGW_STORE_H
+
+#include "util.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+
+typedef enum {
+    STORE_OK = 0,
+    STORE_ERR_UNAVAILABLE, /* no connection to Postgres (down, or reconnecting) */
+    STORE_ERR_QUERY,       /* the statement failed */
+    STORE_ERR_SCHEMA,      /* the database has a newer schema than this binary knows */
+    STORE_ERR_SHUTDOWN,    /* the store is closing */
+} store_status_t;
+
+const char *store_status_str(store_status_t st);
+
+typedef enum {
+    STORE_STATE_IN_PROGRESS = 0,
+    STORE_STATE_SUCCEEDED,
+    STORE_STATE_FAILED,  /* released: the next claim takes it over */
+    STORE_STATE_UNKNOWN, /* outcome unknown, held: not executed again until it expires */
+} store_state_t;
+
+const char *store_state_str(store_state_t st);
+
+typedef struct store store_t;
+
+typedef struct store_claim_req {
+    const char *key;
+    const char *tool;
+    const char *subject;
+    const char *args_digest;     /* hex SHA-256 of the canonical arguments */
+    bool explicit_key;           /* key came from the client */
+    const char *session_id;      /* Mcp-Session-Id of the first call, or NULL */
+    const char *jsonrpc_id;      /* JSON text of the request id, or NULL */
+    uint64_t lease_ms;           /* in-progress validity */
+    uint64_t window_ms;          /* remember the finished call this long */
+    bool takeover_lease_expired; /* in progress past its lease may be taken over (release) */
+} store_claim_req_t;
+
+typedef struct store_row {
+    store_state_t state;
+    int64_t fence;
+    int attempts;               /* claims and takeovers so far, plus duplicates seen */
+    const char *args_digest;
+    const char *result;         /* stored response result JSON (succeeded), else NULL */
+    size_t result_len;
+    bool result_too_large;      /* ran, but the result was over max_stored_bytes */
+    bool lease_expired;         /* in progress and past its lease (by the database clock) */
+    const char *created_at;     /* first seen, ISO 8601 UTC */
+    const char *first_session_id;
+    const char *first_jsonrpc_id;
+} store_row_t;
+
+typedef struct store_claim_result {
+    bool acquired;   /* true: ours to forward, with fence; false: row is the existing one */
+    bool taken_over; /* acquired by taking over an expired / failed / lease-lost row */
+    int64_t fence;
+    int attempts;
+    store_row_t row; /* the existing row when !acquired */
+} store_claim_result_t;
+
+typedef void (*store_claim_cb)(store_status_t st, const store_claim_result_t *res, void *arg);
+typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg);
+typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
+                             void *arg);
+
+typedef struct store_options {
+    const char *conninfo; /* libpq conninfo/URL; NULL or "" = PG* environment */
+    int pool_size;        /* connections, default 4 */
+    bool migrate;         /* apply missing migrations at start */
+    uint64_t sweep_interval_ms; /* 0 = no sweeper */
+    int sweep_batch;      /* rows per sweep statement, default 1000 */
+} store_options_t;
+
+/* Creates the store and starts connecting in the background. When the database is reachable
+ * at start, migrations are applied before this returns (blocking, once); when it is not, the
+ * store keeps retrying with backoff and migrates on the first successful connection. Returns
+ * NULL only for errors that retrying cannot fix (schema newer than known), with msg set. */
+store_t *store_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen);
+/* Fails pending and queued calls with STORE_ERR_SHUTDOWN (callbacks run before it returns,
+ * the one exception to the contract above) and frees everything. */
+void store_free(store_t *s);
+
+/* At least one connection is up and the schema is in place. */
+bool store_ready(const store_t *s);
+
+store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb,
+                           void *arg) MUST_CHECK;
+/* Records the outcome of a claim: state SUCCEEDED (result stored, kept window_ms from now),
+ * FAILED (released) or UNKNOWN (held until window_ms from now). result may be NULL;
+ * too_large marks a succeeded call whose result was not stored. cb may be NULL. */
+store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
+                            const char *result, size_t result_len, bool too_large,
+                            uint64_t window_ms, store_finish_cb cb, void *arg) MUST_CHECK;
+/* Reads a row (wait mode polls with it). */
+store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
+/* Counts a duplicate on the row (attempts + 1) without changing its state; cb may be NULL. */
+store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb,
+                                    void *arg) MUST_CHECK;
+
+/* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
+store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
+
+/* The newest migration number this binary knows. */
+int store_schema_version(void);
+
+#endif

@@ -1,0 +1,75 @@
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+
+log_level_t log_threshold = LOG_INFO;
+
+static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
+
+const char *log_level_name(log_level_t level)
+{
+    if ((unsigned)level >= sizeof(level_names) / sizeof(level_names[0]))
+        return "unknown";
+    return level_names[level];
+}
+
+int log_level_parse(const char *s)
+{
+    for (unsigned i = 0; i < sizeof(level_names) / sizeof(level_names[0]); i++)
+        if (strcasecmp(s, level_names[i]) == 0)
+            return (int)i;
+    if (strcasecmp(s, "warning") == 0)
+        return LOG_WARN;
+    return -1;
+}
+
+void log_json_string(char *out, size_t outlen, const char *s)
+{
+    size_t o = 0;
+    if (outlen < 3)
+        return;
+    out[o++] = '"';
+    for (; *s && o + 8 < outlen; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)c;
+        } else if (c < 0x20) {
+            o += (size_t)snprintf(out + o, outlen - o, "\\u%04x", c);
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+}
+
+void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *fmt, ...)
+{
+    char msg[1024], esc[2100], ts[40];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    log_json_string(esc, sizeof(esc), msg);
+
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+
+    char connf[40] = "";
+    if (conn)
+        snprintf(connf, sizeof(connf), ",\"conn\":%llu", (unsigned long long)conn);
+    fprintf(stdout, "{\"time\":\"%s\",\"level\":\"%s\"%s,\"msg\":%s%s%s}\n", ts,
+            log_level_name(level), connf, esc, fields && *fields ? "," : "",
+            fields ? fields : "");
+    fflush(stdout);
+}
