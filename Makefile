@@ -45,10 +45,15 @@ $(BUILD)/obj/llhttp/%.o: $(LLHTTP_SRC)/%.c | $(BUILD)/obj/llhttp
 	@echo "  CC      $<"
 	$(Q)$(CC) -I$(LLHTTP_INC) $(CFLAGS) $(EXTRA_CFLAGS) -w -c -o $@ $<
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(LIB_OBJS) $(LLHTTP_OBJS) | $(BUILD)/tests
+# Unit tests link an archive, so each pulls in only the modules it exercises.
+$(BUILD)/libidemgw.a: $(LIB_OBJS) $(LLHTTP_OBJS)
+	@echo "  AR      $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libidemgw.a | $(BUILD)/tests
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags cmocka) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) \
-	    $(EXTRA_LDFLAGS) -o $@ $< $(LIB_OBJS) $(LLHTTP_OBJS) $(LDLIBS_ALL) $(shell pkg-config --libs cmocka)
+	    $(EXTRA_LDFLAGS) -o $@ $< $(BUILD)/libidemgw.a $(LDLIBS_ALL) $(shell pkg-config --libs cmocka)
 
 $(BUILD)/obj $(BUILD)/obj/llhttp $(BUILD)/tests:
 	$(Q)mkdir -p $@

@@ -92,6 +92,11 @@ void config_free(config_t *c);
  * returns how many differ. */
 int config_restart_only_diff(const config_t *old, const config_t *neu, char *out, size_t outlen);
 
+/* DNS-rebinding protection: is this Host header value (port ignored) / Origin allowed?
+ * A NULL origin is allowed (non-browser clients send none). */
+bool config_host_allowed(const config_t *c, const char *host_header);
+bool config_origin_allowed(const config_t *c, const char *origin);
+
 /* Parses "host:port", "[v6]:port" or ":port". 0 or -1. */
 int config_parse_host_port(const char *s, host_port_t *out);
 

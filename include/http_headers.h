@@ -1,0 +1,59 @@
+/* HTTP header lists as llhttp delivers them, and the rules for what crosses the proxy.
+ * Pure: no sockets. */
+#ifndef IDEMGW_HTTP_HEADERS_H
+#define IDEMGW_HTTP_HEADERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct evbuffer;
+
+typedef struct http_header {
+    size_t name_off, name_len;   /* into buf; NUL-terminated once complete */
+    size_t value_off, value_len;
+} http_header_t;
+
+typedef struct http_headers {
+    char *buf;       /* names and values, each followed by a NUL */
+    size_t len, cap;
+    http_header_t *items;
+    size_t n, cap_items;
+    bool in_value;   /* the last piece appended was part of a value */
+} http_headers_t;
+
+void http_headers_init(http_headers_t *h);
+void http_headers_reset(http_headers_t *h);
+void http_headers_free(http_headers_t *h);
+
+/* Pieces as llhttp hands them over; a name piece after a value starts a new header. */
+void http_headers_add_name(http_headers_t *h, const char *at, size_t len);
+void http_headers_add_value(http_headers_t *h, const char *at, size_t len);
+/* Ends the current name / value (NUL-terminates it); llhttp's *_complete callbacks. */
+void http_headers_end_name(http_headers_t *h);
+void http_headers_end_value(http_headers_t *h);
+
+const char *http_headers_name(const http_headers_t *h, size_t i);
+const char *http_headers_value(const http_headers_t *h, size_t i);
+/* First value of a header by case-insensitive name, or NULL. */
+const char *http_headers_get(const http_headers_t *h, const char *name);
+
+/* Hop-by-hop: Connection, Keep-Alive, Proxy-*, TE, Trailer(s), Transfer-Encoding, Upgrade, and
+ * any name listed in the message's Connection header (connection_value, may be NULL). */
+bool http_header_is_hop_by_hop(const char *name, const char *connection_value);
+
+/* Writes the upstream request head: request line, end-to-end headers except Host,
+ * Content-Length and X-Forwarded-For (which it sets itself), then the extra header lines
+ * (each "Name: value\r\n", may be NULL). body_len < 0 means no body. */
+void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
+                             const http_headers_t *in, const char *host, const char *client_ip,
+                             long long body_len, const char *extra);
+
+/* Writes a response head for the agent from an upstream head: end-to-end headers, and the
+ * framing the gateway chose (content_length >= 0, or chunked when -1, or none when -2 for
+ * bodiless statuses). keep_alive false adds Connection: close. extra as above. */
+void http_write_response_head(struct evbuffer *out, int status, const http_headers_t *in,
+                              long long content_length, bool keep_alive, const char *extra);
+
+const char *http_status_reason(int status);
+
+#endif

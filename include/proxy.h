@@ -1,0 +1,59 @@
+/* The proxy: one exchange per agent request, relaying it to the upstream and the response
+ * back as it arrives, with backpressure both ways. Protected tool calls pass through the
+ * idempotency stage (idem.c), which uses the exchange fields below; nothing else should.
+ *
+ * Lifetime: an exchange lives until the upstream response has ended, any store write for it
+ * has finished, and the agent has its answer or has gone. The agent leaving does not end a
+ * POST exchange: the upstream response is read to the end so a protected result is stored. */
+#ifndef IDEMGW_PROXY_H
+#define IDEMGW_PROXY_H
+
+#include "http_conn.h"
+#include "mcp.h"
+#include "sse.h"
+#include "upstream.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct idem_call;
+
+typedef struct exchange {
+    uint64_t conn_id;         /* agent connection id, for logs */
+    http_conn_t *client;      /* NULL once the agent has gone */
+    http_request_t *req;      /* owned */
+    mcp_msg_t msg;            /* parsed POST body */
+    bool has_msg;
+    upstream_conn_t *up;      /* while the upstream exchange runs */
+
+    int status;               /* response status sent (or to send) to the agent */
+    bool head_sent;           /* response head written to the agent */
+    bool chunked;             /* agent response uses chunked framing */
+    bool keep_alive;          /* agent connection may be reused afterwards */
+    bool resp_sse;            /* the upstream answered text/event-stream */
+    bool up_done;             /* upstream exchange ended (or never started) */
+    upstream_result_t up_result;
+    bool client_done;         /* agent response complete */
+    bool paused;              /* upstream reading paused for backpressure */
+
+    struct idem_call *call;   /* the idempotency stage's state, protected calls only */
+    bool holding;             /* bytes for the agent are held back until the store write ends */
+    struct evbuffer *held;    /* those bytes */
+    const char *outcome;      /* for the log line: "forwarded", "replay", ... */
+    const char *extra_log;    /* extra detail for the log line */
+    uint64_t start_ms;
+} exchange_t;
+
+/* The request handler of the MCP listener. */
+void proxy_handle(http_conn_t *conn, http_request_t *req);
+
+/* Forwards the request upstream; extra_headers ("Name: v\r\n"...) may be NULL. */
+void proxy_forward(exchange_t *ex, const char *extra_headers);
+/* Answers the agent with a complete JSON response the gateway wrote (replays, refusals). */
+void proxy_respond_json(exchange_t *ex, int status, const char *body, const char *extra_headers);
+/* Releases bytes held for the store write and finishes the response if the upstream ended. */
+void proxy_release_held(exchange_t *ex);
+/* The idempotency stage is done with the exchange; it may now be freed. */
+void proxy_maybe_free(exchange_t *ex);
+
+#endif

@@ -1,0 +1,55 @@
+/* Connections to the MCP server: a pool of keep-alive HTTP/1.1 connections (plain or TLS),
+ * each parsing one response at a time with llhttp and streaming it to its owner.
+ *
+ * Contract: upstream_send hands the request bytes to a connection and returns it. The owner
+ * then gets on_head once (unless the exchange fails first), on_body any number of times, and
+ * on_end exactly once, last. After on_end the connection is no longer the owner's: it went
+ * back to the pool or was closed. upstream_abandon ends the relationship early (the
+ * connection is closed, no more callbacks). Callbacks never run inside upstream_send. */
+#ifndef IDEMGW_UPSTREAM_H
+#define IDEMGW_UPSTREAM_H
+
+#include "http_headers.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct evbuffer;
+
+typedef enum {
+    UPSTREAM_OK = 0,            /* the whole response arrived */
+    UPSTREAM_ERR_CONNECT,       /* could not connect: the request was never sent */
+    UPSTREAM_ERR_HEAD_TIMEOUT,  /* sent, no response head in time */
+    UPSTREAM_ERR_IDLE_TIMEOUT,  /* response body went silent for too long */
+    UPSTREAM_ERR_CLOSED,        /* the server closed or reset before the response ended */
+    UPSTREAM_ERR_PROTOCOL,      /* the response was not valid HTTP */
+} upstream_result_t;
+
+const char *upstream_result_str(upstream_result_t r);
+
+typedef struct upstream_cbs {
+    void (*on_head)(void *arg, int status, const http_headers_t *headers);
+    void (*on_body)(void *arg, const char *data, size_t len);
+    void (*on_end)(void *arg, upstream_result_t res);
+} upstream_cbs_t;
+
+typedef struct upstream_conn upstream_conn_t;
+typedef struct upstream_pool upstream_pool_t;
+
+/* Resolves the upstream address (blocking, at start). NULL with msg on failure. */
+upstream_pool_t *upstream_pool_new(char *msg, size_t msglen);
+void upstream_pool_free(upstream_pool_t *pool);
+/* Closes idle connections (drain, reload). */
+void upstream_pool_close_idle(upstream_pool_t *pool);
+
+/* Sends request (moved out of the buffer) on a pooled or new connection. */
+upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
+                               const upstream_cbs_t *cbs, void *arg);
+/* Stops or resumes reading the response (backpressure from a slow agent). */
+void upstream_pause(upstream_conn_t *up, bool paused);
+void upstream_abandon(upstream_conn_t *up);
+
+/* Probes the upstream with a TCP connect; cb(ok, arg) runs later from the loop. */
+void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void *arg);
+
+#endif

@@ -1,0 +1,101 @@
+#include "admin.h"
+#include "server.h"
+#include "store.h"
+#include "upstream.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <llhttp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct ready_probe {
+    http_conn_t *conn;  /* NULL once the agent has gone */
+    bool keep_alive;
+} ready_probe_t;
+
+static void probe_gone(void *arg)
+{
+    ((ready_probe_t *)arg)->conn = NULL;
+}
+
+static void probe_done(bool ok, void *arg)
+{
+    ready_probe_t *p = arg;
+    if (p->conn) {
+        bool store_ok = !server->store || store_ready(server->store);
+        char body[200];
+        snprintf(body, sizeof(body), "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\"}\n",
+                 ok && store_ok && !server->draining ? "true" : "false", ok ? "true" : "false",
+                 !server->store ? "not configured" : store_ok ? "up" : "down");
+        int status = ok && store_ok && !server->draining ? 200 : 503;
+        http_conn_set_observer(p->conn, NULL, NULL, NULL);
+        http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,
+                          p->keep_alive);
+    }
+    free(p);
+}
+
+static void metrics(http_conn_t *conn, http_request_t *req)
+{
+    const server_stats_t *s = &server->stats;
+    struct evbuffer *b = evbuffer_new();
+#define COUNTER(name, help, v)                                                                     \
+    evbuffer_add_printf(b, "# HELP idemgw_" name " " help "\n# TYPE idemgw_" name                 \
+                           " counter\nidemgw_" name " %llu\n",                                     \
+                        (unsigned long long)(v))
+    COUNTER("connections_total", "Agent connections accepted.", s->connections);
+    COUNTER("requests_total", "Agent requests handled.", s->requests);
+    COUNTER("forwarded_total", "Requests sent to the upstream.", s->forwarded);
+    COUNTER("upstream_errors_total", "Requests answered 502 or 504.", s->upstream_errors);
+    COUNTER("bad_requests_total", "Requests refused with a 4xx by the gateway.", s->bad_requests);
+    COUNTER("protected_calls_total", "Non-idempotent tool calls seen.", s->protected_calls);
+    COUNTER("executions_total", "Protected calls forwarded after a claim.", s->executions);
+    COUNTER("replays_total", "Protected calls answered from the store.", s->replays);
+    COUNTER("in_progress_total", "Duplicates answered while the first call ran.", s->in_progress);
+    COUNTER("unknown_total", "Duplicates answered with an unknown outcome.", s->unknown);
+    COUNTER("refused_total", "Protected calls refused (no subject, key misuse, store down).",
+            s->refused);
+    COUNTER("passthrough_total", "Protected calls forwarded unprotected, store down.",
+            s->passthrough);
+    COUNTER("store_errors_total", "Store calls that failed.", s->store_errors);
+#undef COUNTER
+    evbuffer_add_printf(b,
+                        "# HELP idemgw_open_connections Agent connections open.\n"
+                        "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n"
+                        "# HELP idemgw_store_up Whether the store is connected.\n"
+                        "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
+                        (unsigned long long)server->open_conns,
+                        server->store && store_ready(server->store) ? 1 : 0);
+    size_t n = evbuffer_get_length(b);
+    http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
+                      n, NULL, req->keep_alive);
+    evbuffer_free(b);
+}
+
+void admin_handle(http_conn_t *conn, http_request_t *req)
+{
+    const char *t = req->target;
+    size_t tlen = strcspn(t, "?");
+    bool keep = req->keep_alive;
+    if (req->method != HTTP_GET) {
+        const char *b = "{\"error\":\"method not allowed\"}\n";
+        http_conn_respond(conn, 405, "application/json", b, strlen(b), "Allow: GET\r\n", keep);
+    } else if (tlen == 8 && strncmp(t, "/healthz", 8) == 0) {
+        const char *b = "{\"status\":\"ok\"}\n";
+        http_conn_respond(conn, 200, "application/json", b, strlen(b), NULL, keep);
+    } else if (tlen == 7 && strncmp(t, "/readyz", 7) == 0) {
+        ready_probe_t *p = xcalloc(1, sizeof(*p));
+        p->conn = conn;
+        p->keep_alive = keep;
+        http_conn_set_observer(conn, NULL, probe_gone, p);
+        upstream_probe(server->pool, probe_done, p);
+    } else if (tlen == 8 && strncmp(t, "/metrics", 8) == 0) {
+        metrics(conn, req);
+    } else {
+        const char *b = "{\"error\":\"not found\"}\n";
+        http_conn_respond(conn, 404, "application/json", b, strlen(b), NULL, keep);
+    }
+    http_request_free(req);
+}

@@ -1,0 +1,494 @@
+#include "http_conn.h"
+#include "log.h"
+#include "mcp.h"
+#include "server.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <llhttp.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* Output above this stops the upstream side (see proxy.c); drained fires below LOW. */
+#define OUT_LOW_WATERMARK (64 * 1024)
+/* Pipelined input waiting while a request is handled is bounded by this. */
+#define IN_HIGH_WATERMARK (256 * 1024)
+
+struct http_conn {
+    uint64_t id;
+    http_conn_state_t state;
+    struct bufferevent *bev;
+    llhttp_t parser;
+    const http_site_t *site;
+    http_request_t *req;     /* the request being read */
+    size_t head_bytes;       /* request line and headers so far */
+    int fail_status;         /* set by a parser callback that refuses the request */
+    bool req_complete;       /* on_message_complete seen for req */
+    struct event *timer;     /* idle, header or body deadline, by state */
+    struct event *resume;    /* processes pipelined input after a response */
+    void (*drained)(void *); /* observer of the current response */
+    void (*gone)(void *);
+    void *obs_arg;
+    bool free_scheduled;
+    struct http_conn *prev, *next; /* all agent connections, for drain */
+};
+
+static http_conn_t *all_conns;
+
+const char *http_conn_state_str(http_conn_state_t st)
+{
+    switch (st) {
+    case CONN_IDLE:
+        return "idle";
+    case CONN_READING:
+        return "reading";
+    case CONN_HANDLING:
+        return "handling";
+    case CONN_CLOSING:
+        return "closing";
+    }
+    return "unknown";
+}
+
+void http_request_free(http_request_t *req)
+{
+    if (!req)
+        return;
+    free(req->method_name);
+    free(req->target);
+    http_headers_free(&req->headers);
+    if (req->body)
+        evbuffer_free(req->body);
+    free(req);
+}
+
+static void set_state(http_conn_t *c, http_conn_state_t st)
+{
+    static const unsigned allowed[] = {
+        [CONN_IDLE] = 1u << CONN_READING | 1u << CONN_CLOSING,
+        [CONN_READING] = 1u << CONN_HANDLING | 1u << CONN_CLOSING,
+        [CONN_HANDLING] = 1u << CONN_IDLE | 1u << CONN_CLOSING,
+        [CONN_CLOSING] = 1u << CONN_CLOSING,
+    };
+    if (!(allowed[c->state] & (1u << st))) {
+        log_error(c->id, "invalid connection transition %s -> %s", http_conn_state_str(c->state),
+                  http_conn_state_str(st));
+#ifndef NDEBUG
+        abort();
+#endif
+    }
+    c->state = st;
+}
+
+static void arm_timer(http_conn_t *c, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(c->timer, &tv);
+}
+
+static void free_now(evutil_socket_t fd, short what, void *arg)
+{
+    http_conn_t *c = arg;
+    if (c->gone) {
+        void (*gone)(void *) = c->gone;
+        c->gone = NULL;
+        c->drained = NULL;
+        gone(c->obs_arg);
+    }
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        all_conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    bufferevent_free(c->bev);
+    event_free(c->timer);
+    event_free(c->resume);
+    http_request_free(c->req);
+    log_debug(c->id, "connection closed");
+    free(c);
+    server->open_conns--;
+    server_check_drained();
+}
+
+/* Closing is deferred to the loop so no caller up the stack holds a freed connection. */
+static void schedule_free(http_conn_t *c)
+{
+    if (c->free_scheduled)
+        return;
+    c->free_scheduled = true;
+    if (c->state != CONN_CLOSING)
+        set_state(c, CONN_CLOSING);
+    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    evtimer_del(c->timer);
+    struct timeval zero = {0, 0};
+    event_base_once(server->base, -1, EV_TIMEOUT, free_now, c, &zero);
+}
+
+/* Stops reading and closes once the output is flushed. */
+static void close_after_flush(http_conn_t *c)
+{
+    if (c->state != CONN_CLOSING)
+        set_state(c, CONN_CLOSING);
+    bufferevent_disable(c->bev, EV_READ);
+    bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
+    if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
+        schedule_free(c);
+    else
+        arm_timer(c, 5000); /* an agent that never reads its answer does not pin us */
+}
+
+/* --- llhttp callbacks (the parser's data is the connection) --- */
+
+static int head_limit(http_conn_t *c, size_t len)
+{
+    c->head_bytes += len;
+    if (c->head_bytes > server->cfg->max_header_bytes) {
+        c->fail_status = 431;
+        return -1;
+    }
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    http_conn_t *c = p->data;
+    if (c->state == CONN_IDLE)
+        set_state(c, CONN_READING);
+    http_request_free(c->req);
+    c->req = xcalloc(1, sizeof(*c->req));
+    http_headers_init(&c->req->headers);
+    c->req->conn_id = c->id;
+    c->req->start_ms = util_now_ms();
+    c->req->body = evbuffer_new();
+    c->req->target = xstrdup("");
+    c->head_bytes = 0;
+    c->req_complete = false;
+    arm_timer(c, server->cfg->client_header_timeout_ms);
+    return 0;
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+    http_conn_t *c = p->data;
+    if (head_limit(c, len))
+        return -1;
+    size_t old = strlen(c->req->target);
+    c->req->target = xrealloc(c->req->target, old + len + 1);
+    memcpy(c->req->target + old, at, len);
+    c->req->target[old + len] = '\0';
+    return 0;
+}
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    http_conn_t *c = p->data;
+    if (head_limit(c, len))
+        return -1;
+    http_headers_add_name(&c->req->headers, at, len);
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    http_conn_t *c = p->data;
+    if (head_limit(c, len))
+        return -1;
+    http_headers_add_value(&c->req->headers, at, len);
+    return 0;
+}
+
+static int on_header_field_complete(llhttp_t *p)
+{
+    http_headers_end_name(&((http_conn_t *)p->data)->req->headers);
+    return 0;
+}
+
+static int on_header_value_complete(llhttp_t *p)
+{
+    http_headers_end_value(&((http_conn_t *)p->data)->req->headers);
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    http_conn_t *c = p->data;
+    c->req->method = llhttp_get_method(p);
+    c->req->method_name = xstrdup(llhttp_method_name((llhttp_method_t)c->req->method));
+    c->req->keep_alive = llhttp_should_keep_alive(p);
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > server->cfg->max_body_bytes) {
+        c->fail_status = 413;
+        return -1;
+    }
+    arm_timer(c, server->cfg->client_body_timeout_ms);
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    http_conn_t *c = p->data;
+    if (evbuffer_get_length(c->req->body) + len > server->cfg->max_body_bytes) {
+        c->fail_status = 413;
+        return -1;
+    }
+    evbuffer_add(c->req->body, at, len);
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    http_conn_t *c = p->data;
+    c->req_complete = true;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t parser_settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_header_field_complete = on_header_field_complete,
+    .on_header_value_complete = on_header_value_complete,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* --- reading --- */
+
+static void refuse(http_conn_t *c, int status, const char *message)
+{
+    server->stats.bad_requests++;
+    log_info(c->id, "request refused: %d %s", status, message);
+    char *body = mcp_error_body(NULL, status == 413 || status == 431 ? -32600 : -32600, message);
+    set_state(c, c->state == CONN_IDLE ? CONN_READING : c->state);
+    evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add_printf(out,
+                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+                        "Connection: close\r\n\r\n%s",
+                        status, http_status_reason(status), strlen(body), body);
+    free(body);
+    close_after_flush(c);
+}
+
+static void dispatch(http_conn_t *c)
+{
+    http_request_t *req = c->req;
+    c->req = NULL;
+    evtimer_del(c->timer);
+    set_state(c, CONN_HANDLING);
+    server->stats.requests++;
+    c->site->handler(c, req);
+}
+
+static void process_input(http_conn_t *c)
+{
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    while ((c->state == CONN_IDLE || c->state == CONN_READING) && evbuffer_get_length(in) > 0) {
+        if (server->draining && c->state == CONN_IDLE) {
+            close_after_flush(c);
+            return;
+        }
+        size_t len = evbuffer_get_contiguous_space(in);
+        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
+        enum llhttp_errno err = llhttp_execute(&c->parser, data, len);
+        size_t used = len;
+        if (err == HPE_PAUSED) {
+            used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
+            llhttp_resume(&c->parser);
+        } else if (err != HPE_OK) {
+            int status = c->fail_status ? c->fail_status : 400;
+            const char *msg = status == 413   ? "request body too large"
+                              : status == 431 ? "request headers too large"
+                                              : "malformed HTTP request";
+            refuse(c, status, msg);
+            return;
+        }
+        evbuffer_drain(in, used);
+        if (c->req_complete) {
+            dispatch(c);
+            return;
+        }
+    }
+}
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    process_input(arg);
+}
+
+static void resume_cb(evutil_socket_t fd, short what, void *arg)
+{
+    process_input(arg);
+}
+
+static void write_cb(struct bufferevent *bev, void *arg)
+{
+    http_conn_t *c = arg;
+    if (c->state == CONN_CLOSING) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+            schedule_free(c);
+        return;
+    }
+    if (c->drained)
+        c->drained(c->obs_arg);
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    http_conn_t *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        if (c->state == CONN_HANDLING)
+            log_info(c->id, "agent disconnected during a response");
+        schedule_free(c);
+    }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    http_conn_t *c = arg;
+    switch (c->state) {
+    case CONN_IDLE:
+    case CONN_CLOSING:
+        schedule_free(c);
+        break;
+    case CONN_READING:
+        refuse(c, 408, "request not received in time");
+        break;
+    case CONN_HANDLING:
+        break;
+    }
+}
+
+void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen,
+                      void *arg)
+{
+    if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
+        log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    http_conn_t *c = xcalloc(1, sizeof(*c));
+    c->id = ++server->next_conn_id;
+    c->site = arg;
+    c->state = CONN_IDLE;
+    c->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->timer = evtimer_new(server->base, timer_cb, c);
+    c->resume = event_new(server->base, -1, 0, resume_cb, c);
+    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
+    c->parser.data = c;
+    bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, IN_HIGH_WATERMARK);
+    bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATERMARK, 0);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    arm_timer(c, server->cfg->client_idle_timeout_ms);
+    c->next = all_conns;
+    if (all_conns)
+        all_conns->prev = c;
+    all_conns = c;
+    server->open_conns++;
+    server->stats.connections++;
+    (void)sa;
+    (void)socklen;
+}
+
+/* The peer address for X-Forwarded-For, formatted when a request first needs it. */
+static void peer_ip(http_conn_t *c, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    out[0] = '\0';
+    if (getpeername(bufferevent_getfd(c->bev), (struct sockaddr *)&ss, &sl) != 0)
+        return;
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)outlen);
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)outlen);
+}
+
+uint64_t http_conn_id(const http_conn_t *conn)
+{
+    return conn->id;
+}
+
+struct evbuffer *http_conn_output(http_conn_t *conn)
+{
+    return bufferevent_get_output(conn->bev);
+}
+
+size_t http_conn_output_len(http_conn_t *conn)
+{
+    return evbuffer_get_length(bufferevent_get_output(conn->bev));
+}
+
+void http_conn_set_observer(http_conn_t *conn, void (*drained)(void *), void (*gone)(void *),
+                            void *arg)
+{
+    conn->drained = drained;
+    conn->gone = gone;
+    conn->obs_arg = arg;
+}
+
+void http_conn_response_done(http_conn_t *c, bool keep_alive)
+{
+    c->drained = NULL;
+    c->gone = NULL;
+    c->obs_arg = NULL;
+    if (c->free_scheduled)
+        return;
+    if (!keep_alive || server->draining) {
+        close_after_flush(c);
+        return;
+    }
+    set_state(c, CONN_IDLE);
+    arm_timer(c, server->cfg->client_idle_timeout_ms);
+    event_active(c->resume, 0, 0);
+}
+
+void http_conn_respond(http_conn_t *c, int status, const char *content_type, const char *body,
+                       size_t len, const char *extra, bool keep_alive)
+{
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    if (content_type)
+        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+    evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
+    if (!keep_alive || server->draining)
+        evbuffer_add(out, "Connection: close\r\n", 19);
+    if (extra)
+        evbuffer_add(out, extra, strlen(extra));
+    evbuffer_add(out, "\r\n", 2);
+    if (len)
+        evbuffer_add(out, body, len);
+    http_conn_response_done(c, keep_alive);
+}
+
+void http_conn_respond_error(http_conn_t *c, int status, const char *id_text, int code,
+                             const char *message, bool keep_alive)
+{
+    char *body = mcp_error_body(id_text, code, message);
+    http_conn_respond(c, status, "application/json", body, strlen(body), NULL, keep_alive);
+    free(body);
+}
+
+void http_conn_fill_client_ip(http_conn_t *c, http_request_t *req)
+{
+    peer_ip(c, req->client_ip, sizeof(req->client_ip));
+}
+
+void http_conn_close_idle(void)
+{
+    for (http_conn_t *c = all_conns; c; c = c->next)
+        if (c->state == CONN_IDLE)
+            schedule_free(c);
+}

@@ -1,0 +1,219 @@
+#include "http_headers.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+void http_headers_init(http_headers_t *h)
+{
+    memset(h, 0, sizeof(*h));
+}
+
+void http_headers_reset(http_headers_t *h)
+{
+    h->len = 0;
+    h->n = 0;
+    h->in_value = false;
+}
+
+void http_headers_free(http_headers_t *h)
+{
+    free(h->buf);
+    free(h->items);
+    memset(h, 0, sizeof(*h));
+}
+
+static void append(http_headers_t *h, const char *at, size_t len)
+{
+    if (h->len + len + 1 > h->cap) {
+        size_t cap = h->cap ? h->cap : 512;
+        while (cap < h->len + len + 1)
+            cap *= 2;
+        h->buf = xrealloc(h->buf, cap);
+        h->cap = cap;
+    }
+    memcpy(h->buf + h->len, at, len);
+    h->len += len;
+}
+
+void http_headers_add_name(http_headers_t *h, const char *at, size_t len)
+{
+    if (h->n == 0 || h->in_value) {
+        if (h->n == h->cap_items) {
+            h->cap_items = h->cap_items ? h->cap_items * 2 : 16;
+            h->items = xrealloc(h->items, h->cap_items * sizeof(*h->items));
+        }
+        http_header_t *it = &h->items[h->n++];
+        it->name_off = h->len;
+        it->name_len = 0;
+        it->value_off = 0;
+        it->value_len = 0;
+        h->in_value = false;
+    }
+    append(h, at, len);
+    h->items[h->n - 1].name_len += len;
+}
+
+void http_headers_add_value(http_headers_t *h, const char *at, size_t len)
+{
+    if (h->n == 0 || !h->in_value)
+        return;
+    append(h, at, len);
+    h->items[h->n - 1].value_len += len;
+}
+
+static void terminate(http_headers_t *h)
+{
+    append(h, "", 0);
+    h->buf[h->len++] = '\0';
+}
+
+void http_headers_end_name(http_headers_t *h)
+{
+    if (h->n == 0)
+        return;
+    terminate(h);
+    h->in_value = true;
+    h->items[h->n - 1].value_off = h->len;
+    h->items[h->n - 1].value_len = 0;
+}
+
+void http_headers_end_value(http_headers_t *h)
+{
+    if (h->n == 0 || !h->in_value)
+        return;
+    terminate(h);
+}
+
+const char *http_headers_name(const http_headers_t *h, size_t i)
+{
+    return h->buf + h->items[i].name_off;
+}
+
+const char *http_headers_value(const http_headers_t *h, size_t i)
+{
+    return h->buf + h->items[i].value_off;
+}
+
+const char *http_headers_get(const http_headers_t *h, const char *name)
+{
+    size_t nlen = strlen(name);
+    for (size_t i = 0; i < h->n; i++)
+        if (h->items[i].name_len == nlen && strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
+            return h->buf + h->items[i].value_off;
+    return NULL;
+}
+
+static bool in_token_list(const char *list, const char *name)
+{
+    size_t nlen = strlen(name);
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *start = p;
+        while (*p && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        if ((size_t)(p - start) == nlen && nlen && strncasecmp(start, name, nlen) == 0)
+            return true;
+    }
+    return false;
+}
+
+bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
+{
+    static const char *const hop[] = {"connection", "keep-alive",        "proxy-connection",
+                                      "proxy-authenticate", "proxy-authorization", "te",
+                                      "trailer",    "trailers",          "transfer-encoding",
+                                      "upgrade"};
+    for (size_t i = 0; i < ARRAY_LEN(hop); i++)
+        if (strcasecmp(name, hop[i]) == 0)
+            return true;
+    return connection_value && in_token_list(connection_value, name);
+}
+
+void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
+                             const http_headers_t *in, const char *host, const char *client_ip,
+                             long long body_len, const char *extra)
+{
+    const char *conn = http_headers_get(in, "connection");
+    const char *xff = NULL;
+    evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host);
+    for (size_t i = 0; i < in->n; i++) {
+        const char *name = http_headers_name(in, i);
+        if (strcasecmp(name, "host") == 0 || strcasecmp(name, "content-length") == 0 ||
+            http_header_is_hop_by_hop(name, conn))
+            continue;
+        if (strcasecmp(name, "x-forwarded-for") == 0) {
+            xff = http_headers_value(in, i);
+            continue;
+        }
+        evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+    }
+    if (client_ip) {
+        if (xff && *xff)
+            evbuffer_add_printf(out, "X-Forwarded-For: %s, %s\r\n", xff, client_ip);
+        else
+            evbuffer_add_printf(out, "X-Forwarded-For: %s\r\n", client_ip);
+    }
+    if (body_len >= 0)
+        evbuffer_add_printf(out, "Content-Length: %lld\r\n", body_len);
+    if (extra)
+        evbuffer_add(out, extra, strlen(extra));
+    evbuffer_add(out, "\r\n", 2);
+}
+
+void http_write_response_head(struct evbuffer *out, int status, const http_headers_t *in,
+                              long long content_length, bool keep_alive, const char *extra)
+{
+    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    if (in) {
+        const char *conn = http_headers_get(in, "connection");
+        for (size_t i = 0; i < in->n; i++) {
+            const char *name = http_headers_name(in, i);
+            if (strcasecmp(name, "content-length") == 0 || http_header_is_hop_by_hop(name, conn))
+                continue;
+            evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+        }
+    }
+    if (content_length >= 0)
+        evbuffer_add_printf(out, "Content-Length: %lld\r\n", content_length);
+    else if (content_length == -1)
+        evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
+    if (!keep_alive)
+        evbuffer_add(out, "Connection: close\r\n", 19);
+    if (extra)
+        evbuffer_add(out, extra, strlen(extra));
+    evbuffer_add(out, "\r\n", 2);
+}
+
+const char *http_status_reason(int status)
+{
+    switch (status) {
+    case 200: return "OK";
+    case 201: return "Created";
+    case 202: return "Accepted";
+    case 204: return "No Content";
+    case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
+    case 404: return "Not Found";
+    case 405: return "Method Not Allowed";
+    case 406: return "Not Acceptable";
+    case 408: return "Request Timeout";
+    case 409: return "Conflict";
+    case 413: return "Content Too Large";
+    case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
+    case 429: return "Too Many Requests";
+    case 431: return "Request Header Fields Too Large";
+    case 500: return "Internal Server Error";
+    case 502: return "Bad Gateway";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return "Status";
+    }
+}

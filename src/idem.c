@@ -1,0 +1,646 @@
+#include "idem.h"
+#include "config.h"
+#include "jcs.h"
+#include "key.h"
+#include "log.h"
+#include "policy.h"
+#include "proxy.h"
+#include "server.h"
+#include "store.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Wait mode polls the store: replicas share nothing else. */
+#define WAIT_POLL_FIRST_MS 25
+#define WAIT_POLL_MAX_MS 250
+
+typedef enum {
+    CALL_CLAIMING = 0, /* claim sent */
+    CALL_WAITING,      /* duplicate in wait mode, polling the row */
+    CALL_FORWARDED,    /* ours: the upstream runs it */
+    CALL_FINISHING,    /* outcome being written */
+    CALL_DONE,         /* nothing more to do */
+} call_state_t;
+
+typedef struct idem_call {
+    exchange_t *ex;
+    call_state_t state;
+    char *key;
+    char key_hash[65];
+    char args_digest[65];
+    bool explicit_key;
+    /* the tool's policy, copied: a reload may free the config while we run */
+    uint64_t window_ms, lease_ms, wait_ms, max_stored;
+    on_tool_error_t on_tool_error;
+    on_ambiguous_t on_ambiguous;
+    on_store_down_t on_store_down;
+    bool forward_key;
+    int64_t fence;
+    bool store_pending;     /* a store call is out */
+    store_status_t deferred_status; /* a finish that failed before it was sent */
+    /* capture of the final response */
+    bool capture_json, capture_sse;
+    struct evbuffer *json_body;
+    sse_parser_t sse;
+    bool final_seen;
+    mcp_resp_class_t cls;
+    char *result;
+    size_t result_len;
+    bool too_large;
+    /* wait mode */
+    struct event *timer;
+    uint64_t wait_deadline_ms;
+    uint64_t poll_ms;
+} idem_call_t;
+
+typedef struct idem_registry {
+    int unused;
+} idem_registry_t;
+
+idem_registry_t *idem_registry_new(void)
+{
+    return xcalloc(1, sizeof(idem_registry_t));
+}
+
+void idem_registry_free(idem_registry_t *r)
+{
+    free(r);
+}
+
+bool idem_busy(const exchange_t *ex)
+{
+    const idem_call_t *c = ex->call;
+    return c && (c->store_pending || c->state == CALL_WAITING);
+}
+
+void idem_call_free(idem_call_t *c)
+{
+    if (!c)
+        return;
+    free(c->key);
+    if (c->json_body)
+        evbuffer_free(c->json_body);
+    if (c->capture_sse)
+        sse_free(&c->sse);
+    free(c->result);
+    if (c->timer)
+        event_free(c->timer);
+    free(c);
+}
+
+/* --- answers the gateway writes --- */
+
+static const char *id_text(exchange_t *ex)
+{
+    return ex->msg.id_text;
+}
+
+static void answer_tool_error(exchange_t *ex, const char *code, const char *text,
+                              const char *outcome)
+{
+    idem_call_t *c = ex->call;
+    char status[300];
+    snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":false%s%s%s}", code,
+             c && c->key ? ",\"key_hash\":\"" : "", c && c->key ? c->key_hash : "",
+             c && c->key ? "\"" : "");
+    char *body = mcp_tool_error_body(id_text(ex), text, status);
+    ex->outcome = outcome;
+    if (c)
+        c->state = CALL_DONE;
+    proxy_respond_json(ex, 200, body, NULL);
+    free(body);
+}
+
+static void refuse(exchange_t *ex, const char *code, const char *text)
+{
+    server->stats.refused++;
+    answer_tool_error(ex, code, text, "refused");
+}
+
+static void answer_store_down(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    if (c->on_store_down == ON_STORE_DOWN_PASSTHROUGH) {
+        server->stats.passthrough++;
+        log_warn(ex->conn_id, "store unavailable: forwarding %s without protection", ex->msg.tool);
+        ex->outcome = "passthrough";
+        c->state = CALL_DONE;
+        proxy_forward(ex, NULL);
+        return;
+    }
+    refuse(ex, "store_unavailable",
+           "Not executed: the gateway's idempotency store is unavailable, so this call could not "
+           "be protected against running twice. Nothing was executed. It is safe to retry the "
+           "same call later.");
+}
+
+static void answer_in_progress(exchange_t *ex, const store_row_t *row)
+{
+    server->stats.in_progress++;
+    char text[700];
+    snprintf(text, sizeof(text),
+             "This tool call is already running: an identical call (same tool, same arguments, "
+             "same caller) started at %s and has not finished yet. It was NOT executed again. "
+             "Do not retry it right now. Wait for the first call to finish, then call again with "
+             "exactly the same arguments to receive its result.",
+             row && row->created_at ? row->created_at : "an earlier time");
+    answer_tool_error(ex, "in_progress", text, "in_progress");
+}
+
+static void answer_unknown(exchange_t *ex, const store_row_t *row)
+{
+    server->stats.unknown++;
+    char text[800];
+    snprintf(text, sizeof(text),
+             "An identical earlier call (started at %s) may have executed, but its outcome is "
+             "unknown: the upstream server did not answer completely. To avoid doing it twice, "
+             "it was NOT executed again, and identical calls will not be executed until the "
+             "idempotency window ends. Check whether the earlier call took effect (for example "
+             "with a read or status tool) before doing anything else.",
+             row && row->created_at ? row->created_at : "an earlier time");
+    answer_tool_error(ex, "outcome_unknown", text, "unknown");
+}
+
+static void answer_replay(exchange_t *ex, const store_row_t *row)
+{
+    idem_call_t *c = ex->call;
+    server->stats.replays++;
+    c->state = CALL_DONE;
+    ex->outcome = "replay";
+    char marker[400];
+    snprintf(marker, sizeof(marker),
+             "{\"replayed\":true,\"first_seen\":\"%s\",\"attempts\":%d,\"key_hash\":\"%s\"}",
+             row->created_at ? row->created_at : "", row->attempts + 1, c->key_hash);
+    char *body = NULL;
+    if (row->result_too_large || !row->result) {
+        char text[400];
+        snprintf(text, sizeof(text),
+                 "This call already ran successfully (first seen %s). Its result was too large "
+                 "for the gateway to keep, so it cannot be shown again; it was NOT executed a "
+                 "second time.",
+                 row->created_at ? row->created_at : "earlier");
+        char *t = NULL;
+        json_t *j = json_string(text);
+        t = json_dumps(j, JSON_ENCODE_ANY);
+        json_decref(j);
+        body = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"idemgw/replay\":%s},"
+                         "\"content\":[{\"type\":\"text\",\"text\":%s}]}}",
+                         id_text(ex), marker, t);
+        free(t);
+    } else {
+        body = mcp_replay_body(id_text(ex), row->result, row->result_len, marker);
+    }
+    if (!body) {
+        refuse(ex, "replay_failed",
+               "This call already ran, but its stored result could not be replayed. It was NOT "
+               "executed again.");
+        return;
+    }
+    if (server->store) {
+        store_status_t st = store_note_duplicate(server->store, c->key, NULL, NULL);
+        (void)st;
+    }
+    proxy_respond_json(ex, 200, body, "Idempotent-Replayed: true\r\n");
+    free(body);
+}
+
+/* --- claim --- */
+
+static void claim(exchange_t *ex);
+
+static void wait_tick(evutil_socket_t fd, short what, void *arg);
+
+static void on_get(store_status_t st, const store_row_t *row, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    c->store_pending = false;
+    if (!ex->client) {
+        c->state = CALL_DONE;
+        proxy_maybe_free(ex);
+        return;
+    }
+    if (st != STORE_OK) {
+        c->state = CALL_DONE;
+        answer_store_down(ex);
+        return;
+    }
+    if (!row || row->state == STORE_STATE_FAILED) {
+        /* the first attempt was released (or expired): this one may run */
+        c->state = CALL_CLAIMING;
+        claim(ex);
+        return;
+    }
+    if (row->state == STORE_STATE_SUCCEEDED) {
+        answer_replay(ex, row);
+        return;
+    }
+    if (row->state == STORE_STATE_UNKNOWN || (row->lease_expired && c->on_ambiguous == ON_AMBIGUOUS_HOLD)) {
+        answer_unknown(ex, row);
+        return;
+    }
+    if (row->lease_expired) {
+        c->state = CALL_CLAIMING;
+        claim(ex);
+        return;
+    }
+    if (util_now_ms() >= c->wait_deadline_ms) {
+        answer_in_progress(ex, row);
+        return;
+    }
+    struct timeval tv = {0, (suseconds_t)(c->poll_ms * 1000)};
+    evtimer_add(c->timer, &tv);
+    c->poll_ms = c->poll_ms * 2 > WAIT_POLL_MAX_MS ? WAIT_POLL_MAX_MS : c->poll_ms * 2;
+}
+
+static void wait_tick(evutil_socket_t fd, short what, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    if (!ex->client) {
+        c->state = CALL_DONE;
+        proxy_maybe_free(ex);
+        return;
+    }
+    if (store_get(server->store, c->key, on_get, ex) != STORE_OK) {
+        c->state = CALL_DONE;
+        answer_store_down(ex);
+        return;
+    }
+    c->store_pending = true;
+}
+
+static void start_wait(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    c->state = CALL_WAITING;
+    c->wait_deadline_ms = util_now_ms() + c->wait_ms;
+    c->poll_ms = WAIT_POLL_FIRST_MS;
+    if (!c->timer)
+        c->timer = evtimer_new(server->base, wait_tick, ex);
+    struct timeval tv = {0, (suseconds_t)(c->poll_ms * 1000)};
+    evtimer_add(c->timer, &tv);
+}
+
+static void forward_claimed(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    c->state = CALL_FORWARDED;
+    server->stats.executions++;
+    ex->outcome = "executed";
+    char extra[120];
+    if (c->forward_key)
+        snprintf(extra, sizeof(extra), "Idempotency-Key: %s\r\n", c->key_hash);
+    proxy_forward(ex, c->forward_key ? extra : NULL);
+}
+
+static void on_claim(store_status_t st, const store_claim_result_t *res, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    c->store_pending = false;
+    if (st != STORE_OK) {
+        server->stats.store_errors++;
+        log_warn(ex->conn_id, "claim failed: %s", store_status_str(st));
+        c->state = CALL_DONE;
+        answer_store_down(ex);
+        return;
+    }
+    if (res->acquired) {
+        c->fence = res->fence;
+        log_debug(ex->conn_id, "claimed key %s fence %lld", c->key_hash, (long long)c->fence);
+        forward_claimed(ex);
+        return;
+    }
+    const store_row_t *row = &res->row;
+    if (c->explicit_key && row->args_digest && strcmp(row->args_digest, c->args_digest) != 0) {
+        refuse(ex, "key_reused",
+               "Refused: this idempotency key was already used for a call with different "
+               "arguments. Nothing was executed. Use a new key for a different call, or repeat "
+               "the original arguments to get the original result.");
+        return;
+    }
+    switch (row->state) {
+    case STORE_STATE_SUCCEEDED:
+        answer_replay(ex, row);
+        return;
+    case STORE_STATE_UNKNOWN:
+        answer_unknown(ex, row);
+        return;
+    case STORE_STATE_IN_PROGRESS:
+        if (row->lease_expired) {
+            answer_unknown(ex, row);
+            return;
+        }
+        if (c->wait_ms > 0 && ex->client) {
+            start_wait(ex);
+            return;
+        }
+        answer_in_progress(ex, row);
+        return;
+    case STORE_STATE_FAILED:
+        /* a released row the claim could not take over (race): run the claim again */
+        claim(ex);
+        return;
+    }
+}
+
+static void claim(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    if (!server->store) {
+        answer_store_down(ex);
+        return;
+    }
+    store_claim_req_t req = {
+        .key = c->key,
+        .tool = ex->msg.tool,
+        .subject = NULL,
+        .args_digest = c->args_digest,
+        .explicit_key = c->explicit_key,
+        .session_id = http_headers_get(&ex->req->headers, "mcp-session-id"),
+        .jsonrpc_id = ex->msg.id_text,
+        .lease_ms = c->lease_ms,
+        .window_ms = c->window_ms,
+        .takeover_lease_expired = c->on_ambiguous == ON_AMBIGUOUS_RELEASE,
+    };
+    /* the subject is the key's first segment; stored separately for diagnosis */
+    char *subject = xstrndup(c->key, strcspn(c->key, ":"));
+    req.subject = subject;
+    store_status_t st = store_claim(server->store, &req, on_claim, ex);
+    free(subject);
+    if (st != STORE_OK) {
+        server->stats.store_errors++;
+        c->state = CALL_DONE;
+        answer_store_down(ex);
+        return;
+    }
+    c->store_pending = true;
+}
+
+/* The caller's identity, per the subject setting; NULL when it cannot be established. */
+static char *derive_subject(const config_t *cfg, const http_request_t *req, const char **why)
+{
+    switch (cfg->subject.kind) {
+    case SUBJECT_STATIC:
+        return xstrdup(cfg->subject.value);
+    case SUBJECT_HEADER: {
+        const char *v = http_headers_get(&req->headers, cfg->subject.value);
+        if (!v || !*v) {
+            *why = "the request has no caller identity header";
+            return NULL;
+        }
+        return xstrdup(v);
+    }
+    case SUBJECT_BEARER_SHA256: {
+        const char *v = http_headers_get(&req->headers, "authorization");
+        if (!v || strncasecmp(v, "bearer ", 7) != 0 || !v[7]) {
+            *why = "the request has no bearer token";
+            return NULL;
+        }
+        unsigned char md[EVP_MAX_MD_SIZE];
+        unsigned int mdlen = 0;
+        const char *tok = v + 7;
+        EVP_Digest(tok, strlen(tok), md, &mdlen, EVP_sha256(), NULL);
+        char hex[2 * EVP_MAX_MD_SIZE + 1];
+        util_hex(md, 16, hex);
+        return xasprintf("bearer-%s", hex);
+    }
+    case SUBJECT_NONE:
+        break;
+    }
+    *why = "the gateway has no subject source configured";
+    return NULL;
+}
+
+void idem_begin(exchange_t *ex)
+{
+    const config_t *cfg = server->cfg;
+    const policy_tool_t *pt = policy_lookup(&cfg->policy, ex->msg.tool);
+    idem_call_t *c = xcalloc(1, sizeof(*c));
+    c->ex = ex;
+    ex->call = c;
+    c->window_ms = pt->window_ms;
+    c->lease_ms = policy_lease_ms(pt, cfg->upstream_timeout_ms);
+    c->wait_ms = pt->wait_ms;
+    c->max_stored = pt->max_stored_bytes;
+    c->on_tool_error = pt->on_tool_error;
+    c->on_ambiguous = pt->on_ambiguous;
+    c->on_store_down = pt->on_store_down;
+    c->forward_key = pt->forward_key;
+
+    const char *why = NULL;
+    char *subject = derive_subject(cfg, ex->req, &why);
+    if (!subject) {
+        char text[400];
+        snprintf(text, sizeof(text),
+                 "Refused: this tool is protected against duplicate execution, and %s, so the "
+                 "call cannot be attributed to a caller. Nothing was executed. Retrying will be "
+                 "refused the same way until the caller is identified.",
+                 why);
+        refuse(ex, "no_subject", text);
+        return;
+    }
+
+    /* the key needs exact numbers, so the body is read again with the canonical parser */
+    const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
+    size_t blen = evbuffer_get_length(ex->req->body);
+    jcs_value_t *root = NULL;
+    char err[160];
+    jcs_status_t js = jcs_parse(body, blen, &root, err, sizeof(err));
+    if (js != JCS_OK) {
+        free(subject);
+        char text[300];
+        snprintf(text, sizeof(text),
+                 "Refused: the call's arguments cannot be put in canonical form (%s), so "
+                 "duplicates could not be recognised. Nothing was executed.",
+                 jcs_status_str(js));
+        refuse(ex, "bad_arguments", text);
+        return;
+    }
+    jcs_value_t *args = jcs_object_get(jcs_object_get(root, "params"), "arguments");
+    key_result_t kr = {0};
+    char msg[200] = "";
+    key_status_t ks = key_derive(subject, ex->msg.tool, args, pt,
+                                 http_headers_get(&ex->req->headers, "idempotency-key"), &kr, msg,
+                                 sizeof(msg));
+    jcs_free(root);
+    free(subject);
+    if (ks != KEY_OK) {
+        char text[400];
+        snprintf(text, sizeof(text), "Refused: %s (%s). Nothing was executed.",
+                 key_status_str(ks), msg);
+        refuse(ex, "bad_key", text);
+        return;
+    }
+    c->key = kr.key;
+    kr.key = NULL;
+    memcpy(c->args_digest, kr.args_digest, sizeof(c->args_digest));
+    c->explicit_key = kr.explicit_key;
+    key_result_free(&kr);
+    key_hash_hex(c->key, c->key_hash);
+    char extra[120];
+    snprintf(extra, sizeof(extra), "\"key_hash\":\"%.16s\"", c->key_hash);
+    ex->extra_log = NULL;
+    claim(ex);
+}
+
+/* --- capturing the outcome --- */
+
+static int on_sse_event(const sse_event_t *ev, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    if (c->final_seen || ev->data_len == 0)
+        return 0;
+    size_t off = 0, len = 0;
+    mcp_resp_class_t cls = mcp_classify_response(ev->data, ev->data_len, ex->msg.id, &off, &len);
+    if (cls == MCP_RESP_OTHER)
+        return 0;
+    c->final_seen = true;
+    c->cls = cls;
+    if (len > c->max_stored) {
+        c->too_large = true;
+    } else {
+        c->result = xstrndup(ev->data + off, len);
+        c->result_len = len;
+    }
+    /* hold what follows until the outcome is stored, so a retry right after sees it */
+    ex->holding = true;
+    return 0;
+}
+
+void idem_on_head(exchange_t *ex, int status, const http_headers_t *headers)
+{
+    idem_call_t *c = ex->call;
+    if (c->state != CALL_FORWARDED || status != 200)
+        return;
+    if (ex->resp_sse) {
+        c->capture_sse = true;
+        sse_init(&c->sse, c->max_stored + 4096, on_sse_event, ex);
+    } else {
+        c->capture_json = true;
+        c->json_body = evbuffer_new();
+        ex->holding = true;
+    }
+}
+
+void idem_on_body(exchange_t *ex, const char *data, size_t len)
+{
+    idem_call_t *c = ex->call;
+    if (c->capture_sse) {
+        int rc = sse_feed(&c->sse, data, len);
+        (void)rc;
+    } else if (c->capture_json && !c->too_large) {
+        if (evbuffer_get_length(c->json_body) + len > c->max_stored + 4096) {
+            c->too_large = true;
+            evbuffer_free(c->json_body);
+            c->json_body = NULL;
+        } else {
+            evbuffer_add(c->json_body, data, len);
+        }
+    }
+}
+
+static void on_finished(store_status_t st, bool fence_matched, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    c->store_pending = false;
+    c->state = CALL_DONE;
+    if (st != STORE_OK) {
+        server->stats.store_errors++;
+        log_error(ex->conn_id, "could not record the outcome of key %.16s: %s", c->key_hash,
+                  store_status_str(st));
+    } else if (!fence_matched) {
+        log_warn(ex->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
+                 c->key_hash);
+    }
+    proxy_release_held(ex);
+}
+
+static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
+{
+    exchange_t *ex = arg;
+    on_finished(ex->call->deferred_status, false, ex);
+}
+
+static void record(exchange_t *ex, store_state_t state, const char *why)
+{
+    idem_call_t *c = ex->call;
+    c->state = CALL_FINISHING;
+    char extra[200];
+    snprintf(extra, sizeof(extra), "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"",
+             c->key_hash, store_state_str(state), why);
+    ex->extra_log = NULL;
+    log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state), why);
+    bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
+    store_status_t st = store_finish(server->store, c->key, c->fence, state,
+                                     state == STORE_STATE_SUCCEEDED ? c->result : NULL,
+                                     state == STORE_STATE_SUCCEEDED ? c->result_len : 0, too_large,
+                                     c->window_ms, on_finished, ex);
+    c->store_pending = true;
+    if (st != STORE_OK) {
+        /* reported from the loop: the caller is still using the exchange */
+        c->deferred_status = st;
+        struct timeval zero = {0, 0};
+        event_base_once(server->base, -1, EV_TIMEOUT, deferred_finish_fail, ex, &zero);
+    }
+}
+
+void idem_on_end(exchange_t *ex, upstream_result_t res)
+{
+    idem_call_t *c = ex->call;
+    if (c->state != CALL_FORWARDED)
+        return;
+    if (c->capture_json && res == UPSTREAM_OK && c->json_body) {
+        size_t len = evbuffer_get_length(c->json_body);
+        const char *text = (const char *)evbuffer_pullup(c->json_body, -1);
+        size_t off = 0, rlen = 0;
+        mcp_resp_class_t cls = mcp_classify_response(text ? text : "", len, ex->msg.id, &off, &rlen);
+        if (cls != MCP_RESP_OTHER) {
+            c->final_seen = true;
+            c->cls = cls;
+            c->result = xstrndup(text + off, rlen);
+            c->result_len = rlen;
+        }
+    } else if (c->capture_json && res == UPSTREAM_OK && c->too_large) {
+        c->final_seen = true;
+        c->cls = MCP_RESP_RESULT;
+    }
+    bool ambiguous_hold = c->on_ambiguous == ON_AMBIGUOUS_HOLD;
+    if (c->final_seen) {
+        switch (c->cls) {
+        case MCP_RESP_RESULT:
+            record(ex, STORE_STATE_SUCCEEDED, "result");
+            return;
+        case MCP_RESP_TOOL_ERROR:
+            record(ex, c->on_tool_error == ON_TOOL_ERROR_STORE ? STORE_STATE_SUCCEEDED : STORE_STATE_FAILED,
+                   "tool error");
+            return;
+        case MCP_RESP_INPUT_REQUIRED:
+            record(ex, STORE_STATE_FAILED, "input required: not final");
+            return;
+        case MCP_RESP_ERROR:
+        case MCP_RESP_OTHER:
+            record(ex, STORE_STATE_FAILED, "json-rpc error");
+            return;
+        }
+    }
+    if (res == UPSTREAM_ERR_CONNECT) {
+        record(ex, STORE_STATE_FAILED, "never sent");
+        return;
+    }
+    if (res == UPSTREAM_OK && ex->status >= 400 && ex->status < 500) {
+        record(ex, STORE_STATE_FAILED, "refused by upstream");
+        return;
+    }
+    record(ex, ambiguous_hold ? STORE_STATE_UNKNOWN : STORE_STATE_FAILED, "outcome unknown");
+}

@@ -1,0 +1,298 @@
+/* idemgw: the process. Command line, configuration, listeners, signals, drain and reload. */
+#include "admin.h"
+#include "config.h"
+#include "http_conn.h"
+#include "idem.h"
+#include "key_cmd.h"
+#include "log.h"
+#include "proxy.h"
+#include "server.h"
+#include "store.h"
+#include "upstream.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <openssl/ssl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#ifndef IDEMGW_VERSION
+#define IDEMGW_VERSION "0.1.0"
+#endif
+
+server_t *server;
+
+static http_site_t mcp_site = {proxy_handle, "mcp"};
+static http_site_t admin_site = {admin_handle, "admin"};
+static struct event *drain_timer;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: idemgw [-c FILE]                 run the gateway\n"
+            "       idemgw --check-config -c FILE    validate the configuration and exit\n"
+            "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
+            "                                        print the idempotency key of a call\n"
+            "       idemgw --version | --help\n"
+            "\n"
+            "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
+            "IDEMGW_LISTEN, IDEMGW_ADMIN_LISTEN, IDEMGW_UPSTREAM, IDEMGW_DATABASE_URL,\n"
+            "IDEMGW_LOG_LEVEL; libpq's PG* variables also apply to the database.\n");
+}
+
+static void print_errors(const config_errors_t *errs)
+{
+    for (size_t i = 0; i < errs->n; i++)
+        fprintf(stderr, "%s\n", errs->msgs[i]);
+}
+
+void server_check_drained(void)
+{
+    if (server->draining && server->open_exchanges == 0 && server->open_conns == 0) {
+        log_info(0, "drained: exiting");
+        event_base_loopexit(server->base, NULL);
+    }
+}
+
+static void drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    log_warn(0, "drain timeout: %llu requests still in flight, exiting",
+             (unsigned long long)server->open_exchanges);
+    event_base_loopexit(server->base, NULL);
+}
+
+static void on_sigterm(evutil_socket_t sig, short what, void *arg)
+{
+    if (server->draining)
+        return;
+    log_info(0, "signal %d: draining (up to %llu ms)", (int)sig,
+             (unsigned long long)server->cfg->drain_timeout_ms);
+    server->draining = true;
+    if (server->listener)
+        evconnlistener_disable(server->listener);
+    http_conn_close_idle();
+    upstream_pool_close_idle(server->pool);
+    uint64_t ms = server->cfg->drain_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    drain_timer = evtimer_new(server->base, drain_timeout, NULL);
+    evtimer_add(drain_timer, &tv);
+    server_check_drained();
+}
+
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+    const char *path = arg;
+    config_errors_t errs = {0};
+    config_t *neu = config_load(path, &errs);
+    if (!neu) {
+        for (size_t i = 0; i < errs.n; i++)
+            log_error(0, "reload: %s", errs.msgs[i]);
+        log_error(0, "reload failed: keeping the running configuration");
+        config_errors_free(&errs);
+        return;
+    }
+    char diff[1024] = "";
+    if (config_restart_only_diff(server->cfg, neu, diff, sizeof(diff)) > 0) {
+        char *line = strtok(diff, "\n");
+        while (line) {
+            log_warn(0, "reload: %s needs a restart; the running value stays", line);
+            line = strtok(NULL, "\n");
+        }
+    }
+    /* settings that need a restart keep their running values */
+    config_t *old = server->cfg;
+    host_port_t tmp;
+#define KEEP(field) (tmp = neu->field, neu->field = old->field, old->field = tmp)
+    KEEP(listen);
+    KEEP(admin_listen);
+    KEEP(upstream);
+#undef KEEP
+    char *s;
+#define KEEPS(field) (s = neu->field, neu->field = old->field, old->field = s)
+    KEEPS(upstream_url);
+    KEEPS(upstream_path);
+    KEEPS(upstream_host_header);
+    KEEPS(database_url);
+#undef KEEPS
+    neu->upstream_tls = old->upstream_tls;
+    neu->store_enabled = old->store_enabled;
+    neu->store_pool = old->store_pool;
+    server->cfg = neu;
+    log_threshold = (log_level_t)neu->log_level;
+    config_free(old);
+    log_info(0, "configuration reloaded from %s", path ? path : "the environment");
+}
+
+static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site)
+{
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char port[8];
+    snprintf(port, sizeof(port), "%u", hp->port);
+    int rc = getaddrinfo(hp->host && *hp->host ? hp->host : NULL, port, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "idemgw: cannot resolve %s: %s\n", hp->host, gai_strerror(rc));
+        return NULL;
+    }
+    struct evconnlistener *l =
+        evconnlistener_new_bind(server->base, http_conn_accept, site,
+                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE, 1024, res->ai_addr,
+                                (int)res->ai_addrlen);
+    freeaddrinfo(res);
+    if (!l)
+        fprintf(stderr, "idemgw: cannot listen on %s:%u (%s): %s\n", hp->host, hp->port, site->name,
+                evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    return l;
+}
+
+static int run(const char *path)
+{
+    config_errors_t errs = {0};
+    config_t *cfg = config_load(path, &errs);
+    if (!cfg) {
+        print_errors(&errs);
+        config_errors_free(&errs);
+        return 1;
+    }
+    log_threshold = (log_level_t)cfg->log_level;
+    signal(SIGPIPE, SIG_IGN);
+
+    server = xcalloc(1, sizeof(*server));
+    server->cfg = cfg;
+    server->base = event_base_new();
+    server->started_ms = util_now_ms();
+    server->idem = idem_registry_new();
+    int rc = 1;
+    char msg[512] = "";
+
+    if (cfg->upstream_tls) {
+        server->tls = SSL_CTX_new(TLS_client_method());
+        SSL_CTX_set_default_verify_paths(server->tls);
+        SSL_CTX_set_verify(server->tls, SSL_VERIFY_PEER, NULL);
+    }
+    server->pool = upstream_pool_new(msg, sizeof(msg));
+    if (!server->pool) {
+        fprintf(stderr, "idemgw: %s\n", msg);
+        goto out;
+    }
+    if (cfg->store_enabled) {
+        store_options_t so = {
+            .conninfo = cfg->database_url,
+            .pool_size = cfg->store_pool,
+            .migrate = cfg->migrate,
+            .sweep_interval_ms = cfg->sweep_interval_ms,
+            .sweep_batch = 1000,
+        };
+        server->store = store_new(server->base, &so, msg, sizeof(msg));
+        if (!server->store) {
+            fprintf(stderr, "idemgw: store: %s\n", msg);
+            goto out;
+        }
+    } else {
+        log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
+    }
+    server->listener = listen_on(&cfg->listen, &mcp_site);
+    server->admin_listener = listen_on(&cfg->admin_listen, &admin_site);
+    if (!server->listener || !server->admin_listener)
+        goto out;
+
+    struct event *ev_term = evsignal_new(server->base, SIGTERM, on_sigterm, NULL);
+    struct event *ev_int = evsignal_new(server->base, SIGINT, on_sigterm, NULL);
+    struct event *ev_hup = evsignal_new(server->base, SIGHUP, on_sighup, (void *)path);
+    evsignal_add(ev_term, NULL);
+    evsignal_add(ev_int, NULL);
+    evsignal_add(ev_hup, NULL);
+
+    log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s",
+             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port, cfg->admin_listen.host,
+             cfg->admin_listen.port, cfg->upstream_url,
+             server->store ? "postgres" : "not configured");
+    event_base_dispatch(server->base);
+    rc = 0;
+
+    event_free(ev_term);
+    event_free(ev_int);
+    event_free(ev_hup);
+out:
+    if (drain_timer)
+        event_free(drain_timer);
+    if (server->listener)
+        evconnlistener_free(server->listener);
+    if (server->admin_listener)
+        evconnlistener_free(server->admin_listener);
+    if (server->store)
+        store_free(server->store);
+    upstream_pool_free(server->pool);
+    idem_registry_free(server->idem);
+    if (server->tls)
+        SSL_CTX_free(server->tls);
+    /* give deferred frees scheduled during shutdown a last turn */
+    event_base_loop(server->base, EVLOOP_NONBLOCK);
+    event_base_free(server->base);
+    config_free(server->cfg);
+    free(server);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "key") == 0)
+        return key_cmd_main(argc - 1, argv + 1);
+
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", no_argument, NULL, 'k'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *path = NULL;
+    bool check = false;
+    int c;
+    while ((c = getopt_long(argc, argv, "c:hV", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'k':
+            check = true;
+            break;
+        case 'V':
+            printf("idemgw %s\n", IDEMGW_VERSION);
+            return 0;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "idemgw: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (check) {
+        config_errors_t errs = {0};
+        config_t *cfg = config_load(path, &errs);
+        if (!cfg) {
+            print_errors(&errs);
+            config_errors_free(&errs);
+            return 1;
+        }
+        printf("%s: configuration ok (%zu tools)\n", path ? path : "environment",
+               cfg->policy.n_tools);
+        config_free(cfg);
+        return 0;
+    }
+    return run(path);
+}

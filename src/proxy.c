@@ -1,0 +1,387 @@
+#include "proxy.h"
+#include "config.h"
+#include "idem.h"
+#include "log.h"
+#include "policy.h"
+#include "server.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <llhttp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Above this much unsent output to the agent, reading from the upstream pauses. */
+#define CLIENT_HIGH_WATERMARK (256 * 1024)
+
+static void on_up_head(void *arg, int status, const http_headers_t *headers);
+static void on_up_body(void *arg, const char *data, size_t len);
+static void on_up_end(void *arg, upstream_result_t res);
+static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
+
+static void log_exchange(exchange_t *ex)
+{
+    if (LOG_INFO < log_threshold)
+        return;
+    char fields[1024], method[96] = "null", tool[300] = "null", outcome[64], target[300];
+    if (ex->has_msg && ex->msg.method)
+        log_json_string(method, sizeof(method), ex->msg.method);
+    if (ex->has_msg && ex->msg.tool)
+        log_json_string(tool, sizeof(tool), ex->msg.tool);
+    log_json_string(outcome, sizeof(outcome), ex->outcome ? ex->outcome : "forwarded");
+    log_json_string(target, sizeof(target), ex->req->target);
+    const char *id = ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100
+                         ? ex->msg.id_text
+                         : "null";
+    char extra[400] = "";
+    if (ex->extra_log)
+        snprintf(extra, sizeof(extra), ",%s", ex->extra_log);
+    snprintf(fields, sizeof(fields),
+             "\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,\"tool\":%s,"
+             "\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s",
+             ex->req->method_name, target, method, id, tool, ex->status, outcome,
+             (unsigned long long)(util_now_ms() - ex->start_ms), extra);
+    log_emit(LOG_INFO, ex->conn_id, fields, "request");
+}
+
+void proxy_maybe_free(exchange_t *ex)
+{
+    if (!ex->up_done || (ex->client && !ex->client_done) || idem_busy(ex))
+        return;
+    log_exchange(ex);
+    if (ex->client)
+        http_conn_set_observer(ex->client, NULL, NULL, NULL);
+    if (ex->has_msg)
+        mcp_msg_free(&ex->msg);
+    if (ex->held)
+        evbuffer_free(ex->held);
+    idem_call_free(ex->call);
+    http_request_free(ex->req);
+    free(ex);
+    server->open_exchanges--;
+    server_check_drained();
+}
+
+/* Bytes for the agent: held while a store write is pending, dropped if the agent left. */
+static void to_client(exchange_t *ex, const char *data, size_t len)
+{
+    if (ex->holding) {
+        if (!ex->held)
+            ex->held = evbuffer_new();
+        evbuffer_add(ex->held, data, len);
+        return;
+    }
+    if (!ex->client)
+        return;
+    evbuffer_add(http_conn_output(ex->client), data, len);
+}
+
+static void body_to_client(exchange_t *ex, const char *data, size_t len)
+{
+    if (ex->chunked) {
+        char hdr[24];
+        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+        to_client(ex, hdr, (size_t)n);
+        to_client(ex, data, len);
+        to_client(ex, "\r\n", 2);
+    } else {
+        to_client(ex, data, len);
+    }
+}
+
+/* Ends the agent's response once the upstream has ended and nothing is held. */
+static void complete_client(exchange_t *ex)
+{
+    if (ex->client_done || ex->holding || !ex->up_done || !ex->head_sent)
+        return;
+    ex->client_done = true;
+    if (!ex->client)
+        return;
+    bool keep = ex->keep_alive;
+    if (ex->chunked)
+        evbuffer_add(http_conn_output(ex->client), "0\r\n\r\n", 5);
+    else if (ex->up_result != UPSTREAM_OK)
+        keep = false; /* a length-framed body was cut short: only closing tells the agent */
+    http_conn_t *c = ex->client;
+    http_conn_set_observer(c, NULL, NULL, NULL);
+    ex->client = NULL;
+    http_conn_response_done(c, keep);
+}
+
+void proxy_release_held(exchange_t *ex)
+{
+    ex->holding = false;
+    if (ex->held) {
+        if (ex->client)
+            evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    complete_client(ex);
+    proxy_maybe_free(ex);
+}
+
+void proxy_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
+{
+    ex->status = status;
+    ex->head_sent = true;
+    ex->up_done = true;
+    ex->client_done = true;
+    if (ex->client) {
+        http_conn_t *c = ex->client;
+        http_conn_set_observer(c, NULL, NULL, NULL);
+        ex->client = NULL;
+        http_conn_respond(c, status, "application/json", body, strlen(body), extra,
+                          ex->req->keep_alive);
+    }
+    proxy_maybe_free(ex);
+}
+
+static void respond_error(exchange_t *ex, int status, int code, const char *message,
+                          const char *extra)
+{
+    if (status >= 500)
+        server->stats.upstream_errors++;
+    else
+        server->stats.bad_requests++;
+    char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, code, message);
+    proxy_respond_json(ex, status, body, extra);
+    free(body);
+}
+
+/* --- agent side events --- */
+
+static void on_client_drained(void *arg)
+{
+    exchange_t *ex = arg;
+    if (ex->paused && ex->up) {
+        ex->paused = false;
+        upstream_pause(ex->up, false);
+    }
+}
+
+static void on_client_gone(void *arg)
+{
+    exchange_t *ex = arg;
+    ex->client = NULL;
+    if (!ex->up_done && ex->up) {
+        if (ex->req->method == HTTP_POST) {
+            /* not a cancellation: read to the end so a protected result gets stored */
+            if (ex->paused) {
+                ex->paused = false;
+                upstream_pause(ex->up, false);
+            }
+        } else {
+            upstream_abandon(ex->up);
+            ex->up = NULL;
+            ex->up_done = true;
+            ex->up_result = UPSTREAM_ERR_CLOSED;
+        }
+    }
+    if (!ex->outcome)
+        ex->outcome = "agent_gone";
+    proxy_maybe_free(ex);
+}
+
+/* --- upstream side events --- */
+
+static long long header_ll(const http_headers_t *h, const char *name)
+{
+    const char *v = http_headers_get(h, name);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    return *end == '\0' && n >= 0 ? n : -1;
+}
+
+static void on_up_head(void *arg, int status, const http_headers_t *headers)
+{
+    exchange_t *ex = arg;
+    ex->status = status;
+    const char *ct = http_headers_get(headers, "content-type");
+    ex->resp_sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+    long long clen = header_ll(headers, "content-length");
+    if (status == 204 || status == 304)
+        clen = -2;
+    else if (clen < 0)
+        clen = -1; /* chunked or close-delimited upstream: chunked to the agent */
+    ex->chunked = clen == -1;
+    ex->keep_alive = ex->req->keep_alive;
+    if (ex->call)
+        idem_on_head(ex, status, headers);
+    struct evbuffer *head = evbuffer_new();
+    const char *extra = ex->resp_sse ? "X-Accel-Buffering: no\r\n" : NULL;
+    http_write_response_head(head, status, headers, clen, ex->keep_alive && !server->draining, extra);
+    size_t n = evbuffer_get_length(head);
+    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
+    evbuffer_free(head);
+    ex->head_sent = true;
+}
+
+static void on_up_body(void *arg, const char *data, size_t len)
+{
+    exchange_t *ex = arg;
+    if (ex->call)
+        idem_on_body(ex, data, len);
+    body_to_client(ex, data, len);
+    if (ex->client && !ex->paused && ex->up &&
+        http_conn_output_len(ex->client) > CLIENT_HIGH_WATERMARK) {
+        ex->paused = true;
+        upstream_pause(ex->up, true);
+    }
+}
+
+static void on_up_end(void *arg, upstream_result_t res)
+{
+    exchange_t *ex = arg;
+    ex->up = NULL;
+    ex->up_done = true;
+    ex->up_result = res;
+    if (res != UPSTREAM_OK)
+        log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
+    if (ex->call)
+        idem_on_end(ex, res);
+    if (!ex->head_sent) {
+        ex->holding = false;
+        if (ex->held) {
+            evbuffer_free(ex->held);
+            ex->held = NULL;
+        }
+        if (ex->client_done || !ex->client) {
+            ex->client_done = true;
+            proxy_maybe_free(ex);
+            return;
+        }
+        switch (res) {
+        case UPSTREAM_ERR_CONNECT:
+            respond_error(ex, 502, -32603, "upstream MCP server unreachable", NULL);
+            return;
+        case UPSTREAM_ERR_HEAD_TIMEOUT:
+            respond_error(ex, 504, -32603, "upstream MCP server did not answer in time", NULL);
+            return;
+        default:
+            respond_error(ex, 502, -32603, "upstream MCP server failed to answer", NULL);
+            return;
+        }
+    }
+    complete_client(ex);
+    proxy_maybe_free(ex);
+}
+
+void proxy_forward(exchange_t *ex, const char *extra_headers)
+{
+    const config_t *cfg = server->cfg;
+    struct evbuffer *out = evbuffer_new();
+    size_t blen = evbuffer_get_length(ex->req->body);
+    long long body_len = ex->req->method == HTTP_POST || blen > 0 ? (long long)blen : -1;
+    http_write_request_head(out, ex->req->method_name, ex->req->target, &ex->req->headers,
+                            cfg->upstream_host_header, ex->req->client_ip, body_len, extra_headers);
+    evbuffer_add_buffer(out, ex->req->body);
+    ex->up_done = false;
+    server->stats.forwarded++;
+    ex->up = upstream_send(server->pool, out, &up_cbs, ex);
+    evbuffer_free(out);
+}
+
+/* --- request validation --- */
+
+static bool path_matches(const char *target, const char *path)
+{
+    size_t plen = strlen(path);
+    const char *q = strchr(target, '?');
+    size_t tlen = q ? (size_t)(q - target) : strlen(target);
+    return tlen == plen && memcmp(target, path, plen) == 0;
+}
+
+/* Checks the 2026 draft's mirrored headers against the body. */
+static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m)
+{
+    const char *hm = http_headers_get(&req->headers, "mcp-method");
+    if (hm && m->kind != MCP_KIND_BATCH && m->method && strcmp(hm, m->method) != 0)
+        return "Mcp-Method header does not match the body's method";
+    const char *hn = http_headers_get(&req->headers, "mcp-name");
+    if (hn && m->tool && strncmp(hn, "=?base64?", 9) != 0 && strcmp(hn, m->tool) != 0)
+        return "Mcp-Name header does not match the body's tool name";
+    return NULL;
+}
+
+void proxy_handle(http_conn_t *conn, http_request_t *req)
+{
+    const config_t *cfg = server->cfg;
+    exchange_t *ex = xcalloc(1, sizeof(*ex));
+    ex->conn_id = http_conn_id(conn);
+    ex->client = conn;
+    ex->req = req;
+    ex->up_done = true;
+    ex->start_ms = req->start_ms;
+    server->open_exchanges++;
+    http_conn_fill_client_ip(conn, req);
+    http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+
+    if (req->method != HTTP_POST && req->method != HTTP_GET && req->method != HTTP_DELETE) {
+        ex->outcome = "refused";
+        respond_error(ex, 405, -32600, "method not allowed: use POST, GET or DELETE",
+                      "Allow: GET, POST, DELETE\r\n");
+        return;
+    }
+    if (!path_matches(req->target, cfg->upstream_path)) {
+        ex->outcome = "refused";
+        respond_error(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
+        return;
+    }
+    if (!config_host_allowed(cfg, http_headers_get(&req->headers, "host")) ||
+        !config_origin_allowed(cfg, http_headers_get(&req->headers, "origin"))) {
+        ex->outcome = "refused";
+        respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
+        return;
+    }
+    if (req->method != HTTP_POST) {
+        proxy_forward(ex, NULL);
+        return;
+    }
+    size_t blen = evbuffer_get_length(req->body);
+    const char *body = (const char *)evbuffer_pullup(req->body, -1);
+    mcp_status_t st = mcp_parse(body ? body : "", blen, &ex->msg);
+    if (st == MCP_ERR_PARSE) {
+        ex->outcome = "refused";
+        respond_error(ex, 400, -32700, "parse error: the body is not JSON", NULL);
+        return;
+    }
+    if (st != MCP_OK) {
+        ex->outcome = "refused";
+        respond_error(ex, 400, -32600, "invalid request: expected a JSON-RPC object or array",
+                      NULL);
+        return;
+    }
+    ex->has_msg = true;
+    const char *mismatch = header_mismatch(req, &ex->msg);
+    if (mismatch) {
+        ex->outcome = "refused";
+        respond_error(ex, 400, -32020, mismatch, NULL);
+        return;
+    }
+    if (ex->msg.kind == MCP_KIND_BATCH) {
+        bool protected_inside = ex->msg.batch_bad_tool;
+        for (size_t i = 0; i < ex->msg.n_batch_tools && !protected_inside; i++)
+            protected_inside = policy_lookup(&cfg->policy, ex->msg.batch_tools[i])->cls ==
+                               TOOL_CLASS_NON_IDEMPOTENT;
+        if (protected_inside) {
+            ex->outcome = "refused";
+            respond_error(ex, 400, -32600,
+                          "a batch may not contain a non-idempotent tools/call: send each "
+                          "protected call in its own request; nothing was executed",
+                          NULL);
+            return;
+        }
+    }
+    if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool &&
+        policy_lookup(&cfg->policy, ex->msg.tool)->cls == TOOL_CLASS_NON_IDEMPOTENT) {
+        server->stats.protected_calls++;
+        idem_begin(ex);
+        return;
+    }
+    proxy_forward(ex, NULL);
+}

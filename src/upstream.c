@@ -1,0 +1,483 @@
+#include "upstream.h"
+#include "log.h"
+#include "server.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
+#include <event2/event.h>
+#include <llhttp.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* An idle pooled connection is closed after this long unused. */
+#define IDLE_KEEP_MS 30000
+
+typedef enum {
+    UP_CONNECTING = 0, /* TCP (and TLS) handshake */
+    UP_WAIT_HEAD,      /* request written or being written, no response head yet */
+    UP_READ_BODY,      /* streaming the response */
+    UP_IDLE,           /* in the pool */
+    UP_DEAD,           /* closed, waiting to be freed */
+} up_state_t;
+
+struct upstream_conn {
+    upstream_pool_t *pool;
+    up_state_t state;
+    struct bufferevent *bev;
+    llhttp_t parser;
+    http_headers_t headers;
+    int status;
+    bool msg_done;          /* on_message_complete seen */
+    bool parse_failed;
+    const upstream_cbs_t *cbs;
+    void *arg;
+    struct event *timer;
+    struct upstream_conn *next; /* in the idle list */
+    bool reused;
+};
+
+struct upstream_pool {
+    struct sockaddr_storage addr;
+    socklen_t addrlen;
+    upstream_conn_t *idle;  /* LIFO: the warmest connection first */
+    int n_idle;
+};
+
+const char *upstream_result_str(upstream_result_t r)
+{
+    switch (r) {
+    case UPSTREAM_OK:
+        return "ok";
+    case UPSTREAM_ERR_CONNECT:
+        return "connect failed";
+    case UPSTREAM_ERR_HEAD_TIMEOUT:
+        return "no response in time";
+    case UPSTREAM_ERR_IDLE_TIMEOUT:
+        return "response stalled";
+    case UPSTREAM_ERR_CLOSED:
+        return "closed mid-response";
+    case UPSTREAM_ERR_PROTOCOL:
+        return "invalid HTTP response";
+    }
+    return "unknown";
+}
+
+upstream_pool_t *upstream_pool_new(char *msg, size_t msglen)
+{
+    const config_t *cfg = server->cfg;
+    struct addrinfo hints = {0}, *res = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    char port[8];
+    snprintf(port, sizeof(port), "%u", cfg->upstream.port);
+    int rc = getaddrinfo(cfg->upstream.host, port, &hints, &res);
+    if (rc != 0 || !res) {
+        snprintf(msg, msglen, "cannot resolve upstream host %s: %s", cfg->upstream.host,
+                 gai_strerror(rc));
+        return NULL;
+    }
+    upstream_pool_t *pool = xcalloc(1, sizeof(*pool));
+    memcpy(&pool->addr, res->ai_addr, res->ai_addrlen);
+    pool->addrlen = res->ai_addrlen;
+    freeaddrinfo(res);
+    return pool;
+}
+
+static void conn_free(upstream_conn_t *up)
+{
+    if (up->bev)
+        bufferevent_free(up->bev);
+    event_free(up->timer);
+    http_headers_free(&up->headers);
+    free(up);
+}
+
+static void free_cb(evutil_socket_t fd, short what, void *arg)
+{
+    conn_free(arg);
+}
+
+/* Freed from the loop: we may be inside one of its own callbacks. */
+static void kill_conn(upstream_conn_t *up)
+{
+    if (up->state == UP_DEAD)
+        return;
+    up->state = UP_DEAD;
+    up->cbs = NULL;
+    bufferevent_disable(up->bev, EV_READ | EV_WRITE);
+    evtimer_del(up->timer);
+    struct timeval zero = {0, 0};
+    event_base_once(server->base, -1, EV_TIMEOUT, free_cb, up, &zero);
+}
+
+void upstream_pool_close_idle(upstream_pool_t *pool)
+{
+    while (pool->idle) {
+        upstream_conn_t *up = pool->idle;
+        pool->idle = up->next;
+        pool->n_idle--;
+        kill_conn(up);
+    }
+}
+
+void upstream_pool_free(upstream_pool_t *pool)
+{
+    if (!pool)
+        return;
+    while (pool->idle) {
+        upstream_conn_t *up = pool->idle;
+        pool->idle = up->next;
+        conn_free(up);
+    }
+    free(pool);
+}
+
+static void arm(upstream_conn_t *up, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(up->timer, &tv);
+}
+
+/* Ends the exchange for the owner, then pools or closes the connection. */
+static void finish(upstream_conn_t *up, upstream_result_t res)
+{
+    const upstream_cbs_t *cbs = up->cbs;
+    void *arg = up->arg;
+    bool reusable = res == UPSTREAM_OK && llhttp_should_keep_alive(&up->parser) &&
+                    evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !server->draining &&
+                    up->pool->n_idle < server->cfg->upstream_pool;
+    up->cbs = NULL;
+    up->arg = NULL;
+    if (reusable) {
+        up->state = UP_IDLE;
+        up->reused = true;
+        llhttp_reset(&up->parser);
+        http_headers_reset(&up->headers);
+        up->msg_done = false;
+        up->status = 0;
+        bufferevent_enable(up->bev, EV_READ);
+        arm(up, IDLE_KEEP_MS);
+        up->next = up->pool->idle;
+        up->pool->idle = up;
+        up->pool->n_idle++;
+    } else {
+        kill_conn(up);
+    }
+    if (cbs)
+        cbs->on_end(arg, res);
+}
+
+static void unlink_idle(upstream_conn_t *up)
+{
+    upstream_conn_t **pp = &up->pool->idle;
+    while (*pp && *pp != up)
+        pp = &(*pp)->next;
+    if (*pp) {
+        *pp = up->next;
+        up->pool->n_idle--;
+    }
+    up->next = NULL;
+}
+
+/* --- llhttp --- */
+
+static int on_header_field(llhttp_t *p, const char *at, size_t len)
+{
+    upstream_conn_t *up = p->data;
+    if (up->headers.len + len > 64 * 1024)
+        return -1;
+    http_headers_add_name(&up->headers, at, len);
+    return 0;
+}
+
+static int on_header_value(llhttp_t *p, const char *at, size_t len)
+{
+    upstream_conn_t *up = p->data;
+    if (up->headers.len + len > 64 * 1024)
+        return -1;
+    http_headers_add_value(&up->headers, at, len);
+    return 0;
+}
+
+static int on_field_done(llhttp_t *p)
+{
+    http_headers_end_name(&((upstream_conn_t *)p->data)->headers);
+    return 0;
+}
+
+static int on_value_done(llhttp_t *p)
+{
+    http_headers_end_value(&((upstream_conn_t *)p->data)->headers);
+    return 0;
+}
+
+static int on_headers_complete(llhttp_t *p)
+{
+    upstream_conn_t *up = p->data;
+    up->status = p->status_code;
+    if (up->status < 200)
+        return 0; /* interim response: wait for the real one */
+    up->state = UP_READ_BODY;
+    arm(up, server->cfg->upstream_idle_timeout_ms);
+    if (up->cbs)
+        up->cbs->on_head(up->arg, up->status, &up->headers);
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    upstream_conn_t *up = p->data;
+    if (up->cbs)
+        up->cbs->on_body(up->arg, at, len);
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    upstream_conn_t *up = p->data;
+    if (up->status < 200) {
+        http_headers_reset(&up->headers);
+        return 0;
+    }
+    up->msg_done = true;
+    return HPE_PAUSED;
+}
+
+static const llhttp_settings_t parser_settings = {
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_header_field_complete = on_field_done,
+    .on_header_value_complete = on_value_done,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* --- events --- */
+
+static void read_cb(struct bufferevent *bev, void *arg)
+{
+    upstream_conn_t *up = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    if (up->state == UP_IDLE) {
+        /* a pooled connection must stay silent; anything else makes it unusable */
+        unlink_idle(up);
+        kill_conn(up);
+        return;
+    }
+    while (evbuffer_get_length(in) > 0 && (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
+        size_t len = evbuffer_get_contiguous_space(in);
+        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
+        enum llhttp_errno err = llhttp_execute(&up->parser, data, len);
+        size_t used = len;
+        if (err == HPE_PAUSED) {
+            used = (size_t)(llhttp_get_error_pos(&up->parser) - data);
+        } else if (err != HPE_OK) {
+            evbuffer_drain(in, len);
+            log_warn(0, "upstream response unparseable: %s", llhttp_errno_name(err));
+            finish(up, UPSTREAM_ERR_PROTOCOL);
+            return;
+        }
+        evbuffer_drain(in, used);
+        if (up->msg_done) {
+            finish(up, UPSTREAM_OK);
+            return;
+        }
+        if (up->state == UP_READ_BODY)
+            arm(up, server->cfg->upstream_idle_timeout_ms);
+        if (!(bufferevent_get_enabled(bev) & EV_READ))
+            return; /* paused by the owner: leave the rest for later */
+    }
+}
+
+static void event_cb(struct bufferevent *bev, short what, void *arg)
+{
+    upstream_conn_t *up = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        up->state = UP_WAIT_HEAD;
+        arm(up, server->cfg->upstream_timeout_ms);
+        return;
+    }
+    if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
+        return;
+    switch (up->state) {
+    case UP_CONNECTING:
+        log_warn(0, "upstream connect failed: %s",
+                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        finish(up, UPSTREAM_ERR_CONNECT);
+        break;
+    case UP_IDLE:
+        unlink_idle(up);
+        kill_conn(up);
+        break;
+    case UP_WAIT_HEAD:
+    case UP_READ_BODY:
+        /* data still buffered is parsed first; EOF may also end a close-delimited body */
+        read_cb(bev, up);
+        if (up->state != UP_WAIT_HEAD && up->state != UP_READ_BODY)
+            break;
+        if ((what & BEV_EVENT_EOF) && llhttp_finish(&up->parser) == HPE_OK && up->msg_done) {
+            finish(up, UPSTREAM_OK);
+            break;
+        }
+        finish(up, UPSTREAM_ERR_CLOSED);
+        break;
+    case UP_DEAD:
+        break;
+    }
+}
+
+static void timer_cb(evutil_socket_t fd, short what, void *arg)
+{
+    upstream_conn_t *up = arg;
+    switch (up->state) {
+    case UP_CONNECTING:
+        finish(up, UPSTREAM_ERR_CONNECT);
+        break;
+    case UP_WAIT_HEAD:
+        finish(up, UPSTREAM_ERR_HEAD_TIMEOUT);
+        break;
+    case UP_READ_BODY:
+        finish(up, UPSTREAM_ERR_IDLE_TIMEOUT);
+        break;
+    case UP_IDLE:
+        unlink_idle(up);
+        kill_conn(up);
+        break;
+    case UP_DEAD:
+        break;
+    }
+}
+
+static struct bufferevent *new_bev(void)
+{
+    if (!server->tls)
+        return bufferevent_socket_new(server->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL *ssl = SSL_new(server->tls);
+    SSL_set_tlsext_host_name(ssl, server->cfg->upstream.host);
+    SSL_set1_host(ssl, server->cfg->upstream.host);
+    return bufferevent_openssl_socket_new(server->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+                                          BEV_OPT_CLOSE_ON_FREE);
+}
+
+/* Callbacks run from the loop even when connect fails at once. */
+static void connect_failed_cb(evutil_socket_t fd, short what, void *arg)
+{
+    upstream_conn_t *up = arg;
+    finish(up, UPSTREAM_ERR_CONNECT);
+}
+
+upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
+                               const upstream_cbs_t *cbs, void *arg)
+{
+    upstream_conn_t *up = pool->idle;
+    if (up) {
+        pool->idle = up->next;
+        pool->n_idle--;
+        up->next = NULL;
+        up->state = UP_WAIT_HEAD;
+        arm(up, server->cfg->upstream_timeout_ms);
+    } else {
+        up = xcalloc(1, sizeof(*up));
+        up->pool = pool;
+        http_headers_init(&up->headers);
+        llhttp_init(&up->parser, HTTP_RESPONSE, &parser_settings);
+        up->parser.data = up;
+        up->timer = evtimer_new(server->base, timer_cb, up);
+        up->bev = new_bev();
+        up->state = UP_CONNECTING;
+        bufferevent_setcb(up->bev, read_cb, NULL, event_cb, up);
+        arm(up, server->cfg->upstream_connect_timeout_ms);
+        if (bufferevent_socket_connect(up->bev, (struct sockaddr *)&pool->addr,
+                                       (int)pool->addrlen) != 0) {
+            up->cbs = cbs;
+            up->arg = arg;
+            struct timeval zero = {0, 0};
+            evtimer_del(up->timer);
+            event_base_once(server->base, -1, EV_TIMEOUT, connect_failed_cb, up, &zero);
+            evbuffer_drain(request, evbuffer_get_length(request));
+            return up;
+        }
+        int fd = bufferevent_getfd(up->bev), one = 1;
+        if (fd >= 0)
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    up->cbs = cbs;
+    up->arg = arg;
+    bufferevent_write_buffer(up->bev, request);
+    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    return up;
+}
+
+void upstream_pause(upstream_conn_t *up, bool paused)
+{
+    if (up->state != UP_READ_BODY && up->state != UP_WAIT_HEAD)
+        return;
+    if (paused) {
+        bufferevent_disable(up->bev, EV_READ);
+    } else {
+        bufferevent_enable(up->bev, EV_READ);
+        if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+            read_cb(up->bev, up);
+    }
+}
+
+void upstream_abandon(upstream_conn_t *up)
+{
+    up->cbs = NULL;
+    up->arg = NULL;
+    kill_conn(up);
+}
+
+/* --- readiness probe --- */
+
+typedef struct probe {
+    struct bufferevent *bev;
+    void (*cb)(bool, void *);
+    void *arg;
+    struct event *timer;
+} probe_t;
+
+static void probe_done(probe_t *pr, bool ok)
+{
+    void (*cb)(bool, void *) = pr->cb;
+    void *arg = pr->arg;
+    bufferevent_free(pr->bev);
+    event_free(pr->timer);
+    free(pr);
+    cb(ok, arg);
+}
+
+static void probe_event(struct bufferevent *bev, short what, void *arg)
+{
+    probe_done(arg, (what & BEV_EVENT_CONNECTED) != 0);
+}
+
+static void probe_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    probe_done(arg, false);
+}
+
+void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void *arg)
+{
+    probe_t *pr = xcalloc(1, sizeof(*pr));
+    pr->cb = cb;
+    pr->arg = arg;
+    pr->bev = bufferevent_socket_new(server->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    pr->timer = evtimer_new(server->base, probe_timeout, pr);
+    bufferevent_setcb(pr->bev, NULL, NULL, probe_event, pr);
+    uint64_t ms = server->cfg->upstream_connect_timeout_ms;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(pr->timer, &tv);
+    if (bufferevent_socket_connect(pr->bev, (struct sockaddr *)&pool->addr, (int)pool->addrlen) != 0) {
+        struct timeval zero = {0, 0};
+        evtimer_add(pr->timer, &zero);
+    }
+}
