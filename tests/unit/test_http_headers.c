@@ -1,0 +1,144 @@
+/* Header lists and what crosses the proxy. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "http_headers.h"
+
+#include <event2/buffer.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void add(http_headers_t *h, const char *name, const char *value)
+{
+    /* llhttp may split names and values anywhere: do it here too */
+    size_t nl = strlen(name), vl = strlen(value);
+    http_headers_add_name(h, name, nl / 2);
+    http_headers_add_name(h, name + nl / 2, nl - nl / 2);
+    http_headers_end_name(h);
+    if (vl) {
+        http_headers_add_value(h, value, 1);
+        http_headers_add_value(h, value + 1, vl - 1);
+    }
+    http_headers_end_value(h);
+}
+
+static char *drain(struct evbuffer *b)
+{
+    size_t n = evbuffer_get_length(b);
+    char *s = malloc(n + 1);
+    evbuffer_remove(b, s, n);
+    s[n] = '\0';
+    return s;
+}
+
+static void test_pieces_and_lookup(void **state)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add(&h, "Content-Type", "application/json");
+    add(&h, "X-Empty", "");
+    add(&h, "Mcp-Session-Id", "abc");
+    assert_int_equal(h.n, 3);
+    assert_string_equal(http_headers_get(&h, "content-type"), "application/json");
+    assert_string_equal(http_headers_get(&h, "MCP-SESSION-ID"), "abc");
+    assert_string_equal(http_headers_get(&h, "x-empty"), "");
+    assert_null(http_headers_get(&h, "content"));
+    assert_string_equal(http_headers_name(&h, 1), "X-Empty");
+    http_headers_reset(&h);
+    assert_int_equal(h.n, 0);
+    assert_null(http_headers_get(&h, "content-type"));
+    http_headers_free(&h);
+}
+
+static void test_hop_by_hop(void **state)
+{
+    static const struct {
+        const char *name;
+        const char *connection;
+        bool hop;
+    } cases[] = {
+        {"Connection", NULL, true},         {"keep-alive", NULL, true},
+        {"Transfer-Encoding", NULL, true},  {"TE", NULL, true},
+        {"Upgrade", NULL, true},            {"Proxy-Authorization", NULL, true},
+        {"Trailer", NULL, true},            {"Authorization", NULL, false},
+        {"Mcp-Session-Id", NULL, false},    {"Last-Event-ID", NULL, false},
+        {"traceparent", NULL, false},       {"X-Custom", "keep-alive, x-custom", true},
+        {"X-Custom", "x-customer", false},  {"Mcp-Param-Region", NULL, false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(http_header_is_hop_by_hop(cases[i].name, cases[i].connection),
+                         cases[i].hop);
+}
+
+static void test_request_head(void **state)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add(&h, "Host", "localhost:8080");
+    add(&h, "Connection", "keep-alive, X-Drop");
+    add(&h, "X-Drop", "1");
+    add(&h, "Authorization", "Bearer t");
+    add(&h, "Mcp-Session-Id", "s1");
+    add(&h, "MCP-Protocol-Version", "2025-11-25");
+    add(&h, "Accept", "application/json, text/event-stream");
+    add(&h, "Content-Length", "999");
+    add(&h, "Transfer-Encoding", "chunked");
+    add(&h, "X-Forwarded-For", "10.0.0.1");
+    add(&h, "traceparent", "00-abc-def-01");
+    struct evbuffer *b = evbuffer_new();
+    http_write_request_head(b, "POST", "/mcp?x=1", &h, "127.0.0.1:3001", "127.0.0.2", 12,
+                            "Idempotency-Key: k\r\n");
+    char *s = drain(b);
+    assert_string_equal(s, "POST /mcp?x=1 HTTP/1.1\r\n"
+                           "Host: 127.0.0.1:3001\r\n"
+                           "Authorization: Bearer t\r\n"
+                           "Mcp-Session-Id: s1\r\n"
+                           "MCP-Protocol-Version: 2025-11-25\r\n"
+                           "Accept: application/json, text/event-stream\r\n"
+                           "traceparent: 00-abc-def-01\r\n"
+                           "X-Forwarded-For: 10.0.0.1, 127.0.0.2\r\n"
+                           "Content-Length: 12\r\n"
+                           "Idempotency-Key: k\r\n"
+                           "\r\n");
+    free(s);
+    evbuffer_free(b);
+    http_headers_free(&h);
+}
+
+static void test_response_head(void **state)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add(&h, "Content-Type", "text/event-stream");
+    add(&h, "Transfer-Encoding", "chunked");
+    add(&h, "Connection", "keep-alive");
+    add(&h, "mcp-session-id", "s9");
+    struct evbuffer *b = evbuffer_new();
+    http_write_response_head(b, 200, &h, -1, true, NULL);
+    char *s = drain(b);
+    assert_string_equal(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                           "mcp-session-id: s9\r\nTransfer-Encoding: chunked\r\n\r\n");
+    free(s);
+    http_write_response_head(b, 202, NULL, 0, false, "X-A: b\r\n");
+    s = drain(b);
+    assert_string_equal(s, "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n"
+                           "X-A: b\r\n\r\n");
+    free(s);
+    evbuffer_free(b);
+    http_headers_free(&h);
+    assert_string_equal(http_status_reason(431), "Request Header Fields Too Large");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pieces_and_lookup),
+        cmocka_unit_test(test_hop_by_hop),
+        cmocka_unit_test(test_request_head),
+        cmocka_unit_test(test_response_head),
+    };
+    return cmocka_run_group_tests_name("http_headers", tests, NULL, NULL);
+}

@@ -1,0 +1,208 @@
+/* JSON-RPC extraction and the bodies the gateway writes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "mcp.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static mcp_msg_t parse_ok(const char *s)
+{
+    mcp_msg_t m;
+    assert_int_equal(mcp_parse(s, strlen(s), &m), MCP_OK);
+    return m;
+}
+
+static void test_request_kinds(void **state)
+{
+    static const struct {
+        const char *body;
+        mcp_kind_t kind;
+        const char *method;
+        const char *id_text;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}", MCP_KIND_REQUEST, "ping", "1"},
+        {"{\"jsonrpc\":\"2.0\",\"id\":\"a b\",\"method\":\"tools/list\"}", MCP_KIND_REQUEST,
+         "tools/list", "\"a b\""},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", MCP_KIND_NOTIFICATION,
+         "notifications/initialized", NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"x\"}", MCP_KIND_NOTIFICATION, "x", NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}", MCP_KIND_RESPONSE, NULL, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":1}}", MCP_KIND_RESPONSE, NULL, NULL},
+        {"{\"hello\":1}", MCP_KIND_OTHER, NULL, NULL},
+        /* the raw id text is kept byte for byte, even where a double would round it */
+        {"{\"id\": 123456789012345678901234567890 ,\"method\":\"m\"}", MCP_KIND_REQUEST, "m",
+         "123456789012345678901234567890"},
+        {"{\"method\":\"m\",\"id\":1.50}", MCP_KIND_REQUEST, "m", "1.50"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mcp_msg_t m = parse_ok(cases[i].body);
+        assert_int_equal(m.kind, cases[i].kind);
+        if (cases[i].method)
+            assert_string_equal(m.method, cases[i].method);
+        else
+            assert_null(m.method);
+        if (cases[i].id_text)
+            assert_string_equal(m.id_text, cases[i].id_text);
+        else
+            assert_null(m.id_text);
+        mcp_msg_free(&m);
+    }
+}
+
+static void test_tools_call(void **state)
+{
+    mcp_msg_t m = parse_ok("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":"
+                           "{\"name\":\"issue_refund\",\"arguments\":{\"order_id\":\"A1\"},"
+                           "\"_meta\":{\"progressToken\":1}}}");
+    assert_string_equal(m.tool, "issue_refund");
+    assert_non_null(m.arguments);
+    assert_true(json_is_object(m.arguments));
+    mcp_msg_free(&m);
+
+    m = parse_ok("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":5}}");
+    assert_null(m.tool);
+    mcp_msg_free(&m);
+
+    m = parse_ok("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}");
+    assert_string_equal(m.tool, "t");
+    assert_null(m.arguments);
+    mcp_msg_free(&m);
+}
+
+static void test_batch(void **state)
+{
+    mcp_msg_t m = parse_ok("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":"
+                           "{\"name\":\"a\"}},{\"jsonrpc\":\"2.0\",\"method\":\"n\"},"
+                           "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":"
+                           "{\"name\":\"b\"}},{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":"
+                           "\"tools/call\",\"params\":{}}]");
+    assert_int_equal(m.kind, MCP_KIND_BATCH);
+    assert_int_equal(m.n_batch_tools, 2);
+    assert_string_equal(m.batch_tools[0], "a");
+    assert_string_equal(m.batch_tools[1], "b");
+    assert_true(m.batch_bad_tool);
+    mcp_msg_free(&m);
+}
+
+static void test_bad_bodies(void **state)
+{
+    static const char *const parse_errors[] = {"", "{", "not json", "{\"a\":}", "[1,]", "{} x"};
+    static const char *const shape_errors[] = {"1", "\"s\"", "null", "[]", "true"};
+    mcp_msg_t m;
+    for (size_t i = 0; i < sizeof(parse_errors) / sizeof(parse_errors[0]); i++)
+        assert_int_equal(mcp_parse(parse_errors[i], strlen(parse_errors[i]), &m), MCP_ERR_PARSE);
+    for (size_t i = 0; i < sizeof(shape_errors) / sizeof(shape_errors[0]); i++)
+        assert_int_equal(mcp_parse(shape_errors[i], strlen(shape_errors[i]), &m), MCP_ERR_SHAPE);
+    /* integers wider than 64 bits are valid JSON and must not be refused */
+    const char *big = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+                      "\"t\",\"arguments\":{\"n\":184467440737095516160}}}";
+    assert_int_equal(mcp_parse(big, strlen(big), &m), MCP_OK);
+    assert_string_equal(m.tool, "t");
+    mcp_msg_free(&m);
+    assert_string_equal(mcp_status_str(MCP_ERR_PARSE), "parse error");
+}
+
+static void test_member_span(void **state)
+{
+    const char *t = " { \"a\" : [1,{\"result\":2}], \"s\":\"x\\\"}\" , \"result\" : {\"k\": [ ]} } ";
+    size_t off, len;
+    assert_true(mcp_member_span(t, strlen(t), "result", &off, &len));
+    assert_int_equal(len, strlen("{\"k\": [ ]}"));
+    assert_memory_equal(t + off, "{\"k\": [ ]}", len);
+    assert_true(mcp_member_span(t, strlen(t), "s", &off, &len));
+    assert_memory_equal(t + off, "\"x\\\"}\"", len);
+    assert_false(mcp_member_span(t, strlen(t), "nope", &off, &len));
+    assert_false(mcp_member_span("[1]", 3, "a", &off, &len));
+    assert_false(mcp_member_span("{\"a\":", 5, "a", &off, &len));
+}
+
+static void test_classify(void **state)
+{
+    json_t *id = json_integer(11);
+    static const struct {
+        const char *msg;
+        mcp_resp_class_t cls;
+        const char *span;
+    } cases[] = {
+        {"{\"result\":{\"content\":[]},\"jsonrpc\":\"2.0\",\"id\":11}", MCP_RESP_RESULT,
+         "{\"content\":[]}"},
+        {"{\"jsonrpc\":\"2.0\",\"id\":11,\"result\":{\"content\":[],\"isError\":true}}",
+         MCP_RESP_TOOL_ERROR, "{\"content\":[],\"isError\":true}"},
+        {"{\"jsonrpc\":\"2.0\",\"id\":11,\"result\":{\"resultType\":\"input_required\"}}",
+         MCP_RESP_INPUT_REQUIRED, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":11,\"error\":{\"code\":-32602,\"message\":\"x\"}}",
+         MCP_RESP_ERROR, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{}}", MCP_RESP_OTHER, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}", MCP_RESP_OTHER,
+         NULL},
+        /* a server request that happens to reuse the id is not our response */
+        {"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sampling/createMessage\"}", MCP_RESP_OTHER,
+         NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":\"11\",\"result\":{}}", MCP_RESP_OTHER, NULL},
+        {"garbage", MCP_RESP_OTHER, NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        size_t off = 0, len = 0;
+        mcp_resp_class_t c =
+            mcp_classify_response(cases[i].msg, strlen(cases[i].msg), id, &off, &len);
+        assert_int_equal(c, cases[i].cls);
+        if (cases[i].span) {
+            assert_int_equal(len, strlen(cases[i].span));
+            assert_memory_equal(cases[i].msg + off, cases[i].span, len);
+        }
+    }
+    json_decref(id);
+    assert_string_equal(mcp_resp_class_str(MCP_RESP_TOOL_ERROR), "tool_error");
+}
+
+static void test_bodies(void **state)
+{
+    char *b = mcp_error_body(NULL, -32700, "parse \"error\"");
+    assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32700,"
+                           "\"message\":\"parse \\\"error\\\"\"}}");
+    free(b);
+    b = mcp_tool_error_body("\"x\"", "in progress", "{\"code\":\"in_progress\"}");
+    json_error_t e;
+    json_t *j = json_loads(b, 0, &e);
+    assert_non_null(j);
+    assert_true(json_is_true(json_object_get(json_object_get(j, "result"), "isError")));
+    json_decref(j);
+    free(b);
+}
+
+static void test_replay(void **state)
+{
+    const char *marker = "{\"replayed\":true}";
+    const char *stored = "{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"n\":0.1}";
+    char *b = mcp_replay_body("42", stored, strlen(stored), marker);
+    assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"_meta\":{\"idemgw/replay\":"
+                           "{\"replayed\":true}},\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],"
+                           "\"n\":0.1}}");
+    free(b);
+    b = mcp_replay_body("1", "{ }", 3, marker);
+    assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"_meta\":{\"idemgw/replay\":"
+                           "{\"replayed\":true}} }}");
+    free(b);
+    const char *with_meta = "{\"_meta\":{\"a\":1},\"content\":[]}";
+    b = mcp_replay_body("1", with_meta, strlen(with_meta), marker);
+    assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"_meta\":{\"idemgw/replay\":"
+                           "{\"replayed\":true},\"a\":1},\"content\":[]}}");
+    free(b);
+    assert_null(mcp_replay_body("1", "[1]", 3, marker));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_request_kinds), cmocka_unit_test(test_tools_call),
+        cmocka_unit_test(test_batch),         cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_member_span),   cmocka_unit_test(test_classify),
+        cmocka_unit_test(test_bodies),        cmocka_unit_test(test_replay),
+    };
+    return cmocka_run_group_tests_name("mcp", tests, NULL, NULL);
+}
