@@ -59,8 +59,15 @@ typedef struct config {
     int max_connections;       /* agent connections (10000) */
     int upstream_pool;         /* idle keep-alive upstream connections kept (64) */
 
-    /* DNS-rebinding protection. Empty lists mean: loopback names when listening on
-     * loopback, anything otherwise. "*" allows all. */
+    /* DNS-rebinding protection, checked with config_host_allowed / config_origin_allowed.
+     * Never empty after config_load: when the file gives no list, listening on loopback fills
+     * in localhost, 127.0.0.1 and ::1 (so a rebound name is refused), anything else fills in
+     * "*" (allow all; the operator is expected to list real names). Entries are lower case.
+     * allowed_hosts: host names or addresses, IPv6 without brackets, no port (the port of the
+     *   Host header is not compared: the socket already fixed it). "*" allows any.
+     * allowed_origins: "*" (any); a bare host ("localhost", "::1": any http or https origin on
+     *   that host, any port); a full origin "scheme://host[:port]" (exact, default ports
+     *   80/443 implied); "null" (the literal Origin: null of sandboxed pages). */
     char **allowed_hosts;
     size_t n_allowed_hosts;
     char **allowed_origins;
@@ -79,25 +86,36 @@ typedef struct config_errors {
 } config_errors_t;
 
 void config_errors_free(config_errors_t *e);
+/* Appends one formatted message (used by the loader; exposed for --check-config output). */
+void config_errors_add(config_errors_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Loads path (may be NULL: environment only), then applies IDEMGW_* overrides. Returns the
- * config, or NULL with errs filled. The environment is read with getenv. */
+/* Loads path (may be NULL: environment only), then applies IDEMGW_* overrides (LISTEN,
+ * ADMIN_LISTEN, UPSTREAM, DATABASE_URL, LOG_LEVEL; an empty variable counts as unset). Returns
+ * the config, or NULL with errs filled (errs may be NULL). File errors come in line order, then
+ * environment errors. The environment is read with getenv. */
 config_t *config_load(const char *path, config_errors_t *errs) MUST_CHECK;
 /* Same from a string (tests); name is used in messages as the file name. */
 config_t *config_load_string(const char *name, const char *yaml, config_errors_t *errs) MUST_CHECK;
 void config_free(config_t *c);
 
 /* Settings that cannot change without a restart (listen, admin_listen, upstream, database_url,
- * store_pool): writes a short description of each difference into out (one per line) and
- * returns how many differ. */
+ * store_pool): writes a short description of each difference into out (one per line,
+ * truncated to outlen; out may be NULL when outlen is 0) and returns how many differ. The
+ * database URL is never written out: it may hold a password. */
 int config_restart_only_diff(const config_t *old, const config_t *neu, char *out, size_t outlen);
 
-/* DNS-rebinding protection: is this Host header value (port ignored) / Origin allowed?
- * A NULL origin is allowed (non-browser clients send none). */
-bool config_host_allowed(const config_t *c, const char *host_header);
-bool config_origin_allowed(const config_t *c, const char *origin);
-
-/* Parses "host:port", "[v6]:port" or ":port". 0 or -1. */
+/* Parses "host:port", "[v6]:port" or ":port" (all IPv4 interfaces: host "0.0.0.0"; write
+ * "[::]:port" for IPv6). Port 1-65535. 0 or -1; on success out->host is allocated (free it),
+ * on failure out is untouched. */
 int config_parse_host_port(const char *s, host_port_t *out);
+
+/* true when host names the loopback interface: localhost, 127.0.0.0/8, ::1. */
+bool config_host_is_loopback(const char *host);
+
+/* Host header check against allowed_hosts (port ignored, case-insensitive, one trailing dot
+ * ignored). NULL or malformed is refused unless "*" is listed. */
+bool config_host_allowed(const config_t *c, const char *host_header);
+/* Origin header check against allowed_origins. NULL (no Origin: not a browser) is allowed. */
+bool config_origin_allowed(const config_t *c, const char *origin);
 
 #endif

@@ -44,7 +44,11 @@ typedef struct policy {
  * hold, reject, lease 0 (derived), max_stored_bytes 1 MiB, no forward_key, reject. */
 void policy_defaults_init(policy_tool_t *out);
 
-/* The policy for tool name (never NULL: falls back to the defaults entry). */
+/* Sorts tools by name so policy_lookup can binary-search; config.c calls it after parsing.
+ * Anyone building a policy_t by hand must call it too. */
+void policy_sort(policy_t *p);
+
+/* The policy for tool name (never NULL: falls back to the defaults entry; NULL name too). */
 const policy_tool_t *policy_lookup(const policy_t *p, const char *tool);
 
 /* The effective lease: lease_ms, or upstream_timeout_ms + 30s when lease_ms is 0. */
@@ -54,14 +58,18 @@ const char *tool_class_name(tool_class_t c);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int tool_class_parse(const char *s, tool_class_t *out);
 
-/* Durations "250ms", "90s", "10m", "2h", "1d" (a bare integer is seconds). 0 or -1. */
+/* Durations "250ms", "90s", "10m", "2h", "1d" (a bare integer is seconds). 0 or -1 (empty,
+ * sign, space, fraction, unknown unit, or more than UINT64_MAX milliseconds). */
 int policy_parse_duration(const char *s, uint64_t *out_ms);
-/* Sizes "512", "64KiB", "1MiB", "1GiB" (also KB/MB/k/M meaning powers of 1024). 0 or -1. */
+/* Sizes "512", "64KiB", "1MiB", "1GiB" (also B, KB/MB/GB, k/M/G, any letter case; all powers
+ * of 1024). 0 or -1 (same rejections as durations). */
 int policy_parse_size(const char *s, uint64_t *out_bytes);
 
 void policy_tool_free(policy_tool_t *t);
 void policy_free(policy_t *p);
 /* Deep copy (for reload comparisons and tests). */
 void policy_tool_copy(policy_tool_t *dst, const policy_tool_t *src);
+/* Deep copy of a whole policy (tools stay sorted); free dst with policy_free. */
+void policy_copy(policy_t *dst, const policy_t *src);
 
 #endif

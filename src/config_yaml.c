@@ -1,0 +1,858 @@
+/* The YAML reader of the config module: walks a libfyaml document with tables of known keys and
+ * writes into config_t. Every problem is collected with its line; nothing stops at the first. */
+#include "config_yaml.h"
+#include "log.h"
+
+#include <libfyaml.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MS_S 1000ULL
+#define MS_H (3600 * MS_S)
+#define MS_D (24 * MS_H)
+#define MAX_NAME 256
+#define PATH_MAX_LEN 320
+
+typedef struct yerr {
+    int line;
+    size_t seq; /* insertion order, so equal lines keep their order after sorting */
+    char *msg;  /* without the "file:line: " prefix */
+} yerr_t;
+
+typedef struct ctx {
+    const char *name; /* file name used in messages */
+    config_t *c;
+    config_yaml_result_t res;
+    yerr_t *errs;
+    size_t n_errs;
+} ctx_t;
+
+typedef enum {
+    K_STR,     /* char *, non-empty */
+    K_BOOL,    /* bool */
+    K_INT,     /* int in [min, max] */
+    K_DUR,     /* uint64_t milliseconds in [min, max] */
+    K_SIZE,    /* uint64_t bytes in [min, max] */
+    K_ADDR,    /* host_port_t */
+    K_ENUM,    /* int-sized enum, value = index in names */
+    K_SECTION, /* nested mapping described by sub */
+    K_FN,      /* custom handler */
+} kind_t;
+
+typedef struct key_spec key_spec_t;
+typedef void (*key_fn)(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+
+struct key_spec {
+    const char *name;
+    kind_t kind;
+    size_t off;
+    uint64_t min, max;
+    const char *const *names; /* K_ENUM: NULL-terminated, in enum order */
+    key_fn fn;                /* K_FN */
+    const key_spec_t *sub;    /* K_SECTION */
+    size_t n_sub;
+    int order; /* top level only: sections handled in passes 0, 1, 2 (see walk_root) */
+};
+
+/* Enums are written through an int; they must be int-sized. */
+_Static_assert(sizeof(tool_class_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(on_tool_error_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(on_ambiguous_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(on_store_down_t) == sizeof(int), "enum size");
+
+static void err_at(ctx_t *cx, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void err_at(ctx_t *cx, int line, const char *fmt, ...)
+{
+    va_list ap;
+    char *msg = NULL;
+    va_start(ap, fmt);
+    int n = vasprintf(&msg, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        abort(); /* out of memory: see util.h */
+    cx->errs = xrealloc(cx->errs, (cx->n_errs + 1) * sizeof(yerr_t));
+    cx->errs[cx->n_errs] = (yerr_t){.line = line > 0 ? line : 1, .seq = cx->n_errs, .msg = msg};
+    cx->n_errs++;
+}
+
+/* ---- node helpers ---- */
+
+/* libfyaml 0.7 has no start mark for collections, so a mapping or sequence is located by the
+ * line of the key that holds it (fallback). */
+static int node_line(struct fy_node *n, int fallback)
+{
+    if (n && fy_node_is_scalar(n)) {
+        const struct fy_mark *m = fy_token_start_mark(fy_node_get_scalar_token(n));
+        if (m)
+            return m->line + 1;
+    }
+    return fallback;
+}
+
+static bool node_is_null(struct fy_node *n)
+{
+    if (!n)
+        return true;
+    if (!fy_node_is_scalar(n) || fy_node_is_alias(n) || fy_node_get_style(n) != FYNS_PLAIN)
+        return false;
+    size_t len;
+    const char *s = fy_node_get_scalar(n, &len);
+    if (!s || len == 0)
+        return true;
+    return (len == 1 && s[0] == '~') ||
+           (len == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
+}
+
+static const char *node_kind(struct fy_node *n)
+{
+    if (node_is_null(n))
+        return "nothing";
+    if (fy_node_is_alias(n))
+        return "an alias";
+    if (fy_node_is_mapping(n))
+        return "a mapping";
+    if (fy_node_is_sequence(n))
+        return "a list";
+    return "a scalar";
+}
+
+/* The scalar text of v, or NULL after reporting what was expected instead. Aliases are refused
+ * rather than resolved: the config is small, and resolving invites alias bombs. */
+static const char *scalar(ctx_t *cx, struct fy_node *v, int line, const char *path,
+                          const char *what)
+{
+    size_t len;
+    if (v && fy_node_is_alias(v)) {
+        err_at(cx, line, "%s: anchors and aliases are not supported", path);
+        return NULL;
+    }
+    if (node_is_null(v) || !fy_node_is_scalar(v)) {
+        err_at(cx, line, "%s: expected %s, got %s", path, what, node_kind(v));
+        return NULL;
+    }
+    const char *s = fy_node_get_scalar(v, &len);
+    if (!s || memchr(s, '\0', len)) {
+        err_at(cx, line, "%s: contains a NUL byte", path);
+        return NULL;
+    }
+    return fy_node_get_scalar0(v);
+}
+
+static void child_path(char *out, const char *path, const char *key)
+{
+    if (*path)
+        snprintf(out, PATH_MAX_LEN, "%s.%.64s", path, key);
+    else
+        snprintf(out, PATH_MAX_LEN, "%.64s", key);
+}
+
+/* Durations and sizes are printed back in the largest unit that divides them. */
+static void fmt_dur(char *buf, size_t len, uint64_t ms)
+{
+    static const struct {
+        const char *u;
+        uint64_t ms;
+    } units[] = {{"d", MS_D}, {"h", MS_H}, {"m", 60 * MS_S}, {"s", MS_S}};
+    for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+        if (ms && ms % units[i].ms == 0) {
+            snprintf(buf, len, "%llu%s", (unsigned long long)(ms / units[i].ms), units[i].u);
+            return;
+        }
+    }
+    snprintf(buf, len, "%llums", (unsigned long long)ms);
+}
+
+static void fmt_size(char *buf, size_t len, uint64_t b)
+{
+    static const char *const units[] = {"GiB", "MiB", "KiB"};
+    for (size_t i = 0; i < ARRAY_LEN(units); i++) {
+        uint64_t m = 1ULL << (10 * (3 - i));
+        if (b && b % m == 0) {
+            snprintf(buf, len, "%llu%s", (unsigned long long)(b / m), units[i]);
+            return;
+        }
+    }
+    snprintf(buf, len, "%llu", (unsigned long long)b);
+}
+
+static void join_names(char *buf, size_t len, const char *const *names)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; names[i] && used < len; i++)
+        used += (size_t)snprintf(buf + used, len - used, "%s%s", i ? ", " : "", names[i]);
+}
+
+/* ---- typed values ---- */
+
+static bool get_duration(ctx_t *cx, struct fy_node *v, int line, const char *path, uint64_t min,
+                         uint64_t max, uint64_t *out)
+{
+    char a[32], b[32];
+    const char *s = scalar(cx, v, line, path, "a duration (e.g. 90s)");
+    if (!s)
+        return false;
+    if (policy_parse_duration(s, out) != 0) {
+        err_at(cx, line, "%s: bad duration '%.64s' (a whole number with unit ms, s, m, h or d, "
+                         "e.g. 250ms, 90s, 10m)",
+               path, s);
+        return false;
+    }
+    if (*out < min || *out > max) {
+        fmt_dur(a, sizeof(a), min);
+        fmt_dur(b, sizeof(b), max);
+        err_at(cx, line, "%s: %s is out of range (%s to %s)", path, s, a, b);
+        return false;
+    }
+    return true;
+}
+
+static void set_string(char **dst, const char *s)
+{
+    free(*dst);
+    *dst = xstrdup(s);
+}
+
+static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int line,
+                       const char *path, void *base);
+
+/* Walks a mapping against a table. Null counts as an empty mapping (a section left blank).
+ * order >= 0 restricts the walk to specs of that order (top level passes). */
+static void walk_map(ctx_t *cx, struct fy_node *map, int line, const char *path,
+                     const key_spec_t *specs, size_t n, void *base, int order)
+{
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    char cpath[PATH_MAX_LEN];
+    if (node_is_null(map))
+        return;
+    if (fy_node_is_alias(map) || !fy_node_is_mapping(map)) {
+        err_at(cx, line, "%s: expected a mapping, got %s", *path ? path : "top level",
+               node_kind(map));
+        return;
+    }
+    while ((pair = fy_node_mapping_iterate(map, &it))) {
+        struct fy_node *kn = fy_node_pair_key(pair);
+        struct fy_node *vn = fy_node_pair_value(pair);
+        int kline = node_line(kn, line);
+        const char *key = scalar(cx, kn, kline, *path ? path : "top level", "a key");
+        if (!key)
+            continue;
+        const key_spec_t *k = NULL;
+        for (size_t i = 0; i < n && !k; i++)
+            if (strcmp(specs[i].name, key) == 0)
+                k = &specs[i];
+        if (!k) {
+            if (order > 0)
+                continue; /* reported in pass 0 */
+            char allowed[600];
+            size_t used = 0;
+            allowed[0] = '\0';
+            for (size_t i = 0; i < n && used < sizeof(allowed); i++)
+                used += (size_t)snprintf(allowed + used, sizeof(allowed) - used, "%s%s",
+                                         i ? ", " : "", specs[i].name);
+            if (*path)
+                err_at(cx, kline, "unknown key '%.64s' in %s (allowed: %s)", key, path, allowed);
+            else
+                err_at(cx, kline, "unknown key '%.64s' (allowed: %s)", key, allowed);
+            continue;
+        }
+        if (order >= 0 && k->order != order)
+            continue;
+        child_path(cpath, path, key);
+        apply_spec(cx, k, vn, node_line(vn, kline), cpath, base);
+    }
+}
+
+static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int line,
+                       const char *path, void *base)
+{
+    char *field = (char *)base + k->off;
+    const char *s;
+    char a[32], b[32], allowed[200];
+    uint64_t u;
+    switch (k->kind) {
+    case K_STR:
+        if (!(s = scalar(cx, v, line, path, "a string")))
+            return;
+        if (!*s) {
+            err_at(cx, line, "%s: must not be empty", path);
+            return;
+        }
+        set_string((char **)field, s);
+        return;
+    case K_BOOL:
+        if (!(s = scalar(cx, v, line, path, "true or false")))
+            return;
+        if (strcasecmp(s, "true") == 0)
+            *(bool *)field = true;
+        else if (strcasecmp(s, "false") == 0)
+            *(bool *)field = false;
+        else
+            err_at(cx, line, "%s: expected true or false, got '%.64s'", path, s);
+        return;
+    case K_INT: {
+        if (!(s = scalar(cx, v, line, path, "an integer")))
+            return;
+        /* Digits only: no sign, no spaces, no hex; ten digits cannot overflow the check. */
+        size_t len = strspn(s, "0123456789");
+        uint64_t x = 0;
+        for (size_t i = 0; i < len && i < 10; i++)
+            x = x * 10 + (uint64_t)(s[i] - '0');
+        if (len == 0 || s[len] || len > 10 || x < k->min || x > k->max) {
+            err_at(cx, line, "%s: expected an integer from %llu to %llu, got '%.64s'", path,
+                   (unsigned long long)k->min, (unsigned long long)k->max, s);
+            return;
+        }
+        *(int *)field = (int)x;
+        return;
+    }
+    case K_DUR:
+        if (get_duration(cx, v, line, path, k->min, k->max, &u))
+            *(uint64_t *)field = u;
+        return;
+    case K_SIZE:
+        if (!(s = scalar(cx, v, line, path, "a size (e.g. 4MiB)")))
+            return;
+        if (policy_parse_size(s, &u) != 0) {
+            err_at(cx, line, "%s: bad size '%.64s' (a whole number with optional unit KiB, MiB "
+                             "or GiB, e.g. 4MiB)",
+                   path, s);
+            return;
+        }
+        if (u < k->min || u > k->max) {
+            fmt_size(a, sizeof(a), k->min);
+            fmt_size(b, sizeof(b), k->max);
+            err_at(cx, line, "%s: %s is out of range (%s to %s)", path, s, a, b);
+            return;
+        }
+        *(uint64_t *)field = u;
+        return;
+    case K_ADDR: {
+        host_port_t hp;
+        if (!(s = scalar(cx, v, line, path, "host:port")))
+            return;
+        if (config_parse_host_port(s, &hp) != 0) {
+            err_at(cx, line, "%s: bad address '%.100s' (expected host:port, [v6]:port or :port)",
+                   path, s);
+            return;
+        }
+        free(((host_port_t *)field)->host);
+        *(host_port_t *)field = hp;
+        return;
+    }
+    case K_ENUM:
+        if (!(s = scalar(cx, v, line, path, "a name")))
+            return;
+        for (int i = 0; k->names[i]; i++) {
+            if (strcmp(s, k->names[i]) == 0) {
+                *(int *)field = i;
+                return;
+            }
+        }
+        join_names(allowed, sizeof(allowed), k->names);
+        err_at(cx, line, "%s: unknown value '%.64s' (allowed: %s)", path, s, allowed);
+        return;
+    case K_SECTION:
+        walk_map(cx, v, line, path, k->sub, k->n_sub, base, -1);
+        return;
+    case K_FN:
+        k->fn(cx, v, line, path, base);
+        return;
+    }
+}
+
+/* ---- custom handlers ---- */
+
+/* Iterates a list of strings (empty only when allow_empty), calling each(entry) with its line and indexed path. */
+typedef void (*entry_fn)(ctx_t *cx, const char *s, int line, const char *path, void *base);
+
+static void walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base,
+                      bool allow_empty, entry_fn each)
+{
+    void *it = NULL;
+    struct fy_node *item;
+    char ipath[PATH_MAX_LEN + 16];
+    if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_sequence(v)) {
+        err_at(cx, line, "%s: expected a list, got %s", path, node_kind(v));
+        return;
+    }
+    if (!allow_empty && fy_node_sequence_item_count(v) == 0) {
+        err_at(cx, line, "%s: the list is empty (leave the key out for the default)", path);
+        return;
+    }
+    for (size_t i = 0; (item = fy_node_sequence_iterate(v, &it)); i++) {
+        int iline = node_line(item, line);
+        snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
+        const char *s = scalar(cx, item, iline, ipath, "a string");
+        if (s)
+            each(cx, s, iline, ipath, base);
+    }
+}
+
+static void strv_push(char ***v, size_t *n, char *s)
+{
+    *v = xrealloc(*v, (*n + 1) * sizeof(char *));
+    (*v)[(*n)++] = s;
+}
+
+static void host_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    const char *err = NULL;
+    char *norm = config_host_entry_norm(s, &err);
+    if (!norm)
+        err_at(cx, line, "%s: '%.100s': %s", path, s, err);
+    else
+        strv_push(&c->allowed_hosts, &c->n_allowed_hosts, norm);
+}
+
+static void origin_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    const char *err = NULL;
+    char *norm = config_origin_entry_norm(s, &err);
+    if (!norm)
+        err_at(cx, line, "%s: '%.100s': %s", path, s, err);
+    else
+        strv_push(&c->allowed_origins, &c->n_allowed_origins, norm);
+}
+
+static void fn_allowed_hosts(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    walk_list(cx, v, line, path, base, false, host_entry);
+}
+
+static void fn_allowed_origins(ctx_t *cx, struct fy_node *v, int line, const char *path,
+                               void *base)
+{
+    walk_list(cx, v, line, path, base, false, origin_entry);
+}
+
+static void exclude_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    policy_tool_t *t = base;
+    size_t n = strlen(s);
+    if (n == 0 || s[0] == '.' || s[n - 1] == '.' || strstr(s, "..")) {
+        err_at(cx, line, "%s: '%.100s' is not a dotted argument path (e.g. meta.client_ts)",
+               path, s);
+        return;
+    }
+    strv_push(&t->exclude_args, &t->n_exclude_args, xstrdup(s));
+}
+
+static void fn_exclude_args(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    policy_tool_t *t = base;
+    /* A tool's list replaces the inherited one rather than adding to it. */
+    for (size_t i = 0; i < t->n_exclude_args; i++)
+        free(t->exclude_args[i]);
+    free(t->exclude_args);
+    t->exclude_args = NULL;
+    t->n_exclude_args = 0;
+    walk_list(cx, v, line, path, base, true, exclude_entry);
+}
+
+static void fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    cx->res.upstream_seen = true;
+    const char *s = scalar(cx, v, line, path, "a URL");
+    if (!s)
+        return;
+    const char *err = config_set_upstream(base, s);
+    if (err)
+        err_at(cx, line, "%s: bad URL '%.200s': %s", path, s, err);
+}
+
+static void fn_log_level(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    const char *s = scalar(cx, v, line, path, "a level");
+    if (!s)
+        return;
+    int lvl = log_level_parse(s);
+    if (lvl < 0)
+        err_at(cx, line, "%s: unknown value '%.64s' (allowed: debug, info, warn, error, off)",
+               path, s);
+    else
+        c->log_level = lvl;
+}
+
+static bool header_token_valid(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+              strchr("!#$%&'*+-.^_`|~", ch)))
+            return false;
+    }
+    return true;
+}
+
+static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    int seen = 0;
+    if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
+        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, got %s",
+               path, node_kind(v));
+        return;
+    }
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+        struct fy_node *kn = fy_node_pair_key(pair), *vn = fy_node_pair_value(pair);
+        int kline = node_line(kn, line);
+        int vline = node_line(vn, kline);
+        char cpath[PATH_MAX_LEN];
+        const char *key = scalar(cx, kn, kline, path, "a key");
+        if (!key)
+            continue;
+        child_path(cpath, path, key);
+        bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static");
+        if (!known) {
+            err_at(cx, kline, "unknown key '%.64s' in %s (allowed: header, bearer, static)", key,
+                   path);
+            continue;
+        }
+        if (seen++) {
+            err_at(cx, kline, "%s: give only one of header, bearer, static", path);
+            continue;
+        }
+        const char *s = scalar(cx, vn, vline, cpath, "a string");
+        if (!s)
+            continue;
+        if (!strcmp(key, "header")) {
+            if (!header_token_valid(s)) {
+                err_at(cx, vline, "%s: '%.64s' is not a valid header name", cpath, s);
+            } else if (!strcasecmp(s, "authorization") || !strcasecmp(s, "proxy-authorization") ||
+                       !strcasecmp(s, "cookie")) {
+                /* The subject is stored in every key: it must never be a raw credential. */
+                err_at(cx, vline, "%s: %s carries a credential; use 'bearer: sha256' instead",
+                       cpath, s);
+            } else {
+                c->subject.kind = SUBJECT_HEADER;
+                set_string(&c->subject.value, s);
+            }
+        } else if (!strcmp(key, "bearer")) {
+            if (strcmp(s, "sha256") != 0) {
+                err_at(cx, vline, "%s: unknown value '%.64s' (allowed: sha256)", cpath, s);
+            } else {
+                c->subject.kind = SUBJECT_BEARER_SHA256;
+                free(c->subject.value);
+                c->subject.value = NULL;
+            }
+        } else {
+            bool ok = *s && strlen(s) <= MAX_NAME;
+            for (const char *q = s; ok && *q; q++)
+                ok = (unsigned char)*q > 0x20 && (unsigned char)*q < 0x7f;
+            if (!ok) {
+                err_at(cx, vline, "%s: must be 1-%d printable ASCII characters without spaces",
+                       cpath, MAX_NAME);
+            } else {
+                c->subject.kind = SUBJECT_STATIC;
+                set_string(&c->subject.value, s);
+            }
+        }
+    }
+    if (!seen)
+        err_at(cx, line, "%s: give one of header, bearer, static", path);
+}
+
+static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    policy_tool_t *t = base;
+    if (!fy_node_is_alias(v) && !node_is_null(v) && fy_node_is_mapping(v)) {
+        void *it = NULL;
+        struct fy_node_pair *pair;
+        bool got = false;
+        while ((pair = fy_node_mapping_iterate(v, &it))) {
+            struct fy_node *kn = fy_node_pair_key(pair), *vn = fy_node_pair_value(pair);
+            int kline = node_line(kn, line);
+            char cpath[PATH_MAX_LEN];
+            const char *key = scalar(cx, kn, kline, path, "a key");
+            if (!key)
+                continue;
+            if (strcmp(key, "wait") != 0) {
+                err_at(cx, kline, "unknown key '%.64s' in %s (allowed: wait)", key, path);
+                continue;
+            }
+            got = true;
+            child_path(cpath, path, key);
+            uint64_t ms;
+            if (get_duration(cx, vn, node_line(vn, kline), cpath, 1, MS_H, &ms))
+                t->wait_ms = ms;
+        }
+        if (!got)
+            err_at(cx, line, "%s: expected reject or {wait: DURATION}", path);
+        return;
+    }
+    const char *s = scalar(cx, v, line, path, "reject or {wait: DURATION}");
+    if (!s)
+        return;
+    if (strcmp(s, "reject") == 0)
+        t->wait_ms = 0;
+    else
+        err_at(cx, line, "%s: unknown value '%.64s' (allowed: reject, {wait: DURATION})", path,
+               s);
+}
+
+static void fn_lease(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    policy_tool_t *t = base;
+    char a[32], b[32];
+    uint64_t ms;
+    if (v && fy_node_is_scalar(v) && !fy_node_is_alias(v)) {
+        const char *s = fy_node_get_scalar0(v);
+        if (s && strcmp(s, "auto") == 0) {
+            t->lease_ms = 0;
+            return;
+        }
+    }
+    if (!get_duration(cx, v, line, path, 1, 7 * MS_D, &ms))
+        return;
+    /* A lease shorter than the upstream timeout expires while a slow first call is still
+     * legitimately running, and a retry would then execute the tool a second time. */
+    if (ms < cx->c->upstream_timeout_ms) {
+        fmt_dur(a, sizeof(a), ms);
+        fmt_dur(b, sizeof(b), cx->c->upstream_timeout_ms);
+        err_at(cx, line, "%s: %s is shorter than timeouts.upstream (%s); a slow call could run "
+                         "twice (use auto or a longer lease)",
+               path, a, b);
+        return;
+    }
+    t->lease_ms = ms;
+}
+
+/* ---- key tables ---- */
+
+#define CFG(f) offsetof(config_t, f)
+#define TOOL(f) offsetof(policy_tool_t, f)
+
+static const char *const class_names[] = {"read", "idempotent", "non_idempotent", NULL};
+static const char *const tool_error_names[] = {"release", "store", NULL};
+static const char *const ambiguous_names[] = {"hold", "release", NULL};
+static const char *const store_down_names[] = {"reject", "passthrough", NULL};
+
+/* Every per-tool setting; `defaults` takes the same keys. */
+static const key_spec_t tool_keys[] = {
+    {.name = "class", .kind = K_ENUM, .off = TOOL(cls), .names = class_names},
+    {.name = "window", .kind = K_DUR, .off = TOOL(window_ms), .min = 1, .max = 365 * MS_D},
+    {.name = "exclude_args", .kind = K_FN, .fn = fn_exclude_args},
+    {.name = "key_arg", .kind = K_STR, .off = TOOL(key_arg)},
+    {.name = "on_tool_error", .kind = K_ENUM, .off = TOOL(on_tool_error), .names = tool_error_names},
+    {.name = "on_ambiguous", .kind = K_ENUM, .off = TOOL(on_ambiguous), .names = ambiguous_names},
+    {.name = "in_progress", .kind = K_FN, .fn = fn_in_progress},
+    {.name = "lease", .kind = K_FN, .fn = fn_lease},
+    {.name = "max_stored_bytes", .kind = K_SIZE, .off = TOOL(max_stored_bytes), .max = 1ULL << 30},
+    {.name = "forward_key", .kind = K_BOOL, .off = TOOL(forward_key)},
+    {.name = "on_store_down", .kind = K_ENUM, .off = TOOL(on_store_down), .names = store_down_names},
+};
+
+static const key_spec_t store_keys[] = {
+    {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256},
+    {.name = "sweep_interval", .kind = K_DUR, .off = CFG(sweep_interval_ms), .min = MS_S,
+     .max = MS_D},
+};
+
+static const key_spec_t timeout_keys[] = {
+    {.name = "client_header", .kind = K_DUR, .off = CFG(client_header_timeout_ms), .min = 1,
+     .max = MS_H},
+    {.name = "client_body", .kind = K_DUR, .off = CFG(client_body_timeout_ms), .min = 1,
+     .max = MS_D},
+    {.name = "client_idle", .kind = K_DUR, .off = CFG(client_idle_timeout_ms), .min = 1,
+     .max = MS_D},
+    {.name = "upstream_connect", .kind = K_DUR, .off = CFG(upstream_connect_timeout_ms),
+     .min = 1, .max = MS_H},
+    {.name = "upstream", .kind = K_DUR, .off = CFG(upstream_timeout_ms), .min = 1, .max = MS_D},
+    {.name = "upstream_idle", .kind = K_DUR, .off = CFG(upstream_idle_timeout_ms), .min = 1,
+     .max = MS_D},
+    {.name = "drain", .kind = K_DUR, .off = CFG(drain_timeout_ms), .min = 1, .max = MS_D},
+};
+
+static const key_spec_t limit_keys[] = {
+    {.name = "max_body", .kind = K_SIZE, .off = CFG(max_body_bytes), .min = 1024,
+     .max = 1ULL << 30},
+    {.name = "max_header", .kind = K_SIZE, .off = CFG(max_header_bytes), .min = 1024,
+     .max = 1ULL << 20},
+    {.name = "max_connections", .kind = K_INT, .off = CFG(max_connections), .min = 1,
+     .max = 1000000},
+    {.name = "upstream_pool", .kind = K_INT, .off = CFG(upstream_pool), .min = 0,
+     .max = 100000},
+};
+
+static const key_spec_t log_keys[] = {
+    {.name = "level", .kind = K_FN, .fn = fn_log_level},
+};
+
+static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+
+/* order: timeouts must be known before leases are checked, and defaults before tools inherit
+ * them, whatever order the file lists them in. */
+static const key_spec_t top_keys[] = {
+    {.name = "listen", .kind = K_ADDR, .off = CFG(listen)},
+    {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen)},
+    {.name = "upstream", .kind = K_FN, .fn = fn_upstream},
+    {.name = "database_url", .kind = K_STR, .off = CFG(database_url)},
+    {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate)},
+    {.name = "store", .kind = K_SECTION, .sub = store_keys, .n_sub = ARRAY_LEN(store_keys)},
+    {.name = "timeouts", .kind = K_SECTION, .sub = timeout_keys,
+     .n_sub = ARRAY_LEN(timeout_keys)},
+    {.name = "limits", .kind = K_SECTION, .sub = limit_keys, .n_sub = ARRAY_LEN(limit_keys)},
+    {.name = "allowed_hosts", .kind = K_FN, .fn = fn_allowed_hosts},
+    {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins},
+    {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
+    {.name = "subject", .kind = K_FN, .fn = fn_subject},
+    {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1},
+    {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2},
+};
+
+static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    c->policy.defaults.line = line;
+    walk_map(cx, v, line, path, tool_keys, ARRAY_LEN(tool_keys), &c->policy.defaults, -1);
+}
+
+static bool tool_name_valid(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > MAX_NAME)
+        return false;
+    for (; *s; s++)
+        if ((unsigned char)*s <= 0x20 || *s == 0x7f)
+            return false;
+    return true;
+}
+
+static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    void *it = NULL;
+    struct fy_node_pair *pair;
+    if (node_is_null(v))
+        return;
+    if (fy_node_is_alias(v) || !fy_node_is_mapping(v)) {
+        err_at(cx, line, "%s: expected a mapping of tool names, got %s", path, node_kind(v));
+        return;
+    }
+    while ((pair = fy_node_mapping_iterate(v, &it))) {
+        struct fy_node *kn = fy_node_pair_key(pair), *vn = fy_node_pair_value(pair);
+        int kline = node_line(kn, line);
+        char cpath[PATH_MAX_LEN];
+        const char *name = scalar(cx, kn, kline, path, "a tool name");
+        if (!name)
+            continue;
+        if (!tool_name_valid(name)) {
+            err_at(cx, kline, "%s: '%.64s' is not a tool name (1-%d characters, no spaces)", path,
+                   name, MAX_NAME);
+            continue;
+        }
+        child_path(cpath, path, name);
+        policy_tool_t t;
+        policy_tool_copy(&t, &c->policy.defaults);
+        t.name = xstrdup(name);
+        t.line = kline;
+        walk_map(cx, vn, kline, cpath, tool_keys, ARRAY_LEN(tool_keys), &t, -1);
+        c->policy.tools = xrealloc(c->policy.tools, (c->policy.n_tools + 1) * sizeof(t));
+        c->policy.tools[c->policy.n_tools++] = t;
+    }
+    policy_sort(&c->policy);
+}
+
+/* ---- document ---- */
+
+static void walk_root(ctx_t *cx, struct fy_node *root)
+{
+    if (node_is_null(root)) {
+        cx->res.readable = true;
+        return;
+    }
+    if (fy_node_is_alias(root) || !fy_node_is_mapping(root)) {
+        err_at(cx, node_line(root, 1), "top level must be a mapping of settings, got %s",
+               node_kind(root));
+        return;
+    }
+    cx->res.readable = true;
+    for (int order = 0; order <= 2; order++)
+        walk_map(cx, root, 1, "", top_keys, ARRAY_LEN(top_keys), cx->c, order);
+}
+
+static void discard_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
+{
+    /* Errors are collected and reported through config_errors_t, never printed here. */
+}
+
+static int yerr_cmp(const void *a, const void *b)
+{
+    const yerr_t *x = a, *y = b;
+    if (x->line != y->line)
+        return x->line < y->line ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text,
+                                       size_t len, config_errors_t *errs)
+{
+    ctx_t cx = {.name = name, .c = c};
+    struct fy_diag *diag = NULL;
+    struct fy_parser *fyp = NULL;
+    struct fy_document *doc = NULL, *extra = NULL;
+    struct fy_diag_cfg dcfg;
+
+    fy_diag_cfg_default(&dcfg);
+    dcfg.fp = NULL;
+    dcfg.output_fn = discard_output;
+    dcfg.level = FYET_ERROR;
+    diag = fy_diag_create(&dcfg);
+    if (!diag)
+        abort(); /* only fails on out of memory */
+    fy_diag_set_collect_errors(diag, true);
+    struct fy_parse_cfg pcfg = {.flags = FYPCF_QUIET | FYPCF_COLLECT_DIAG, .diag = diag};
+    fyp = fy_parser_create(&pcfg);
+    if (!fyp || fy_parser_set_string(fyp, text, len) != 0)
+        abort();
+
+    doc = fy_parse_load_document(fyp);
+    if (doc && !fy_parser_get_stream_error(fyp)) {
+        extra = fy_parse_load_document(fyp);
+        if (extra)
+            err_at(&cx, node_line(fy_document_root(extra), 1),
+                   "only one YAML document is allowed (remove the extra ---)");
+    }
+    if (!fy_parser_get_stream_error(fyp) && !extra) {
+        walk_root(&cx, doc ? fy_document_root(doc) : NULL);
+    } else {
+        void *it = NULL;
+        struct fy_diag_error *e;
+        bool any = false;
+        while ((e = fy_diag_errors_iterate(diag, &it))) {
+            if (e->type < FYET_ERROR)
+                continue;
+            err_at(&cx, e->line, "%s", e->msg ? e->msg : "YAML syntax error");
+            any = true;
+        }
+        if (!any && !extra)
+            err_at(&cx, 1, "YAML syntax error");
+    }
+
+    qsort(cx.errs, cx.n_errs, sizeof(yerr_t), yerr_cmp);
+    for (size_t i = 0; i < cx.n_errs; i++) {
+        config_errors_add(errs, "%s:%d: %s", name, cx.errs[i].line, cx.errs[i].msg);
+        free(cx.errs[i].msg);
+    }
+    free(cx.errs);
+    if (extra)
+        fy_parse_document_destroy(fyp, extra);
+    if (doc)
+        fy_parse_document_destroy(fyp, doc);
+    fy_parser_destroy(fyp);
+    fy_diag_destroy(diag);
+    return cx.res;
+}

@@ -1,0 +1,30 @@
+/* Private to the config module: the YAML reader (config_yaml.c) and the pieces of config.c it
+ * shares. Not for other modules: they use config.h. */
+#ifndef IDEMGW_CONFIG_YAML_H
+#define IDEMGW_CONFIG_YAML_H
+
+#include "config.h"
+
+#include <stddef.h>
+
+/* What config.c needs to know about the file beyond the settings it held. */
+typedef struct config_yaml_result {
+    bool readable;      /* the document parsed and its top level is a mapping */
+    bool upstream_seen; /* an upstream key was present, valid or not */
+} config_yaml_result_t;
+
+/* Applies the YAML text to c, which already holds the built-in defaults. Errors go to errs as
+ * "name:line: message", in line order. */
+config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text,
+                                       size_t len, config_errors_t *errs);
+
+/* Parses an upstream URL into c's upstream fields (replacing earlier ones). NULL on success,
+ * else a static message saying what is wrong; c is then unchanged. */
+const char *config_set_upstream(config_t *c, const char *url);
+
+/* Checks one allowed_hosts / allowed_origins entry. Returns the normalised copy to store, or
+ * NULL with *err set to a static message. */
+char *config_host_entry_norm(const char *s, const char **err);
+char *config_origin_entry_norm(const char *s, const char **err);
+
+#endif
