@@ -1,0 +1,205 @@
+/* Idempotency key derivation (see include/key.h).
+ *
+ * Two choices beyond the header:
+ * - ':' and '%' in the subject and the tool name are percent-encoded ("%3A", "%25"). Without
+ *   it subject "alice" calling tool "x:t" and subject "alice:x" calling tool "t" would share a
+ *   key, and so each other's stored results. Names without those characters are unchanged.
+ * - An explicit key in the key_arg argument may be a string or a number; a number is used in
+ *   its canonical text ("idempotency_key": 42 is the key "42"), because clients that number
+ *   their requests should not be refused. A null key_arg counts as absent. Other types are
+ *   KEY_ERR_BAD_EXPLICIT unless the header supplies the key. */
+#include "key.h"
+
+#include <openssl/evp.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_DEFAULT_ARG "idempotency_key"
+#define KEY_EXPLICIT_MAX 255
+
+const char *key_status_str(key_status_t st)
+{
+    switch (st) {
+    case KEY_OK:
+        return "ok";
+    case KEY_ERR_ARGS_NOT_OBJECT:
+        return "arguments are not an object";
+    case KEY_ERR_BAD_EXPLICIT:
+        return "bad explicit idempotency key";
+    }
+    return "unknown key status";
+}
+
+static key_status_t key_fail(key_status_t st, char *msg, size_t msglen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static key_status_t key_fail(key_status_t st, char *msg, size_t msglen, const char *fmt, ...)
+{
+    if (msg && msglen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, msglen, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static void sha256_hex(const char *data, size_t len, char out[65])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    /* EVP_Digest fails only when OpenSSL cannot allocate; treat it like our own OOM */
+    if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+        fprintf(stderr, "idemgw: SHA-256 failed\n");
+        abort();
+    }
+    util_hex(md, 32, out);
+}
+
+void key_hash_hex(const char *key, char out[65])
+{
+    sha256_hex(key, strlen(key), out);
+}
+
+/* Appends s with ':' and '%' percent-encoded, so the separators stay unambiguous. */
+static size_t put_escaped(char *o, const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++) {
+        if (*s == ':' || *s == '%') {
+            n += (size_t)sprintf(o + n, "%%%02X", (unsigned char)*s);
+        } else {
+            o[n++] = *s;
+        }
+    }
+    return n;
+}
+
+static char *build_key(const char *subject, const char *tool, const char *kind, const char *tail,
+                       size_t tail_len)
+{
+    /* worst case every subject/tool byte triples */
+    size_t cap = 3 * (strlen(subject) + strlen(tool)) + strlen(kind) + tail_len + 4;
+    char *k = xmalloc(cap);
+    size_t n = put_escaped(k, subject);
+    k[n++] = ':';
+    n += put_escaped(k + n, tool);
+    k[n++] = ':';
+    memcpy(k + n, kind, strlen(kind));
+    n += strlen(kind);
+    k[n++] = ':';
+    memcpy(k + n, tail, tail_len);
+    n += tail_len;
+    k[n] = '\0';
+    return k;
+}
+
+static key_status_t check_explicit(const char *k, size_t len, const char *from, char *msg,
+                                   size_t msglen)
+{
+    if (len == 0)
+        return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen, "%s: idempotency key is empty", from);
+    if (len > KEY_EXPLICIT_MAX)
+        return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen,
+                        "%s: idempotency key is longer than %d bytes", from, KEY_EXPLICIT_MAX);
+    if (memchr(k, '\0', len))
+        return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen,
+                        "%s: idempotency key contains a NUL character", from);
+    return KEY_OK;
+}
+
+/* Takes the explicit key out of the key_arg member, if usable. *out stays NULL when the member
+ * is absent or null. */
+static key_status_t arg_explicit(const jcs_value_t *member, const char *key_arg, char **out,
+                                 char *msg, size_t msglen)
+{
+    *out = NULL;
+    if (!member || jcs_type(member) == JCS_NULL)
+        return KEY_OK;
+    char *text;
+    size_t len;
+    if (jcs_type(member) == JCS_STRING) {
+        const char *s = jcs_string(member, &len);
+        text = xstrndup(s, len);
+    } else if (jcs_type(member) == JCS_NUMBER) {
+        text = jcs_serialize(member, &len);
+    } else {
+        return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen,
+                        "argument %s: idempotency key must be a string or a number", key_arg);
+    }
+    char from[160];
+    snprintf(from, sizeof from, "argument %s", key_arg);
+    key_status_t st = check_explicit(text, len, from, msg, msglen);
+    if (st != KEY_OK) {
+        free(text);
+        return st;
+    }
+    *out = text;
+    return KEY_OK;
+}
+
+key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args,
+                        const policy_tool_t *pt, const char *header_key, key_result_t *out,
+                        char *msg, size_t msglen)
+{
+    memset(out, 0, sizeof *out);
+    if (msg && msglen)
+        msg[0] = '\0';
+    bool absent = !args || jcs_type(args) == JCS_NULL;
+    if (!absent && jcs_type(args) != JCS_OBJECT)
+        return key_fail(KEY_ERR_ARGS_NOT_OBJECT, msg, msglen, "arguments must be an object");
+
+    /* a policy without key_arg (NULL or "") disables explicit keys in arguments */
+    const char *key_arg = pt ? pt->key_arg : KEY_DEFAULT_ARG;
+    if (key_arg && !*key_arg)
+        key_arg = NULL;
+
+    char *explicit_key = NULL;
+    key_status_t st = KEY_OK;
+    if (header_key) {
+        size_t hlen = strlen(header_key);
+        st = check_explicit(header_key, hlen, "Idempotency-Key header", msg, msglen);
+        if (st != KEY_OK)
+            return st;
+        explicit_key = xstrndup(header_key, hlen);
+    } else if (!absent && key_arg) {
+        st = arg_explicit(jcs_object_get(args, key_arg), key_arg, &explicit_key, msg, msglen);
+        if (st != KEY_OK)
+            return st;
+    }
+
+    char *canon;
+    size_t canon_len;
+    if (absent) {
+        canon = xstrdup("{}");
+        canon_len = 2;
+    } else {
+        for (size_t i = 0; pt && i < pt->n_exclude_args; i++)
+            (void)jcs_remove_path(args, pt->exclude_args[i]);
+        if (key_arg)
+            (void)jcs_object_remove(args, key_arg);
+        canon = jcs_serialize(args, &canon_len);
+    }
+    sha256_hex(canon, canon_len, out->args_digest);
+    free(canon);
+
+    if (explicit_key) {
+        out->key = build_key(subject, tool, "x", explicit_key, strlen(explicit_key));
+        out->explicit_key = true;
+        free(explicit_key);
+    } else {
+        out->key = build_key(subject, tool, "h", out->args_digest, 32);
+    }
+    return KEY_OK;
+}
+
+void key_result_free(key_result_t *r)
+{
+    if (!r)
+        return;
+    free(r->key);
+    r->key = NULL;
+}
