@@ -5,6 +5,7 @@
 #ifndef IDEMGW_LOG_H
 #define IDEMGW_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } log_level_t;
