@@ -70,13 +70,23 @@ static void notice_cb(void *arg, const char *message)
     log_debug(0, "postgres notice: %s", buf);
 }
 
-/* Trims libpq's trailing newline from an error message for a log line. */
+/* libpq's messages span lines ("...\n\tThis probably means..."): one line for the log. */
 static const char *pg_msg(PGconn *pg, char *buf, size_t len)
 {
-    snprintf(buf, len, "%s", pg ? PQerrorMessage(pg) : "no connection");
-    size_t n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
+    const char *m = pg ? PQerrorMessage(pg) : "no connection";
+    size_t o = 0;
+    bool space = false;
+    for (; *m && o + 1 < len; m++) {
+        if (*m == '\n' || *m == '\t' || *m == '\r') {
+            space = o > 0;
+            continue;
+        }
+        if (space && o + 2 < len)
+            buf[o++] = ' ';
+        space = false;
+        buf[o++] = *m;
+    }
+    buf[o] = '\0';
     return buf;
 }
 
