@@ -21,7 +21,9 @@ Q := @
 endif
 
 SRCS     := $(wildcard src/*.c)
-OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o)
+# The migrations in sql/ are compiled in (gen/migrations.c), so the binary needs no sql/ folder.
+MIGRATIONS := $(sort $(wildcard sql/[0-9]*.sql))
+OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
 LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/obj/llhttp/http.o
 
@@ -55,7 +57,15 @@ $(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libidemgw.a | $(BUILD)/tests
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags cmocka) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) \
 	    $(EXTRA_LDFLAGS) -o $@ $< $(BUILD)/libidemgw.a $(LDLIBS_ALL) $(shell pkg-config --libs cmocka)
 
-$(BUILD)/obj $(BUILD)/obj/llhttp $(BUILD)/tests:
+$(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh | $(BUILD)/gen
+	@echo "  GEN     $@"
+	$(Q)scripts/embed-sql.sh $(MIGRATIONS) >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c include/store_migrations.h | $(BUILD)/obj/gen
+	@echo "  CC      $<"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -c -o $@ $<
+
+$(BUILD)/obj $(BUILD)/obj/llhttp $(BUILD)/tests $(BUILD)/gen $(BUILD)/obj/gen:
 	$(Q)mkdir -p $@
 
 -include $(OBJS:.o=.d)

@@ -74,6 +74,7 @@ typedef struct store_claim_result {
     store_row_t row; /* the existing row when !acquired */
 } store_claim_result_t;
 
+/* res is NULL unless st == STORE_OK. */
 typedef void (*store_claim_cb)(store_status_t st, const store_claim_result_t *res, void *arg);
 typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg);
 typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
@@ -93,7 +94,8 @@ typedef struct store_options {
  * NULL only for errors that retrying cannot fix (schema newer than known), with msg set. */
 store_t *store_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen);
 /* Fails pending and queued calls with STORE_ERR_SHUTDOWN (callbacks run before it returns,
- * the one exception to the contract above) and frees everything. */
+ * the one exception to the contract above) and frees everything. Must not be called from
+ * inside a store callback. */
 void store_free(store_t *s);
 
 /* At least one connection is up and the schema is in place. */
@@ -118,5 +120,18 @@ store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_C
 
 /* The newest migration number this binary knows. */
 int store_schema_version(void);
+
+/* Counters for /metrics and tests. */
+typedef struct store_stats {
+    uint64_t claims;        /* claim statements that returned a row */
+    uint64_t claim_retries; /* claim re-runs: the conflicting row was not in the snapshot */
+    uint64_t unavailable;   /* calls answered STORE_ERR_UNAVAILABLE (refused or failed) */
+    uint64_t connects;      /* connections that became ready (first connect and reconnects) */
+    uint64_t swept;         /* rows deleted by the sweeper and store_sweep_now */
+    int queued;             /* calls waiting for a connection now */
+    int connections_up;     /* connections ready now */
+} store_stats_t;
+
+void store_get_stats(const store_t *s, store_stats_t *out);
 
 #endif

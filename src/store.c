@@ -1,0 +1,711 @@
+/* The key store: public calls, the statements, the FIFO of waiting calls, result parsing and
+ * the sweeper. The connections themselves live in store_conn.c.
+ *
+ * Failure policy: when no connection is up, calls are refused at once with
+ * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
+ * drains minutes later). Calls already queued when the last connection goes down fail the same
+ * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
+ * not its statement ran. */
+#include "store_int.h"
+
+#include "log.h"
+#include "store_migrations.h"
+#include "util.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_MAX 10000
+#define CLAIM_RETRIES 5
+/* Durations are clamped so now() + interval stays inside timestamptz (~30 years). */
+#define DURATION_MAX_MS UINT64_C(1000000000000)
+
+/* Columns every row-returning statement ends with, parsed by parse_row(); k is idem_keys. */
+#define ROW_COLS                                                                                   \
+    "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                \
+    "(k.state = 'in_progress' AND k.lease_until <= now()), "                                     \
+    "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "           \
+    "k.first_session_id, k.first_jsonrpc_id"
+enum { COL_ACQUIRED = 0, COL_STALE, COL_STATE, COL_FENCE, COL_ATTEMPTS, COL_DIGEST, COL_RESULT,
+       COL_TOO_LARGE, COL_LEASE_EXPIRED, COL_CREATED, COL_SESSION, COL_JSONRPC, COL_COUNT_ };
+
+/* The row may be taken over by this claim ($4 digest, $10 takeover flag). An explicit key
+ * reused with other arguments has a different digest and is never taken over unless expired:
+ * the caller must see it to refuse the call. */
+#define TAKEOVER_COND(k, digest)                                                                   \
+    "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"  \
+    " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND $10::boolean))))"
+
+/* One round trip: insert, take over, or return the existing row. When the conflicting row was
+ * committed after this statement's snapshot, the fallback SELECT sees nothing (or an older
+ * version that looks claimable, flagged "stale"); the caller re-runs the statement. An expired
+ * row starts a new life (created_at, attempts, first ids) but keeps counting its fence, so a
+ * stalled finish from its previous life cannot match. */
+static const char claim_sql[] =
+    "WITH ins AS ("
+    " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
+    "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
+    "  expires_at)"
+    " VALUES ($1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress', 1, 1,"
+    "  $6::text, $7::text, now() + $8::bigint * interval '1 millisecond', now(), now(),"
+    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond')"
+    " ON CONFLICT (key) DO UPDATE SET"
+    "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
+    "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
+    "  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
+    "  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"
+    "  first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"
+    "   ELSE k.first_session_id END,"
+    "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
+    "   ELSE k.first_jsonrpc_id END,"
+    "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
+    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
+    " WHERE " TAKEOVER_COND("k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
+    " SELECT * FROM ins"
+    " UNION ALL"
+    " SELECT false, " TAKEOVER_COND("k", "$4::text") ", " ROW_COLS " FROM idem_keys k"
+    " WHERE k.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)";
+
+static const char finish_sql[] =
+    "UPDATE idem_keys SET state = $3::text, result = $4::bytea, result_too_large = $5::boolean,"
+    " updated_at = now(), finished_at = now(),"
+    " expires_at = now() + $6::bigint * interval '1 millisecond'"
+    " WHERE key = $1::text AND fence = $2::bigint";
+
+static const char get_sql[] =
+    "SELECT false, false, " ROW_COLS " FROM idem_keys k WHERE k.key = $1::text";
+
+static const char dup_sql[] =
+    "UPDATE idem_keys SET attempts = attempts + 1, updated_at = now() WHERE key = $1::text";
+
+/* SKIP LOCKED: a row a claim is taking over right now is left for the next sweep. The outer
+ * conditions are re-checked because a row updated between the subselect and the delete is
+ * re-evaluated against its new version only through them. An in-progress row whose lease still
+ * runs is never deleted (its expiry is never before its lease, but be sure). */
+#define SWEEPABLE(k)                                                                               \
+    k ".expires_at < now() AND NOT (" k ".state = 'in_progress' AND " k ".lease_until > now())"
+static const char sweep_sql[] =
+    "DELETE FROM idem_keys d WHERE d.key IN ("
+    " SELECT k.key FROM idem_keys k WHERE " SWEEPABLE("k") " ORDER BY k.expires_at"
+    " LIMIT $1::integer FOR UPDATE SKIP LOCKED) AND " SWEEPABLE("d");
+
+static const struct {
+    const char *name;
+    const char *sql;
+} stmts[STORE_OP_COUNT_] = {
+    [STORE_OP_CLAIM] = {"idemgw_claim", claim_sql},
+    [STORE_OP_FINISH] = {"idemgw_finish", finish_sql},
+    [STORE_OP_GET] = {"idemgw_get", get_sql},
+    [STORE_OP_DUP] = {"idemgw_dup", dup_sql},
+    [STORE_OP_SWEEP] = {"idemgw_sweep", sweep_sql},
+};
+
+const char *store_stmt_name(store_op_kind_t kind)
+{
+    return stmts[kind].name;
+}
+
+const char *store_stmt_sql(store_op_kind_t kind)
+{
+    return stmts[kind].sql;
+}
+
+const char *store_status_str(store_status_t st)
+{
+    switch (st) {
+    case STORE_OK:
+        return "ok";
+    case STORE_ERR_UNAVAILABLE:
+        return "unavailable";
+    case STORE_ERR_QUERY:
+        return "query failed";
+    case STORE_ERR_SCHEMA:
+        return "schema mismatch";
+    case STORE_ERR_SHUTDOWN:
+        return "shutting down";
+    }
+    return "unknown status";
+}
+
+static const char *const state_names[] = {
+    [STORE_STATE_IN_PROGRESS] = "in_progress",
+    [STORE_STATE_SUCCEEDED] = "succeeded",
+    [STORE_STATE_FAILED] = "failed",
+    [STORE_STATE_UNKNOWN] = "unknown",
+};
+
+const char *store_state_str(store_state_t st)
+{
+    if ((unsigned)st >= ARRAY_LEN(state_names))
+        return "invalid";
+    return state_names[st];
+}
+
+int store_schema_version(void)
+{
+    return store_migrations_count;
+}
+
+/* ---- ops ---- */
+
+static store_op_t *op_new(store_op_kind_t kind)
+{
+    store_op_t *op = xcalloc(1, sizeof(*op));
+    op->kind = kind;
+    return op;
+}
+
+static void op_text(store_op_t *op, const char *v)
+{
+    op->values[op->nparams++] = v ? xstrdup(v) : NULL;
+}
+
+static void op_int(store_op_t *op, int64_t v)
+{
+    op->values[op->nparams++] = xasprintf("%" PRId64, v);
+}
+
+static void op_bool(store_op_t *op, bool v)
+{
+    op_text(op, v ? "t" : "f");
+}
+
+static void op_bytes(store_op_t *op, const char *v, size_t len)
+{
+    int i = op->nparams++;
+    if (!v)
+        return;
+    op->values[i] = xmalloc(len ? len : 1);
+    memcpy(op->values[i], v, len);
+    op->lengths[i] = (int)len;
+    op->formats[i] = 1;
+}
+
+static int64_t clamp_ms(uint64_t ms)
+{
+    return (int64_t)(ms > DURATION_MAX_MS ? DURATION_MAX_MS : ms);
+}
+
+static void op_free(store_op_t *op)
+{
+    for (int i = 0; i < op->nparams; i++)
+        free(op->values[i]);
+    free(op);
+}
+
+/* A short hash of the key for log lines: keys carry the subject, which logs must not. */
+static void key_hash(const char *key, char out[17])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!key || !EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n < 8) {
+        snprintf(out, 17, "-");
+        return;
+    }
+    util_hex(md, 8, out);
+}
+
+/* ---- queue and delivery ---- */
+
+static void queue_push(store_t *s, store_op_t *op, bool front)
+{
+    op->next = NULL;
+    if (front) {
+        op->next = s->q_head;
+        s->q_head = op;
+        if (!s->q_tail)
+            s->q_tail = op;
+    } else {
+        if (s->q_tail)
+            s->q_tail->next = op;
+        else
+            s->q_head = op;
+        s->q_tail = op;
+    }
+    s->q_len++;
+}
+
+static store_op_t *queue_pop(store_t *s)
+{
+    store_op_t *op = s->q_head;
+    if (!op)
+        return NULL;
+    s->q_head = op->next;
+    if (!s->q_head)
+        s->q_tail = NULL;
+    s->q_len--;
+    op->next = NULL;
+    return op;
+}
+
+static void op_callback(store_t *s, store_op_t *op, store_status_t st)
+{
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    if (op->internal) {
+        s->sweeping = false;
+        return;
+    }
+    switch (op->kind) {
+    case STORE_OP_CLAIM:
+        op->cb.claim(st, NULL, op->arg);
+        break;
+    case STORE_OP_GET:
+        op->cb.get(st, NULL, op->arg);
+        break;
+    default:
+        if (op->cb.finish)
+            op->cb.finish(st, false, op->arg);
+        break;
+    }
+}
+
+void store_op_fail(store_t *s, store_op_t *op, store_status_t st)
+{
+    if (op->kind == STORE_OP_FINISH) {
+        char h[17];
+        key_hash(op->values[0], h);
+        log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
+                 store_status_str(st));
+    }
+    /* never call back from inside a store call: park it for deliver_cb */
+    op->fail_status = st;
+    op->next = NULL;
+    if (s->dl_tail)
+        s->dl_tail->next = op;
+    else
+        s->dl_head = op;
+    s->dl_tail = op;
+    event_active(s->deliver_ev, 0, 0);
+}
+
+static void deliver_all(store_t *s)
+{
+    while (s->dl_head) {
+        store_op_t *op = s->dl_head;
+        s->dl_head = op->next;
+        if (!s->dl_head)
+            s->dl_tail = NULL;
+        op_callback(s, op, op->fail_status);
+        op_free(op);
+    }
+}
+
+static void deliver_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    deliver_all(arg);
+}
+
+int store_up_count(const store_t *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->pool_size; i++)
+        if (s->conns[i].state == STORE_CONN_IDLE || s->conns[i].state == STORE_CONN_BUSY)
+            n++;
+    return n;
+}
+
+void store_conn_lost(store_t *s)
+{
+    if (store_up_count(s) > 0)
+        return;
+    store_op_t *op;
+    while ((op = queue_pop(s)))
+        store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+}
+
+void store_pump(store_t *s)
+{
+    for (int i = 0; i < s->pool_size && s->q_head; i++) {
+        store_conn_t *c = &s->conns[i];
+        if (c->state != STORE_CONN_IDLE)
+            continue;
+        store_op_t *op = queue_pop(s);
+        if (!store_conn_send(c, op)) {
+            /* not sent; the connection is gone. Another one may take it, else it fails. */
+            if (store_up_count(s) > 0)
+                queue_push(s, op, true);
+            else
+                store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+        }
+    }
+}
+
+/* Accepts an op from a public call: refused at once when nothing can run it. */
+static store_status_t submit(store_t *s, store_op_t *op)
+{
+    store_status_t st = STORE_OK;
+    if (s->closing)
+        st = STORE_ERR_SHUTDOWN;
+    else if (s->schema_refused)
+        st = STORE_ERR_SCHEMA;
+    else if (store_up_count(s) == 0 || s->q_len >= QUEUE_MAX)
+        st = STORE_ERR_UNAVAILABLE;
+    if (st != STORE_OK) {
+        if (st == STORE_ERR_UNAVAILABLE)
+            s->stats.unavailable++;
+        op_free(op);
+        return st;
+    }
+    queue_push(s, op, false);
+    store_pump(s);
+    return STORE_OK;
+}
+
+/* ---- results ---- */
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* bytea arrives in text form as "\x" + hex (bytea_output = hex, the default since 9.0). */
+static bool decode_bytea(const char *txt, char **out, size_t *outlen)
+{
+    size_t n = strlen(txt);
+    if (n < 2 || txt[0] != '\\' || txt[1] != 'x' || (n - 2) % 2 != 0)
+        return false;
+    size_t len = (n - 2) / 2;
+    char *buf = xmalloc(len + 1);
+    for (size_t i = 0; i < len; i++) {
+        int hi = hexval(txt[2 + 2 * i]), lo = hexval(txt[3 + 2 * i]);
+        if (hi < 0 || lo < 0) {
+            free(buf);
+            return false;
+        }
+        buf[i] = (char)(hi << 4 | lo);
+    }
+    buf[len] = '\0'; /* callers treat the result as JSON text */
+    *out = buf;
+    *outlen = len;
+    return true;
+}
+
+static bool parse_state(const char *txt, store_state_t *st)
+{
+    for (unsigned i = 0; i < ARRAY_LEN(state_names); i++) {
+        if (strcmp(txt, state_names[i]) == 0) {
+            *st = (store_state_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *nullable(const PGresult *r, int col)
+{
+    return PQgetisnull(r, 0, col) ? NULL : PQgetvalue(r, 0, col);
+}
+
+static bool col_bool(const PGresult *r, int col)
+{
+    return !PQgetisnull(r, 0, col) && PQgetvalue(r, 0, col)[0] == 't';
+}
+
+/* Fills row from tuple 0. *buf receives the decoded result (freed by the caller). */
+static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
+{
+    memset(row, 0, sizeof(*row));
+    *buf = NULL;
+    if (PQnfields(r) != COL_COUNT_ || !parse_state(PQgetvalue(r, 0, COL_STATE), &row->state))
+        return false;
+    row->fence = strtoll(PQgetvalue(r, 0, COL_FENCE), NULL, 10);
+    row->attempts = atoi(PQgetvalue(r, 0, COL_ATTEMPTS));
+    row->args_digest = PQgetvalue(r, 0, COL_DIGEST);
+    if (!PQgetisnull(r, 0, COL_RESULT)) {
+        if (!decode_bytea(PQgetvalue(r, 0, COL_RESULT), buf, &row->result_len))
+            return false;
+        row->result = *buf;
+    }
+    row->result_too_large = col_bool(r, COL_TOO_LARGE);
+    row->lease_expired = col_bool(r, COL_LEASE_EXPIRED);
+    row->created_at = PQgetvalue(r, 0, COL_CREATED);
+    row->first_session_id = nullable(r, COL_SESSION);
+    row->first_jsonrpc_id = nullable(r, COL_JSONRPC);
+    return true;
+}
+
+static void claim_done(store_t *s, store_op_t *op, PGresult *res)
+{
+    store_claim_result_t cr;
+    char *buf = NULL;
+    char h[17];
+
+    memset(&cr, 0, sizeof(cr));
+    bool stale = PQntuples(res) == 0 || (!col_bool(res, COL_ACQUIRED) && col_bool(res, COL_STALE));
+    if (stale) {
+        /* the READ COMMITTED corner: run the statement again with a fresh snapshot */
+        if (op->retries++ < CLAIM_RETRIES) {
+            s->stats.claim_retries++;
+            queue_push(s, op, true);
+            store_pump(s);
+            return;
+        }
+        key_hash(op->values[0], h);
+        log_error(0, "store: claim of key %s found no stable row after %d tries", h,
+                  CLAIM_RETRIES + 1);
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_QUERY);
+        goto out;
+    }
+    if (!parse_row(res, &cr.row, &buf)) {
+        log_error(0, "store: claim returned an unexpected row");
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_QUERY);
+        goto out;
+    }
+    s->stats.claims++;
+    cr.acquired = col_bool(res, COL_ACQUIRED);
+    cr.fence = cr.row.fence;
+    cr.attempts = cr.row.attempts;
+    /* every takeover increments the fence; only a fresh insert has fence 1 */
+    cr.taken_over = cr.acquired && cr.fence > 1;
+    store_pump(s);
+    op->cb.claim(STORE_OK, &cr, op->arg);
+out:
+    free(buf);
+    op_free(op);
+}
+
+void store_op_done(store_t *s, store_op_t *op, PGresult *res)
+{
+    ExecStatusType rs = PQresultStatus(res);
+    bool ok = rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK;
+
+    if (!ok) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_error(0, "store: %s failed: %s", store_stmt_name(op->kind), msg);
+        PQclear(res);
+        /* queued work may use the connection before this callback runs */
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_QUERY);
+        op_free(op);
+        return;
+    }
+    if (op->kind == STORE_OP_CLAIM) {
+        claim_done(s, op, res);
+        PQclear(res);
+        return;
+    }
+
+    store_pump(s);
+    if (op->kind == STORE_OP_GET) {
+        store_row_t row;
+        char *buf = NULL;
+        if (PQntuples(res) == 0) {
+            op->cb.get(STORE_OK, NULL, op->arg);
+        } else if (parse_row(res, &row, &buf)) {
+            op->cb.get(STORE_OK, &row, op->arg);
+        } else {
+            log_error(0, "store: get returned an unexpected row");
+            op->cb.get(STORE_ERR_QUERY, NULL, op->arg);
+        }
+        free(buf);
+    } else {
+        long rows = strtol(PQcmdTuples(res), NULL, 10);
+        if (op->kind == STORE_OP_SWEEP) {
+            s->stats.swept += (uint64_t)rows;
+            if (rows > 0)
+                log_debug(0, "store: swept %ld expired keys", rows);
+        }
+        if (op->internal) {
+            s->sweeping = false;
+            /* a full batch means more may wait: continue after the loop has run once */
+            if (rows >= s->sweep_batch) {
+                struct timeval zero = {0, 0};
+                evtimer_add(s->sweep_more_ev, &zero);
+            }
+        } else if (op->cb.finish) {
+            op->cb.finish(STORE_OK, rows > 0, op->arg);
+        }
+    }
+    PQclear(res);
+    op_free(op);
+}
+
+/* ---- sweeper ---- */
+
+static store_op_t *sweep_op(const store_t *s)
+{
+    store_op_t *op = op_new(STORE_OP_SWEEP);
+    op_int(op, s->sweep_batch);
+    return op;
+}
+
+static void sweep_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_t *s = arg;
+    if (s->sweeping || !store_ready(s))
+        return;
+    store_op_t *op = sweep_op(s);
+    op->internal = true;
+    s->sweeping = true;
+    if (submit(s, op) != STORE_OK)
+        s->sweeping = false;
+}
+
+/* ---- public calls ---- */
+
+static struct event *must_event(struct event *ev)
+{
+    if (!ev) {
+        fprintf(stderr, "idemgw: out of memory creating an event\n");
+        abort();
+    }
+    return ev;
+}
+
+store_t *store_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
+{
+    store_t *s = xcalloc(1, sizeof(*s));
+    s->base = base;
+    s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
+    s->migrate = opt->migrate;
+    s->sweep_interval_ms = opt->sweep_interval_ms;
+    s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
+    s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
+    s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
+    s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
+    s->conns = xcalloc((size_t)s->pool_size, sizeof(*s->conns));
+    for (int i = 0; i < s->pool_size; i++)
+        store_conn_init(s, &s->conns[i], i + 1);
+
+    char err[512] = "";
+    store_status_t st = store_migrate_sync(s, err, sizeof(err));
+    if (st == STORE_OK) {
+        s->schema_ok = true;
+    } else if (st == STORE_ERR_UNAVAILABLE) {
+        /* not fatal: the pool keeps trying and migrates on its first connection */
+        log_warn(0, "store: %s; retrying in the background", err);
+    } else {
+        log_error(0, "store: %s", err);
+        snprintf(msg, msglen, "%s", err);
+        store_free(s);
+        return NULL;
+    }
+
+    for (int i = 0; i < s->pool_size; i++)
+        store_conn_start(&s->conns[i]);
+    if (s->sweep_interval_ms > 0) {
+        struct timeval tv = {(time_t)(s->sweep_interval_ms / 1000),
+                             (suseconds_t)(s->sweep_interval_ms % 1000) * 1000};
+        event_add(s->sweep_ev, &tv);
+    }
+    return s;
+}
+
+void store_free(store_t *s)
+{
+    if (!s)
+        return;
+    s->closing = true;
+    for (int i = 0; i < s->pool_size; i++) {
+        store_op_t *op = store_conn_close(&s->conns[i]);
+        if (op)
+            store_op_fail(s, op, STORE_ERR_SHUTDOWN);
+    }
+    store_op_t *op;
+    while ((op = queue_pop(s)))
+        store_op_fail(s, op, STORE_ERR_SHUTDOWN);
+    /* the contract's one exception: these callbacks run before store_free returns */
+    deliver_all(s);
+    event_free(s->deliver_ev);
+    event_free(s->sweep_ev);
+    event_free(s->sweep_more_ev);
+    free(s->conns);
+    free(s->conninfo);
+    free(s);
+}
+
+bool store_ready(const store_t *s)
+{
+    return s && !s->closing && s->schema_ok && !s->schema_refused && store_up_count(s) > 0;
+}
+
+void store_get_stats(const store_t *s, store_stats_t *out)
+{
+    *out = s->stats;
+    out->queued = s->q_len;
+    out->connections_up = store_up_count(s);
+}
+
+store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_CLAIM);
+    op_text(op, req->key);
+    op_text(op, req->tool);
+    op_text(op, req->subject);
+    op_text(op, req->args_digest);
+    op_bool(op, req->explicit_key);
+    op_text(op, req->session_id);
+    op_text(op, req->jsonrpc_id);
+    op_int(op, clamp_ms(req->lease_ms));
+    op_int(op, clamp_ms(req->window_ms));
+    op_bool(op, req->takeover_lease_expired);
+    op->cb.claim = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
+                            const char *result, size_t result_len, bool too_large,
+                            uint64_t window_ms, store_finish_cb cb, void *arg)
+{
+    /* finishing back into in_progress would hold the key with no lease owner */
+    if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
+        result_len > INT32_MAX)
+        return STORE_ERR_QUERY;
+    store_op_t *op = op_new(STORE_OP_FINISH);
+    op_text(op, key);
+    op_int(op, fence);
+    op_text(op, store_state_str(state));
+    op_bytes(op, result, result_len);
+    op_bool(op, too_large);
+    op_int(op, clamp_ms(window_ms));
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_GET);
+    op_text(op, key);
+    op->cb.get = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_DUP);
+    op_text(op, key);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg)
+{
+    store_op_t *op = sweep_op(s);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}

@@ -1,0 +1,566 @@
+/* One pooled libpq connection, non-blocking on the libevent loop: connect (PQconnectPoll),
+ * bring the schema up to date if nobody has yet, prepare the statements, then carry one
+ * statement at a time. A connection that dies fails its op in flight, closes, and reconnects
+ * after a backoff. Also the blocking migration used once by store_new.
+ *
+ * One statement in flight per connection, no pipeline mode: every statement is a single short
+ * round trip, the pool gives the parallelism, and a dead connection then loses at most one op
+ * whose outcome is unknown. */
+#include "store_int.h"
+
+#include "log.h"
+#include "store_migrations.h"
+#include "util.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BACKOFF_MIN_MS 100
+#define BACKOFF_MAX_MS 5000
+
+/* Serialises migrations between gateways starting together (any constant, fixed forever). */
+#define MIGRATION_LOCK_ID "7310311502647731009"
+
+/* First migration step: lock, make sure the bookkeeping table exists, read the version. */
+static const char migrate_begin_sql[] =
+    "BEGIN;"
+    "SET LOCAL client_min_messages = warning;"
+    "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK_ID ");"
+    "CREATE TABLE IF NOT EXISTS schema_migrations ("
+    " version integer PRIMARY KEY,"
+    " name text NOT NULL,"
+    " applied_at timestamptz NOT NULL DEFAULT now());"
+    "SELECT coalesce(max(version), 0) FROM schema_migrations";
+
+static void conn_on_io(evutil_socket_t fd, short what, void *arg);
+static void conn_on_retry(evutil_socket_t fd, short what, void *arg);
+static void conn_dead(store_conn_t *c, const char *why);
+
+static const char *const conn_state_names[] = {
+    "down", "connecting", "migrating", "preparing", "idle", "busy", "closed",
+};
+
+/* Every state change goes through here so the transitions can be checked in one place. */
+static void store_conn_set_state(store_conn_t *c, store_conn_state_t to)
+{
+#ifndef NDEBUG
+    /* CLOSED is final; every other state may fall to DOWN or CLOSED. */
+    if (c->state == STORE_CONN_CLOSED && to != STORE_CONN_CLOSED) {
+        log_error(0, "store conn %d: invalid transition %s -> %s", c->id,
+                  conn_state_names[c->state], conn_state_names[to]);
+        abort();
+    }
+#endif
+    log_debug(0, "store conn %d: %s -> %s", c->id, conn_state_names[c->state],
+              conn_state_names[to]);
+    c->state = to;
+}
+
+static void notice_cb(void *arg, const char *message)
+{
+    (void)arg;
+    char buf[512];
+    size_t n = strlen(message);
+    /* libpq's notices end in a newline, which would split the log line */
+    while (n > 0 && (message[n - 1] == '\n' || message[n - 1] == '\r'))
+        n--;
+    snprintf(buf, sizeof(buf), "%.*s", (int)n, message);
+    log_debug(0, "postgres notice: %s", buf);
+}
+
+/* libpq's messages span lines ("...\n\tThis probably means..."): one line for the log. */
+static const char *pg_msg(PGconn *pg, char *buf, size_t len)
+{
+    const char *m = pg ? PQerrorMessage(pg) : "no connection";
+    size_t o = 0;
+    bool space = false;
+    for (; *m && o + 1 < len; m++) {
+        if (*m == '\n' || *m == '\t' || *m == '\r') {
+            space = o > 0;
+            continue;
+        }
+        if (space && o + 2 < len)
+            buf[o++] = ' ';
+        space = false;
+        buf[o++] = *m;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+void store_conn_params(const store_t *s, const char **kw, const char **val)
+{
+    /* Defaults first: with expand_dbname the operator's conninfo, expanded from dbname, wins.
+     * Keepalives and a TCP user timeout notice a vanished server without a FIN. */
+    int i = 0;
+    kw[i] = "connect_timeout", val[i++] = "5";
+    kw[i] = "keepalives_idle", val[i++] = "10";
+    kw[i] = "keepalives_interval", val[i++] = "5";
+    kw[i] = "keepalives_count", val[i++] = "3";
+    kw[i] = "tcp_user_timeout", val[i++] = "15000";
+    kw[i] = "fallback_application_name", val[i++] = "idemgw";
+    if (s->conninfo && s->conninfo[0])
+        kw[i] = "dbname", val[i++] = s->conninfo;
+    kw[i] = NULL, val[i] = NULL;
+}
+
+/* Decides what the migration transaction does after reading the database's version. On
+ * STORE_OK *sql is the rest of the transaction (missing migrations, then COMMIT). */
+static store_status_t migrate_plan(int db_version, bool migrate, char **sql, bool *newer,
+                                   char *msg, size_t msglen)
+{
+    int known = store_schema_version();
+    *newer = db_version > known;
+    if (*newer) {
+        snprintf(msg, msglen,
+                 "database schema version %d is newer than this binary knows (%d); "
+                 "run a newer idemgw",
+                 db_version, known);
+        return STORE_ERR_SCHEMA;
+    }
+    if (db_version < known && !migrate) {
+        snprintf(msg, msglen,
+                 "database schema version %d, this binary needs %d; migrations are disabled "
+                 "(enable them or apply sql/ by hand)",
+                 db_version, known);
+        return STORE_ERR_SCHEMA;
+    }
+    size_t len = 16;
+    for (int i = db_version; i < store_migrations_count; i++)
+        len += strlen(store_migrations[i].sql) + strlen(store_migrations[i].name) + 128;
+    char *out = xmalloc(len);
+    size_t o = 0;
+    for (int i = db_version; i < store_migrations_count; i++) {
+        const store_migration_t *m = &store_migrations[i];
+        /* names are checked by embed-sql.sh to be [A-Za-z0-9_.], safe inside quotes */
+        o += (size_t)snprintf(out + o, len - o,
+                              "%s;\nINSERT INTO schema_migrations (version, name) "
+                              "VALUES (%d, '%s');\n",
+                              m->sql, m->version, m->name);
+    }
+    snprintf(out + o, len - o, "COMMIT");
+    *sql = out;
+    return STORE_OK;
+}
+
+store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
+{
+    const char *kw[8], *val[8];
+    char err[512], *sql = NULL;
+    PGresult *r = NULL;
+    store_status_t st = STORE_OK;
+    int db_version = 0;
+
+    store_conn_params(s, kw, val);
+    PGconn *pg = PQconnectdbParams(kw, val, 1);
+    if (PQstatus(pg) != CONNECTION_OK) {
+        snprintf(msg, msglen, "cannot connect to postgres: %s", pg_msg(pg, err, sizeof(err)));
+        st = STORE_ERR_UNAVAILABLE;
+        goto out;
+    }
+    PQsetNoticeProcessor(pg, notice_cb, NULL);
+    r = PQexec(pg, migrate_begin_sql);
+    if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
+        snprintf(msg, msglen, "reading schema version: %s", pg_msg(pg, err, sizeof(err)));
+        st = STORE_ERR_QUERY;
+        goto out;
+    }
+    db_version = atoi(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    r = NULL;
+    bool newer;
+    st = migrate_plan(db_version, s->migrate, &sql, &newer, msg, msglen);
+    if (st != STORE_OK)
+        goto out;
+    r = PQexec(pg, sql);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        snprintf(msg, msglen, "applying migrations: %s", pg_msg(pg, err, sizeof(err)));
+        st = STORE_ERR_QUERY;
+        goto out;
+    }
+    if (db_version < store_schema_version())
+        log_info(0, "store: schema migrated from version %d to %d", db_version,
+                 store_schema_version());
+out:
+    /* closing the connection rolls back whatever is still open */
+    PQclear(r);
+    PQfinish(pg);
+    free(sql);
+    return st;
+}
+
+void store_conn_init(store_t *s, store_conn_t *c, int id)
+{
+    memset(c, 0, sizeof(*c));
+    c->s = s;
+    c->id = id;
+    c->state = STORE_CONN_DOWN;
+    c->backoff_ms = BACKOFF_MIN_MS;
+    c->rd_ev = event_new(s->base, -1, 0, conn_on_io, c);
+    c->wr_ev = event_new(s->base, -1, 0, conn_on_io, c);
+    c->retry_ev = evtimer_new(s->base, conn_on_retry, c);
+    if (!c->rd_ev || !c->wr_ev || !c->retry_ev) {
+        fprintf(stderr, "idemgw: out of memory creating events\n");
+        abort();
+    }
+}
+
+/* Points the socket events at the current socket (libpq may change it while connecting) and
+ * waits for what. persistent: the steady-state read watch once connected. */
+static void conn_watch(store_conn_t *c, short what, bool persistent)
+{
+    int fd = PQsocket(c->pg);
+    event_del(c->rd_ev);
+    event_del(c->wr_ev);
+    event_assign(c->rd_ev, c->s->base, fd, EV_READ | (persistent ? EV_PERSIST : 0), conn_on_io,
+                 c);
+    event_assign(c->wr_ev, c->s->base, fd, EV_WRITE, conn_on_io, c);
+    if (what & EV_READ)
+        event_add(c->rd_ev, NULL);
+    if (what & EV_WRITE)
+        event_add(c->wr_ev, NULL);
+}
+
+static void conn_schedule_retry(store_conn_t *c)
+{
+    struct timeval tv = {(time_t)(c->backoff_ms / 1000), (suseconds_t)(c->backoff_ms % 1000) * 1000};
+    evtimer_add(c->retry_ev, &tv);
+    c->backoff_ms *= 2;
+    if (c->backoff_ms > BACKOFF_MAX_MS)
+        c->backoff_ms = BACKOFF_MAX_MS;
+}
+
+/* Closes the libpq side: events off before the socket goes away with PQfinish. */
+static void conn_teardown(store_conn_t *c)
+{
+    event_del(c->rd_ev);
+    event_del(c->wr_ev);
+    PQclear(c->res);
+    c->res = NULL;
+    if (c->pg)
+        PQfinish(c->pg);
+    c->pg = NULL;
+    c->flushing = false;
+    c->step = 0;
+}
+
+static void conn_dead(store_conn_t *c, const char *why)
+{
+    store_t *s = c->s;
+    bool was_up = c->state == STORE_CONN_IDLE || c->state == STORE_CONN_BUSY;
+    store_op_t *op = c->op;
+
+    if (was_up)
+        log_warn(0, "store conn %d: connection lost: %s", c->id, why);
+    else
+        log_info(0, "store conn %d: cannot connect: %s (retry in %llu ms)", c->id, why,
+                 (unsigned long long)c->backoff_ms);
+    c->op = NULL;
+    conn_teardown(c);
+    if (s->schema_refused) {
+        store_conn_set_state(c, STORE_CONN_CLOSED);
+    } else {
+        store_conn_set_state(c, STORE_CONN_DOWN);
+        conn_schedule_retry(c);
+    }
+    /* the statement may or may not have run: the caller decides what that means */
+    if (op)
+        store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+    store_conn_lost(s);
+}
+
+/* Starts PQflush; a backlog waits for EV_WRITE. False: the connection died. */
+static bool conn_flush(store_conn_t *c)
+{
+    int r = PQflush(c->pg);
+    if (r < 0) {
+        char err[256];
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        return false;
+    }
+    c->flushing = r == 1;
+    if (c->flushing)
+        event_add(c->wr_ev, NULL);
+    return true;
+}
+
+static bool conn_send_simple(store_conn_t *c, const char *sql)
+{
+    if (!PQsendQuery(c->pg, sql)) {
+        char err[256];
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        return false;
+    }
+    return conn_flush(c);
+}
+
+static void conn_prepare_next(store_conn_t *c)
+{
+    if (c->step >= STORE_OP_COUNT_) {
+        c->backoff_ms = BACKOFF_MIN_MS;
+        c->s->stats.connects++;
+        store_conn_set_state(c, STORE_CONN_IDLE);
+        log_info(0, "store conn %d: ready", c->id);
+        store_pump(c->s);
+        return;
+    }
+    store_op_kind_t k = (store_op_kind_t)c->step;
+    if (!PQsendPrepare(c->pg, store_stmt_name(k), store_stmt_sql(k), 0, NULL)) {
+        char err[256];
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        return;
+    }
+    (void)conn_flush(c);
+}
+
+static void conn_connected(store_conn_t *c)
+{
+    store_t *s = c->s;
+    PQsetNoticeProcessor(c->pg, notice_cb, NULL);
+    conn_watch(c, EV_READ, true);
+    c->step = 0;
+    if (s->schema_refused) {
+        conn_dead(c, "schema refused");
+        return;
+    }
+    if (!s->schema_ok) {
+        store_conn_set_state(c, STORE_CONN_MIGRATING);
+        (void)conn_send_simple(c, migrate_begin_sql);
+        return;
+    }
+    store_conn_set_state(c, STORE_CONN_PREPARING);
+    conn_prepare_next(c);
+}
+
+/* A migration step's statement finished; res is owned here. */
+static void conn_migrate_step(store_conn_t *c, PGresult *res)
+{
+    store_t *s = c->s;
+    char msg[512];
+    char *sql = NULL;
+
+    if (c->step == 0) {
+        if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+            snprintf(msg, sizeof(msg), "reading schema version: %s", PQresultErrorMessage(res));
+            conn_dead(c, msg);
+            goto out;
+        }
+        bool newer;
+        store_status_t st = migrate_plan(atoi(PQgetvalue(res, 0, 0)), s->migrate, &sql, &newer,
+                                         msg, sizeof(msg));
+        if (st != STORE_OK) {
+            log_error(0, "store: %s", msg);
+            /* newer schema: retrying cannot help; missing with migrations off: another
+             * gateway may still apply them, so keep retrying */
+            if (newer)
+                s->schema_refused = true;
+            conn_dead(c, "schema not usable");
+            goto out;
+        }
+        c->step = 1;
+        (void)conn_send_simple(c, sql);
+        goto out;
+    }
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+        snprintf(msg, sizeof(msg), "applying migrations: %s", PQresultErrorMessage(res));
+        conn_dead(c, msg);
+        goto out;
+    }
+    if (!s->schema_ok)
+        log_info(0, "store: schema at version %d", store_schema_version());
+    s->schema_ok = true;
+    c->step = 0;
+    store_conn_set_state(c, STORE_CONN_PREPARING);
+    conn_prepare_next(c);
+out:
+    free(sql);
+    PQclear(res);
+}
+
+/* The statement in flight has delivered all its results; res is the one that matters. */
+static void conn_statement_done(store_conn_t *c, PGresult *res)
+{
+    switch (c->state) {
+    case STORE_CONN_MIGRATING:
+        conn_migrate_step(c, res);
+        break;
+    case STORE_CONN_PREPARING:
+        if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "prepare %s: %s", store_stmt_name(c->step),
+                     PQresultErrorMessage(res));
+            PQclear(res);
+            conn_dead(c, msg);
+            break;
+        }
+        PQclear(res);
+        c->step++;
+        conn_prepare_next(c);
+        break;
+    case STORE_CONN_BUSY: {
+        const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        /* classes 08 (connection) and 57 (operator intervention: shutdown, terminate):
+         * the server is going away, which is "unavailable", not a failed statement */
+        if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57", 2) == 0)) {
+            char msg[512];
+            snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+            msg[strcspn(msg, "\n")] = '\0';
+            PQclear(res);
+            conn_dead(c, msg);
+            break;
+        }
+        store_op_t *op = c->op;
+        c->op = NULL;
+        store_conn_set_state(c, STORE_CONN_IDLE);
+        store_op_done(c->s, op, res);
+        break;
+    }
+    default:
+        PQclear(res);
+        break;
+    }
+}
+
+static bool conn_has_statement(const store_conn_t *c)
+{
+    return c->state == STORE_CONN_MIGRATING || c->state == STORE_CONN_PREPARING ||
+           c->state == STORE_CONN_BUSY;
+}
+
+/* Collects whatever results are complete. Keeps the last result of a statement, except that an
+ * error sticks (a multi-statement migration stops at its first error). */
+static void conn_drain(store_conn_t *c)
+{
+    while (c->pg && conn_has_statement(c) && !PQisBusy(c->pg)) {
+        PGresult *r = PQgetResult(c->pg);
+        if (r) {
+            if (c->res && PQresultStatus(c->res) == PGRES_FATAL_ERROR) {
+                PQclear(r);
+            } else {
+                PQclear(c->res);
+                c->res = r;
+            }
+            continue;
+        }
+        PGresult *done = c->res;
+        c->res = NULL;
+        if (!done) {
+            conn_dead(c, "statement ended without a result");
+            return;
+        }
+        /* may send the next statement, or kill the connection */
+        conn_statement_done(c, done);
+    }
+    if (c->pg && PQstatus(c->pg) == CONNECTION_BAD) {
+        char err[256];
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+    }
+}
+
+static void conn_poll_connect(store_conn_t *c)
+{
+    char err[256];
+    switch (PQconnectPoll(c->pg)) {
+    case PGRES_POLLING_READING:
+        conn_watch(c, EV_READ, false);
+        break;
+    case PGRES_POLLING_WRITING:
+        conn_watch(c, EV_WRITE, false);
+        break;
+    case PGRES_POLLING_OK:
+        conn_connected(c);
+        break;
+    default:
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        break;
+    }
+}
+
+static void conn_on_io(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    store_conn_t *c = arg;
+    char err[256];
+
+    if (c->state == STORE_CONN_CONNECTING) {
+        conn_poll_connect(c);
+        return;
+    }
+    if (!c->pg)
+        return;
+    if ((what & EV_WRITE) && c->flushing && !conn_flush(c))
+        return;
+    if (what & EV_READ) {
+        if (!PQconsumeInput(c->pg)) {
+            conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+            return;
+        }
+        /* the server may wait for us to read before it takes the rest of our statement */
+        if (c->flushing && !conn_flush(c))
+            return;
+    }
+    conn_drain(c);
+}
+
+void store_conn_start(store_conn_t *c)
+{
+    store_t *s = c->s;
+    const char *kw[8], *val[8];
+    char err[256];
+
+    if (s->closing || c->state == STORE_CONN_CLOSED)
+        return;
+    store_conn_params(s, kw, val);
+    c->pg = PQconnectStartParams(kw, val, 1);
+    if (!c->pg) {
+        fprintf(stderr, "idemgw: out of memory starting a postgres connection\n");
+        abort();
+    }
+    store_conn_set_state(c, STORE_CONN_CONNECTING);
+    if (PQstatus(c->pg) == CONNECTION_BAD || PQsetnonblocking(c->pg, 1) != 0) {
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        return;
+    }
+    /* libpq's rule for the first step: behave as if PQconnectPoll had said "writing" */
+    conn_watch(c, EV_WRITE, false);
+}
+
+bool store_conn_send(store_conn_t *c, store_op_t *op)
+{
+    if (!PQsendQueryPrepared(c->pg, store_stmt_name(op->kind), op->nparams,
+                             (const char *const *)op->values, op->lengths, op->formats, 0)) {
+        char err[256];
+        conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+        return false;
+    }
+    c->op = op;
+    store_conn_set_state(c, STORE_CONN_BUSY);
+    /* a flush failure kills the connection, which fails the op: sent or not, it is ours */
+    (void)conn_flush(c);
+    return true;
+}
+
+static void conn_on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_conn_start(arg);
+}
+
+store_op_t *store_conn_close(store_conn_t *c)
+{
+    store_op_t *op = c->op;
+    c->op = NULL;
+    conn_teardown(c);
+    if (c->retry_ev)
+        event_free(c->retry_ev);
+    if (c->rd_ev)
+        event_free(c->rd_ev);
+    if (c->wr_ev)
+        event_free(c->wr_ev);
+    c->retry_ev = c->rd_ev = c->wr_ev = NULL;
+    store_conn_set_state(c, STORE_CONN_CLOSED);
+    return op;
+}

@@ -1,0 +1,120 @@
+/* Internals shared by store.c (the public calls, statements, queue, sweeper) and store_conn.c
+ * (one libpq connection's life: connect, migrate, prepare, send, receive, die, back off).
+ * Not part of the contract; only the two store files include it. */
+#ifndef IDEMGW_STORE_INT_H
+#define IDEMGW_STORE_INT_H
+
+#include "store.h"
+
+#include <libpq-fe.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct event;
+struct event_base;
+
+typedef enum {
+    STORE_OP_CLAIM = 0,
+    STORE_OP_FINISH,
+    STORE_OP_GET,
+    STORE_OP_DUP,
+    STORE_OP_SWEEP,
+    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
+} store_op_kind_t;
+
+#define STORE_MAX_PARAMS 10
+
+/* One call, from the API until its callback. Owns copies of its parameters because it may wait
+ * in the queue after the caller's strings are gone. */
+typedef struct store_op {
+    struct store_op *next;            /* link in the queue or the delivery list */
+    store_op_kind_t kind;
+    int nparams;
+    char *values[STORE_MAX_PARAMS];   /* NULL = SQL NULL */
+    int lengths[STORE_MAX_PARAMS];    /* only for binary parameters */
+    int formats[STORE_MAX_PARAMS];    /* 1 = binary: the result bytea, sent as is */
+    union {
+        store_claim_cb claim;
+        store_finish_cb finish;
+        store_get_cb get;
+    } cb;                             /* may be NULL for finish, duplicate and sweep */
+    void *arg;
+    int retries;                      /* claim re-runs caused by the READ COMMITTED corner */
+    bool internal;                    /* the sweeper's own batch: no callback */
+    store_status_t fail_status;       /* set while on the delivery list */
+} store_op_t;
+
+typedef enum {
+    STORE_CONN_DOWN = 0,   /* no PGconn; the backoff timer starts the next attempt */
+    STORE_CONN_CONNECTING, /* PQconnectPoll in progress */
+    STORE_CONN_MIGRATING,  /* bringing the schema up to date (only until it is in place) */
+    STORE_CONN_PREPARING,  /* PQsendPrepare, one statement at a time */
+    STORE_CONN_IDLE,       /* ready, nothing in flight */
+    STORE_CONN_BUSY,       /* one op in flight */
+    STORE_CONN_CLOSED,     /* store closing or schema refused: never reconnects */
+} store_conn_state_t;
+
+typedef struct store_conn {
+    store_t *s;
+    int id;                    /* 1-based, for log lines */
+    store_conn_state_t state;  /* changed only in store_conn_set_state() */
+    PGconn *pg;
+    struct event *rd_ev;       /* socket readable (persistent once connected) */
+    struct event *wr_ev;       /* socket writable: connect steps and PQflush backlog */
+    struct event *retry_ev;    /* backoff timer */
+    uint64_t backoff_ms;       /* next reconnect delay, 100 ms doubling to 5 s */
+    int step;                  /* progress through migrating / preparing */
+    PGresult *res;             /* result collected so far for the statement in flight */
+    store_op_t *op;            /* the op in flight when BUSY */
+    bool flushing;             /* PQflush returned 1: wait for EV_WRITE */
+} store_conn_t;
+
+struct store {
+    struct event_base *base;
+    char *conninfo;             /* NULL = PG* environment */
+    int pool_size;
+    bool migrate;
+    uint64_t sweep_interval_ms;
+    int sweep_batch;
+
+    store_conn_t *conns;        /* pool_size of them */
+    store_op_t *q_head, *q_tail; /* FIFO of ops waiting for an idle connection */
+    int q_len;
+    store_op_t *dl_head, *dl_tail; /* failed ops whose callbacks run from deliver_ev */
+    struct event *deliver_ev;
+    struct event *sweep_ev;      /* every sweep_interval_ms */
+    struct event *sweep_more_ev; /* zero timeout: next batch after yielding to the loop */
+    bool sweeping;               /* a sweeper batch is queued or in flight */
+
+    bool schema_ok;              /* migrations checked (and applied) by some connection */
+    bool schema_refused;         /* the database is newer than this binary: stay down */
+    bool closing;                /* store_free in progress */
+    store_stats_t stats;
+};
+
+/* store_conn.c */
+void store_conn_init(store_t *s, store_conn_t *c, int id);
+void store_conn_start(store_conn_t *c);
+/* Sends op on an IDLE connection. False: the connection died (op not sent, still the caller's). */
+bool store_conn_send(store_conn_t *c, store_op_t *op);
+/* Tears down the connection for store_free; hands back the op in flight, if any. */
+store_op_t *store_conn_close(store_conn_t *c);
+/* Blocking migration at store_new. UNAVAILABLE: could not connect (retry in the background). */
+store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen);
+/* Connection parameters shared by the blocking and the non-blocking connects. */
+void store_conn_params(const store_t *s, const char **kw, const char **val);
+
+/* store.c, called by store_conn.c */
+const char *store_stmt_name(store_op_kind_t kind);
+const char *store_stmt_sql(store_op_kind_t kind);
+/* A connection became IDLE (or finished an op): hand it queued work. */
+void store_pump(store_t *s);
+/* The op in flight on c completed with res (owned by the callee). c is IDLE again. */
+void store_op_done(store_t *s, store_op_t *op, PGresult *res);
+/* The op cannot complete: its callback runs from the loop with st. */
+void store_op_fail(store_t *s, store_op_t *op, store_status_t st);
+/* A connection went down: when none is up, fail what is queued. */
+void store_conn_lost(store_t *s);
+int store_up_count(const store_t *s);
+
+#endif

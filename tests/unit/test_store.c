@@ -1,0 +1,775 @@
+/* The store against a real Postgres: IDEMGW_TEST_PG_URL names a server (the test runner starts
+ * one with scripts/pg-cluster.sh); each run creates and drops its own database. The restart
+ * case starts a private cluster of its own so it cannot disturb other tests on the shared one.
+ * Everything waits on the event loop with deadlines, never with sleeps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "log.h"
+#include "store.h"
+#include "util.h"
+
+#include <event2/event.h>
+#include <libpq-fe.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct event_base *base;
+static char *admin_url;   /* the server's maintenance database */
+static char dbname[64];   /* this run's database */
+static char *db_conninfo; /* conninfo of this run's database */
+static store_t *st_main;  /* shared by most cases; keys are prefixed per case */
+
+/* ---- helpers ---- */
+
+static void tick_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    (void)arg;
+}
+
+/* Runs the loop until pred holds or timeout_ms passes; the tick bounds each loop pass. */
+static bool wait_for(bool (*pred)(void *), void *arg, uint64_t timeout_ms)
+{
+    uint64_t deadline = util_now_ms() + timeout_ms;
+    struct event *tick = event_new(base, -1, EV_PERSIST, tick_cb, NULL);
+    struct timeval tv = {0, 10000};
+    event_add(tick, &tv);
+    while (!pred(arg) && util_now_ms() < deadline)
+        event_base_loop(base, EVLOOP_ONCE);
+    event_free(tick);
+    return pred(arg);
+}
+
+static bool flag_set(void *arg)
+{
+    return *(bool *)arg;
+}
+
+static bool is_ready(void *arg)
+{
+    return store_ready(arg);
+}
+
+static bool is_not_ready(void *arg)
+{
+    return !store_ready(arg);
+}
+
+/* Conninfo for another database on the same server as url. */
+static char *conninfo_for(const char *url, const char *db)
+{
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(url, &err);
+    if (!opts) {
+        fprintf(stderr, "cannot parse IDEMGW_TEST_PG_URL: %s\n", err ? err : "?");
+        PQfreemem(err);
+        return NULL;
+    }
+    size_t cap = 1024, len = 0;
+    char *out = xmalloc(cap);
+    out[0] = '\0';
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val || strcmp(o->keyword, "dbname") == 0)
+            continue;
+        char esc[512];
+        size_t e = 0;
+        for (const char *p = o->val; *p && e + 3 < sizeof(esc); p++) {
+            if (*p == '\'' || *p == '\\')
+                esc[e++] = '\\';
+            esc[e++] = *p;
+        }
+        esc[e] = '\0';
+        char *piece = xasprintf("%s='%s' ", o->keyword, esc);
+        size_t pl = strlen(piece);
+        if (len + pl + 1 > cap) {
+            cap = (len + pl + 1) * 2;
+            out = xrealloc(out, cap);
+        }
+        memcpy(out + len, piece, pl + 1);
+        len += pl;
+        free(piece);
+    }
+    PQconninfoFree(opts);
+    char *full = xasprintf("%sdbname='%s'", out, db);
+    free(out);
+    return full;
+}
+
+static void quiet_notice(void *arg, const char *msg)
+{
+    (void)arg;
+    (void)msg;
+}
+
+/* Runs one statement on a blocking connection; returns the first value, or "" (static buffer). */
+static const char *sql1(const char *conninfo, const char *sql)
+{
+    static char val[256];
+    PGconn *pg = PQconnectdb(conninfo);
+    val[0] = '\0';
+    if (PQstatus(pg) != CONNECTION_OK) {
+        fprintf(stderr, "sql1 connect: %s", PQerrorMessage(pg));
+        PQfinish(pg);
+        fail_msg("cannot connect for a helper statement");
+    }
+    PQsetNoticeProcessor(pg, quiet_notice, NULL);
+    PGresult *r = PQexec(pg, sql);
+    ExecStatusType rs = PQresultStatus(r);
+    if (rs != PGRES_TUPLES_OK && rs != PGRES_COMMAND_OK) {
+        fprintf(stderr, "sql1 %s: %s", sql, PQerrorMessage(pg));
+        PQclear(r);
+        PQfinish(pg);
+        fail_msg("helper statement failed");
+    }
+    if (rs == PGRES_TUPLES_OK && PQntuples(r) > 0)
+        snprintf(val, sizeof(val), "%s", PQgetvalue(r, 0, 0));
+    PQclear(r);
+    PQfinish(pg);
+    return val;
+}
+
+static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_t sweep_ms,
+                           int batch)
+{
+    store_options_t opt = {.conninfo = conninfo,
+                           .pool_size = pool,
+                           .migrate = migrate,
+                           .sweep_interval_ms = sweep_ms,
+                           .sweep_batch = batch};
+    char msg[512] = "";
+    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    if (!s)
+        fprintf(stderr, "store_new: %s\n", msg);
+    assert_non_null(s);
+    assert_true(wait_for(is_ready, s, 10000));
+    return s;
+}
+
+/* A claim's outcome, copied out of the callback. */
+typedef struct {
+    bool done;
+    store_status_t st;
+    bool acquired, taken_over, lease_expired, too_large;
+    int64_t fence;
+    int attempts;
+    store_state_t state;
+    char digest[80];
+    char *result; /* owned copy, or NULL */
+    size_t result_len;
+    char created_at[40];
+    char session[64];
+} claim_out_t;
+
+static void claim_cb(store_status_t st, const store_claim_result_t *res, void *arg)
+{
+    claim_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    if (st != STORE_OK)
+        return;
+    o->acquired = res->acquired;
+    o->taken_over = res->taken_over;
+    o->fence = res->fence;
+    o->attempts = res->attempts;
+    o->state = res->row.state;
+    o->lease_expired = res->row.lease_expired;
+    o->too_large = res->row.result_too_large;
+    snprintf(o->digest, sizeof(o->digest), "%s", res->row.args_digest ? res->row.args_digest : "");
+    snprintf(o->created_at, sizeof(o->created_at), "%s", res->row.created_at);
+    snprintf(o->session, sizeof(o->session), "%s",
+             res->row.first_session_id ? res->row.first_session_id : "");
+    if (res->row.result) {
+        o->result = xstrndup(res->row.result, res->row.result_len);
+        o->result_len = res->row.result_len;
+    }
+}
+
+static store_claim_req_t req_for(const char *key, const char *digest)
+{
+    store_claim_req_t r = {.key = key,
+                           .tool = "charge",
+                           .subject = "tenant-a",
+                           .args_digest = digest,
+                           .explicit_key = false,
+                           .session_id = "sess-1",
+                           .jsonrpc_id = "7",
+                           .lease_ms = 30000,
+                           .window_ms = 600000,
+                           .takeover_lease_expired = false};
+    return r;
+}
+
+static claim_out_t do_claim(store_t *s, const store_claim_req_t *req)
+{
+    claim_out_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_claim(s, req, claim_cb, &o), STORE_OK);
+    assert_false(o.done); /* never called back from inside the call */
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    return o;
+}
+
+typedef struct {
+    bool done;
+    store_status_t st;
+    bool matched;
+} finish_out_t;
+
+static void finish_cb(store_status_t st, bool matched, void *arg)
+{
+    finish_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    o->matched = matched;
+}
+
+static bool do_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
+                      const char *result, uint64_t window_ms)
+{
+    finish_out_t o = {0};
+    assert_int_equal(store_finish(s, key, fence, state, result, result ? strlen(result) : 0,
+                                  false, window_ms, finish_cb, &o),
+                     STORE_OK);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    return o.matched;
+}
+
+typedef struct {
+    bool done, found;
+    store_status_t st;
+    store_state_t state;
+    int attempts;
+    int64_t fence;
+} get_out_t;
+
+static void get_cb(store_status_t st, const store_row_t *row, void *arg)
+{
+    get_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    o->found = row != NULL;
+    if (row) {
+        o->state = row->state;
+        o->attempts = row->attempts;
+        o->fence = row->fence;
+    }
+}
+
+static get_out_t do_get(store_t *s, const char *key)
+{
+    get_out_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_get(s, key, get_cb, &o), STORE_OK);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    return o;
+}
+
+/* ---- setup ---- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    const char *url = getenv("IDEMGW_TEST_PG_URL");
+    if (!url || !url[0]) {
+        fprintf(stderr, "test_store: IDEMGW_TEST_PG_URL is not set. These tests need a real "
+                        "Postgres: d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh "
+                        "start $d/pg)\n");
+        return -1;
+    }
+    log_threshold = getenv("IDEMGW_TEST_LOG") ? LOG_DEBUG : LOG_ERROR;
+    admin_url = xstrdup(url);
+    snprintf(dbname, sizeof(dbname), "idemgw_test_%ld", (long)getpid());
+    char *sql = xasprintf("DROP DATABASE IF EXISTS %s", dbname);
+    sql1(admin_url, sql);
+    free(sql);
+    sql = xasprintf("CREATE DATABASE %s", dbname);
+    sql1(admin_url, sql);
+    free(sql);
+    db_conninfo = conninfo_for(url, dbname);
+    if (!db_conninfo)
+        return -1;
+    base = event_base_new();
+    return base ? 0 : -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    store_free(st_main);
+    st_main = NULL;
+    if (admin_url) {
+        char *sql = xasprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", dbname);
+        sql1(admin_url, sql);
+        free(sql);
+    }
+    if (base)
+        event_base_free(base);
+    free(db_conninfo);
+    free(admin_url);
+    return 0;
+}
+
+/* ---- cases ---- */
+
+static void test_strings(void **state)
+{
+    (void)state;
+    assert_string_equal(store_status_str(STORE_OK), "ok");
+    assert_string_equal(store_status_str(STORE_ERR_UNAVAILABLE), "unavailable");
+    assert_string_equal(store_status_str(STORE_ERR_QUERY), "query failed");
+    assert_string_equal(store_status_str(STORE_ERR_SCHEMA), "schema mismatch");
+    assert_string_equal(store_status_str(STORE_ERR_SHUTDOWN), "shutting down");
+    assert_string_equal(store_status_str((store_status_t)99), "unknown status");
+    assert_string_equal(store_state_str(STORE_STATE_IN_PROGRESS), "in_progress");
+    assert_string_equal(store_state_str(STORE_STATE_SUCCEEDED), "succeeded");
+    assert_string_equal(store_state_str(STORE_STATE_FAILED), "failed");
+    assert_string_equal(store_state_str(STORE_STATE_UNKNOWN), "unknown");
+    assert_string_equal(store_state_str((store_state_t)42), "invalid");
+    assert_true(store_schema_version() >= 1);
+}
+
+static void test_migrations_once(void **state)
+{
+    (void)state;
+    st_main = open_store(db_conninfo, 4, true, 0, 0);
+    char *want = xasprintf("%d", store_schema_version());
+    assert_string_equal(sql1(db_conninfo, "SELECT max(version) FROM schema_migrations"), want);
+    assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM schema_migrations"), want);
+    /* a second start finds everything in place and applies nothing */
+    store_t *again = open_store(db_conninfo, 1, true, 0, 0);
+    assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM schema_migrations"), want);
+    assert_string_equal(sql1(db_conninfo, "SELECT to_regclass('idem_keys') IS NOT NULL"), "t");
+    store_free(again);
+    free(want);
+}
+
+static void test_newer_schema_refused(void **state)
+{
+    (void)state;
+    char *sql = xasprintf("INSERT INTO schema_migrations (version, name) VALUES (%d, 'future')",
+                          store_schema_version() + 1);
+    sql1(db_conninfo, sql);
+    free(sql);
+    store_options_t opt = {.conninfo = db_conninfo, .pool_size = 1, .migrate = true};
+    char msg[512] = "";
+    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    assert_null(s);
+    assert_non_null(strstr(msg, "newer"));
+    sql = xasprintf("DELETE FROM schema_migrations WHERE version = %d", store_schema_version() + 1);
+    sql1(db_conninfo, sql);
+    free(sql);
+}
+
+static void test_missing_schema_without_migrate_refused(void **state)
+{
+    (void)state;
+    char other[80];
+    snprintf(other, sizeof(other), "%s_empty", dbname);
+    char *sql = xasprintf("CREATE DATABASE %s", other);
+    sql1(admin_url, sql);
+    free(sql);
+    char *ci = conninfo_for(admin_url, other);
+    store_options_t opt = {.conninfo = ci, .pool_size = 1, .migrate = false};
+    char msg[512] = "";
+    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    assert_null(s);
+    assert_non_null(strstr(msg, "migrations are disabled"));
+    /* nothing was created behind the operator's back (the check ran in a rolled back txn) */
+    assert_string_equal(sql1(ci, "SELECT to_regclass('idem_keys') IS NULL"), "t");
+    assert_string_equal(sql1(ci, "SELECT to_regclass('schema_migrations') IS NULL"), "t");
+    free(ci);
+    sql = xasprintf("DROP DATABASE %s WITH (FORCE)", other);
+    sql1(admin_url, sql);
+    free(sql);
+}
+
+static void test_claim_finish_replay(void **state)
+{
+    (void)state;
+    store_claim_req_t req = req_for("t:charge:h:basic", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+    assert_false(a.taken_over);
+    assert_int_equal(a.fence, 1);
+    assert_int_equal(a.attempts, 1);
+    assert_int_equal(a.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(strlen(a.created_at), 24); /* 2025-01-01T00:00:00.000Z */
+    assert_int_equal(a.created_at[23], 'Z');
+
+    claim_out_t b = do_claim(st_main, &req);
+    assert_false(b.acquired);
+    assert_int_equal(b.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(b.fence, 1);
+    assert_false(b.lease_expired);
+    assert_null(b.result);
+    assert_string_equal(b.session, "sess-1");
+
+    assert_false(do_finish(st_main, req.key, 2, STORE_STATE_SUCCEEDED, "{}", 600000));
+    const char *result = "{\"content\":[{\"type\":\"text\",\"text\":\"charged \\u00e9 ok\"}]}";
+    assert_true(do_finish(st_main, req.key, 1, STORE_STATE_SUCCEEDED, result, 600000));
+
+    claim_out_t c = do_claim(st_main, &req);
+    assert_false(c.acquired);
+    assert_int_equal(c.state, STORE_STATE_SUCCEEDED);
+    assert_int_equal(c.fence, 1);
+    assert_non_null(c.result);
+    assert_int_equal(c.result_len, strlen(result));
+    assert_string_equal(c.result, result);
+    assert_false(c.too_large);
+    free(c.result);
+
+    /* a stalled finish with the old fence cannot overwrite after a takeover */
+    assert_false(do_finish(st_main, "t:charge:h:no-such-key", 1, STORE_STATE_FAILED, NULL, 1000));
+}
+
+static void test_failed_is_taken_over(void **state)
+{
+    (void)state;
+    store_claim_req_t req = req_for("t:charge:h:failed", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_FAILED, NULL, 600000));
+    claim_out_t b = do_claim(st_main, &req);
+    assert_true(b.acquired);
+    assert_true(b.taken_over);
+    assert_int_equal(b.fence, 2);
+    assert_int_equal(b.attempts, 2);
+    assert_false(do_finish(st_main, req.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    assert_true(do_finish(st_main, req.key, 2, STORE_STATE_UNKNOWN, NULL, 600000));
+    claim_out_t c = do_claim(st_main, &req);
+    assert_false(c.acquired); /* unknown is held */
+    assert_int_equal(c.state, STORE_STATE_UNKNOWN);
+}
+
+static void test_lease_expiry(void **state)
+{
+    (void)state;
+    store_claim_req_t req = req_for("t:charge:h:lease", "d1");
+    req.lease_ms = 0; /* the lease is over by the next statement, by the database clock */
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+
+    req.lease_ms = 30000;
+    req.takeover_lease_expired = false;
+    claim_out_t b = do_claim(st_main, &req);
+    assert_false(b.acquired);
+    assert_int_equal(b.state, STORE_STATE_IN_PROGRESS);
+    assert_true(b.lease_expired);
+
+    req.takeover_lease_expired = true;
+    claim_out_t c = do_claim(st_main, &req);
+    assert_true(c.acquired);
+    assert_true(c.taken_over);
+    assert_int_equal(c.fence, 2);
+    /* the new lease holds */
+    claim_out_t d = do_claim(st_main, &req);
+    assert_false(d.acquired);
+    assert_false(d.lease_expired);
+    assert_int_equal(d.fence, 2);
+    /* the first attempt's late finish is fenced out */
+    assert_false(do_finish(st_main, req.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+}
+
+static void test_window_expiry(void **state)
+{
+    (void)state;
+    store_claim_req_t req = req_for("t:charge:h:window", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_SUCCEEDED, "{\"a\":1}", 0));
+    req.session_id = "sess-2";
+    claim_out_t b = do_claim(st_main, &req);
+    assert_true(b.acquired);
+    assert_true(b.taken_over);
+    assert_int_equal(b.fence, 2);
+    assert_int_equal(b.attempts, 1); /* a new life for the key */
+    assert_null(b.result);
+    get_out_t g = do_get(st_main, req.key);
+    assert_true(g.found);
+    assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
+}
+
+static void test_explicit_key_digest_mismatch(void **state)
+{
+    (void)state;
+    store_claim_req_t req = req_for("t:charge:x:order-42", "digest-A");
+    req.explicit_key = true;
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_FAILED, NULL, 600000));
+
+    /* failed, but reused with other arguments: returned for the caller to refuse */
+    store_claim_req_t other = req;
+    other.args_digest = "digest-B";
+    claim_out_t b = do_claim(st_main, &other);
+    assert_false(b.acquired);
+    assert_string_equal(b.digest, "digest-A");
+    assert_int_equal(b.state, STORE_STATE_FAILED);
+
+    /* same arguments: taken over */
+    claim_out_t c = do_claim(st_main, &req);
+    assert_true(c.acquired);
+    assert_int_equal(c.fence, 2);
+
+    /* lease-expired in progress is not taken over with other arguments either */
+    assert_true(do_finish(st_main, req.key, 2, STORE_STATE_FAILED, NULL, 600000));
+    req.lease_ms = 0;
+    claim_out_t d = do_claim(st_main, &req);
+    assert_true(d.acquired);
+    other.takeover_lease_expired = true;
+    claim_out_t e = do_claim(st_main, &other);
+    assert_false(e.acquired);
+    assert_string_equal(e.digest, "digest-A");
+
+    /* once expired, the key is free for anything */
+    assert_true(do_finish(st_main, req.key, d.fence, STORE_STATE_SUCCEEDED, "{}", 0));
+    claim_out_t f = do_claim(st_main, &other);
+    assert_true(f.acquired);
+    assert_string_equal(f.digest, "digest-B");
+}
+
+static void test_duplicate_and_get(void **state)
+{
+    (void)state;
+    get_out_t none = do_get(st_main, "t:charge:h:absent");
+    assert_false(none.found);
+
+    store_claim_req_t req = req_for("t:charge:h:dup", "d1");
+    (void)do_claim(st_main, &req);
+    finish_out_t o = {0};
+    assert_int_equal(store_note_duplicate(st_main, req.key, finish_cb, &o), STORE_OK);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_true(o.matched);
+    /* cb may be NULL */
+    assert_int_equal(store_note_duplicate(st_main, req.key, NULL, NULL), STORE_OK);
+    get_out_t g = do_get(st_main, req.key);
+    assert_true(g.found);
+    assert_int_equal(g.attempts, 3);
+    assert_int_equal(g.fence, 1);
+    assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
+}
+
+#define CONCURRENT 50
+
+static int outstanding(claim_out_t *outs)
+{
+    int n = 0;
+    for (int i = 0; i < CONCURRENT; i++)
+        n += !outs[i].done;
+    return n;
+}
+
+static bool all_done(void *arg)
+{
+    return outstanding(arg) == 0;
+}
+
+static void test_concurrent_two_stores(void **state)
+{
+    (void)state;
+    store_t *other = open_store(db_conninfo, 4, true, 0, 0);
+    static claim_out_t outs[CONCURRENT];
+    memset(outs, 0, sizeof(outs));
+    for (int round = 0; round < 3; round++) {
+        char key[64];
+        snprintf(key, sizeof(key), "t:charge:h:race-%d", round);
+        store_claim_req_t req = req_for(key, "d1");
+        memset(outs, 0, sizeof(outs));
+        for (int i = 0; i < CONCURRENT; i++)
+            assert_int_equal(store_claim(i % 2 ? other : st_main, &req, claim_cb, &outs[i]),
+                             STORE_OK);
+        assert_true(wait_for(all_done, outs, 20000));
+        int acquired = 0;
+        for (int i = 0; i < CONCURRENT; i++) {
+            assert_int_equal(outs[i].st, STORE_OK);
+            assert_int_equal(outs[i].fence, 1);
+            assert_int_equal(outs[i].state, STORE_STATE_IN_PROGRESS);
+            acquired += outs[i].acquired;
+        }
+        assert_int_equal(acquired, 1);
+    }
+    store_stats_t a, b;
+    store_get_stats(st_main, &a);
+    store_get_stats(other, &b);
+    printf("# concurrent claims: retries after the snapshot corner: %llu\n",
+           (unsigned long long)(a.claim_retries + b.claim_retries));
+    store_free(other);
+}
+
+static bool swept_35(void *arg)
+{
+    store_stats_t stats;
+    store_get_stats(arg, &stats);
+    return stats.swept >= 35;
+}
+
+static void test_sweeper(void **state)
+{
+    (void)state;
+    /* 35 expired rows and one in progress whose lease runs: batches of 10 must loop */
+    for (int i = 0; i < 35; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "sweep:%d", i);
+        store_claim_req_t req = req_for(key, "d1");
+        claim_out_t a = do_claim(st_main, &req);
+        assert_true(do_finish(st_main, key, a.fence, STORE_STATE_SUCCEEDED, "{}", 0));
+    }
+    store_claim_req_t live = req_for("sweep:live", "d1");
+    live.window_ms = 0; /* expiry is still at least the lease */
+    (void)do_claim(st_main, &live);
+
+    store_t *sw = open_store(db_conninfo, 2, true, 20, 10);
+    assert_true(wait_for(swept_35, sw, 10000));
+    store_free(sw);
+    assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM idem_keys WHERE key LIKE 'sweep:%'"),
+                        "1");
+    get_out_t g = do_get(st_main, "sweep:live");
+    assert_true(g.found);
+
+    /* and on demand */
+    store_claim_req_t req = req_for("sweep:now", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_FAILED, NULL, 0));
+    finish_out_t o = {0};
+    assert_int_equal(store_sweep_now(st_main, finish_cb, &o), STORE_OK);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_true(o.matched);
+    assert_false(do_get(st_main, req.key).found);
+}
+
+typedef struct {
+    int calls;
+    store_status_t last;
+} shut_t;
+
+static void shut_get_cb(store_status_t st, const store_row_t *row, void *arg)
+{
+    (void)row;
+    shut_t *sh = arg;
+    sh->calls++;
+    sh->last = st;
+}
+
+static void test_free_fails_pending(void **state)
+{
+    (void)state;
+    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    shut_t sh = {0, STORE_OK};
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(store_get(s, "t:charge:h:basic", shut_get_cb, &sh), STORE_OK);
+    assert_int_equal(sh.calls, 0);
+    store_free(s);
+    assert_int_equal(sh.calls, 5);
+    assert_int_equal(sh.last, STORE_ERR_SHUTDOWN);
+}
+
+static const char *cluster_script(void)
+{
+    const char *p = getenv("IDEMGW_PG_CLUSTER_SCRIPT");
+    return p && p[0] ? p : "scripts/pg-cluster.sh";
+}
+
+static char *run_cmd(const char *cmd)
+{
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return NULL;
+    char buf[512] = "";
+    if (!fgets(buf, sizeof(buf), f))
+        buf[0] = '\0';
+    int rc = pclose(f);
+    if (rc != 0)
+        return NULL;
+    buf[strcspn(buf, "\n")] = '\0';
+    return xstrdup(buf);
+}
+
+static void test_restart_recovers(void **state)
+{
+    (void)state;
+    if (access(cluster_script(), X_OK) != 0)
+        fail_msg("cannot run %s (run from the repository root or set IDEMGW_PG_CLUSTER_SCRIPT)",
+                 cluster_script());
+    char dir[] = "/tmp/idemgw-store-restart.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char *cmd = xasprintf("%s start %s/pg", cluster_script(), dir);
+    char *url = run_cmd(cmd);
+    if (!url)
+        fail_msg("could not start a private cluster: %s", cmd);
+
+    store_t *s = open_store(url, 2, true, 0, 0);
+    store_claim_req_t req = req_for("t:charge:h:restart", "d1");
+    claim_out_t a = do_claim(s, &req);
+    assert_true(a.acquired);
+
+    char *stop = xasprintf("%s stop %s/pg", cluster_script(), dir);
+    assert_int_equal(system(stop), 0);
+    assert_true(wait_for(is_not_ready, s, 10000));
+
+    /* down: refused at once, nothing queued */
+    claim_out_t none;
+    memset(&none, 0, sizeof(none));
+    uint64_t t0 = util_now_ms();
+    assert_int_equal(store_claim(s, &req, claim_cb, &none), STORE_ERR_UNAVAILABLE);
+    get_out_t g;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(store_get(s, req.key, get_cb, &g), STORE_ERR_UNAVAILABLE);
+    assert_true(util_now_ms() - t0 < 100);
+    /* staying down a while: still refused, never a callback */
+    bool never = false;
+    (void)wait_for(flag_set, &never, 300);
+    assert_false(none.done);
+    assert_false(g.done);
+    assert_int_equal(store_claim(s, &req, claim_cb, &none), STORE_ERR_UNAVAILABLE);
+
+    free(run_cmd(cmd)); /* start again on the same port */
+    uint64_t t1 = util_now_ms();
+    assert_true(wait_for(is_ready, s, 20000));
+    printf("# store recovered %llu ms after postgres came back\n",
+           (unsigned long long)(util_now_ms() - t1));
+    claim_out_t b = do_claim(s, &req);
+    assert_false(b.acquired);
+    assert_int_equal(b.state, STORE_STATE_IN_PROGRESS);
+    assert_true(do_finish(s, req.key, a.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
+
+    store_free(s);
+    assert_int_equal(system(stop), 0);
+    char *rm = xasprintf("rm -rf %s", dir);
+    assert_int_equal(system(rm), 0);
+    free(rm);
+    free(stop);
+    free(url);
+    free(cmd);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_migrations_once),
+        cmocka_unit_test(test_newer_schema_refused),
+        cmocka_unit_test(test_missing_schema_without_migrate_refused),
+        cmocka_unit_test(test_claim_finish_replay),
+        cmocka_unit_test(test_failed_is_taken_over),
+        cmocka_unit_test(test_lease_expiry),
+        cmocka_unit_test(test_window_expiry),
+        cmocka_unit_test(test_explicit_key_digest_mismatch),
+        cmocka_unit_test(test_duplicate_and_get),
+        cmocka_unit_test(test_concurrent_two_stores),
+        cmocka_unit_test(test_sweeper),
+        cmocka_unit_test(test_free_fails_pending),
+        cmocka_unit_test(test_restart_recovers),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
