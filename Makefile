@@ -83,6 +83,11 @@ unit: unit-bins
 check: all unit-bins
 	$(Q)tests/run-all.sh
 
+# The same tests against the sanitizer build.
+.PHONY: check-asan
+check-asan: asan
+	$(Q)BUILD=build-asan IDEMGW_BIN=build-asan/idemgw tests/run-all.sh
+
 bench: all
 	$(Q)scripts/bench.sh
 

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Installs everything a Debian 12 machine needs to build, run, test and benchmark idemgw:
+#   - Debian packages (apt-get update only when one is missing),
+#   - Node 22 (binary plus its npm) into tools/node/ (the conformance suite needs Node >= 22),
+#   - the test packages pinned in tests/package-lock.json, into tests/node_modules/.
+# Safe to run again: each step checks first and is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+export DEBIAN_FRONTEND=noninteractive
+
+NODE_VERSION=22.23.5 # node-linux-<arch> on npm: the official Node binary
+NPM_VERSION=10.9.8   # the npm that ships with Node 22
+
+# Why each package is here:
+apt_packages=(
+    build-essential pkg-config # the C toolchain and make
+    clang libclang-rt-14-dev   # `make asan` and the libFuzzer drivers
+    clang-format               # `make format`
+    libevent-dev libjansson-dev libfyaml-dev libpq-dev libssl-dev # the gateway's libraries
+    node-llhttp                # llhttp C sources, compiled by the Makefile
+    libcmocka-dev              # unit tests
+    postgresql                 # initdb/pg_ctl for the private clusters of scripts/pg-cluster.sh
+    python3                    # free-port helper in scripts/pg-cluster.sh
+    nginx-light wrk            # benchmarks (scripts/bench.sh): nginx baseline, load generator
+    ca-certificates            # npm talks https to its registry
+)
+
+sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# --- Debian packages --------------------------------------------------------------------------
+missing=()
+for p in "${apt_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+done
+# Any npm will do to fetch Node 22 from the registry; Debian's is the fallback.
+command -v npm >/dev/null 2>&1 || missing+=(npm)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install-deps: apt packages: ${missing[*]}"
+    sudo_ apt-get update -q
+    sudo_ apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# --- Node 22 into tools/node ------------------------------------------------------------------
+case "$(uname -m)" in
+x86_64) node_arch=x64 ;;
+aarch64) node_arch=arm64 ;;
+*) echo "install-deps: no Node build for $(uname -m)" >&2; exit 1 ;;
+esac
+node_dir=$root/tools/node
+if [ "$("$node_dir/bin/node" --version 2>/dev/null)" != "v$NODE_VERSION" ] \
+    || [ "$("$node_dir/bin/node" "$node_dir/bin/npm" --version 2>/dev/null)" != "$NPM_VERSION" ]; then
+    echo "install-deps: Node $NODE_VERSION and npm $NPM_VERSION into tools/node"
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$tmp" && npm pack --silent "node-linux-$node_arch@$NODE_VERSION" "npm@$NPM_VERSION" >/dev/null)
+    rm -rf "$node_dir"
+    mkdir -p "$node_dir/lib/node_modules/npm"
+    tar xzf "$tmp"/node-linux-"$node_arch"-*.tgz -C "$node_dir" --strip-components=1 package/bin/node package/LICENSE
+    tar xzf "$tmp"/npm-*.tgz -C "$node_dir/lib/node_modules/npm" --strip-components=1
+    ln -s ../lib/node_modules/npm/bin/npm-cli.js "$node_dir/bin/npm"
+    ln -s ../lib/node_modules/npm/bin/npx-cli.js "$node_dir/bin/npx"
+    "$node_dir/bin/node" --version >/dev/null
+fi
+export PATH=$node_dir/bin:$PATH
+
+# --- test packages ----------------------------------------------------------------------------
+# npm ci only when package-lock.json changed since the last install (stamp in node_modules).
+cd "$root/tests"
+stamp=node_modules/.idemgw-installed
+lock_digest() { cat package.json package-lock.json 2>/dev/null | sha256sum | cut -d' ' -f1 || true; }
+want=$(lock_digest)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    if [ -f package-lock.json ]; then
+        echo "install-deps: npm ci in tests/"
+        npm ci --no-audit --no-fund --loglevel=error
+    else
+        echo "install-deps: npm install in tests/ (writes package-lock.json)"
+        npm install --no-audit --no-fund --loglevel=error
+        want=$(lock_digest)
+    fi
+    echo "$want" >"$stamp"
+fi

@@ -1,0 +1,77 @@
+// The official MCP conformance suite (server scenarios, active suite) run against two
+// upstreams, each directly and through the gateway:
+//   server-everything: a third-party server that implements only part of what the
+//     scenarios call (measured directly with conformance 0.1.16 and server-everything
+//     2026.8.31: 11 of 30 pass — server-initialize, logging-set-level, ping, tools-list,
+//     tools-call-simple-text, tools-call-error, server-sse-multiple-streams, resources-list,
+//     resources-subscribe, resources-unsubscribe, prompts-list);
+//   tests/fixtures/conformance-server.mjs: implements every scenario; all pass directly
+//     except dns-rebinding-protection, which it leaves to the gateway.
+// The gateway must pass whatever passes directly, and dns-rebinding-protection on top.
+// Every tool is class `read` here: this measures the transparent proxy, not replay.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { NODE, TESTS, run, startEverything, startFixture, startGateway, tempDir } from './lib/harness.mjs';
+
+const CLI = path.join(TESTS, 'node_modules/@modelcontextprotocol/conformance/dist/index.js');
+const PASSTHROUGH = { defaults: { class: 'read' } };
+
+// Runs the active server suite against url; returns Map scenario → {passed, failed} checks,
+// read from the CLI's summary lines ("✓ name: N passed, M failed").
+async function conformance(t, url, label) {
+  const out = await tempDir(t, 'idemgw-conf-');
+  const r = await run(NODE, [CLI, 'server', '--url', url, '--suite', 'active', '-o', out], {
+    cwd: out,
+    timeout: 300000,
+    maxBuffer: 64 * 1024 * 1024,
+  });
+  const results = new Map();
+  for (const m of r.stdout.matchAll(/^[✓✗] (\S+): (\d+) passed, (\d+) failed/gm)) {
+    results.set(m[1], { passed: Number(m[2]), failed: Number(m[3]) });
+  }
+  const ok = [...results].filter(([, v]) => v.failed === 0).map(([k]) => k);
+  t.diagnostic(`${label}: ${ok.length}/${results.size} scenarios pass`);
+  if (results.size === 0) {
+    throw new Error(`no results from the conformance CLI against ${url} (exit ${r.code})\n${r.stdout}\n${r.stderr}`);
+  }
+  results.output = r.stdout;
+  return results;
+}
+
+const passing = (results) => new Set([...results].filter(([, v]) => v.failed === 0).map(([k]) => k));
+
+function failureReport(results, names) {
+  return names.map((n) => {
+    const block = results.output.split('=== Running scenario: ').find((b) => b.startsWith(`${n} ===`)) ?? '';
+    return `--- ${n}\n${block.split('\n').filter((l) => /Error|FAIL|✗/.test(l)).join('\n')}`;
+  }).join('\n');
+}
+
+test('conformance: server-everything passes through the gateway whatever it passes directly', async (t) => {
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+
+  const direct = await conformance(t, upstream.url, 'server-everything directly');
+  const via = await conformance(t, gw.url, 'server-everything through the gateway');
+
+  const lost = [...passing(direct)].filter((s) => !passing(via).has(s));
+  assert.deepEqual(lost, [], `scenarios passing directly but failing through the gateway:\n${failureReport(via, lost)}`);
+  assert.ok(passing(via).has('dns-rebinding-protection'),
+    `dns-rebinding-protection fails through the gateway:\n${failureReport(via, ['dns-rebinding-protection'])}`);
+});
+
+test('conformance: every active scenario passes against the fixture through the gateway', async (t) => {
+  const upstream = await startFixture(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+
+  const direct = await conformance(t, upstream.url, 'fixture directly');
+  const via = await conformance(t, gw.url, 'fixture through the gateway');
+
+  const directFailing = [...direct.keys()].filter((s) => !passing(direct).has(s));
+  assert.deepEqual(directFailing, ['dns-rebinding-protection'],
+    `the fixture itself should pass every scenario but dns-rebinding-protection:\n${failureReport(direct, directFailing)}`);
+  const viaFailing = [...via.keys()].filter((s) => !passing(via).has(s));
+  assert.deepEqual(viaFailing, [], `scenarios failing through the gateway:\n${failureReport(via, viaFailing)}`);
+  assert.equal(via.size, direct.size, 'both runs cover the same scenarios');
+});

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs every test: the cmocka unit test binaries in $BUILD/tests/, then the node:test
+# integration files tests/integration/*.test.mjs against $IDEMGW_BIN, with one private
+# Postgres cluster for the whole run (IDEMGW_TEST_PG_URL). Ends with one line
+# "N passed, N failed" and exits non-zero when anything failed.
+#   BUILD=build-asan IDEMGW_BIN=build-asan/idemgw tests/run-all.sh   (what `make check-asan` runs)
+#   tests/run-all.sh tests/integration/proxy.test.mjs                 (only these integration files)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+BUILD=${BUILD:-build}
+export IDEMGW_BIN=${IDEMGW_BIN:-$BUILD/idemgw}
+NODE=${NODE:-$root/tools/node/bin/node}
+JOBS=${TEST_JOBS:-2}
+
+passed=0
+failed=0
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgw-run.XXXXXX")
+cleanup() {
+    scripts/pg-cluster.sh stop "$tmp/pg" >/dev/null 2>&1 || true
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if ! pg_url=$(scripts/pg-cluster.sh start "$tmp/pg"); then
+    echo "run-all: could not start Postgres" >&2
+    echo "0 passed, 1 failed"
+    exit 1
+fi
+export IDEMGW_TEST_PG_URL=$pg_url
+echo "run-all: Postgres at $pg_url"
+
+# --- unit tests (cmocka, TAP output: one "ok"/"not ok" line per test) ------------------------
+shopt -s nullglob
+for bin in "$BUILD"/tests/test_*; do
+    [ -x "$bin" ] || continue
+    echo "=== $bin"
+    log=$tmp/unit.log
+    CMOCKA_MESSAGE_OUTPUT=TAP "$bin" >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    p=$(grep -E '^ok [0-9]+' "$log" | grep -vc '# SKIP')
+    f=$(grep -cE '^not ok [0-9]+' "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        # crashed (sanitizer report, abort) before it could report a failure
+        echo "run-all: $bin exited with status $rc"
+        f=1
+    fi
+    passed=$((passed + p))
+    failed=$((failed + f))
+done
+
+# --- integration tests (node:test, TAP reporter) ---------------------------------------------
+if [ $# -gt 0 ]; then
+    files=("$@")
+else
+    files=(tests/integration/*.test.mjs)
+fi
+if [ ${#files[@]} -gt 0 ]; then
+    if [ ! -x "$NODE" ]; then
+        echo "run-all: $NODE missing; run scripts/install-deps.sh" >&2
+        failed=$((failed + 1))
+    else
+        echo "=== integration: ${files[*]} (IDEMGW_BIN=$IDEMGW_BIN)"
+        log=$tmp/integration.log
+        "$NODE" --test --test-reporter=tap --test-concurrency="$JOBS" "${files[@]}" 2>&1 | tee "$log"
+        rc=${PIPESTATUS[0]}
+        # The summary comes last; nested subtests are counted once, through their parent.
+        p=$(grep -E '^# pass [0-9]+' "$log" | tail -n 1 | awk '{print $3}')
+        f=$(grep -E '^# fail [0-9]+' "$log" | tail -n 1 | awk '{print $3}')
+        c=$(grep -E '^# cancelled [0-9]+' "$log" | tail -n 1 | awk '{print $3}')
+        p=${p:-0} f=${f:-0} c=${c:-0}
+        f=$((f + c))
+        if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+            echo "run-all: node --test exited with status $rc"
+            f=1
+        fi
+        passed=$((passed + p))
+        failed=$((failed + f))
+    fi
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
