@@ -268,7 +268,8 @@ static void refuse(http_conn_t *c, int status, const char *message)
     server->stats.bad_requests++;
     log_info(c->id, "request refused: %d %s", status, message);
     char *body = mcp_error_body(NULL, status == 413 || status == 431 ? -32600 : -32600, message);
-    set_state(c, c->state == CONN_IDLE ? CONN_READING : c->state);
+    if (c->state == CONN_IDLE)
+        set_state(c, CONN_READING);
     evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
     struct evbuffer *out = bufferevent_get_output(c->bev);
     evbuffer_add_printf(out,

@@ -213,7 +213,7 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     if (ex->call)
         idem_on_head(ex, status, headers);
     struct evbuffer *head = evbuffer_new();
-    const char *extra = ex->resp_sse ? "X-Accel-Buffering: no\r\n" : NULL;
+    const char *extra = NULL;
     http_write_response_head(head, status, headers, clen, ex->keep_alive && !server->draining, extra);
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
