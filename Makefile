@@ -30,7 +30,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench fuzz format
+.PHONY: all asan clean check unit integration bench fuzz fuzz-bins fuzz-smoke format
 
 all: $(BUILD)/idemgw
 
@@ -91,8 +91,34 @@ check-asan: asan
 bench: all
 	$(Q)scripts/bench.sh
 
+# libFuzzer drivers (tests/fuzz/fuzz_*.c), one per parser that reads network or operator bytes.
+# `make fuzz` fuzzes each for FUZZ_SECONDS on a scratch copy of its seed corpus;
+# `make fuzz-smoke` only replays the seeds, so the drivers keep building and passing.
+FUZZ_SECONDS ?= 30
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,build-fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
+
+fuzz-bins:
+	$(Q)$(MAKE) --no-print-directory BUILD=build-fuzz CC=clang \
+	    EXTRA_CFLAGS="-O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined" \
+	    build-fuzz/libidemgw.a $(FUZZ_BINS)
+
+build-fuzz/fuzz_%: tests/fuzz/fuzz_%.c build-fuzz/libidemgw.a
+	@echo "  FUZZ    $@"
+	$(Q)clang $(CPPFLAGS_ALL) -O1 -g -fsanitize=fuzzer,address,undefined -o $@ $< \
+	    build-fuzz/libidemgw.a $(LDLIBS_ALL)
+
+fuzz: fuzz-bins
+	$(Q)for f in $(FUZZ_BINS); do n=$${f#build-fuzz/fuzz_}; rm -rf build-fuzz/corpus-$$n; \
+	    mkdir -p build-fuzz/corpus-$$n && cp tests/fuzz/corpus/$$n/* build-fuzz/corpus-$$n/ && \
+	    $$f -max_total_time=$(FUZZ_SECONDS) -max_len=8192 build-fuzz/corpus-$$n || exit 1; done
+
+fuzz-smoke: fuzz-bins
+	$(Q)for f in $(FUZZ_BINS); do n=$${f#build-fuzz/fuzz_}; \
+	    $$f -runs=0 tests/fuzz/corpus/$$n >/dev/null 2>&1 || { echo "fuzz seed failure: $$f"; \
+	    $$f -runs=0 tests/fuzz/corpus/$$n; exit 1; }; echo "  fuzz seeds ok: $$n"; done
+
 format:
 	$(Q)clang-format -i src/*.c include/*.h tests/unit/*.c
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

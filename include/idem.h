@@ -17,6 +17,8 @@ struct exchange;
 struct idem_call;
 
 void idem_begin(struct exchange *ex);
+/* A GET stream of a session with calls pending: watch it for their final responses. */
+void idem_watch_begin(struct exchange *ex);
 void idem_on_head(struct exchange *ex, int status, const http_headers_t *headers);
 void idem_on_body(struct exchange *ex, const char *data, size_t len);
 void idem_on_end(struct exchange *ex, upstream_result_t res);

@@ -27,6 +27,7 @@ typedef enum {
     CALL_FORWARDED,    /* ours: the upstream runs it */
     CALL_FINISHING,    /* outcome being written */
     CALL_DONE,         /* nothing more to do */
+    CALL_WATCH,        /* a GET stream that may carry final responses of pending calls */
 } call_state_t;
 
 typedef struct idem_call {
@@ -54,14 +55,29 @@ typedef struct idem_call {
     char *result;
     size_t result_len;
     bool too_large;
+    char *session_id;       /* CALL_WATCH: the stream's session */
     /* wait mode */
     struct event *timer;
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;
 } idem_call_t;
 
+/* A protected call whose POST stream ended without its final response: the response may
+ * still arrive on a GET stream the agent resumes with Last-Event-ID, and must finish the key. */
+typedef struct pending {
+    char *session_id;
+    json_t *id;            /* the JSON-RPC id the final response will carry */
+    char *key;
+    char key_hash[65];
+    int64_t fence;
+    uint64_t window_ms;
+    on_tool_error_t on_tool_error;
+    uint64_t until_ms;     /* forget it after this (the lease decides the row's fate) */
+    struct pending *next;
+} pending_t;
+
 typedef struct idem_registry {
-    int unused;
+    pending_t *head;
 } idem_registry_t;
 
 idem_registry_t *idem_registry_new(void)
@@ -69,9 +85,43 @@ idem_registry_t *idem_registry_new(void)
     return xcalloc(1, sizeof(idem_registry_t));
 }
 
+static void pending_free(pending_t *p)
+{
+    free(p->session_id);
+    json_decref(p->id);
+    free(p->key);
+    free(p);
+}
+
 void idem_registry_free(idem_registry_t *r)
 {
+    if (!r)
+        return;
+    while (r->head) {
+        pending_t *p = r->head;
+        r->head = p->next;
+        pending_free(p);
+    }
     free(r);
+}
+
+/* Drops expired entries; true when one for session remains. */
+static bool registry_has_session(idem_registry_t *r, const char *session)
+{
+    uint64_t now = util_now_ms();
+    bool found = false;
+    for (pending_t **pp = &r->head; *pp;) {
+        pending_t *p = *pp;
+        if (p->until_ms <= now) {
+            *pp = p->next;
+            pending_free(p);
+            continue;
+        }
+        if (session && strcmp(p->session_id, session) == 0)
+            found = true;
+        pp = &p->next;
+    }
+    return found;
 }
 
 bool idem_busy(const exchange_t *ex)
@@ -85,6 +135,7 @@ void idem_call_free(idem_call_t *c)
     if (!c)
         return;
     free(c->key);
+    free(c->session_id);
     if (c->json_body)
         evbuffer_free(c->json_body);
     if (c->capture_sse)
@@ -494,6 +545,8 @@ void idem_begin(exchange_t *ex)
 
 /* --- capturing the outcome --- */
 
+static int on_watch_event(const sse_event_t *ev, void *arg);
+
 static int on_sse_event(const sse_event_t *ev, void *arg)
 {
     exchange_t *ex = arg;
@@ -520,6 +573,13 @@ static int on_sse_event(const sse_event_t *ev, void *arg)
 void idem_on_head(exchange_t *ex, int status, const http_headers_t *headers)
 {
     idem_call_t *c = ex->call;
+    if (c->state == CALL_WATCH) {
+        if (status == 200 && ex->resp_sse) {
+            c->capture_sse = true;
+            sse_init(&c->sse, 16 * 1024 * 1024, on_watch_event, ex);
+        }
+        return;
+    }
     if (c->state != CALL_FORWARDED || status != 200)
         return;
     if (ex->resp_sse) {
@@ -564,6 +624,43 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
                  c->key_hash);
     }
     proxy_release_held(ex);
+}
+
+static store_state_t final_state(mcp_resp_class_t cls, on_tool_error_t on_tool_error,
+                                 const char **why)
+{
+    switch (cls) {
+    case MCP_RESP_RESULT:
+        *why = "result";
+        return STORE_STATE_SUCCEEDED;
+    case MCP_RESP_TOOL_ERROR:
+        *why = "tool error";
+        return on_tool_error == ON_TOOL_ERROR_STORE ? STORE_STATE_SUCCEEDED : STORE_STATE_FAILED;
+    case MCP_RESP_INPUT_REQUIRED:
+        *why = "input required: not final";
+        return STORE_STATE_FAILED;
+    case MCP_RESP_ERROR:
+    case MCP_RESP_OTHER:
+        break;
+    }
+    *why = "json-rpc error";
+    return STORE_STATE_FAILED;
+}
+
+static void remember_pending(exchange_t *ex, const char *session)
+{
+    idem_call_t *c = ex->call;
+    pending_t *p = xcalloc(1, sizeof(*p));
+    p->session_id = xstrdup(session);
+    p->id = json_deep_copy(ex->msg.id);
+    p->key = xstrdup(c->key);
+    memcpy(p->key_hash, c->key_hash, sizeof(p->key_hash));
+    p->fence = c->fence;
+    p->window_ms = c->window_ms;
+    p->on_tool_error = c->on_tool_error;
+    p->until_ms = util_now_ms() + c->lease_ms;
+    p->next = server->idem->head;
+    server->idem->head = p;
 }
 
 static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
@@ -617,22 +714,20 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
     }
     bool ambiguous_hold = c->on_ambiguous == ON_AMBIGUOUS_HOLD;
     if (c->final_seen) {
-        switch (c->cls) {
-        case MCP_RESP_RESULT:
-            record(ex, STORE_STATE_SUCCEEDED, "result");
-            return;
-        case MCP_RESP_TOOL_ERROR:
-            record(ex, c->on_tool_error == ON_TOOL_ERROR_STORE ? STORE_STATE_SUCCEEDED : STORE_STATE_FAILED,
-                   "tool error");
-            return;
-        case MCP_RESP_INPUT_REQUIRED:
-            record(ex, STORE_STATE_FAILED, "input required: not final");
-            return;
-        case MCP_RESP_ERROR:
-        case MCP_RESP_OTHER:
-            record(ex, STORE_STATE_FAILED, "json-rpc error");
-            return;
-        }
+        const char *why;
+        store_state_t st = final_state(c->cls, c->on_tool_error, &why);
+        record(ex, st, why);
+        return;
+    }
+    const char *session = http_headers_get(&ex->req->headers, "mcp-session-id");
+    if (c->capture_sse && session)
+        remember_pending(ex, session);
+    if (c->capture_sse && session && res == UPSTREAM_OK) {
+        /* the server ended the stream early (SSE polling): the agent resumes it with GET and
+         * the final response finishes the key there; until then the claim stays in progress */
+        c->state = CALL_DONE;
+        ex->holding = false;
+        return;
     }
     if (res == UPSTREAM_ERR_CONNECT) {
         record(ex, STORE_STATE_FAILED, "never sent");
@@ -643,4 +738,49 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
         return;
     }
     record(ex, ambiguous_hold ? STORE_STATE_UNKNOWN : STORE_STATE_FAILED, "outcome unknown");
+}
+
+/* --- GET streams: final responses of calls whose POST stream ended early --- */
+
+static int on_watch_event(const sse_event_t *ev, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    for (pending_t **pp = &server->idem->head; *pp;) {
+        pending_t *p = *pp;
+        size_t off = 0, len = 0;
+        mcp_resp_class_t cls = MCP_RESP_OTHER;
+        if (strcmp(p->session_id, c->session_id) == 0)
+            cls = mcp_classify_response(ev->data, ev->data_len, p->id, &off, &len);
+        if (cls == MCP_RESP_OTHER) {
+            pp = &p->next;
+            continue;
+        }
+        const char *why;
+        store_state_t st = final_state(cls, p->on_tool_error, &why);
+        bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
+        log_info(ex->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", p->key_hash,
+                 store_state_str(st), why);
+        store_status_t ss = store_finish(server->store, p->key, p->fence, st,
+                                         store_it ? ev->data + off : NULL, store_it ? len : 0,
+                                         false, p->window_ms, NULL, NULL);
+        if (ss != STORE_OK)
+            log_error(ex->conn_id, "could not record key %.16s: %s", p->key_hash,
+                      store_status_str(ss));
+        *pp = p->next;
+        pending_free(p);
+    }
+    return 0;
+}
+
+void idem_watch_begin(exchange_t *ex)
+{
+    const char *session = http_headers_get(&ex->req->headers, "mcp-session-id");
+    if (!server->store || !session || !registry_has_session(server->idem, session))
+        return;
+    idem_call_t *c = xcalloc(1, sizeof(*c));
+    c->ex = ex;
+    c->state = CALL_WATCH;
+    c->session_id = xstrdup(session);
+    ex->call = c;
 }

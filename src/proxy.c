@@ -339,6 +339,8 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         return;
     }
     if (req->method != HTTP_POST) {
+        if (req->method == HTTP_GET)
+            idem_watch_begin(ex);
         proxy_forward(ex, NULL);
         return;
     }
