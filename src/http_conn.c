@@ -245,6 +245,8 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
 static int on_message_complete(llhttp_t *p)
 {
     http_conn_t *c = p->data;
+    if (!c->req || c->state != CONN_READING)
+        return -1; /* a message end without a beginning: stray bytes after a request */
     c->req_complete = true;
     return HPE_PAUSED;
 }
@@ -284,6 +286,7 @@ static void dispatch(http_conn_t *c)
 {
     http_request_t *req = c->req;
     c->req = NULL;
+    c->req_complete = false;
     evtimer_del(c->timer);
     set_state(c, CONN_HANDLING);
     server->stats.requests++;
