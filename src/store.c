@@ -26,18 +26,31 @@
 
 /* Columns every row-returning statement ends with, parsed by parse_row(); k is idem_keys. */
 #define ROW_COLS                                                                                   \
-    "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                \
-    "(k.state = 'in_progress' AND k.lease_until <= now()), "                                     \
-    "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "           \
+    "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                  \
+    "(k.state = 'in_progress' AND k.lease_until <= now()), "                                       \
+    "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "              \
     "k.first_session_id, k.first_jsonrpc_id"
-enum { COL_ACQUIRED = 0, COL_STALE, COL_STATE, COL_FENCE, COL_ATTEMPTS, COL_DIGEST, COL_RESULT,
-       COL_TOO_LARGE, COL_LEASE_EXPIRED, COL_CREATED, COL_SESSION, COL_JSONRPC, COL_COUNT_ };
+enum {
+    COL_ACQUIRED = 0,
+    COL_STALE,
+    COL_STATE,
+    COL_FENCE,
+    COL_ATTEMPTS,
+    COL_DIGEST,
+    COL_RESULT,
+    COL_TOO_LARGE,
+    COL_LEASE_EXPIRED,
+    COL_CREATED,
+    COL_SESSION,
+    COL_JSONRPC,
+    COL_COUNT_
+};
 
 /* The row may be taken over by this claim ($4 digest, $10 takeover flag). An explicit key
  * reused with other arguments has a different digest and is never taken over unless expired:
  * the caller must see it to refuse the call. */
 #define TAKEOVER_COND(k, digest)                                                                   \
-    "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"  \
+    "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"    \
     " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND $10::boolean))))"
 
 /* One round trip: insert, take over, or return the existing row. When the conflicting row was
@@ -64,11 +77,14 @@ static const char claim_sql[] =
     "   ELSE k.first_jsonrpc_id END,"
     "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
     "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
-    " WHERE " TAKEOVER_COND("k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
-    " SELECT * FROM ins"
-    " UNION ALL"
-    " SELECT false, " TAKEOVER_COND("k", "$4::text") ", " ROW_COLS " FROM idem_keys k"
-    " WHERE k.key = $1::text AND NOT EXISTS (SELECT 1 FROM ins)";
+    " WHERE " TAKEOVER_COND(
+        "k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
+                                     " SELECT * FROM ins"
+                                     " UNION ALL"
+                                     " SELECT false, " TAKEOVER_COND(
+                                         "k", "$4::text") ", " ROW_COLS " FROM idem_keys k"
+                                                          " WHERE k.key = $1::text AND NOT EXISTS "
+                                                          "(SELECT 1 FROM ins)";
 
 static const char finish_sql[] =
     "UPDATE idem_keys SET state = $3::text, result = $4::bytea, result_too_large = $5::boolean,"
@@ -90,8 +106,9 @@ static const char dup_sql[] =
     k ".expires_at < now() AND NOT (" k ".state = 'in_progress' AND " k ".lease_until > now())"
 static const char sweep_sql[] =
     "DELETE FROM idem_keys d WHERE d.key IN ("
-    " SELECT k.key FROM idem_keys k WHERE " SWEEPABLE("k") " ORDER BY k.expires_at"
-    " LIMIT $1::integer FOR UPDATE SKIP LOCKED) AND " SWEEPABLE("d");
+    " SELECT k.key FROM idem_keys k WHERE " SWEEPABLE(
+        "k") " ORDER BY k.expires_at"
+             " LIMIT $1::integer FOR UPDATE SKIP LOCKED) AND " SWEEPABLE("d");
 
 static const struct {
     const char *name;

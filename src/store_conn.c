@@ -24,15 +24,14 @@
 #define MIGRATION_LOCK_ID "7310311502647731009"
 
 /* First migration step: lock, make sure the bookkeeping table exists, read the version. */
-static const char migrate_begin_sql[] =
-    "BEGIN;"
-    "SET LOCAL client_min_messages = warning;"
-    "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK_ID ");"
-    "CREATE TABLE IF NOT EXISTS schema_migrations ("
-    " version integer PRIMARY KEY,"
-    " name text NOT NULL,"
-    " applied_at timestamptz NOT NULL DEFAULT now());"
-    "SELECT coalesce(max(version), 0) FROM schema_migrations";
+static const char migrate_begin_sql[] = "BEGIN;"
+                                        "SET LOCAL client_min_messages = warning;"
+                                        "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK_ID ");"
+                                        "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                                        " version integer PRIMARY KEY,"
+                                        " name text NOT NULL,"
+                                        " applied_at timestamptz NOT NULL DEFAULT now());"
+                                        "SELECT coalesce(max(version), 0) FROM schema_migrations";
 
 static void conn_on_io(evutil_socket_t fd, short what, void *arg);
 static void conn_on_retry(evutil_socket_t fd, short what, void *arg);
@@ -108,8 +107,8 @@ void store_conn_params(const store_t *s, const char **kw, const char **val)
 
 /* Decides what the migration transaction does after reading the database's version. On
  * STORE_OK *sql is the rest of the transaction (missing migrations, then COMMIT). */
-static store_status_t migrate_plan(int db_version, bool migrate, char **sql, bool *newer,
-                                   char *msg, size_t msglen)
+static store_status_t migrate_plan(int db_version, bool migrate, char **sql, bool *newer, char *msg,
+                                   size_t msglen)
 {
     int known = store_schema_version();
     *newer = db_version > known;
@@ -214,8 +213,7 @@ static void conn_watch(store_conn_t *c, short what, bool persistent)
     int fd = PQsocket(c->pg);
     event_del(c->rd_ev);
     event_del(c->wr_ev);
-    event_assign(c->rd_ev, c->s->base, fd, EV_READ | (persistent ? EV_PERSIST : 0), conn_on_io,
-                 c);
+    event_assign(c->rd_ev, c->s->base, fd, EV_READ | (persistent ? EV_PERSIST : 0), conn_on_io, c);
     event_assign(c->wr_ev, c->s->base, fd, EV_WRITE, conn_on_io, c);
     if (what & EV_READ)
         event_add(c->rd_ev, NULL);
@@ -225,7 +223,8 @@ static void conn_watch(store_conn_t *c, short what, bool persistent)
 
 static void conn_schedule_retry(store_conn_t *c)
 {
-    struct timeval tv = {(time_t)(c->backoff_ms / 1000), (suseconds_t)(c->backoff_ms % 1000) * 1000};
+    struct timeval tv = {(time_t)(c->backoff_ms / 1000),
+                         (suseconds_t)(c->backoff_ms % 1000) * 1000};
     evtimer_add(c->retry_ev, &tv);
     c->backoff_ms *= 2;
     if (c->backoff_ms > BACKOFF_MAX_MS)
@@ -348,8 +347,8 @@ static void conn_migrate_step(store_conn_t *c, PGresult *res)
             goto out;
         }
         bool newer;
-        store_status_t st = migrate_plan(atoi(PQgetvalue(res, 0, 0)), s->migrate, &sql, &newer,
-                                         msg, sizeof(msg));
+        store_status_t st =
+            migrate_plan(atoi(PQgetvalue(res, 0, 0)), s->migrate, &sql, &newer, msg, sizeof(msg));
         if (st != STORE_OK) {
             log_error(0, "store: %s", msg);
             /* newer schema: retrying cannot help; missing with migrations off: another

@@ -27,21 +27,21 @@ typedef enum {
 /* One call, from the API until its callback. Owns copies of its parameters because it may wait
  * in the queue after the caller's strings are gone. */
 typedef struct store_op {
-    struct store_op *next;            /* link in the queue or the delivery list */
+    struct store_op *next; /* link in the queue or the delivery list */
     store_op_kind_t kind;
     int nparams;
-    char *values[STORE_MAX_PARAMS];   /* NULL = SQL NULL */
-    int lengths[STORE_MAX_PARAMS];    /* only for binary parameters */
-    int formats[STORE_MAX_PARAMS];    /* 1 = binary: the result bytea, sent as is */
+    char *values[STORE_MAX_PARAMS]; /* NULL = SQL NULL */
+    int lengths[STORE_MAX_PARAMS];  /* only for binary parameters */
+    int formats[STORE_MAX_PARAMS];  /* 1 = binary: the result bytea, sent as is */
     union {
         store_claim_cb claim;
         store_finish_cb finish;
         store_get_cb get;
-    } cb;                             /* may be NULL for finish, duplicate and sweep */
+    } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
-    int retries;                      /* claim re-runs caused by the READ COMMITTED corner */
-    bool internal;                    /* the sweeper's own batch: no callback */
-    store_status_t fail_status;       /* set while on the delivery list */
+    int retries;                /* claim re-runs caused by the READ COMMITTED corner */
+    bool internal;              /* the sweeper's own batch: no callback */
+    store_status_t fail_status; /* set while on the delivery list */
 } store_op_t;
 
 typedef enum {
@@ -56,28 +56,28 @@ typedef enum {
 
 typedef struct store_conn {
     store_t *s;
-    int id;                    /* 1-based, for log lines */
-    store_conn_state_t state;  /* changed only in store_conn_set_state() */
+    int id;                   /* 1-based, for log lines */
+    store_conn_state_t state; /* changed only in store_conn_set_state() */
     PGconn *pg;
-    struct event *rd_ev;       /* socket readable (persistent once connected) */
-    struct event *wr_ev;       /* socket writable: connect steps and PQflush backlog */
-    struct event *retry_ev;    /* backoff timer */
-    uint64_t backoff_ms;       /* next reconnect delay, 100 ms doubling to 5 s */
-    int step;                  /* progress through migrating / preparing */
-    PGresult *res;             /* result collected so far for the statement in flight */
-    store_op_t *op;            /* the op in flight when BUSY */
-    bool flushing;             /* PQflush returned 1: wait for EV_WRITE */
+    struct event *rd_ev;    /* socket readable (persistent once connected) */
+    struct event *wr_ev;    /* socket writable: connect steps and PQflush backlog */
+    struct event *retry_ev; /* backoff timer */
+    uint64_t backoff_ms;    /* next reconnect delay, 100 ms doubling to 5 s */
+    int step;               /* progress through migrating / preparing */
+    PGresult *res;          /* result collected so far for the statement in flight */
+    store_op_t *op;         /* the op in flight when BUSY */
+    bool flushing;          /* PQflush returned 1: wait for EV_WRITE */
 } store_conn_t;
 
 struct store {
     struct event_base *base;
-    char *conninfo;             /* NULL = PG* environment */
+    char *conninfo; /* NULL = PG* environment */
     int pool_size;
     bool migrate;
     uint64_t sweep_interval_ms;
     int sweep_batch;
 
-    store_conn_t *conns;        /* pool_size of them */
+    store_conn_t *conns;         /* pool_size of them */
     store_op_t *q_head, *q_tail; /* FIFO of ops waiting for an idle connection */
     int q_len;
     store_op_t *dl_head, *dl_tail; /* failed ops whose callbacks run from deliver_ev */
@@ -86,9 +86,9 @@ struct store {
     struct event *sweep_more_ev; /* zero timeout: next batch after yielding to the loop */
     bool sweeping;               /* a sweeper batch is queued or in flight */
 
-    bool schema_ok;              /* migrations checked (and applied) by some connection */
-    bool schema_refused;         /* the database is newer than this binary: stay down */
-    bool closing;                /* store_free in progress */
+    bool schema_ok;      /* migrations checked (and applied) by some connection */
+    bool schema_refused; /* the database is newer than this binary: stay down */
+    bool closing;        /* store_free in progress */
     store_stats_t stats;
 };
 

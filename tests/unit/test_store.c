@@ -236,8 +236,8 @@ static bool do_finish(store_t *s, const char *key, int64_t fence, store_state_t 
                       const char *result, uint64_t window_ms)
 {
     finish_out_t o = {0};
-    assert_int_equal(store_finish(s, key, fence, state, result, result ? strlen(result) : 0,
-                                  false, window_ms, finish_cb, &o),
+    assert_int_equal(store_finish(s, key, fence, state, result, result ? strlen(result) : 0, false,
+                                  window_ms, finish_cb, &o),
                      STORE_OK);
     assert_true(wait_for(flag_set, &o.done, 10000));
     assert_int_equal(o.st, STORE_OK);
@@ -282,9 +282,10 @@ static int group_setup(void **state)
     (void)state;
     const char *url = getenv("IDEMGW_TEST_PG_URL");
     if (!url || !url[0]) {
-        fprintf(stderr, "test_store: IDEMGW_TEST_PG_URL is not set. These tests need a real "
-                        "Postgres: d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh "
-                        "start $d/pg)\n");
+        fprintf(stderr,
+                "test_store: IDEMGW_TEST_PG_URL is not set. These tests need a real "
+                "Postgres: d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh "
+                "start $d/pg)\n");
         return -1;
     }
     log_threshold = getenv("IDEMGW_TEST_LOG") ? LOG_DEBUG : LOG_ERROR;
@@ -539,6 +540,13 @@ static void test_explicit_key_digest_mismatch(void **state)
     assert_string_equal(f.digest, "digest-B");
 }
 
+static bool dup_counted(void *arg)
+{
+    (void)arg;
+    return strcmp(sql1(db_conninfo, "SELECT attempts FROM idem_keys WHERE key = 't:charge:h:dup'"),
+                  "3") == 0;
+}
+
 static void test_duplicate_and_get(void **state)
 {
     (void)state;
@@ -551,8 +559,10 @@ static void test_duplicate_and_get(void **state)
     assert_int_equal(store_note_duplicate(st_main, req.key, finish_cb, &o), STORE_OK);
     assert_true(wait_for(flag_set, &o.done, 10000));
     assert_true(o.matched);
-    /* cb may be NULL */
+    /* cb may be NULL; calls on different pool connections are not ordered, so wait for the
+     * row itself before reading it back */
     assert_int_equal(store_note_duplicate(st_main, req.key, NULL, NULL), STORE_OK);
+    assert_true(wait_for(dup_counted, NULL, 10000));
     get_out_t g = do_get(st_main, req.key);
     assert_true(g.found);
     assert_int_equal(g.attempts, 3);
@@ -632,8 +642,8 @@ static void test_sweeper(void **state)
     store_t *sw = open_store(db_conninfo, 2, true, 20, 10);
     assert_true(wait_for(swept_35, sw, 10000));
     store_free(sw);
-    assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM idem_keys WHERE key LIKE 'sweep:%'"),
-                        "1");
+    assert_string_equal(
+        sql1(db_conninfo, "SELECT count(*) FROM idem_keys WHERE key LIKE 'sweep:%'"), "1");
     get_out_t g = do_get(st_main, "sweep:live");
     assert_true(g.found);
 
