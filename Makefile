@@ -80,7 +80,11 @@ unit-bins: $(UNIT_BINS)
 unit: unit-bins
 	$(Q)tests/run-unit.sh $(BUILD)
 
-check: all unit-bins
+# The test command: installs what is missing (fast when nothing is), builds, runs everything.
+# Recursive make so the build sees libraries the install step just added.
+check:
+	$(Q)scripts/install-deps.sh
+	$(Q)$(MAKE) --no-print-directory all unit-bins
 	$(Q)tests/run-all.sh
 
 # The same tests against the sanitizer build.
