@@ -327,6 +327,8 @@ static const struct bad_case {
     {"two_documents", 4, "only one YAML document is allowed"},
     {"top_level_list", 2, "top level must be a mapping of settings, got a list"},
     {"key_not_scalar", 3, "top level: expected a key, got a list"},
+    {"invalid_utf8", 3, "invalid UTF-8 (byte 0x90): the file must be UTF-8 text"},
+    {"nul_in_file", 3, "NUL byte (byte 0x00): the file must be UTF-8 text"},
     {"tab_indent", 4, ""},
 };
 
