@@ -906,9 +906,8 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
         int line = 1;
         for (size_t i = 0; i < good; i++)
             line += text[i] == '\n';
-        config_errors_add(errs, "%s:%d: %s (byte 0x%02x): the file must be UTF-8 text", name,
-                          line, text[good] ? "invalid UTF-8" : "NUL byte",
-                          (unsigned char)text[good]);
+        config_errors_add(errs, "%s:%d: %s (byte 0x%02x): the file must be UTF-8 text", name, line,
+                          text[good] ? "invalid UTF-8" : "NUL byte", (unsigned char)text[good]);
         return cx.res;
     }
 

@@ -19,10 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     /* The environment must not decide the outcome of an input. */
-    static const char *const vars[] = {"IDEMGW_LISTEN",       "IDEMGW_ADMIN_LISTEN",
-                                       "IDEMGW_UPSTREAM",     "IDEMGW_DATABASE_URL",
-                                       "IDEMGW_LOG_LEVEL",    "PGHOST",
-                                       "PGDATABASE",          "PGSERVICE"};
+    static const char *const vars[] = {"IDEMGW_LISTEN",    "IDEMGW_ADMIN_LISTEN",
+                                       "IDEMGW_UPSTREAM",  "IDEMGW_DATABASE_URL",
+                                       "IDEMGW_LOG_LEVEL", "PGHOST",
+                                       "PGDATABASE",       "PGSERVICE"};
     for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
         unsetenv(vars[i]);
     return 0;
