@@ -87,7 +87,8 @@ typedef struct config_errors {
 
 void config_errors_free(config_errors_t *e);
 /* Appends one formatted message (used by the loader; exposed for --check-config output). */
-void config_errors_add(config_errors_t *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void config_errors_add(config_errors_t *e, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Loads path (may be NULL: environment only), then applies IDEMGW_* overrides (LISTEN,
  * ADMIN_LISTEN, UPSTREAM, DATABASE_URL, LOG_LEVEL; an empty variable counts as unset). Returns

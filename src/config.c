@@ -430,8 +430,8 @@ static void env_host_port(const char *var, host_port_t *hp, config_errors_t *err
     if (!v)
         return;
     if (config_parse_host_port(v, &parsed) != 0) {
-        config_errors_add(errs, "env %s: bad address '%.100s' (expected host:port, [v6]:port or :port)",
-                          var, v);
+        config_errors_add(
+            errs, "env %s: bad address '%.100s' (expected host:port, [v6]:port or :port)", var, v);
         return;
     }
     free(hp->host);
@@ -492,8 +492,8 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
             config_errors_add(errs, "upstream is required");
     }
     fill_allowed_defaults(c);
-    c->store_enabled = c->database_url || env_get("PGHOST") || env_get("PGDATABASE") ||
-                       env_get("PGSERVICE");
+    c->store_enabled =
+        c->database_url || env_get("PGHOST") || env_get("PGDATABASE") || env_get("PGSERVICE");
 
     bool failed = errs->n > before;
     config_errors_free(&local);
@@ -641,8 +641,7 @@ int config_restart_only_diff(const config_t *old, const config_t *neu, char *out
         count++;
     }
     if (old->store_pool != neu->store_pool) {
-        diff_line(out, outlen, &used, "store.pool: %d -> %d\n", old->store_pool,
-                  neu->store_pool);
+        diff_line(out, outlen, &used, "store.pool: %d -> %d\n", old->store_pool, neu->store_pool);
         count++;
     }
     return count;

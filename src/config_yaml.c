@@ -5,6 +5,7 @@
 
 #include <libfyaml.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,24 @@ static bool node_is_null(struct fy_node *n)
            (len == 4 && (!memcmp(s, "null", 4) || !memcmp(s, "Null", 4) || !memcmp(s, "NULL", 4)));
 }
 
+/* The line where a node's content starts: its first scalar, for a document root. */
+static int first_line(struct fy_node *n, int fallback)
+{
+    void *it = NULL;
+    for (int depth = 0; n && depth < 64; depth++) {
+        if (fy_node_is_scalar(n))
+            return node_line(n, fallback);
+        it = NULL;
+        if (fy_node_is_mapping(n)) {
+            struct fy_node_pair *p = fy_node_mapping_iterate(n, &it);
+            n = p ? fy_node_pair_key(p) : NULL;
+        } else {
+            n = fy_node_sequence_iterate(n, &it);
+        }
+    }
+    return fallback;
+}
+
 static const char *node_kind(struct fy_node *n)
 {
     if (node_is_null(n))
@@ -196,8 +215,9 @@ static bool get_duration(ctx_t *cx, struct fy_node *v, int line, const char *pat
     if (!s)
         return false;
     if (policy_parse_duration(s, out) != 0) {
-        err_at(cx, line, "%s: bad duration '%.64s' (a whole number with unit ms, s, m, h or d, "
-                         "e.g. 250ms, 90s, 10m)",
+        err_at(cx, line,
+               "%s: bad duration '%.64s' (a whole number with unit ms, s, m, h or d, "
+               "e.g. 250ms, 90s, 10m)",
                path, s);
         return false;
     }
@@ -237,7 +257,9 @@ static void walk_map(ctx_t *cx, struct fy_node *map, int line, const char *path,
     while ((pair = fy_node_mapping_iterate(map, &it))) {
         struct fy_node *kn = fy_node_pair_key(pair);
         struct fy_node *vn = fy_node_pair_value(pair);
-        int kline = node_line(kn, line);
+        int kline = node_line(kn, node_line(vn, line));
+        if (order > 0 && (!kn || !fy_node_is_scalar(kn) || fy_node_is_alias(kn)))
+            continue; /* reported in pass 0 */
         const char *key = scalar(cx, kn, kline, *path ? path : "top level", "a key");
         if (!key)
             continue;
@@ -318,8 +340,9 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
         if (!(s = scalar(cx, v, line, path, "a size (e.g. 4MiB)")))
             return;
         if (policy_parse_size(s, &u) != 0) {
-            err_at(cx, line, "%s: bad size '%.64s' (a whole number with optional unit KiB, MiB "
-                             "or GiB, e.g. 4MiB)",
+            err_at(cx, line,
+                   "%s: bad size '%.64s' (a whole number with optional unit KiB, MiB "
+                   "or GiB, e.g. 4MiB)",
                    path, s);
             return;
         }
@@ -367,7 +390,8 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
 
 /* ---- custom handlers ---- */
 
-/* Iterates a list of strings (empty only when allow_empty), calling each(entry) with its line and indexed path. */
+/* Iterates a list of strings (empty only when allow_empty), calling each(entry) with its line and
+ * indexed path. */
 typedef void (*entry_fn)(ctx_t *cx, const char *s, int line, const char *path, void *base);
 
 static void walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base,
@@ -385,7 +409,7 @@ static void walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, 
         return;
     }
     for (size_t i = 0; (item = fy_node_sequence_iterate(v, &it)); i++) {
-        int iline = node_line(item, line);
+        int iline = first_line(item, line);
         snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
         const char *s = scalar(cx, item, iline, ipath, "a string");
         if (s)
@@ -426,8 +450,7 @@ static void fn_allowed_hosts(ctx_t *cx, struct fy_node *v, int line, const char 
     walk_list(cx, v, line, path, base, false, host_entry);
 }
 
-static void fn_allowed_origins(ctx_t *cx, struct fy_node *v, int line, const char *path,
-                               void *base)
+static void fn_allowed_origins(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     walk_list(cx, v, line, path, base, false, origin_entry);
 }
@@ -437,8 +460,8 @@ static void exclude_entry(ctx_t *cx, const char *s, int line, const char *path, 
     policy_tool_t *t = base;
     size_t n = strlen(s);
     if (n == 0 || s[0] == '.' || s[n - 1] == '.' || strstr(s, "..")) {
-        err_at(cx, line, "%s: '%.100s' is not a dotted argument path (e.g. meta.client_ts)",
-               path, s);
+        err_at(cx, line, "%s: '%.100s' is not a dotted argument path (e.g. meta.client_ts)", path,
+               s);
         return;
     }
     strv_push(&t->exclude_args, &t->n_exclude_args, xstrdup(s));
@@ -475,8 +498,8 @@ static void fn_log_level(ctx_t *cx, struct fy_node *v, int line, const char *pat
         return;
     int lvl = log_level_parse(s);
     if (lvl < 0)
-        err_at(cx, line, "%s: unknown value '%.64s' (allowed: debug, info, warn, error, off)",
-               path, s);
+        err_at(cx, line, "%s: unknown value '%.64s' (allowed: debug, info, warn, error, off)", path,
+               s);
     else
         c->log_level = lvl;
 }
@@ -500,9 +523,10 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
     void *it = NULL;
     struct fy_node_pair *pair;
     int seen = 0;
+    bool any = false;
     if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
-        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, got %s",
-               path, node_kind(v));
+        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, got %s", path,
+               node_kind(v));
         return;
     }
     while ((pair = fy_node_mapping_iterate(v, &it))) {
@@ -513,6 +537,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         const char *key = scalar(cx, kn, kline, path, "a key");
         if (!key)
             continue;
+        any = true;
         child_path(cpath, path, key);
         bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static");
         if (!known) {
@@ -560,7 +585,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
             }
         }
     }
-    if (!seen)
+    if (!seen && !any)
         err_at(cx, line, "%s: give one of header, bearer, static", path);
 }
 
@@ -570,8 +595,9 @@ static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *p
     if (!fy_node_is_alias(v) && !node_is_null(v) && fy_node_is_mapping(v)) {
         void *it = NULL;
         struct fy_node_pair *pair;
-        bool got = false;
+        bool any = false;
         while ((pair = fy_node_mapping_iterate(v, &it))) {
+            any = true;
             struct fy_node *kn = fy_node_pair_key(pair), *vn = fy_node_pair_value(pair);
             int kline = node_line(kn, line);
             char cpath[PATH_MAX_LEN];
@@ -582,13 +608,12 @@ static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *p
                 err_at(cx, kline, "unknown key '%.64s' in %s (allowed: wait)", key, path);
                 continue;
             }
-            got = true;
             child_path(cpath, path, key);
             uint64_t ms;
             if (get_duration(cx, vn, node_line(vn, kline), cpath, 1, MS_H, &ms))
                 t->wait_ms = ms;
         }
-        if (!got)
+        if (!any)
             err_at(cx, line, "%s: expected reject or {wait: DURATION}", path);
         return;
     }
@@ -598,8 +623,7 @@ static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *p
     if (strcmp(s, "reject") == 0)
         t->wait_ms = 0;
     else
-        err_at(cx, line, "%s: unknown value '%.64s' (allowed: reject, {wait: DURATION})", path,
-               s);
+        err_at(cx, line, "%s: unknown value '%.64s' (allowed: reject, {wait: DURATION})", path, s);
 }
 
 static void fn_lease(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
@@ -621,8 +645,9 @@ static void fn_lease(ctx_t *cx, struct fy_node *v, int line, const char *path, v
     if (ms < cx->c->upstream_timeout_ms) {
         fmt_dur(a, sizeof(a), ms);
         fmt_dur(b, sizeof(b), cx->c->upstream_timeout_ms);
-        err_at(cx, line, "%s: %s is shorter than timeouts.upstream (%s); a slow call could run "
-                         "twice (use auto or a longer lease)",
+        err_at(cx, line,
+               "%s: %s is shorter than timeouts.upstream (%s); a slow call could run "
+               "twice (use auto or a longer lease)",
                path, a, b);
         return;
     }
@@ -645,45 +670,77 @@ static const key_spec_t tool_keys[] = {
     {.name = "window", .kind = K_DUR, .off = TOOL(window_ms), .min = 1, .max = 365 * MS_D},
     {.name = "exclude_args", .kind = K_FN, .fn = fn_exclude_args},
     {.name = "key_arg", .kind = K_STR, .off = TOOL(key_arg)},
-    {.name = "on_tool_error", .kind = K_ENUM, .off = TOOL(on_tool_error), .names = tool_error_names},
+    {.name = "on_tool_error",
+     .kind = K_ENUM,
+     .off = TOOL(on_tool_error),
+     .names = tool_error_names},
     {.name = "on_ambiguous", .kind = K_ENUM, .off = TOOL(on_ambiguous), .names = ambiguous_names},
     {.name = "in_progress", .kind = K_FN, .fn = fn_in_progress},
     {.name = "lease", .kind = K_FN, .fn = fn_lease},
     {.name = "max_stored_bytes", .kind = K_SIZE, .off = TOOL(max_stored_bytes), .max = 1ULL << 30},
     {.name = "forward_key", .kind = K_BOOL, .off = TOOL(forward_key)},
-    {.name = "on_store_down", .kind = K_ENUM, .off = TOOL(on_store_down), .names = store_down_names},
+    {.name = "on_store_down",
+     .kind = K_ENUM,
+     .off = TOOL(on_store_down),
+     .names = store_down_names},
 };
 
 static const key_spec_t store_keys[] = {
     {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256},
-    {.name = "sweep_interval", .kind = K_DUR, .off = CFG(sweep_interval_ms), .min = MS_S,
+    {.name = "sweep_interval",
+     .kind = K_DUR,
+     .off = CFG(sweep_interval_ms),
+     .min = MS_S,
      .max = MS_D},
 };
 
 static const key_spec_t timeout_keys[] = {
-    {.name = "client_header", .kind = K_DUR, .off = CFG(client_header_timeout_ms), .min = 1,
+    {.name = "client_header",
+     .kind = K_DUR,
+     .off = CFG(client_header_timeout_ms),
+     .min = 1,
      .max = MS_H},
-    {.name = "client_body", .kind = K_DUR, .off = CFG(client_body_timeout_ms), .min = 1,
+    {.name = "client_body",
+     .kind = K_DUR,
+     .off = CFG(client_body_timeout_ms),
+     .min = 1,
      .max = MS_D},
-    {.name = "client_idle", .kind = K_DUR, .off = CFG(client_idle_timeout_ms), .min = 1,
+    {.name = "client_idle",
+     .kind = K_DUR,
+     .off = CFG(client_idle_timeout_ms),
+     .min = 1,
      .max = MS_D},
-    {.name = "upstream_connect", .kind = K_DUR, .off = CFG(upstream_connect_timeout_ms),
-     .min = 1, .max = MS_H},
+    {.name = "upstream_connect",
+     .kind = K_DUR,
+     .off = CFG(upstream_connect_timeout_ms),
+     .min = 1,
+     .max = MS_H},
     {.name = "upstream", .kind = K_DUR, .off = CFG(upstream_timeout_ms), .min = 1, .max = MS_D},
-    {.name = "upstream_idle", .kind = K_DUR, .off = CFG(upstream_idle_timeout_ms), .min = 1,
+    {.name = "upstream_idle",
+     .kind = K_DUR,
+     .off = CFG(upstream_idle_timeout_ms),
+     .min = 1,
      .max = MS_D},
     {.name = "drain", .kind = K_DUR, .off = CFG(drain_timeout_ms), .min = 1, .max = MS_D},
 };
 
 static const key_spec_t limit_keys[] = {
-    {.name = "max_body", .kind = K_SIZE, .off = CFG(max_body_bytes), .min = 1024,
+    {.name = "max_body",
+     .kind = K_SIZE,
+     .off = CFG(max_body_bytes),
+     .min = 1024,
      .max = 1ULL << 30},
-    {.name = "max_header", .kind = K_SIZE, .off = CFG(max_header_bytes), .min = 1024,
+    {.name = "max_header",
+     .kind = K_SIZE,
+     .off = CFG(max_header_bytes),
+     .min = 1024,
      .max = 1ULL << 20},
-    {.name = "max_connections", .kind = K_INT, .off = CFG(max_connections), .min = 1,
+    {.name = "max_connections",
+     .kind = K_INT,
+     .off = CFG(max_connections),
+     .min = 1,
      .max = 1000000},
-    {.name = "upstream_pool", .kind = K_INT, .off = CFG(upstream_pool), .min = 0,
-     .max = 100000},
+    {.name = "upstream_pool", .kind = K_INT, .off = CFG(upstream_pool), .min = 0, .max = 100000},
 };
 
 static const key_spec_t log_keys[] = {
@@ -702,8 +759,7 @@ static const key_spec_t top_keys[] = {
     {.name = "database_url", .kind = K_STR, .off = CFG(database_url)},
     {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate)},
     {.name = "store", .kind = K_SECTION, .sub = store_keys, .n_sub = ARRAY_LEN(store_keys)},
-    {.name = "timeouts", .kind = K_SECTION, .sub = timeout_keys,
-     .n_sub = ARRAY_LEN(timeout_keys)},
+    {.name = "timeouts", .kind = K_SECTION, .sub = timeout_keys, .n_sub = ARRAY_LEN(timeout_keys)},
     {.name = "limits", .kind = K_SECTION, .sub = limit_keys, .n_sub = ARRAY_LEN(limit_keys)},
     {.name = "allowed_hosts", .kind = K_FN, .fn = fn_allowed_hosts},
     {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins},
@@ -775,13 +831,52 @@ static void walk_root(ctx_t *cx, struct fy_node *root)
         return;
     }
     if (fy_node_is_alias(root) || !fy_node_is_mapping(root)) {
-        err_at(cx, node_line(root, 1), "top level must be a mapping of settings, got %s",
+        err_at(cx, first_line(root, 1), "top level must be a mapping of settings, got %s",
                node_kind(root));
         return;
     }
     cx->res.readable = true;
     for (int order = 0; order <= 2; order++)
         walk_map(cx, root, 1, "", top_keys, ARRAY_LEN(top_keys), cx->c, order);
+}
+
+/* Length of the valid UTF-8 prefix of s (no NUL bytes, no overlong forms, no surrogates).
+ * libfyaml 0.7.12 loops forever on some invalid UTF-8 (a directive line holding a stray
+ * continuation byte), so the text is checked before it ever sees it. */
+static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        size_t len;
+        uint32_t cp, min;
+        if (b == 0)
+            return i;
+        if (b < 0x80) {
+            i++;
+            continue;
+        }
+        if ((b & 0xe0) == 0xc0) {
+            len = 2, cp = b & 0x1f, min = 0x80;
+        } else if ((b & 0xf0) == 0xe0) {
+            len = 3, cp = b & 0x0f, min = 0x800;
+        } else if ((b & 0xf8) == 0xf0) {
+            len = 4, cp = b & 0x07, min = 0x10000;
+        } else {
+            return i;
+        }
+        if (n - i < len)
+            return i;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return i;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return i;
+        i += len;
+    }
+    return n;
 }
 
 static void discard_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
@@ -797,14 +892,24 @@ static int yerr_cmp(const void *a, const void *b)
     return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
-config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text,
-                                       size_t len, config_errors_t *errs)
+config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text, size_t len,
+                                       config_errors_t *errs)
 {
     ctx_t cx = {.name = name, .c = c};
     struct fy_diag *diag = NULL;
     struct fy_parser *fyp = NULL;
     struct fy_document *doc = NULL, *extra = NULL;
     struct fy_diag_cfg dcfg;
+
+    size_t good = utf8_valid_prefix((const unsigned char *)text, len);
+    if (good < len) {
+        int line = 1;
+        for (size_t i = 0; i < good; i++)
+            line += text[i] == '\n';
+        config_errors_add(errs, "%s:%d: %s (byte 0x%02x): the file must be UTF-8 text", name, line,
+                          text[good] ? "invalid UTF-8" : "NUL byte", (unsigned char)text[good]);
+        return cx.res;
+    }
 
     fy_diag_cfg_default(&dcfg);
     dcfg.fp = NULL;
@@ -823,7 +928,7 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
     if (doc && !fy_parser_get_stream_error(fyp)) {
         extra = fy_parse_load_document(fyp);
         if (extra)
-            err_at(&cx, node_line(fy_document_root(extra), 1),
+            err_at(&cx, first_line(fy_document_root(extra), 1),
                    "only one YAML document is allowed (remove the extra ---)");
     }
     if (!fy_parser_get_stream_error(fyp) && !extra) {
@@ -842,7 +947,7 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
             err_at(&cx, 1, "YAML syntax error");
     }
 
-    if (cx.n_errs)
+    if (cx.n_errs > 1)
         qsort(cx.errs, cx.n_errs, sizeof(yerr_t), yerr_cmp);
     for (size_t i = 0; i < cx.n_errs; i++) {
         config_errors_add(errs, "%s:%d: %s", name, cx.errs[i].line, cx.errs[i].msg);

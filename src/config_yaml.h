@@ -15,8 +15,8 @@ typedef struct config_yaml_result {
 
 /* Applies the YAML text to c, which already holds the built-in defaults. Errors go to errs as
  * "name:line: message", in line order. */
-config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text,
-                                       size_t len, config_errors_t *errs);
+config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char *text, size_t len,
+                                       config_errors_t *errs);
 
 /* Parses an upstream URL into c's upstream fields (replacing earlier ones). NULL on success,
  * else a static message saying what is wrong; c is then unchanged. */

@@ -1,0 +1,778 @@
+/* Unit tests for config.c / config_yaml.c: the reference file, good and bad files under
+ * tests/data/config/, environment overrides, addresses, URLs, Host / Origin checks. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const env_vars[] = {
+    "IDEMGW_LISTEN",       "IDEMGW_ADMIN_LISTEN", "IDEMGW_UPSTREAM",
+    "IDEMGW_DATABASE_URL", "IDEMGW_LOG_LEVEL",    "PGHOST",
+    "PGDATABASE",          "PGSERVICE",
+};
+
+/* Every test starts from a clean environment so the developer's own PG* variables do not leak
+ * into the results. */
+static int clear_env(void **state)
+{
+    for (size_t i = 0; i < ARRAY_LEN(env_vars); i++)
+        unsetenv(env_vars[i]);
+    return 0;
+}
+
+static void print_errs(const config_errors_t *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        print_message("  error: %s\n", e->msgs[i]);
+}
+
+static config_t *must_load(const char *path)
+{
+    config_errors_t errs = {0};
+    config_t *c = config_load(path, &errs);
+    if (!c) {
+        print_errs(&errs);
+        fail_msg("%s did not load", path);
+    }
+    assert_int_equal(errs.n, 0);
+    config_errors_free(&errs);
+    return c;
+}
+
+static config_t *must_load_str(const char *yaml)
+{
+    config_errors_t errs = {0};
+    config_t *c = config_load_string("t.yaml", yaml, &errs);
+    if (!c) {
+        print_errs(&errs);
+        fail_msg("string did not load:\n%s", yaml);
+    }
+    config_errors_free(&errs);
+    return c;
+}
+
+/* Loads yaml expecting exactly one error equal to want. */
+static void expect_one_error(const char *yaml, const char *want)
+{
+    config_errors_t errs = {0};
+    config_t *c = config_load_string("t.yaml", yaml, &errs);
+    if (c || errs.n != 1 || strcmp(errs.msgs[0], want) != 0) {
+        print_errs(&errs);
+        fail_msg("want exactly: %s", want);
+    }
+    config_errors_free(&errs);
+}
+
+static void test_reference_conf(void **state)
+{
+    config_t *c = must_load("conf/idemgw.yaml");
+    assert_string_equal(c->path, "conf/idemgw.yaml");
+    assert_string_equal(c->listen.host, "127.0.0.1");
+    assert_int_equal(c->listen.port, 8080);
+    assert_string_equal(c->admin_listen.host, "127.0.0.1");
+    assert_int_equal(c->admin_listen.port, 8081);
+    assert_string_equal(c->upstream_url, "http://127.0.0.1:3001/mcp");
+    assert_false(c->upstream_tls);
+    assert_string_equal(c->upstream.host, "127.0.0.1");
+    assert_int_equal(c->upstream.port, 3001);
+    assert_string_equal(c->upstream_path, "/mcp");
+    assert_string_equal(c->upstream_host_header, "127.0.0.1:3001");
+    assert_null(c->database_url);
+    assert_false(c->store_enabled);
+    assert_true(c->migrate);
+    assert_int_equal(c->store_pool, 4);
+    assert_int_equal(c->sweep_interval_ms, 60000);
+    assert_int_equal(c->client_header_timeout_ms, 10000);
+    assert_int_equal(c->client_body_timeout_ms, 30000);
+    assert_int_equal(c->client_idle_timeout_ms, 60000);
+    assert_int_equal(c->upstream_connect_timeout_ms, 5000);
+    assert_int_equal(c->upstream_timeout_ms, 60000);
+    assert_int_equal(c->upstream_idle_timeout_ms, 300000);
+    assert_int_equal(c->drain_timeout_ms, 30000);
+    assert_int_equal(c->max_body_bytes, 4 << 20);
+    assert_int_equal(c->max_header_bytes, 16 << 10);
+    assert_int_equal(c->max_connections, 10000);
+    assert_int_equal(c->upstream_pool, 64);
+    assert_int_equal(c->n_allowed_hosts, 3);
+    assert_string_equal(c->allowed_hosts[2], "::1");
+    assert_int_equal(c->n_allowed_origins, 3);
+    assert_int_equal(c->log_level, LOG_INFO);
+    assert_int_equal(c->subject.kind, SUBJECT_HEADER);
+    assert_string_equal(c->subject.value, "X-Subject");
+
+    /* The defaults section repeats the built-in values. */
+    policy_tool_t builtin;
+    policy_defaults_init(&builtin);
+    const policy_tool_t *d = &c->policy.defaults;
+    assert_int_equal(d->cls, builtin.cls);
+    assert_int_equal(d->window_ms, builtin.window_ms);
+    assert_string_equal(d->key_arg, builtin.key_arg);
+    assert_int_equal(d->n_exclude_args, 0);
+    assert_int_equal(d->lease_ms, builtin.lease_ms);
+    assert_int_equal(d->max_stored_bytes, builtin.max_stored_bytes);
+    policy_tool_free(&builtin);
+
+    assert_int_equal(c->policy.n_tools, 3);
+    assert_int_equal(policy_lookup(&c->policy, "search_orders")->cls, TOOL_CLASS_READ);
+    assert_int_equal(policy_lookup(&c->policy, "set_shipping_address")->cls, TOOL_CLASS_IDEMPOTENT);
+    const policy_tool_t *t = policy_lookup(&c->policy, "issue_refund");
+    assert_string_equal(t->name, "issue_refund");
+    assert_int_equal(t->cls, TOOL_CLASS_NON_IDEMPOTENT);
+    assert_int_equal(t->window_ms, 3600000);
+    assert_int_equal(t->n_exclude_args, 2);
+    assert_string_equal(t->exclude_args[0], "note");
+    assert_string_equal(t->exclude_args[1], "meta.client_ts");
+    assert_int_equal(t->wait_ms, 5000);
+    assert_int_equal(t->lease_ms, 90000);
+    assert_true(t->forward_key);
+    assert_true(t->line > 0);
+    assert_ptr_equal(policy_lookup(&c->policy, "not_listed"), &c->policy.defaults);
+    config_free(c);
+}
+
+static void test_minimal(void **state)
+{
+    config_t *c = must_load("tests/data/config/good/minimal.yaml");
+    assert_string_equal(c->listen.host, "127.0.0.1");
+    assert_int_equal(c->listen.port, 8080);
+    assert_int_equal(c->subject.kind, SUBJECT_NONE);
+    assert_null(c->subject.value);
+    assert_int_equal(c->policy.n_tools, 0);
+    assert_int_equal(c->policy.defaults.cls, TOOL_CLASS_NON_IDEMPOTENT);
+    assert_true(config_host_allowed(c, "localhost:8080"));
+    assert_false(config_host_allowed(c, "evil.example.com"));
+    config_free(c);
+}
+
+static void test_flow_json(void **state)
+{
+    config_t *c = must_load("tests/data/config/good/flow.json");
+    assert_string_equal(c->listen.host, "::1");
+    assert_int_equal(c->listen.port, 9000);
+    assert_true(c->upstream_tls);
+    assert_string_equal(c->upstream.host, "mcp.example.com");
+    assert_int_equal(c->upstream.port, 443);
+    assert_string_equal(c->upstream_path, "/");
+    assert_string_equal(c->upstream_host_header, "mcp.example.com:443");
+    assert_string_equal(c->database_url, "postgresql://idemgw@db/idemgw");
+    assert_true(c->store_enabled);
+    assert_false(c->migrate);
+    assert_int_equal(c->store_pool, 8);
+    assert_int_equal(c->sweep_interval_ms, 300000);
+    assert_int_equal(c->upstream_timeout_ms, 120000);
+    assert_int_equal(c->drain_timeout_ms, 60000);
+    assert_int_equal(c->client_idle_timeout_ms, 60000); /* untouched default */
+    assert_int_equal(c->max_body_bytes, 1 << 20);
+    assert_int_equal(c->max_header_bytes, 8 << 10);
+    assert_int_equal(c->max_connections, 100);
+    assert_int_equal(c->upstream_pool, 0);
+    assert_int_equal(c->log_level, LOG_DEBUG);
+    assert_int_equal(c->subject.kind, SUBJECT_BEARER_SHA256);
+    assert_null(c->subject.value);
+    assert_int_equal(c->policy.defaults.cls, TOOL_CLASS_READ);
+    const policy_tool_t *t = policy_lookup(&c->policy, "charge");
+    assert_int_equal(t->cls, TOOL_CLASS_NON_IDEMPOTENT);
+    assert_int_equal(t->wait_ms, 250);
+    /* ::1 is loopback: the lists default to the loopback names. */
+    assert_true(config_host_allowed(c, "[::1]:9000"));
+    assert_false(config_host_allowed(c, "example.com"));
+    config_free(c);
+}
+
+static void test_inherit(void **state)
+{
+    config_t *c = must_load("tests/data/config/good/inherit.yaml");
+    const policy_tool_t *d = &c->policy.defaults;
+    assert_int_equal(d->window_ms, 1800000);
+    assert_int_equal(d->line, 13);
+    assert_int_equal(c->policy.n_tools, 4);
+
+    const policy_tool_t *t = policy_lookup(&c->policy, "send_email");
+    assert_int_equal(t->line, 5);
+    assert_int_equal(t->window_ms, 3600000); /* own */
+    assert_int_equal(t->n_exclude_args, 2);  /* inherited */
+    assert_string_equal(t->exclude_args[0], "meta.client_ts");
+    assert_int_equal(t->on_tool_error, ON_TOOL_ERROR_STORE);
+    assert_true(t->forward_key);
+    assert_int_equal(t->lease_ms, 300000);
+    assert_int_equal(t->wait_ms, 10000);
+    assert_string_equal(t->key_arg, "idempotency_key");
+
+    t = policy_lookup(&c->policy, "create_ticket");
+    assert_int_equal(t->window_ms, 1800000);
+    assert_int_equal(t->n_exclude_args, 0); /* replaced by [] */
+    assert_int_equal(t->on_tool_error, ON_TOOL_ERROR_RELEASE);
+
+    t = policy_lookup(&c->policy, "search");
+    assert_int_equal(t->cls, TOOL_CLASS_READ);
+    assert_int_equal(t->window_ms, 1800000);
+
+    t = policy_lookup(&c->policy, "empty_tool");
+    assert_string_equal(t->name, "empty_tool");
+    assert_int_equal(t->window_ms, 1800000);
+
+    assert_int_equal(c->subject.kind, SUBJECT_STATIC);
+    assert_string_equal(c->subject.value, "tenant-a");
+    config_free(c);
+}
+
+static void test_public_and_lists(void **state)
+{
+    config_t *c = must_load("tests/data/config/good/public.yaml");
+    assert_string_equal(c->listen.host, "0.0.0.0");
+    assert_int_equal(c->listen.port, 8080);
+    assert_int_equal(c->n_allowed_hosts, 1);
+    assert_string_equal(c->allowed_hosts[0], "*");
+    assert_string_equal(c->allowed_origins[0], "*");
+    assert_true(config_host_allowed(c, "anything.example:1"));
+    assert_true(config_host_allowed(c, NULL));
+    assert_true(config_origin_allowed(c, "https://evil.example"));
+    assert_string_equal(c->upstream_host_header, "mcp:3001");
+    config_free(c);
+
+    c = must_load("tests/data/config/good/lists.yaml");
+    assert_int_equal(c->n_allowed_hosts, 4);
+    assert_string_equal(c->allowed_hosts[0], "gateway.example.com");
+    assert_string_equal(c->allowed_hosts[1], "2001:db8::1");
+    assert_string_equal(c->upstream_host_header, "10.0.0.5:80");
+    config_free(c);
+}
+
+static const struct bad_case {
+    const char *name;
+    int line;
+    const char *msg; /* substring of the message after "file:line: "; "" = any */
+} bad_cases[] = {
+    {"unknown_key_top", 3, "unknown key 'foo' (allowed: listen, admin_listen,"},
+    {"unknown_key_tool", 6, "unknown key 'foo' in tools.bar (allowed: class, window,"},
+    {"unknown_key_section", 4, "unknown key 'upstrem' in timeouts (allowed: client_header,"},
+    {"unknown_key_defaults", 4, "unknown key 'clas' in defaults"},
+    {"bad_duration", 4,
+     "timeouts.client_idle: bad duration '5x' (a whole number with unit ms, s, m, h or d"},
+    {"duration_negative", 4, "defaults.window: bad duration '-5s'"},
+    {"duration_overflow", 4, "defaults.window: bad duration '99999999999999999999d'"},
+    {"duration_fraction", 4, "timeouts.drain: bad duration '1.5s'"},
+    {"duration_zero", 4, "timeouts.upstream: 0s is out of range (1ms to 1d)"},
+    {"duration_empty", 4, "timeouts.drain: bad duration ''"},
+    {"bad_size", 4, "limits.max_body: bad size '4XB'"},
+    {"size_range", 4, "limits.max_header: 10 is out of range (1KiB to 1MiB)"},
+    {"size_overflow", 5, "tools.t.max_stored_bytes: bad size '99999999999GiB'"},
+    {"bad_class", 5,
+     "tools.refund.class: unknown value 'readonly' (allowed: read, idempotent, non_idempotent)"},
+    {"bad_on_tool_error", 4,
+     "defaults.on_tool_error: unknown value 'keep' (allowed: release, store)"},
+    {"bad_on_ambiguous", 5, "tools.t.on_ambiguous: unknown value 'retry' (allowed: hold, release)"},
+    {"bad_on_store_down", 5,
+     "tools.t.on_store_down: unknown value 'allow' (allowed: reject, passthrough)"},
+    {"bad_in_progress", 5,
+     "tools.t.in_progress: unknown value 'wait' (allowed: reject, {wait: DURATION})"},
+    {"bad_in_progress_key", 5, "unknown key 'wiat' in tools.t.in_progress (allowed: wait)"},
+    {"bad_in_progress_wait", 6, "tools.t.in_progress.wait: 2h is out of range (1ms to 1h)"},
+    {"lease_short", 7, "tools.t.lease: 10s is shorter than timeouts.upstream (1m)"},
+    {"lease_short_defaults_first", 4, "defaults.lease: 2m is shorter than timeouts.upstream (5m)"},
+    {"bad_bool", 3, "migrate: expected true or false, got 'yes'"},
+    {"bad_int", 4, "store.pool: expected an integer from 1 to 256, got 'four'"},
+    {"int_range", 4, "store.pool: expected an integer from 1 to 256, got '0'"},
+    {"int_negative", 4, "limits.upstream_pool: expected an integer from 0 to 100000, got '-1'"},
+    {"section_not_map", 3, "timeouts: expected a mapping, got a scalar"},
+    {"list_not_list", 3, "allowed_hosts: expected a list, got a scalar"},
+    {"scalar_got_list", 3, "listen: expected host:port, got a list"},
+    {"scalar_got_null", 3, "admin_listen: expected host:port, got nothing"},
+    {"bad_listen", 3, "listen: bad address '127.0.0.1' (expected host:port, [v6]:port or :port)"},
+    {"bad_port", 3, "admin_listen: bad address '127.0.0.1:70000'"},
+    {"bad_v6_listen", 3, "listen: bad address '::1:8080'"},
+    {"upstream_scheme", 2,
+     "upstream: bad URL 'ftp://127.0.0.1/mcp': must start with http:// or https://"},
+    {"upstream_no_path", 2, "upstream: bad URL 'http://127.0.0.1:3001': needs a path"},
+    {"upstream_query", 2, "query strings and fragments are not supported"},
+    {"upstream_userinfo", 2, "credentials in the URL are not supported"},
+    {"upstream_port", 2, "port must be 1-65535"},
+    {"upstream_missing", 1, "upstream is required"},
+    {"subject_two_keys", 5, "subject: give only one of header, bearer, static"},
+    {"subject_bearer", 3, "subject.bearer: unknown value 'md5' (allowed: sha256)"},
+    {"subject_header_bad", 4, "subject.header: 'X Subject' is not a valid header name"},
+    {"subject_authorization", 4,
+     "subject.header: Authorization carries a credential; use 'bearer: sha256' instead"},
+    {"subject_empty", 3, "subject: give one of header, bearer, static"},
+    {"subject_unknown", 4, "unknown key 'jwt' in subject (allowed: header, bearer, static)"},
+    {"subject_static_space", 4,
+     "subject.static: must be 1-256 printable ASCII characters without spaces"},
+    {"allowed_host_port", 5, "allowed_hosts[1]: 'localhost:8080': give the host without a port"},
+    {"allowed_hosts_empty", 3,
+     "allowed_hosts: the list is empty (leave the key out for the default)"},
+    {"allowed_host_bad", 3, "allowed_hosts[0]: 'exa mple.com': not a host name or address"},
+    {"allowed_origin_path", 4, "allowed_origins[0]: 'http://localhost:8080/app': not an origin"},
+    {"allowed_origin_scheme", 3, "allowed_origins[0]: 'ftp://localhost': not an origin"},
+    {"log_level", 4, "log.level: unknown value 'verbose' (allowed: debug, info, warn, error, off)"},
+    {"exclude_bad", 5, "tools.t.exclude_args[1]: 'a..b' is not a dotted argument path"},
+    {"exclude_not_string", 6, "defaults.exclude_args[1]: expected a string, got a mapping"},
+    {"key_arg_empty", 4, "defaults.key_arg: must not be empty"},
+    {"tool_not_map", 4, "tools.t: expected a mapping, got a scalar"},
+    {"tools_not_map", 3, "tools: expected a mapping of tool names, got a list"},
+    {"tool_name_space", 4, "tools: 'issue refund' is not a tool name"},
+    {"alias", 5, "timeouts.drain: anchors and aliases are not supported"},
+    {"merge_key", 7, "unknown key '<<' in tools.t"},
+    {"nul_byte", 3, "database_url: contains a NUL byte"},
+    {"syntax_bracket", 5, "flow sequence without a closing bracket"},
+    {"duplicate_key", 4, "duplicate key"},
+    {"two_documents", 4, "only one YAML document is allowed"},
+    {"top_level_list", 2, "top level must be a mapping of settings, got a list"},
+    {"key_not_scalar", 3, "top level: expected a key, got a list"},
+    {"invalid_utf8", 3, "invalid UTF-8 (byte 0x90): the file must be UTF-8 text"},
+    {"nul_in_file", 3, "NUL byte (byte 0x00): the file must be UTF-8 text"},
+    {"tab_indent", 4, ""},
+};
+
+static void test_bad_files(void **state)
+{
+    char path[256], prefix[300];
+    for (size_t i = 0; i < ARRAY_LEN(bad_cases); i++) {
+        const struct bad_case *b = &bad_cases[i];
+        config_errors_t errs = {0};
+        snprintf(path, sizeof(path), "tests/data/config/bad/%s.yaml", b->name);
+        snprintf(prefix, sizeof(prefix), "%s:%d: ", path, b->line);
+        config_t *c = config_load(path, &errs);
+        bool ok = !c && errs.n == 1 && strncmp(errs.msgs[0], prefix, strlen(prefix)) == 0 &&
+                  strstr(errs.msgs[0] + strlen(prefix), b->msg);
+        if (!ok) {
+            print_errs(&errs);
+            config_free(c);
+            fail_msg("%s: want one error '%s%s'", b->name, prefix, b->msg);
+        }
+        config_errors_free(&errs);
+    }
+}
+
+static void test_exact_messages(void **state)
+{
+    expect_one_error("upstream: http://h/mcp\ntools:\n  bar:\n    foo: 1\n",
+                     "t.yaml:4: unknown key 'foo' in tools.bar (allowed: class, window, "
+                     "exclude_args, key_arg, on_tool_error, on_ambiguous, in_progress, lease, "
+                     "max_stored_bytes, forward_key, on_store_down)");
+    expect_one_error("upstream: http://h/mcp\ntimeouts: {upstream: 10x}\n",
+                     "t.yaml:2: timeouts.upstream: bad duration '10x' (a whole number with unit "
+                     "ms, s, m, h or d, e.g. 250ms, 90s, 10m)");
+    expect_one_error("upstream: http://h/mcp\nlimits:\n  max_body: 2GiB\n",
+                     "t.yaml:3: limits.max_body: 2GiB is out of range (1KiB to 1GiB)");
+    expect_one_error("upstream: http://h/mcp\ndefaults: {class: write}\n",
+                     "t.yaml:2: defaults.class: unknown value 'write' (allowed: read, "
+                     "idempotent, non_idempotent)");
+    expect_one_error("upstream: http://h/mcp\nmigrate: 1\n",
+                     "t.yaml:2: migrate: expected true or false, got '1'");
+    expect_one_error("listen: 127.0.0.1:1\n",
+                     "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
+    expect_one_error("", "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
+}
+
+/* Errors are all collected, and reported in line order even though sections are read in
+ * dependency order (timeouts, then defaults, then tools). */
+static void test_many_errors(void **state)
+{
+    const char *yaml = "tools:\n"                   /* 1 */
+                       "  a: {class: x}\n"          /* 2 */
+                       "defaults:\n"                /* 3 */
+                       "  window: 0s\n"             /* 4 */
+                       "upstream: ftp://x/\n"       /* 5 */
+                       "timeouts: {drain: never}\n" /* 6 */
+                       "bogus: 1\n";                /* 7 */
+    config_errors_t errs = {0};
+    setenv("IDEMGW_LOG_LEVEL", "loud", 1);
+    config_t *c = config_load_string("m.yaml", yaml, &errs);
+    assert_null(c);
+    if (errs.n != 6)
+        print_errs(&errs);
+    assert_int_equal(errs.n, 6);
+    assert_true(strncmp(errs.msgs[0], "m.yaml:2: tools.a.class:", 24) == 0);
+    assert_true(strncmp(errs.msgs[1], "m.yaml:4: defaults.window: 0s is out of range", 45) == 0);
+    assert_true(strncmp(errs.msgs[2], "m.yaml:5: upstream: bad URL", 27) == 0);
+    assert_true(strncmp(errs.msgs[3], "m.yaml:6: timeouts.drain: bad duration", 38) == 0);
+    assert_true(strncmp(errs.msgs[4], "m.yaml:7: unknown key 'bogus'", 29) == 0);
+    assert_string_equal(errs.msgs[5], "env IDEMGW_LOG_LEVEL: unknown level 'loud' (allowed: "
+                                      "debug, info, warn, error, off)");
+    config_errors_free(&errs);
+    config_errors_free(&errs);
+    /* A NULL error list is allowed. */
+    assert_null(config_load_string("m.yaml", yaml, NULL));
+}
+
+static void test_env_overrides(void **state)
+{
+    setenv("IDEMGW_LISTEN", "0.0.0.0:9999", 1);
+    setenv("IDEMGW_ADMIN_LISTEN", "[::1]:9998", 1);
+    setenv("IDEMGW_UPSTREAM", "https://[fe80::1%eth0]:8443/x/mcp", 1);
+    setenv("IDEMGW_DATABASE_URL", "postgresql:///idemgw", 1);
+    setenv("IDEMGW_LOG_LEVEL", "warn", 1);
+    config_t *c = must_load("conf/idemgw.yaml");
+    assert_string_equal(c->listen.host, "0.0.0.0");
+    assert_int_equal(c->listen.port, 9999);
+    assert_string_equal(c->admin_listen.host, "::1");
+    assert_int_equal(c->admin_listen.port, 9998);
+    assert_true(c->upstream_tls);
+    assert_string_equal(c->upstream.host, "fe80::1%eth0");
+    assert_int_equal(c->upstream.port, 8443);
+    assert_string_equal(c->upstream_path, "/x/mcp");
+    assert_string_equal(c->upstream_host_header, "[fe80::1%eth0]:8443");
+    assert_string_equal(c->database_url, "postgresql:///idemgw");
+    assert_true(c->store_enabled);
+    assert_int_equal(c->log_level, LOG_WARN);
+    /* The file lists allowed_hosts, so the non-loopback listen does not widen them. */
+    assert_int_equal(c->n_allowed_hosts, 3);
+    config_free(c);
+
+    /* An empty variable counts as unset. */
+    clear_env(NULL);
+    setenv("IDEMGW_LISTEN", "", 1);
+    c = must_load("conf/idemgw.yaml");
+    assert_int_equal(c->listen.port, 8080);
+    config_free(c);
+}
+
+static void test_env_only(void **state)
+{
+    config_errors_t errs = {0};
+    assert_null(config_load(NULL, &errs));
+    assert_int_equal(errs.n, 1);
+    assert_string_equal(errs.msgs[0], "upstream is required");
+    config_errors_free(&errs);
+
+    setenv("IDEMGW_UPSTREAM", "http://127.0.0.1:3001/mcp", 1);
+    config_t *c = must_load(NULL);
+    assert_null(c->path);
+    assert_string_equal(c->upstream_path, "/mcp");
+    assert_false(c->store_enabled);
+    assert_int_equal(c->subject.kind, SUBJECT_NONE);
+    assert_int_equal(c->n_allowed_hosts, 3);
+    config_free(c);
+
+    setenv("IDEMGW_UPSTREAM", "127.0.0.1:3001", 1);
+    setenv("IDEMGW_LISTEN", "localhost", 1);
+    setenv("IDEMGW_ADMIN_LISTEN", "[::1:9", 1);
+    assert_null(config_load(NULL, &errs));
+    if (errs.n != 3)
+        print_errs(&errs);
+    assert_int_equal(errs.n, 3);
+    assert_string_equal(errs.msgs[0], "env IDEMGW_LISTEN: bad address 'localhost' (expected "
+                                      "host:port, [v6]:port or :port)");
+    assert_string_equal(errs.msgs[1], "env IDEMGW_ADMIN_LISTEN: bad address '[::1:9' "
+                                      "(expected host:port, [v6]:port or :port)");
+    assert_string_equal(errs.msgs[2], "env IDEMGW_UPSTREAM: bad URL '127.0.0.1:3001': must "
+                                      "start with http:// or https://");
+    config_errors_free(&errs);
+}
+
+static void test_store_enabled(void **state)
+{
+    static const char *const vars[] = {"PGHOST", "PGDATABASE", "PGSERVICE"};
+    for (size_t i = 0; i < ARRAY_LEN(vars); i++) {
+        clear_env(NULL);
+        setenv(vars[i], "x", 1);
+        config_t *c = must_load_str("upstream: http://h/mcp\n");
+        assert_true(c->store_enabled);
+        assert_null(c->database_url);
+        config_free(c);
+    }
+    clear_env(NULL);
+    setenv("PGUSER", "x", 1); /* not enough to mean "a database is configured" */
+    config_t *c = must_load_str("upstream: http://h/mcp\n");
+    assert_false(c->store_enabled);
+    config_free(c);
+    unsetenv("PGUSER");
+    c = must_load_str("upstream: http://h/mcp\ndatabase_url: 'host=/tmp dbname=x'\n");
+    assert_true(c->store_enabled);
+    assert_string_equal(c->database_url, "host=/tmp dbname=x");
+    config_free(c);
+}
+
+static void test_missing_file(void **state)
+{
+    config_errors_t errs = {0};
+    assert_null(config_load("tests/data/config/does-not-exist.yaml", &errs));
+    assert_int_equal(errs.n, 1);
+    assert_string_equal(errs.msgs[0],
+                        "tests/data/config/does-not-exist.yaml: cannot open: No such file or "
+                        "directory");
+    config_errors_free(&errs);
+    assert_null(config_load("tests/data/config", &errs)); /* a directory */
+    assert_int_equal(errs.n, 1);
+    config_errors_free(&errs);
+}
+
+static void test_parse_host_port(void **state)
+{
+    static const struct {
+        const char *in;
+        int rc;
+        const char *host;
+        int port;
+    } cases[] = {
+        {"127.0.0.1:8080", 0, "127.0.0.1", 8080},
+        {"localhost:1", 0, "localhost", 1},
+        {"[::1]:65535", 0, "::1", 65535},
+        {"[::]:80", 0, "::", 80},
+        {":8080", 0, "0.0.0.0", 8080},
+        {"my-host.internal:443", 0, "my-host.internal", 443},
+        {"[fe80::1%eth0]:9", 0, "fe80::1%eth0", 9},
+        {"127.0.0.1", -1, NULL, 0},
+        {"127.0.0.1:", -1, NULL, 0},
+        {"127.0.0.1:0", -1, NULL, 0},
+        {"127.0.0.1:65536", -1, NULL, 0},
+        {"127.0.0.1:123456", -1, NULL, 0},
+        {"127.0.0.1:80a", -1, NULL, 0},
+        {"127.0.0.1:-1", -1, NULL, 0},
+        {"::1:8080", -1, NULL, 0},
+        {"[::1]", -1, NULL, 0},
+        {"[::1]8080", -1, NULL, 0},
+        {"[nothex]:80", -1, NULL, 0},
+        {"[::1:80", -1, NULL, 0},
+        {":", -1, NULL, 0},
+        {":0", -1, NULL, 0},
+        {"", -1, NULL, 0},
+        {"ho st:80", -1, NULL, 0},
+        {"a..b:80", -1, NULL, 0},
+        {".a:80", -1, NULL, 0},
+        {"http://h:80", -1, NULL, 0},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        host_port_t hp = {.host = NULL, .port = 7};
+        int rc = config_parse_host_port(cases[i].in, &hp);
+        if (rc != cases[i].rc)
+            fail_msg("'%s': rc %d, want %d", cases[i].in, rc, cases[i].rc);
+        if (rc == 0) {
+            assert_string_equal(hp.host, cases[i].host);
+            assert_int_equal(hp.port, cases[i].port);
+            free(hp.host);
+        } else {
+            assert_null(hp.host);
+            assert_int_equal(hp.port, 7);
+        }
+    }
+    host_port_t hp = {0};
+    assert_int_equal(config_parse_host_port(NULL, &hp), -1);
+}
+
+static void test_upstream_urls(void **state)
+{
+    static const struct {
+        const char *url;
+        bool tls;
+        const char *host;
+        int port;
+        const char *path;
+        const char *host_header;
+    } good[] = {
+        {"http://127.0.0.1:3001/mcp", false, "127.0.0.1", 3001, "/mcp", "127.0.0.1:3001"},
+        {"HTTPS://Example.com/", true, "Example.com", 443, "/", "Example.com:443"},
+        {"http://example.com/a/b%20c", false, "example.com", 80, "/a/b%20c", "example.com:80"},
+        {"https://[::1]:8443/mcp", true, "::1", 8443, "/mcp", "[::1]:8443"},
+    };
+    char yaml[300];
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        snprintf(yaml, sizeof(yaml), "upstream: '%s'\n", good[i].url);
+        config_t *c = must_load_str(yaml);
+        assert_string_equal(c->upstream_url, good[i].url);
+        assert_int_equal(c->upstream_tls, good[i].tls);
+        assert_string_equal(c->upstream.host, good[i].host);
+        assert_int_equal(c->upstream.port, good[i].port);
+        assert_string_equal(c->upstream_path, good[i].path);
+        assert_string_equal(c->upstream_host_header, good[i].host_header);
+        config_free(c);
+    }
+    static const char *const bad[] = {
+        "http:/x/mcp", "http:///mcp",  "http://h:99999/mcp", "http://h:/mcp",
+        "http://h",    "http://h?x=1", "http://h/m#f",       "http://u@h/mcp",
+        "ws://h/mcp",  "http://h/a b", "http://[::1/mcp",    "mcp",
+    };
+    for (size_t i = 0; i < ARRAY_LEN(bad); i++) {
+        config_errors_t errs = {0};
+        snprintf(yaml, sizeof(yaml), "upstream: '%s'\n", bad[i]);
+        config_t *c = config_load_string("u.yaml", yaml, &errs);
+        if (c || errs.n != 1 || !strstr(errs.msgs[0], "u.yaml:1: upstream: bad URL")) {
+            print_errs(&errs);
+            config_free(c);
+            fail_msg("upstream '%s' should be refused", bad[i]);
+        }
+        config_errors_free(&errs);
+    }
+}
+
+static void test_loopback(void **state)
+{
+    static const struct {
+        const char *host;
+        bool lo;
+    } cases[] = {
+        {"127.0.0.1", true},
+        {"127.255.0.9", true},
+        {"localhost", true},
+        {"LocalHost", true},
+        {"::1", true},
+        {"::ffff:127.0.0.1", true},
+        {"0.0.0.0", false},
+        {"::", false},
+        {"128.0.0.1", false},
+        {"10.0.0.1", false},
+        {"localhost.com", false},
+        {"", false},
+        {NULL, false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++)
+        if (config_host_is_loopback(cases[i].host) != cases[i].lo)
+            fail_msg("'%s' loopback should be %d", cases[i].host ? cases[i].host : "(null)",
+                     cases[i].lo);
+}
+
+static void test_host_allowed(void **state)
+{
+    config_t *lo = must_load_str("upstream: http://h/mcp\n");
+    config_t *lists = must_load("tests/data/config/good/lists.yaml");
+    static const struct {
+        const char *host;
+        bool lo, lists;
+    } cases[] = {
+        {"localhost", true, false},
+        {"localhost:8080", true, false},
+        {"LOCALHOST:1", true, false},
+        {"localhost.:8080", true, false},
+        {"127.0.0.1:8080", true, false},
+        {"[::1]:8080", true, true},
+        {"[::1]", true, true},
+        {"127.0.0.2:8080", false, false},
+        {"evil.example.com", false, false},
+        {"localhost.evil.com", false, false},
+        {"gateway.example.com", false, true},
+        {"Gateway.Example.com:443", false, true},
+        {"gateway.example.com.", false, true},
+        {"[2001:db8::1]:80", false, true},
+        {"[2001:DB8::1]", false, true},
+        {"10.0.0.7", false, true},
+        {"10.0.0.7:", false, false},
+        {"10.0.0.70", false, false},
+        {"::1", false, false}, /* unbracketed v6 in a Host header is malformed */
+        {"", false, false},
+        {"localhost:8080:1", false, false},
+        {"local host", false, false},
+        {NULL, false, false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        const char *h = cases[i].host ? cases[i].host : "(null)";
+        if (config_host_allowed(lo, cases[i].host) != cases[i].lo)
+            fail_msg("loopback config, Host '%s': want %d", h, cases[i].lo);
+        if (config_host_allowed(lists, cases[i].host) != cases[i].lists)
+            fail_msg("lists config, Host '%s': want %d", h, cases[i].lists);
+    }
+    config_free(lo);
+    config_free(lists);
+}
+
+static void test_origin_allowed(void **state)
+{
+    config_t *lo = must_load_str("upstream: http://h/mcp\n");
+    config_t *lists = must_load("tests/data/config/good/lists.yaml");
+    static const struct {
+        const char *origin;
+        bool lo, lists;
+    } cases[] = {
+        {NULL, true, true},
+        {"http://localhost:8080", true, false},
+        {"https://localhost", true, false},
+        {"http://LOCALHOST:3000", true, true},
+        {"http://127.0.0.1:5173", true, false},
+        {"http://[::1]:3000", true, false},
+        {"http://localhost:80", true, false},
+        {"http://evil.example.com", false, false},
+        {"http://localhost.evil.com", false, false},
+        {"https://app.example.com", false, true},
+        {"https://app.example.com:443", false, true},
+        {"https://APP.example.com", false, true},
+        {"https://app.example.com:8443", false, false},
+        {"http://app.example.com", false, false},
+        {"http://localhost:3000", true, true},
+        {"https://localhost:3000", true, false},
+        {"http://dev.example.com:1234", false, true},
+        {"https://dev.example.com", false, true},
+        {"null", false, true},
+        {"NULL", false, true},
+        {"", false, false},
+        {"localhost", false, false},
+        {"file://localhost", false, false},
+        {"http://localhost:8080/path", false, false},
+        {"http://", false, false},
+        {"http://localhost:0", false, false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        const char *o = cases[i].origin ? cases[i].origin : "(null)";
+        if (config_origin_allowed(lo, cases[i].origin) != cases[i].lo)
+            fail_msg("loopback config, Origin '%s': want %d", o, cases[i].lo);
+        if (config_origin_allowed(lists, cases[i].origin) != cases[i].lists)
+            fail_msg("lists config, Origin '%s': want %d", o, cases[i].lists);
+    }
+    config_free(lo);
+    config_free(lists);
+}
+
+static void test_restart_diff(void **state)
+{
+    config_t *a = must_load("conf/idemgw.yaml");
+    config_t *b = must_load("conf/idemgw.yaml");
+    char out[512];
+    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 0);
+    assert_string_equal(out, "");
+
+    /* Policy, timeouts and limits are not restart-only. */
+    config_free(b);
+    b = must_load_str("upstream: http://127.0.0.1:3001/mcp\ntimeouts: {upstream: 5m}\n"
+                      "subject: {static: x}\n");
+    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 0);
+    config_free(b);
+
+    b = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:8081\n"
+                      "upstream: https://other/mcp\n"
+                      "database_url: postgresql://u:secret@db/x\nstore: {pool: 9}\n");
+    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 4);
+    assert_string_equal(out, "listen: 127.0.0.1:8080 -> [::1]:9000\n"
+                             "upstream: http://127.0.0.1:3001/mcp -> https://other/mcp\n"
+                             "database_url changed\n"
+                             "store.pool: 4 -> 9\n");
+    assert_null(strstr(out, "secret"));
+    /* Truncation keeps a terminated string and the full count. */
+    char small[10];
+    assert_int_equal(config_restart_only_diff(a, b, small, sizeof(small)), 4);
+    assert_int_equal(strlen(small), 9);
+    assert_int_equal(config_restart_only_diff(a, b, NULL, 0), 4);
+    config_free(a);
+    config_free(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_reference_conf, clear_env),
+        cmocka_unit_test_setup(test_minimal, clear_env),
+        cmocka_unit_test_setup(test_flow_json, clear_env),
+        cmocka_unit_test_setup(test_inherit, clear_env),
+        cmocka_unit_test_setup(test_public_and_lists, clear_env),
+        cmocka_unit_test_setup(test_bad_files, clear_env),
+        cmocka_unit_test_setup(test_exact_messages, clear_env),
+        cmocka_unit_test_setup(test_many_errors, clear_env),
+        cmocka_unit_test_setup(test_env_overrides, clear_env),
+        cmocka_unit_test_setup(test_env_only, clear_env),
+        cmocka_unit_test_setup(test_store_enabled, clear_env),
+        cmocka_unit_test_setup(test_missing_file, clear_env),
+        cmocka_unit_test_setup(test_parse_host_port, clear_env),
+        cmocka_unit_test_setup(test_upstream_urls, clear_env),
+        cmocka_unit_test_setup(test_loopback, clear_env),
+        cmocka_unit_test_setup(test_host_allowed, clear_env),
+        cmocka_unit_test_setup(test_origin_allowed, clear_env),
+        cmocka_unit_test_setup(test_restart_diff, clear_env),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
