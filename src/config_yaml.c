@@ -842,7 +842,8 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
             err_at(&cx, 1, "YAML syntax error");
     }
 
-    qsort(cx.errs, cx.n_errs, sizeof(yerr_t), yerr_cmp);
+    if (cx.n_errs) /* qsort with a NULL base is undefined even for 0 elements */
+        qsort(cx.errs, cx.n_errs, sizeof(yerr_t), yerr_cmp);
     for (size_t i = 0; i < cx.n_errs; i++) {
         config_errors_add(errs, "%s:%d: %s", name, cx.errs[i].line, cx.errs[i].msg);
         free(cx.errs[i].msg);
