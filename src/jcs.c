@@ -437,32 +437,16 @@ static jcs_status_t parse_string(jcs_parser_t *p, jcs_buf_t *b)
             return fail(p, JCS_ERR_SYNTAX, esc, "unterminated escape");
         char e = p->s[p->pos + 1];
         p->pos += 2;
-        switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-            buf_putc(b, e);
+        /* the two-character escapes, and what each stands for */
+        static const char esc_from[] = "\"\\/bfnrt", esc_to[] = "\"\\/\b\f\n\r\t";
+        const char *hit = e ? strchr(esc_from, e) : NULL;
+        if (hit) {
+            buf_putc(b, esc_to[hit - esc_from]);
             continue;
-        case 'b':
-            buf_putc(b, '\b');
-            continue;
-        case 'f':
-            buf_putc(b, '\f');
-            continue;
-        case 'n':
-            buf_putc(b, '\n');
-            continue;
-        case 'r':
-            buf_putc(b, '\r');
-            continue;
-        case 't':
-            buf_putc(b, '\t');
-            continue;
-        case 'u':
-            break;
-        default:
-            return fail(p, JCS_ERR_SYNTAX, esc, "invalid escape \\%c", e);
         }
+        if (e != 'u')
+            return fail(p, JCS_ERR_SYNTAX, esc, "invalid escape character 0x%02x",
+                        (unsigned char)e);
         if (p->len - p->pos < 4 || hex4(p->s + p->pos) < 0)
             return fail(p, JCS_ERR_SYNTAX, esc, "invalid \\u escape");
         uint32_t cp = (uint32_t)hex4(p->s + p->pos);
@@ -854,34 +838,15 @@ static void put_string(jcs_buf_t *b, const char *s, size_t len)
             continue;
         buf_put(b, s + run, i - run);
         run = i + 1;
+        /* RFC 8785 3.2.2.2: short escapes where JSON has them, \u00xx for other controls */
+        static const char short_from[] = "\"\\\b\f\n\r\t", short_to[] = "\"\\bfnrt";
+        const char *hit = c ? strchr(short_from, c) : NULL;
         char esc[8];
-        switch (c) {
-        case '"':
-            buf_put(b, "\\\"", 2);
-            break;
-        case '\\':
-            buf_put(b, "\\\\", 2);
-            break;
-        case '\b':
-            buf_put(b, "\\b", 2);
-            break;
-        case '\f':
-            buf_put(b, "\\f", 2);
-            break;
-        case '\n':
-            buf_put(b, "\\n", 2);
-            break;
-        case '\r':
-            buf_put(b, "\\r", 2);
-            break;
-        case '\t':
-            buf_put(b, "\\t", 2);
-            break;
-        default:
+        if (hit)
+            snprintf(esc, sizeof esc, "\\%c", short_to[hit - short_from]);
+        else
             snprintf(esc, sizeof esc, "\\u%04x", c);
-            buf_put(b, esc, 6);
-            break;
-        }
+        buf_put(b, esc, strlen(esc));
     }
     buf_put(b, s + run, len - run);
     buf_putc(b, '"');

@@ -114,6 +114,8 @@ int key_cmd_main(int argc, char **argv)
         if (!cfg) {
             for (size_t i = 0; i < errs.n; i++)
                 fprintf(stderr, "%s\n", errs.msgs[i]);
+            if (errs.n == 0)
+                fprintf(stderr, "idemgw key: %s: cannot load the config\n", o.config);
             config_errors_free(&errs);
             goto out;
         }

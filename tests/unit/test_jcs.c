@@ -159,6 +159,11 @@ static void test_format_double_table(void **state)
         {4.5, "4.5"},
         {0.002, "0.002"},
         {1e30, "1e+30"},
+        /* powers of two: the gap below is half the gap above, so the nearest 16-digit
+         * decimal misses while its neighbour still round-trips (and is the ES answer) */
+        {0x1p-1017, "7.120236347223045e-307"},
+        {0x1p-1007, "7.291122019556398e-304"},
+        {-0x1p-1017, "-7.120236347223045e-307"},
     };
     for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
         char got[32];

@@ -1,6 +1,5 @@
-/* Key derivation tables and the `idemgw key` subcommand. Policies are built by hand. */
+/* Key derivation tables. Policies are built by hand. */
 #include "key.h"
-#include "key_cmd.h"
 
 #include <stdarg.h>
 #include <setjmp.h>
@@ -11,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define SHA_EMPTY_OBJ "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
 #define SHA_A1_B2 "43258cff783fe7036d8a43033f830adfc60ec037382473548ac742b888292777"
@@ -437,89 +435,12 @@ static void test_key_status_str(void **state)
     assert_string_equal(key_status_str((key_status_t)42), "unknown key status");
 }
 
-static char last_err[2048]; /* stderr of the last run_cmd */
-
-/* Runs key_cmd_main with stdout and stderr captured; returns the exit code, stdout in out. */
-static int run_cmd(char *out, size_t outlen, int argc, ...)
-{
-    char *argv[16];
-    va_list ap;
-    va_start(ap, argc);
-    for (int i = 0; i < argc; i++)
-        argv[i] = va_arg(ap, char *);
-    va_end(ap);
-    argv[argc] = NULL;
-
-    fflush(stdout);
-    fflush(stderr);
-    FILE *tmp = tmpfile(), *etmp = tmpfile();
-    assert_non_null(tmp);
-    assert_non_null(etmp);
-    int saved = dup(STDOUT_FILENO), esaved = dup(STDERR_FILENO);
-    dup2(fileno(tmp), STDOUT_FILENO);
-    dup2(fileno(etmp), STDERR_FILENO);
-    int rc = key_cmd_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved, STDOUT_FILENO);
-    dup2(esaved, STDERR_FILENO);
-    close(saved);
-    close(esaved);
-    rewind(tmp);
-    size_t n = fread(out, 1, outlen - 1, tmp);
-    out[n] = '\0';
-    rewind(etmp);
-    n = fread(last_err, 1, sizeof last_err - 1, etmp);
-    last_err[n] = '\0';
-    fclose(tmp);
-    fclose(etmp);
-    return rc;
-}
-
-static void test_key_cmd(void **state)
-{
-    (void)state;
-    char out[512];
-    assert_int_equal(run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args",
-                             "{\"b\":2,\"a\":1}"),
-                     0);
-    assert_string_equal(out, "s:t:h:43258cff783fe7036d8a43033f830adf\n");
-    assert_int_equal(run_cmd(out, sizeof out, 6, "key", "--subject=s", "--tool=t", "--args={}",
-                             "--header-key", "K"),
-                     0);
-    assert_string_equal(out, "s:t:x:K\n");
-    assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--help"), 0);
-    assert_non_null(strstr(out, "usage:"));
-
-    /* errors: exit 2, nothing on stdout */
-    assert_int_equal(
-        run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args", "{\"a\":}"),
-        2);
-    assert_string_equal(out, "");
-    assert_non_null(strstr(last_err, "byte 5"));
-    assert_int_equal(
-        run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args", "[1]"), 2);
-    assert_non_null(strstr(last_err, "arguments must be an object"));
-    assert_int_equal(run_cmd(out, sizeof out, 5, "key", "--subject", "s", "--tool", "t"), 2);
-    assert_int_equal(run_cmd(out, sizeof out, 6, "key", "--subject", "s", "--tool", "t", "--args"),
-                     2);
-    assert_int_equal(
-        run_cmd(out, sizeof out, 7, "key", "--subject", "", "--tool", "t", "--args", "{}"), 2);
-    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
-                             "{}", "--bogus"),
-                     2);
-    assert_int_equal(run_cmd(out, sizeof out, 1, "key"), 2);
-    assert_string_equal(out, "");
-    assert_non_null(strstr(last_err, "usage:"));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_table),       cmocka_unit_test(test_key_relations),
         cmocka_unit_test(test_explicit_length), cmocka_unit_test(test_args_modified),
         cmocka_unit_test(test_key_hash_hex),    cmocka_unit_test(test_key_status_str),
-        cmocka_unit_test(test_key_cmd),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

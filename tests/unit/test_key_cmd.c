@@ -1,0 +1,140 @@
+/* The `idemgw key` subcommand: output, exit codes and messages. */
+#include "key_cmd.h"
+
+#include <stdarg.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char last_err[2048]; /* stderr of the last run_cmd */
+
+/* Runs key_cmd_main with stdout and stderr captured; returns the exit code, stdout in out. */
+static int run_cmd(char *out, size_t outlen, int argc, ...)
+{
+    char *argv[16];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++)
+        argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    argv[argc] = NULL;
+
+    fflush(stdout);
+    fflush(stderr);
+    FILE *tmp = tmpfile(), *etmp = tmpfile();
+    assert_non_null(tmp);
+    assert_non_null(etmp);
+    int saved = dup(STDOUT_FILENO), esaved = dup(STDERR_FILENO);
+    dup2(fileno(tmp), STDOUT_FILENO);
+    dup2(fileno(etmp), STDERR_FILENO);
+    int rc = key_cmd_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, STDOUT_FILENO);
+    dup2(esaved, STDERR_FILENO);
+    close(saved);
+    close(esaved);
+    rewind(tmp);
+    size_t n = fread(out, 1, outlen - 1, tmp);
+    out[n] = '\0';
+    rewind(etmp);
+    n = fread(last_err, 1, sizeof last_err - 1, etmp);
+    last_err[n] = '\0';
+    fclose(tmp);
+    fclose(etmp);
+    return rc;
+}
+
+static void test_key_cmd(void **state)
+{
+    (void)state;
+    char out[512];
+    assert_int_equal(run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{\"b\":2,\"a\":1}"),
+                     0);
+    assert_string_equal(out, "s:t:h:43258cff783fe7036d8a43033f830adf\n");
+    assert_int_equal(run_cmd(out, sizeof out, 6, "key", "--subject=s", "--tool=t", "--args={}",
+                             "--header-key", "K"),
+                     0);
+    assert_string_equal(out, "s:t:x:K\n");
+    assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--help"), 0);
+    assert_non_null(strstr(out, "usage:"));
+
+    /* errors: exit 2, nothing on stdout */
+    assert_int_equal(
+        run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args", "{\"a\":}"),
+        2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(last_err, "byte 5"));
+    assert_int_equal(
+        run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args", "[1]"), 2);
+    assert_non_null(strstr(last_err, "arguments must be an object"));
+    assert_int_equal(run_cmd(out, sizeof out, 5, "key", "--subject", "s", "--tool", "t"), 2);
+    assert_int_equal(run_cmd(out, sizeof out, 6, "key", "--subject", "s", "--tool", "t", "--args"),
+                     2);
+    assert_int_equal(
+        run_cmd(out, sizeof out, 7, "key", "--subject", "", "--tool", "t", "--args", "{}"), 2);
+    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--bogus"),
+                     2);
+    assert_int_equal(run_cmd(out, sizeof out, 1, "key"), 2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(last_err, "usage:"));
+}
+
+/* -c FILE: the named tool's exclude_args and key_arg apply, other tools get the defaults. */
+static void test_key_cmd_config(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/idemgw-key-cmd-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char yaml[] = "upstream: http://127.0.0.1:3001/mcp\n"
+                               "subject:\n"
+                               "  static: test\n"
+                               "tools:\n"
+                               "  issue_refund:\n"
+                               "    exclude_args: [note, meta.client_ts]\n"
+                               "    key_arg: ref\n";
+    assert_int_equal(write(fd, yaml, sizeof yaml - 1), (ssize_t)(sizeof yaml - 1));
+    close(fd);
+
+    char out[512];
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "-c", path, "--subject", "s", "--tool",
+                             "issue_refund", "--args",
+                             "{\"a\":1,\"note\":\"x\",\"meta\":{\"client_ts\":5}}"),
+                     0);
+    assert_string_equal(out, "s:issue_refund:h:d1f7cd1de58772ef9ed7b045ed305b88\n");
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--config", path, "--subject", "s",
+                             "--tool", "issue_refund", "--args", "{\"a\":1,\"ref\":\"R\"}"),
+                     0);
+    assert_string_equal(out, "s:issue_refund:x:R\n");
+    /* a tool not listed: nothing excluded */
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "-c", path, "--subject", "s", "--tool",
+                             "other", "--args", "{\"a\":1,\"note\":\"x\"}"),
+                     0);
+    assert_string_equal(out, "s:other:h:039966606d9ae85415622010c89e79b2\n");
+    unlink(path);
+
+    /* a config that does not load: exit 2, message on stderr */
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "-c", path, "--subject", "s", "--tool", "t",
+                             "--args", "{}"),
+                     2);
+    assert_string_equal(out, "");
+    assert_true(strlen(last_err) > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_key_cmd),
+        cmocka_unit_test(test_key_cmd_config),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
