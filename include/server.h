@@ -13,6 +13,7 @@ struct evconnlistener;
 struct upstream_pool;
 struct store;
 struct idem_registry;
+struct replay_cache;
 struct ssl_ctx_st;
 
 typedef struct server_stats {
@@ -24,6 +25,7 @@ typedef struct server_stats {
     uint64_t protected_calls;    /* non_idempotent tools/call seen */
     uint64_t executions;         /* protected calls forwarded after a claim */
     uint64_t replays;            /* protected calls answered from the store */
+    uint64_t cache_replays;      /* of those, answered from this process's cache */
     uint64_t in_progress;        /* duplicates answered "in progress" */
     uint64_t unknown;            /* duplicates answered "outcome unknown" */
     uint64_t refused;            /* protected calls refused (no subject, key misuse, store down) */
@@ -37,6 +39,7 @@ typedef struct server {
     struct store *store;         /* NULL when no database is configured */
     struct upstream_pool *pool;  /* keep-alive upstream connections */
     struct idem_registry *idem;  /* protected calls in flight in this process */
+    struct replay_cache *cache;  /* finished results, so replays skip the store */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
     struct ssl_ctx_st *tls;      /* for an https upstream, else NULL */

@@ -53,6 +53,8 @@ static void metrics(http_conn_t *conn, http_request_t *req)
     COUNTER("protected_calls_total", "Non-idempotent tool calls seen.", s->protected_calls);
     COUNTER("executions_total", "Protected calls forwarded after a claim.", s->executions);
     COUNTER("replays_total", "Protected calls answered from the store.", s->replays);
+    COUNTER("cache_replays_total", "Replays answered from the in-process cache.",
+            s->cache_replays);
     COUNTER("in_progress_total", "Duplicates answered while the first call ran.", s->in_progress);
     COUNTER("unknown_total", "Duplicates answered with an unknown outcome.", s->unknown);
     COUNTER("refused_total", "Protected calls refused (no subject, key misuse, store down).",

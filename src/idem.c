@@ -5,6 +5,7 @@
 #include "log.h"
 #include "policy.h"
 #include "proxy.h"
+#include "replay_cache.h"
 #include "server.h"
 #include "store.h"
 #include "util.h"
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 /* Wait mode polls the store: replicas share nothing else. */
 #define WAIT_POLL_FIRST_MS 25
@@ -44,8 +46,10 @@ typedef struct idem_call {
     on_store_down_t on_store_down;
     bool forward_key;
     int64_t fence;
+    char claimed_at[32];    /* wall clock at the claim, ISO 8601, for the cache's marker */
     bool store_pending;     /* a store call is out */
     store_status_t deferred_status; /* a finish that failed before it was sent */
+    store_state_t recorded;         /* the outcome being written */
     /* capture of the final response */
     bool capture_json, capture_sse;
     struct evbuffer *json_body;
@@ -219,7 +223,7 @@ static void answer_unknown(exchange_t *ex, const store_row_t *row)
     answer_tool_error(ex, "outcome_unknown", text, "unknown");
 }
 
-static void answer_replay(exchange_t *ex, const store_row_t *row)
+static void answer_replay(exchange_t *ex, const store_row_t *row, bool from_cache)
 {
     idem_call_t *c = ex->call;
     server->stats.replays++;
@@ -254,7 +258,9 @@ static void answer_replay(exchange_t *ex, const store_row_t *row)
                "executed again.");
         return;
     }
-    if (server->store) {
+    if (from_cache) {
+        server->stats.cache_replays++;
+    } else if (server->store) {
         store_status_t st = store_note_duplicate(server->store, c->key, NULL, NULL);
         (void)st;
     }
@@ -290,7 +296,7 @@ static void on_get(store_status_t st, const store_row_t *row, void *arg)
         return;
     }
     if (row->state == STORE_STATE_SUCCEEDED) {
-        answer_replay(ex, row);
+        answer_replay(ex, row, false);
         return;
     }
     if (row->state == STORE_STATE_UNKNOWN || (row->lease_expired && c->on_ambiguous == ON_AMBIGUOUS_HOLD)) {
@@ -380,7 +386,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     }
     switch (row->state) {
     case STORE_STATE_SUCCEEDED:
-        answer_replay(ex, row);
+        answer_replay(ex, row, false);
         return;
     case STORE_STATE_UNKNOWN:
         answer_unknown(ex, row);
@@ -403,13 +409,52 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     }
 }
 
+static bool replay_from_cache(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    const replay_entry_t *e = replay_cache_get(server->cache, c->key, util_now_ms());
+    if (!e)
+        return false;
+    if (c->explicit_key && strcmp(e->args_digest, c->args_digest) != 0) {
+        refuse(ex, "key_reused",
+               "Refused: this idempotency key was already used for a call with different "
+               "arguments. Nothing was executed. Use a new key for a different call, or repeat "
+               "the original arguments to get the original result.");
+        return true;
+    }
+    store_row_t row = {
+        .state = STORE_STATE_SUCCEEDED,
+        .attempts = e->attempts - 1,
+        .args_digest = e->args_digest,
+        .result = e->result,
+        .result_len = e->result_len,
+        .result_too_large = e->result == NULL,
+        .created_at = e->created_at,
+    };
+    answer_replay(ex, &row, true);
+    return true;
+}
+
+static void iso_now(char *out, size_t outlen)
+{
+    uint64_t ms = util_wall_ms();
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(out, outlen, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, outlen - n, ".%03uZ", (unsigned)(ms % 1000));
+}
+
 static void claim(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
+    if (replay_from_cache(ex))
+        return;
     if (!server->store) {
         answer_store_down(ex);
         return;
     }
+    iso_now(c->claimed_at, sizeof(c->claimed_at));
     store_claim_req_t req = {
         .key = c->key,
         .tool = ex->msg.tool,
@@ -622,6 +667,9 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     } else if (!fence_matched) {
         log_warn(ex->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
                  c->key_hash);
+    } else if (c->recorded == STORE_STATE_SUCCEEDED) {
+        replay_cache_put(server->cache, c->key, c->args_digest, c->result, c->result_len,
+                         c->claimed_at, 1, util_now_ms() + c->window_ms);
     }
     proxy_release_held(ex);
 }
@@ -679,6 +727,7 @@ static void record(exchange_t *ex, store_state_t state, const char *why)
     ex->extra_log = NULL;
     log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state), why);
     bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
+    c->recorded = state;
     store_status_t st = store_finish(server->store, c->key, c->fence, state,
                                      state == STORE_STATE_SUCCEEDED ? c->result : NULL,
                                      state == STORE_STATE_SUCCEEDED ? c->result_len : 0, too_large,

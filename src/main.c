@@ -6,6 +6,7 @@
 #include "key_cmd.h"
 #include "log.h"
 #include "proxy.h"
+#include "replay_cache.h"
 #include "server.h"
 #include "store.h"
 #include "upstream.h"
@@ -28,6 +29,10 @@
 #endif
 
 server_t *server;
+
+/* Finished results kept in memory for replays; bounded both ways. */
+#define REPLAY_CACHE_ENTRIES 100000
+#define REPLAY_CACHE_BYTES (64u * 1024 * 1024)
 
 static http_site_t mcp_site = {proxy_handle, "mcp"};
 static http_site_t admin_site = {admin_handle, "admin"};
@@ -170,6 +175,7 @@ static int run(const char *path)
     server->base = event_base_new();
     server->started_ms = util_now_ms();
     server->idem = idem_registry_new();
+    server->cache = replay_cache_new(REPLAY_CACHE_ENTRIES, REPLAY_CACHE_BYTES);
     int rc = 1;
     char msg[512] = "";
 
@@ -232,6 +238,7 @@ out:
         store_free(server->store);
     upstream_pool_free(server->pool);
     idem_registry_free(server->idem);
+    replay_cache_free(server->cache);
     if (server->tls)
         SSL_CTX_free(server->tls);
     /* give deferred frees scheduled during shutdown a last turn */
