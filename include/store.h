@@ -115,6 +115,11 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb,
                                     void *arg) MUST_CHECK;
 
+/* Renews the lease of an in-progress claim still held with fence (a long streamed call);
+ * cb gets fence_matched = renewed. cb may be NULL. */
+store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
+                                  store_finish_cb cb, void *arg) MUST_CHECK;
+
 /* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
 

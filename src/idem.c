@@ -60,6 +60,7 @@ typedef struct idem_call {
     size_t result_len;
     bool too_large;
     char *session_id;       /* CALL_WATCH: the stream's session */
+    struct event *lease_timer; /* renews the claim while the upstream call runs */
     /* wait mode */
     struct event *timer;
     uint64_t wait_deadline_ms;
@@ -147,6 +148,8 @@ void idem_call_free(idem_call_t *c)
     free(c->result);
     if (c->timer)
         event_free(c->timer);
+    if (c->lease_timer)
+        event_free(c->lease_timer);
     free(c);
 }
 
@@ -346,10 +349,36 @@ static void start_wait(exchange_t *ex)
     evtimer_add(c->timer, &tv);
 }
 
+static void lease_interval(const idem_call_t *c, struct timeval *tv)
+{
+    uint64_t ms = c->lease_ms / 3 < 1000 ? 1000 : c->lease_ms / 3;
+    tv->tv_sec = (time_t)(ms / 1000);
+    tv->tv_usec = (suseconds_t)((ms % 1000) * 1000);
+}
+
+/* A long streamed call renews its lease, so duplicates keep hearing "in progress" rather than
+ * "unknown" (or, with on_ambiguous: release, running it a second time) while it is alive. */
+static void renew_lease(evutil_socket_t fd, short what, void *arg)
+{
+    exchange_t *ex = arg;
+    idem_call_t *c = ex->call;
+    if (c->state != CALL_FORWARDED || !server->store)
+        return;
+    if (store_extend_lease(server->store, c->key, c->fence, c->lease_ms, NULL, NULL) != STORE_OK)
+        log_warn(ex->conn_id, "could not renew the lease of key %.16s", c->key_hash);
+    struct timeval tv;
+    lease_interval(c, &tv);
+    evtimer_add(c->lease_timer, &tv);
+}
+
 static void forward_claimed(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
     c->state = CALL_FORWARDED;
+    struct timeval tv;
+    lease_interval(c, &tv);
+    c->lease_timer = evtimer_new(server->base, renew_lease, ex);
+    evtimer_add(c->lease_timer, &tv);
     server->stats.executions++;
     ex->outcome = "executed";
     char extra[120];
@@ -746,6 +775,8 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
     idem_call_t *c = ex->call;
     if (c->state != CALL_FORWARDED)
         return;
+    if (c->lease_timer)
+        evtimer_del(c->lease_timer);
     if (c->capture_json && res == UPSTREAM_OK && c->json_body) {
         size_t len = evbuffer_get_length(c->json_body);
         const char *text = (const char *)evbuffer_pullup(c->json_body, -1);

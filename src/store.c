@@ -98,6 +98,13 @@ static const char get_sql[] =
 static const char dup_sql[] =
     "UPDATE idem_keys SET attempts = attempts + 1, updated_at = now() WHERE key = $1::text";
 
+/* Keeps a live call's claim from being counted as lost while its stream still runs. */
+static const char extend_sql[] =
+    "UPDATE idem_keys SET lease_until = now() + $3::bigint * interval '1 millisecond',"
+    " expires_at = greatest(expires_at, now() + $3::bigint * interval '1 millisecond'),"
+    " updated_at = now()"
+    " WHERE key = $1::text AND fence = $2::bigint AND state = 'in_progress'";
+
 /* SKIP LOCKED: a row a claim is taking over right now is left for the next sweep. The outer
  * conditions are re-checked because a row updated between the subselect and the delete is
  * re-evaluated against its new version only through them. An in-progress row whose lease still
@@ -119,6 +126,7 @@ static const struct {
     [STORE_OP_GET] = {"idemgw_get", get_sql},
     [STORE_OP_DUP] = {"idemgw_dup", dup_sql},
     [STORE_OP_SWEEP] = {"idemgw_sweep", sweep_sql},
+    [STORE_OP_EXTEND] = {"idemgw_extend", extend_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -714,6 +722,18 @@ store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb
 {
     store_op_t *op = op_new(STORE_OP_DUP);
     op_text(op, key);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
+                                  store_finish_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_EXTEND);
+    op_text(op, key);
+    op_int(op, fence);
+    op_int(op, clamp_ms(lease_ms));
     op->cb.finish = cb;
     op->arg = arg;
     return submit(s, op);

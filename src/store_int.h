@@ -19,6 +19,7 @@ typedef enum {
     STORE_OP_GET,
     STORE_OP_DUP,
     STORE_OP_SWEEP,
+    STORE_OP_EXTEND,
     STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
