@@ -18,6 +18,8 @@
 
 /* Output above this stops the upstream side (see proxy.c); drained fires below LOW. */
 #define OUT_LOW_WATERMARK (64 * 1024)
+/* How long a closing connection keeps discarding what the agent still sends. */
+#define LINGER_MS 2000
 /* Pipelined input waiting while a request is handled is bounded by this. */
 #define IN_HIGH_WATERMARK (256 * 1024)
 
@@ -37,6 +39,7 @@ struct http_conn {
     void (*gone)(void *);
     void *obs_arg;
     bool free_scheduled;
+    bool lingering;          /* answer sent and write side shut: draining input, then close */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
 
@@ -133,14 +136,29 @@ static void schedule_free(http_conn_t *c)
 }
 
 /* Stops reading and closes once the output is flushed. */
+/* Once the answer is out: half-close and discard what the agent still sends for a moment.
+ * Closing a socket with unread input makes the kernel send a reset, which can destroy the
+ * answer (a 413 to an agent still uploading) before the agent reads it. */
+static void linger(http_conn_t *c)
+{
+    if (c->lingering)
+        return;
+    c->lingering = true;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+    bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
+    bufferevent_enable(c->bev, EV_READ);
+    arm_timer(c, LINGER_MS);
+}
+
+/* Stops reading requests and closes once the output is flushed. */
 static void close_after_flush(http_conn_t *c)
 {
     if (c->state != CONN_CLOSING)
         set_state(c, CONN_CLOSING);
-    bufferevent_disable(c->bev, EV_READ);
     bufferevent_setwatermark(c->bev, EV_WRITE, 0, 0);
     if (evbuffer_get_length(bufferevent_get_output(c->bev)) == 0)
-        schedule_free(c);
+        linger(c);
     else
         arm_timer(c, 5000); /* an agent that never reads its answer does not pin us */
 }
@@ -269,7 +287,7 @@ static void refuse(http_conn_t *c, int status, const char *message)
 {
     server->stats.bad_requests++;
     log_info(c->id, "request refused: %d %s", status, message);
-    char *body = mcp_error_body(NULL, status == 413 || status == 431 ? -32600 : -32600, message);
+    char *body = mcp_error_body(NULL, -32600, message);
     if (c->state == CONN_IDLE)
         set_state(c, CONN_READING);
     evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
@@ -296,6 +314,10 @@ static void dispatch(http_conn_t *c)
 static void process_input(http_conn_t *c)
 {
     struct evbuffer *in = bufferevent_get_input(c->bev);
+    if (c->state == CONN_CLOSING) {
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
     while ((c->state == CONN_IDLE || c->state == CONN_READING) && evbuffer_get_length(in) > 0) {
         if (server->draining && c->state == CONN_IDLE) {
             close_after_flush(c);
@@ -339,7 +361,7 @@ static void write_cb(struct bufferevent *bev, void *arg)
     http_conn_t *c = arg;
     if (c->state == CONN_CLOSING) {
         if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-            schedule_free(c);
+            linger(c);
         return;
     }
     if (c->drained)
