@@ -16,6 +16,7 @@
 #   IDEMGW_DEMO_DIR   working folder: Postgres data, logs, ledger (default .run/demo)
 #   IDEMGW_BIN        gateway binary to run; when set, the build step is skipped
 #   NO_COLOR          no colours (there are none anyway when stdout is not a terminal)
+# shellcheck disable=SC2317 # cleanup functions run from traps
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -96,6 +97,7 @@ free_port() {
 # matches a line of its output (prints the first capture group). Fails at once if the
 # process exits, or after a timeout. Polls; never a fixed sleep.
 wait_ready() {
+    # shellcheck disable=SC2016 # JavaScript, not shell
     "$NODE" --input-type=module -e '
 import fs from "node:fs";
 const [pid, secs, mode, a, b] = process.argv.slice(1);
@@ -127,12 +129,16 @@ printf '%sidemgw demo%s: a retried refund runs once. Working folder: %s\n' "$B" 
 section 'Setting up'
 
 # --- 1. dependencies and build --------------------------------------------------------------
+# Quiet when everything is already there. On a fresh machine it takes a few minutes: its own
+# progress lines are shown, the package managers' output goes to the log.
+set +e
+scripts/install-deps.sh 2>&1 | tee "$dir/install-deps.log" \
+    | { grep --line-buffered '^install-deps: ' | sed -u 's/^install-deps: /  installing      /'; true; }
+rc=${PIPESTATUS[0]}
+set -e
 step 'dependencies'
-# Silent when everything is already installed; on a fresh machine it shows what it installs.
-if ! scripts/install-deps.sh >"$dir/install-deps.log" 2>&1; then
-    die "scripts/install-deps.sh failed:" "$(cat "$dir/install-deps.log")"
-fi
-ok 'installed'
+[ "$rc" = 0 ] || die "scripts/install-deps.sh failed; its output:" "$(tail -n 40 "$dir/install-deps.log")"
+ok 'ok'
 
 if [ -n "${IDEMGW_BIN:-}" ]; then
     bin=$IDEMGW_BIN
@@ -147,8 +153,10 @@ else
     fi
     ok "$bin"
 fi
-# The demo policy is checked before anything starts; errors are printed as file:line.
-"$bin" --check-config -c conf/demo.yaml >/dev/null || die "conf/demo.yaml is invalid"
+step 'policy'
+# Checked before anything starts; errors are printed as file:line.
+check=$("$bin" --check-config -c conf/demo.yaml 2>&1) || die "$check"
+ok "conf/demo.yaml"
 
 # --- 2. Postgres, refund server, gateway ----------------------------------------------------
 step 'Postgres'
@@ -193,7 +201,7 @@ gw_pid=$!
 why=$(wait_ready "$gw_pid" 30 http "$admin/readyz" 2>&1) \
     || die "the gateway did not become ready ($why):" "$(tail -n 20 "$dir/gateway.log")"
 ok "$gateway"
-printf '  %-16s%s\n' '' "${D}policy conf/demo.yaml: issue_refund non_idempotent, get_ledger read; admin $admin/readyz${N}"
+printf '  %-16s%s\n' '' "${D}issue_refund: non_idempotent, get_ledger: read; admin $admin/readyz${N}"
 
 # --- 3. the retrying agent ------------------------------------------------------------------
 section 'A retrying agent'
