@@ -144,8 +144,18 @@ const refunds = ledgerLines.filter((l) => {
 });
 console.log('');
 console.log(bold('What the refund server really executed') + dim(` (its ledger, ${path.relative(process.cwd(), opt.ledger) || opt.ledger}):`));
-if (ledgerLines.length === 0) console.log('  (empty)');
-for (const l of ledgerLines) console.log(`  ${l}`);
+if (ledgerLines.length === 0) console.log('  (empty: nothing was executed)');
+ledgerLines.forEach((l, i) => {
+  let e;
+  try {
+    e = JSON.parse(l);
+  } catch {
+    console.log(`  ${i + 1}. ${l}`);
+    return;
+  }
+  const at = e.at ? ` at ${String(e.at).slice(11, 23)}` : '';
+  console.log(`  ${i + 1}. ${e.tool ?? '?'}: ${e.amount_cents} cents on order ${e.order_id}${at}`);
+});
 const ledgerOk = refunds.length === 1;
 console.log(ledgerOk
   ? green(`  => ${calls} call${calls === 1 ? '' : 's'}, 1 refund executed.`)
