@@ -165,6 +165,20 @@ test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final 
   await first.cancel();
   abort.abort();
 
+  // server-everything's event store replays only what it stored before the GET (its
+  // replayEventsAfter returns an event id where the SDK expects a stream id, so live events
+  // never reach a resumed stream). So resume after the call has finished upstream: a second
+  // call started now and lasting 2 s ends after the first (which ends 2 s after it began).
+  const barrier = await fetch(gw.url, {
+    method: 'POST',
+    headers: { ...headers, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({
+      jsonrpc: '2.0', id: 8, method: 'tools/call',
+      params: { name: 'trigger-long-running-operation', arguments: { duration: 2, steps: 1 } },
+    }),
+  });
+  assert.match(await barrier.text(), /Long running operation completed/);
+
   const resumed = await fetch(gw.url, {
     method: 'GET',
     headers: { ...headers, Accept: 'text/event-stream', 'Last-Event-ID': lastEventId },
