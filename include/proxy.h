@@ -39,6 +39,18 @@ typedef struct exchange {
     struct idem_call *call;   /* the idempotency stage's state, protected calls only */
     bool holding;             /* bytes for the agent are held back until the store write ends */
     struct evbuffer *held;    /* those bytes */
+    /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
+     * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while
+     * the gateway still holds the upstream stream open */
+    struct evbuffer *sse_log;
+    sse_parser_t sse_ids;
+    struct sse_mark *marks;   /* event id -> end offset in sse_log */
+    size_t n_marks, cap_marks;
+    size_t sse_total;         /* bytes appended to sse_log */
+    size_t sse_unheld;        /* of those, bytes already passed on (not held back) */
+    bool sse_tracking;        /* off once the stream outgrows the resumption limit */
+    struct exchange *next_detached; /* in the list of streams the agent left */
+    bool detached;
     const char *outcome;      /* for the log line: "forwarded", "replay", ... */
     const char *extra_log;    /* extra detail for the log line */
     uint64_t start_ms;

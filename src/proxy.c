@@ -8,10 +8,23 @@
 
 #include <event2/buffer.h>
 #include <llhttp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+/* A dropped POST stream can be resumed from the gateway while it holds the upstream open; past
+ * this many bytes the gateway stops keeping it and a resume goes to the upstream. */
+#define RESUME_LOG_MAX (1024 * 1024)
+
+typedef struct sse_mark {
+    char *id;
+    size_t end; /* offset in the stream just past the event */
+} sse_mark_t;
+
+/* POST streams whose agent has gone, still read to the end. */
+static exchange_t *detached_head;
 
 /* Above this much unsent output to the agent, reading from the upstream pauses. */
 #define CLIENT_HIGH_WATERMARK (256 * 1024)
@@ -46,6 +59,57 @@ static void log_exchange(exchange_t *ex)
     log_emit(LOG_INFO, ex->conn_id, fields, "request");
 }
 
+static void stop_tracking(exchange_t *ex)
+{
+    if (ex->detached) {
+        exchange_t **pp = &detached_head;
+        while (*pp != ex)
+            pp = &(*pp)->next_detached;
+        *pp = ex->next_detached;
+        ex->detached = false;
+    }
+    if (!ex->sse_tracking)
+        return;
+    ex->sse_tracking = false;
+    evbuffer_free(ex->sse_log);
+    ex->sse_log = NULL;
+    sse_free(&ex->sse_ids);
+    for (size_t i = 0; i < ex->n_marks; i++)
+        free(ex->marks[i].id);
+    free(ex->marks);
+    ex->marks = NULL;
+    ex->n_marks = ex->cap_marks = 0;
+}
+
+static int on_stream_event(const sse_event_t *ev, void *arg)
+{
+    exchange_t *ex = arg;
+    if (!ev->id || !*ev->id)
+        return 0;
+    if (ex->n_marks == ex->cap_marks) {
+        ex->cap_marks = ex->cap_marks ? ex->cap_marks * 2 : 16;
+        ex->marks = xrealloc(ex->marks, ex->cap_marks * sizeof(*ex->marks));
+    }
+    ex->marks[ex->n_marks].id = xstrdup(ev->id);
+    ex->marks[ex->n_marks].end = ex->sse_total + ex->sse_ids.consumed;
+    ex->n_marks++;
+    return 0;
+}
+
+/* Keeps the raw stream for a possible resume; called before the bytes are passed on. */
+static void track_stream(exchange_t *ex, const char *data, size_t len)
+{
+    if (!ex->sse_tracking)
+        return;
+    if (ex->sse_total + len > RESUME_LOG_MAX) {
+        stop_tracking(ex);
+        return;
+    }
+    sse_feed(&ex->sse_ids, data, len);
+    evbuffer_add(ex->sse_log, data, len);
+    ex->sse_total += len;
+}
+
 void proxy_maybe_free(exchange_t *ex)
 {
     if (!ex->up_done || (ex->client && !ex->client_done) || idem_busy(ex))
@@ -53,6 +117,7 @@ void proxy_maybe_free(exchange_t *ex)
     log_exchange(ex);
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
+    stop_tracking(ex);
     if (ex->has_msg)
         mcp_msg_free(&ex->msg);
     if (ex->held)
@@ -113,6 +178,7 @@ static void complete_client(exchange_t *ex)
 void proxy_release_held(exchange_t *ex)
 {
     ex->holding = false;
+    ex->sse_unheld = ex->sse_total;
     if (ex->held) {
         if (ex->client)
             evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
@@ -173,6 +239,11 @@ static void on_client_gone(void *arg)
                 ex->paused = false;
                 upstream_pause(ex->up, false);
             }
+            if (ex->sse_tracking && !ex->detached) {
+                ex->detached = true;
+                ex->next_detached = detached_head;
+                detached_head = ex;
+            }
         } else {
             upstream_abandon(ex->up);
             ex->up = NULL;
@@ -210,6 +281,12 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         clen = -1; /* chunked or close-delimited upstream: chunked to the agent */
     ex->chunked = clen == -1;
     ex->keep_alive = ex->req->keep_alive;
+    if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&
+        http_headers_get(&ex->req->headers, "mcp-session-id")) {
+        ex->sse_tracking = true;
+        ex->sse_log = evbuffer_new();
+        sse_init(&ex->sse_ids, 64 * 1024, on_stream_event, ex);
+    }
     if (ex->call)
         idem_on_head(ex, status, headers);
     struct evbuffer *head = evbuffer_new();
@@ -226,7 +303,10 @@ static void on_up_body(void *arg, const char *data, size_t len)
     exchange_t *ex = arg;
     if (ex->call)
         idem_on_body(ex, data, len);
+    track_stream(ex, data, len);
     body_to_client(ex, data, len);
+    if (ex->sse_tracking && !ex->holding)
+        ex->sse_unheld = ex->sse_total;
     if (ex->client && !ex->paused && ex->up &&
         http_conn_output_len(ex->client) > CLIENT_HIGH_WATERMARK) {
         ex->paused = true;
@@ -286,6 +366,63 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
     evbuffer_free(out);
 }
 
+/* A GET with Last-Event-ID for a stream the agent dropped while the gateway kept reading it:
+ * the upstream would refuse a second reader, so the gateway serves the resume itself, from
+ * the bytes it kept, and then passes on the rest live. */
+static bool resume_detached(exchange_t *get)
+{
+    const char *last = http_headers_get(&get->req->headers, "last-event-id");
+    const char *session = http_headers_get(&get->req->headers, "mcp-session-id");
+    if (!last || !session)
+        return false;
+    for (exchange_t *ex = detached_head; ex; ex = ex->next_detached) {
+        const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
+        if (!s2 || strcmp(s2, session) != 0)
+            continue;
+        size_t from = SIZE_MAX;
+        for (size_t i = 0; i < ex->n_marks && from == SIZE_MAX; i++)
+            if (strcmp(ex->marks[i].id, last) == 0)
+                from = ex->marks[i].end;
+        if (from == SIZE_MAX)
+            continue;
+        /* take the agent's connection over from the GET exchange */
+        http_conn_t *conn = get->client;
+        get->client = NULL;
+        get->client_done = true;
+        get->up_done = true;
+        get->outcome = "resumed";
+        get->status = 200;
+        ex->detached = false;
+        exchange_t **pp = &detached_head;
+        while (*pp != ex)
+            pp = &(*pp)->next_detached;
+        *pp = ex->next_detached;
+        ex->client = conn;
+        ex->client_done = false;
+        ex->keep_alive = get->req->keep_alive;
+        http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+        struct evbuffer *out = http_conn_output(conn);
+        evbuffer_add_printf(out,
+                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                            "Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n"
+                            "Transfer-Encoding: chunked\r\n%s\r\n",
+                            session, ex->keep_alive ? "" : "Connection: close\r\n");
+        if (ex->sse_unheld > from) {
+            size_t n = ex->sse_unheld - from;
+            const char *bytes = (const char *)evbuffer_pullup(ex->sse_log, -1) + from;
+            evbuffer_add_printf(out, "%zx\r\n", n);
+            evbuffer_add(out, bytes, n);
+            evbuffer_add(out, "\r\n", 2);
+        }
+        log_info(get->conn_id, "stream resumed from the gateway after event %s", last);
+        proxy_maybe_free(get);
+        complete_client(ex);
+        proxy_maybe_free(ex);
+        return true;
+    }
+    return false;
+}
+
 /* --- request validation --- */
 
 static bool path_matches(const char *target, const char *path)
@@ -338,6 +475,8 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
         return;
     }
+    if (req->method == HTTP_GET && resume_detached(ex))
+        return;
     if (req->method != HTTP_POST) {
         if (req->method == HTTP_GET)
             idem_watch_begin(ex);

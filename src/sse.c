@@ -120,6 +120,11 @@ int sse_feed(sse_parser_t *p, const char *buf, size_t len)
             p->line_len += keep;
             return 0;
         }
+        size_t next = i + k + 1;
+        bool crlf = start[k] == '\r' && next < len && buf[next] == '\n';
+        if (crlf)
+            next++;
+        p->consumed = next;
         int rc;
         if (p->line_len) {
             grow(&p->line, &p->line_cap, p->line_len + k + 1);
@@ -130,13 +135,9 @@ int sse_feed(sse_parser_t *p, const char *buf, size_t len)
         } else {
             rc = process_line(p, start, k);
         }
-        i += k + 1;
-        if (start[k] == '\r') {
-            if (i < len && buf[i] == '\n')
-                i++;
-            else if (i == len)
-                p->last_cr = true;
-        }
+        i = next;
+        if (start[k] == '\r' && !crlf && i == len)
+            p->last_cr = true;
         if (rc)
             return rc;
     }

@@ -128,24 +128,21 @@ async function rawSession(url) {
   return { sessionId, headers };
 }
 
-test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final result', async (t) => {
-  const { gw } = await setup(t);
-  const { headers } = await rawSession(gw.url);
-
+// Starts a long-running call, reads up to its first progress notification, then drops the
+// connection. Returns the last SSE event id seen and that progress value.
+async function startAndDrop(gw, headers, id, args) {
   const abort = new AbortController();
   const res = await fetch(gw.url, {
     method: 'POST',
     signal: abort.signal,
     headers: { ...headers, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
     body: JSON.stringify({
-      jsonrpc: '2.0', id: 7, method: 'tools/call',
-      params: { name: 'trigger-long-running-operation', arguments: { duration: 2, steps: 4 }, _meta: { progressToken: 'resume-1' } },
+      jsonrpc: '2.0', id, method: 'tools/call',
+      params: { name: 'trigger-long-running-operation', arguments: args, _meta: { progressToken: `resume-${id}` } },
     }),
   });
   assert.equal(res.status, 200);
   assert.match(res.headers.get('content-type'), /text\/event-stream/);
-
-  // Read up to the first progress notification, remember its event id, drop the connection.
   const first = sseReader(res);
   let lastEventId = null;
   let seenProgress = null;
@@ -155,7 +152,7 @@ test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final 
     if (ev.id) lastEventId = ev.id;
     if (!ev.data) continue;
     const msg = JSON.parse(ev.data);
-    assert.notEqual(msg.id, 7, 'the result arrived before the stream was dropped; the call is too short');
+    assert.notEqual(msg.id, id, 'the result arrived before the stream was dropped; the call is too short');
     if (msg.method === 'notifications/progress') {
       seenProgress = msg.params.progress;
       break;
@@ -164,21 +161,11 @@ test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final 
   assert.ok(lastEventId, 'events carry SSE ids through the gateway');
   await first.cancel();
   abort.abort();
+  return { lastEventId, seenProgress };
+}
 
-  // server-everything's event store replays only what it stored before the GET (its
-  // replayEventsAfter returns an event id where the SDK expects a stream id, so live events
-  // never reach a resumed stream). So resume after the call has finished upstream: a second
-  // call started now and lasting 2 s ends after the first (which ends 2 s after it began).
-  const barrier = await fetch(gw.url, {
-    method: 'POST',
-    headers: { ...headers, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
-    body: JSON.stringify({
-      jsonrpc: '2.0', id: 8, method: 'tools/call',
-      params: { name: 'trigger-long-running-operation', arguments: { duration: 2, steps: 1 } },
-    }),
-  });
-  assert.match(await barrier.text(), /Long running operation completed/);
-
+// GET with Last-Event-ID; collects progress values and the final result for id.
+async function resume(gw, headers, lastEventId, id) {
   const resumed = await fetch(gw.url, {
     method: 'GET',
     headers: { ...headers, Accept: 'text/event-stream', 'Last-Event-ID': lastEventId },
@@ -194,14 +181,50 @@ test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final 
     if (!ev.data) continue;
     const msg = JSON.parse(ev.data);
     if (msg.method === 'notifications/progress') progress.push(msg.params.progress);
-    if (msg.id === 7) result = msg;
+    if (msg.id === id) result = msg;
   }
   await again.cancel();
+  return { progress, result };
+}
 
+test('a dropped SSE stream is resumed with Last-Event-ID and delivers the final result', async (t) => {
+  const { gw } = await setup(t);
+  const { headers } = await rawSession(gw.url);
+  const { lastEventId, seenProgress } = await startAndDrop(gw, headers, 7, { duration: 2, steps: 4 });
+
+  // Resume after the call has finished upstream: a second call started now and lasting 2 s
+  // ends after the first (which ends 2 s after it began); the resume then replays what the
+  // upstream stored.
+  const barrier = await fetch(gw.url, {
+    method: 'POST',
+    headers: { ...headers, 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({
+      jsonrpc: '2.0', id: 8, method: 'tools/call',
+      params: { name: 'trigger-long-running-operation', arguments: { duration: 2, steps: 1 } },
+    }),
+  });
+  assert.match(await barrier.text(), /Long running operation completed/);
+
+  const { progress, result } = await resume(gw, headers, lastEventId, 7);
   assert.ok(result, 'the final result arrived on the resumed stream');
   assert.match(result.result.content[0].text, /Long running operation completed/);
   assert.ok(!progress.includes(seenProgress), `events up to Last-Event-ID are not repeated (${progress})`);
   assert.deepEqual(progress, [1, 2, 3, 4].filter((p) => p > seenProgress), 'every later progress event is replayed in order');
+});
+
+test('a stream dropped while the call runs is resumed live from the gateway', async (t) => {
+  // The gateway keeps reading the upstream stream after the agent drops it (a disconnect is not
+  // a cancellation), so the upstream still has a reader; the gateway serves the resume itself:
+  // the events after Last-Event-ID it kept, then the rest live as they arrive.
+  const { gw } = await setup(t);
+  const { headers } = await rawSession(gw.url);
+  const { lastEventId, seenProgress } = await startAndDrop(gw, headers, 9, { duration: 3, steps: 6 });
+  const { progress, result } = await resume(gw, headers, lastEventId, 9);
+  assert.ok(result, 'the final result arrived on the resumed stream');
+  assert.match(result.result.content[0].text, /Long running operation completed/);
+  assert.deepEqual(progress, [1, 2, 3, 4, 5, 6].filter((p) => p > seenProgress),
+    'every progress event after Last-Event-ID arrives once, in order');
+  assert.ok(gw.logs().includes('stream resumed from the gateway'), 'the gateway served the resume');
 });
 
 test('DELETE ends the session through the gateway', async (t) => {

@@ -103,6 +103,34 @@ static void test_callback_stops(void **state)
     sse_free(&p);
 }
 
+typedef struct ends {
+    size_t at[8];
+    int n;
+    sse_parser_t *p;
+} ends_t;
+
+static int record_end(const sse_event_t *ev, void *arg)
+{
+    ends_t *e = arg;
+    e->at[e->n++] = e->p->consumed;
+    return 0;
+}
+
+/* consumed tells where in the current feed an event ends: resumption starts there */
+static void test_event_end_offsets(void **state)
+{
+    const char *s = "id: a\ndata: 1\n\nid: b\r\ndata: 2\r\n\r\n: c\n";
+    ends_t e = {{0}, 0, NULL};
+    sse_parser_t p;
+    e.p = &p;
+    sse_init(&p, 0, record_end, &e);
+    assert_int_equal(sse_feed(&p, s, strlen(s)), 0);
+    assert_int_equal(e.n, 2);
+    assert_int_equal(e.at[0], strlen("id: a\ndata: 1\n\n"));
+    assert_int_equal(e.at[1], strlen("id: a\ndata: 1\n\nid: b\r\ndata: 2\r\n\r\n"));
+    sse_free(&p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -111,6 +139,7 @@ int main(void)
         cmocka_unit_test(test_incomplete_event_not_dispatched),
         cmocka_unit_test(test_oversized_event_skipped),
         cmocka_unit_test(test_callback_stops),
+        cmocka_unit_test(test_event_end_offsets),
     };
     return cmocka_run_group_tests_name("sse", tests, NULL, NULL);
 }
