@@ -28,6 +28,7 @@ typedef struct sse_parser {
     bool last_cr;     /* previous chunk ended in \r: a following \n belongs to it */
     size_t max_event; /* events larger than this are skipped (data dropped), 0 = no limit */
     bool overflow;    /* current event exceeded max_event */
+    bool line_too_long; /* the partial line exceeded max_event: dropped */
     size_t consumed;  /* during a callback: bytes of the current feed up to the event's end */
     sse_event_cb cb;
     void *arg;

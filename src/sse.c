@@ -109,15 +109,14 @@ int sse_feed(sse_parser_t *p, const char *buf, size_t len)
         while (k < rest && start[k] != '\n' && start[k] != '\r')
             k++;
         if (k == rest) {
-            /* partial line: keep it, bounded by max_event so a hostile stream cannot grow us */
-            size_t keep = rest;
-            if (p->max_event && p->line_len + keep > p->max_event + 64) {
-                keep = 0;
-                p->overflow = true;
+            /* partial line: keep it, unless it is already longer than any event we keep */
+            if (p->max_event && p->line_len + rest > p->max_event + 64)
+                p->line_too_long = true;
+            if (!p->line_too_long) {
+                grow(&p->line, &p->line_cap, p->line_len + rest + 1);
+                memcpy(p->line + p->line_len, start, rest);
+                p->line_len += rest;
             }
-            grow(&p->line, &p->line_cap, p->line_len + keep + 1);
-            memcpy(p->line + p->line_len, start, keep);
-            p->line_len += keep;
             return 0;
         }
         size_t next = i + k + 1;
@@ -125,8 +124,14 @@ int sse_feed(sse_parser_t *p, const char *buf, size_t len)
         if (crlf)
             next++;
         p->consumed = next;
-        int rc;
-        if (p->line_len) {
+        int rc = 0;
+        if (p->line_too_long || (p->max_event && p->line_len + k > p->max_event + 64)) {
+            /* however it was split, an overlong line drops its event */
+            p->overflow = true;
+            p->has_data = true;
+            p->line_len = 0;
+            p->line_too_long = false;
+        } else if (p->line_len) {
             grow(&p->line, &p->line_cap, p->line_len + k + 1);
             memcpy(p->line + p->line_len, start, k);
             p->line_len += k;
