@@ -1,0 +1,405 @@
+#!/usr/bin/env bash
+# `make bench`: measures idemgw against a direct connection, against nginx as a plain reverse
+# proxy and against the Postgres ceiling (pgbench running the gateway's own claim and finish
+# statements), each pair in the same run. Prints one table and writes the figures to
+# bench-results/latest.json (and a dated copy) so runs can be compared.
+#
+#   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
+#   BENCH_CONNS="1 16 64 256"   connection counts of the pass-through comparison
+#   BENCH_LOAD_CONNS=64   connections for protected, replay and growth runs
+#   BENCH_IDLE=10000      idle keep-alive agent connections for the memory figure
+#   BENCH_STREAMS=1000    in-flight SSE streams for the memory figure
+#   BENCH_SSE_CALLS=20    streaming calls (100 progress events each) per SSE path
+#   BENCH_GROWTH_ROWS=1000000   live rows of the large-table growth run
+#   BENCH_STORE_POOL=4    the gateway's store.pool, and pgbench's client count
+#   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
+#   BENCH_OUT=DIR         where the JSON goes (default bench-results)
+#   BENCH_ONLY="passthrough protected replay sse memory growth"   run only these sections
+# Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+smoke=${BENCH_SMOKE:-0}
+if [ "$smoke" = 1 ]; then
+    duration=${BENCH_DURATION:-1s}
+    conns_list=${BENCH_CONNS:-"1 16"}
+    load_conns=${BENCH_LOAD_CONNS:-16}
+    idle_n=${BENCH_IDLE:-200}
+    streams_n=${BENCH_STREAMS:-20}
+    sse_calls=${BENCH_SSE_CALLS:-2}
+    growth_rows=${BENCH_GROWTH_ROWS:-5000}
+else
+    duration=${BENCH_DURATION:-10s}
+    conns_list=${BENCH_CONNS:-"1 16 64 256"}
+    load_conns=${BENCH_LOAD_CONNS:-64}
+    idle_n=${BENCH_IDLE:-10000}
+    streams_n=${BENCH_STREAMS:-1000}
+    sse_calls=${BENCH_SSE_CALLS:-20}
+    growth_rows=${BENCH_GROWTH_ROWS:-1000000}
+fi
+store_pool=${BENCH_STORE_POOL:-4}
+out_dir=${BENCH_OUT:-bench-results}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth"}
+IDEMGW=${IDEMGW_BIN:-build/idemgw}
+
+# pgbench takes whole seconds
+secs=${duration%s}
+case "$secs" in *[!0-9]* | '') echo "bench: BENCH_DURATION must be whole seconds (e.g. 10s)" >&2; exit 2 ;; esac
+
+for tool in wrk nginx pgbench psql python3 cc curl; do
+    if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
+        echo "bench: $tool not found (scripts/install-deps.sh installs everything)" >&2
+        exit 2
+    fi
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+# 10,000 idle agent connections need file descriptors in the gateway and in the client.
+want_fds=$((idle_n + streams_n * 2 + 1024))
+ulimit -n "$want_fds" 2>/dev/null || ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+if [ "$(ulimit -n)" != unlimited ] && [ "$(ulimit -n)" -lt "$want_fds" ]; then
+    idle_n=$(($(ulimit -n) - 1024))
+    echo "bench: ulimit -n is $(ulimit -n); using $idle_n idle connections" >&2
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgw-bench.XXXXXX")
+chmod 755 "$tmp"
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    scripts/pg-cluster.sh stop "$tmp/pg" >/dev/null 2>&1 || true
+    if [ -n "${BENCH_KEEP_TMP:-}" ]; then echo "bench: kept $tmp" >&2; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log() { printf '%s bench: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+results=$tmp/results.jsonl
+: >"$results"
+# record SECTION JSON-OBJECT-FIELDS...: appends one result line
+record() {
+    local section=$1
+    shift
+    printf '{"section":"%s",%s}\n' "$section" "$*" >>"$results"
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_port() { # PORT [what]
+    for _ in $(seq 1 200); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        sleep 0.05
+    done
+    echo "bench: ${2:-port $1} did not come up" >&2
+    return 1
+}
+
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# ---- build the helpers ----------------------------------------------------------------------
+mkdir -p build/bench
+CFLAGS_BENCH="-O2 -g -Wall -Wextra"
+cc $CFLAGS_BENCH -o build/bench/fast-upstream tests/bench/fast-upstream.c
+cc $CFLAGS_BENCH -o build/bench/bench-client tests/bench/bench-client.c
+make -s "build/libidemgw.a" >/dev/null
+# shellcheck disable=SC2046
+cc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(pkg-config --cflags libpq libevent) -O2 -o build/bench/print-sql tests/bench/print-sql.c \
+    build/libidemgw.a $(pkg-config --libs libevent libevent_openssl jansson libfyaml libpq openssl) -lm
+
+# ---- Postgres, upstream, nginx --------------------------------------------------------------
+log "starting Postgres"
+pg_url=$(scripts/pg-cluster.sh start "$tmp/pg")
+psql_() { psql "$pg_url" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+
+up_port=$(free_port)
+build/bench/fast-upstream "$up_port" 1000 >"$tmp/upstream.log" 2>&1 &
+pids+=($!)
+wait_port "$up_port" "fast upstream"
+
+ngx_port=$(free_port)
+mkdir -p "$tmp/nginx/logs" "$tmp/nginx/tmp"
+chmod 777 "$tmp/nginx/tmp"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes auto;
+daemon off;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+worker_rlimit_nofile $want_fds;
+events { worker_connections 20000; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/nginx/tmp/body;
+    proxy_temp_path $tmp/nginx/tmp/proxy;
+    fastcgi_temp_path $tmp/nginx/tmp/fastcgi;
+    uwsgi_temp_path $tmp/nginx/tmp/uwsgi;
+    scgi_temp_path $tmp/nginx/tmp/scgi;
+    upstream mcp { server 127.0.0.1:$up_port; keepalive 64; }
+    server {
+        listen 127.0.0.1:$ngx_port;
+        keepalive_requests 1000000;
+        location / {
+            proxy_pass http://mcp;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" >"$tmp/nginx.log" 2>&1 &
+pids+=($!)
+wait_port "$ngx_port" nginx
+
+# ---- the gateway ----------------------------------------------------------------------------
+gw_port=$(free_port)
+gw_admin=$(free_port)
+cat >"$tmp/idemgw.yaml" <<EOF
+listen: 127.0.0.1:$gw_port
+admin_listen: 127.0.0.1:$gw_admin
+upstream: http://127.0.0.1:$up_port/mcp
+database_url: $pg_url
+store:
+  pool: $store_pool
+limits:
+  max_connections: $((idle_n + streams_n + 1000))
+timeouts:
+  client_idle: 600s
+  drain: 1s
+log:
+  level: warn
+subject:
+  static: bench
+defaults:
+  class: non_idempotent
+  window: 1h
+tools:
+  search: {class: read}
+  stream: {class: read}
+  hold: {class: read}
+EOF
+gw_pid=
+start_gw() {
+    "$root/$IDEMGW" -c "$tmp/idemgw.yaml" >>"$tmp/idemgw.log" 2>&1 &
+    gw_pid=$!
+    pids+=("$gw_pid")
+    wait_port "$gw_port" idemgw
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:$gw_admin/readyz" >/dev/null && return 0
+        sleep 0.05
+    done
+    echo "bench: idemgw not ready:" >&2
+    tail -n 20 "$tmp/idemgw.log" >&2
+    return 1
+}
+stop_gw() {
+    kill "$gw_pid" 2>/dev/null || true
+    wait "$gw_pid" 2>/dev/null || true
+}
+log "starting idemgw"
+start_gw
+
+# ---- sanity: every path answers what a benchmark assumes ------------------------------------
+call() { # PORT TOOL ARGS -> headers and body
+    curl -s -D - -o - "http://127.0.0.1:$1/mcp" -H 'Content-Type: application/json' \
+        -H 'Accept: application/json, text/event-stream' \
+        --data "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{\"name\":\"$2\",\"arguments\":$3}}"
+}
+for p in "$up_port" "$ngx_port" "$gw_port"; do
+    if ! call "$p" search '{"q":1}' | grep -q '"text":"ok"'; then
+        echo "bench: read call on port $p did not answer the fixed result" >&2
+        call "$p" search '{"q":1}' >&2 || true
+        exit 1
+    fi
+done
+sanity_run=$RANDOM$RANDOM
+first=$(call "$gw_port" write "{\"sanity\":\"$sanity_run\"}")
+second=$(call "$gw_port" write "{\"sanity\":\"$sanity_run\"}")
+if ! grep -q '"text":"ok"' <<<"$first" || ! grep -qi '^Idempotent-Replayed: true' <<<"$second"; then
+    echo "bench: protected call / replay does not behave as expected:" >&2
+    printf '%s\n---\n%s\n' "$first" "$second" >&2
+    exit 1
+fi
+key_len=$(psql_ -c "SELECT max(length(key)) FROM idem_keys")
+
+# ---- wrk ------------------------------------------------------------------------------------
+# wrk_run MODE PORT CONNS [RUN_ID] -> prints the JSON object of mcp.lua's done()
+wrk_run() {
+    local mode=$1 port=$2 conns=$3 run=${4:-$RANDOM$RANDOM} threads=2 out
+    [ "$conns" -lt 2 ] && threads=1
+    out=$(BENCH_MODE=$mode BENCH_RUN=$run wrk -t"$threads" -c"$conns" -d"$duration" --timeout 10s \
+        -s scripts/bench/mcp.lua "http://127.0.0.1:$port/mcp" 2>&1) || true
+    local json
+    json=$(sed -n 's/^BENCHJSON //p' <<<"$out")
+    if [ -z "$json" ]; then
+        echo "bench: wrk failed ($mode on port $port, $conns connections):" >&2
+        echo "$out" >&2
+        json='{"requests":0,"rps":0,"p50_us":0,"p99_us":0,"errors":-1,"non2xx":0}'
+    fi
+    echo "$json"
+}
+succeeded_rows() { psql_ -c "SELECT count(*) FROM idem_keys WHERE state = 'succeeded'"; }
+
+want() { [[ " $only " == *" $1 "* ]]; }
+
+# ---- (1) pass-through -----------------------------------------------------------------------
+if want passthrough; then
+    if [ "$smoke" != 1 ]; then
+        log "warming up"
+        for p in "$up_port" "$ngx_port" "$gw_port"; do
+            BENCH_MODE=read wrk -t2 -c64 -d1s -s scripts/bench/mcp.lua "http://127.0.0.1:$p/mcp" >/dev/null 2>&1 || true
+        done
+    fi
+    for c in $conns_list; do
+        for target in direct nginx idemgw; do
+            case $target in direct) p=$up_port ;; nginx) p=$ngx_port ;; idemgw) p=$gw_port ;; esac
+            log "pass-through: $target, $c connections"
+            record passthrough "\"conns\":$c,\"target\":\"$target\",\"wrk\":$(wrk_run read "$p" "$c")"
+        done
+    done
+fi
+
+# ---- (2) protected first executions vs the pgbench ceiling ----------------------------------
+pgbench_run() { # -> JSON fields; uses the gateway's claim + finish statements
+    local result_hex
+    result_hex=$(printf '%s' '{"content":[{"type":"text","text":"ok"}]}' | od -An -tx1 | tr -d ' \n')
+    local out
+    out=$(pgbench -n -M prepared -c "$store_pool" -j "$((store_pool < 2 ? 1 : 2))" -T "$secs" \
+        -f scripts/bench/claim-finish.sql \
+        -D c2=write -D c3=bench -D c4="$(printf 'a%.0s' $(seq 64))" -D c5=f -D c6=bench-session \
+        -D c7=1 -D c8=90000 -D c9=3600000 -D c10=t \
+        -D f2=1 -D f3=succeeded -D f4="\\x$result_hex" -D f5=f -D f6=3600000 \
+        -D 'tsfmt=YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' "$pg_url" 2>&1) || {
+        echo "bench: pgbench failed:" >&2
+        echo "$out" >&2
+        echo '"tps":0,"latency_ms":0,"transactions":0'
+        return
+    }
+    local tps lat n
+    tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | tail -n 1)
+    lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")
+    n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+    echo "\"tps\":${tps:-0},\"latency_ms\":${lat:-0},\"transactions\":${n:-0},\"clients\":$store_pool"
+}
+sql_matches=false
+if diff <(build/bench/print-sql) <(grep -v '^--' scripts/bench/claim-finish.sql | grep -v '^\\set' |
+    sed -e "s/:tsfmt/'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'/g" -e 's/:key::/$1::/g' \
+        -e 's/:[cf]\([0-9][0-9]*\)::/$\1::/g' -e 's/;$//') >"$tmp/sql.diff"; then
+    sql_matches=true
+else
+    log "WARNING: scripts/bench/claim-finish.sql differs from the statements in src/store.c:"
+    cat "$tmp/sql.diff" >&2
+fi
+
+if want protected; then
+    log "protected first executions through idemgw, $load_conns connections"
+    before=$(succeeded_rows)
+    gw=$(wrk_run protected "$gw_port" "$load_conns")
+    after=$(succeeded_rows)
+    log "pgbench ceiling: claim + finish, $store_pool clients"
+    record protected "\"conns\":$load_conns,\"store_pool\":$store_pool,\"idemgw\":$gw,\"rows_finished\":$((after - before)),\"pgbench\":{$(pgbench_run)},\"sql_matches_store\":$sql_matches,\"gateway_key_length\":${key_len:-0}"
+fi
+
+# ---- (3) replays ----------------------------------------------------------------------------
+if want replay; then
+    log "replays through idemgw, $load_conns connections (and pass-through at the same count)"
+    pt=$(wrk_run read "$gw_port" "$load_conns")
+    rp=$(wrk_run replay "$gw_port" "$load_conns")
+    record replay "\"conns\":$load_conns,\"idemgw\":$rp,\"passthrough\":$pt"
+fi
+
+# ---- (4) SSE: upstream write -> agent receipt -----------------------------------------------
+if want sse; then
+    for target in direct nginx idemgw idemgw_protected; do
+        tool=stream
+        case $target in
+        direct) p=$up_port ;;
+        nginx) p=$ngx_port ;;
+        idemgw) p=$gw_port ;;
+        idemgw_protected) p=$gw_port tool=stream_protected ;;
+        esac
+        log "SSE: $target, $sse_calls calls of 100 progress events"
+        r=$(build/bench/bench-client sse "$p" /mcp "$sse_calls" "$tool") || r='{"events":0}'
+        record sse "\"target\":\"$target\",\"tool\":\"$tool\",\"latency\":$r"
+    done
+fi
+
+# ---- (5) memory -----------------------------------------------------------------------------
+# A fresh gateway for each figure, so freed memory from earlier runs does not hide the cost.
+# wait_ready FILE: waits for the client's "ready" line
+wait_ready() {
+    for _ in $(seq 1 1200); do
+        grep -q '^ready' "$1" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+if want memory; then
+    for kind in idle hold; do
+        n=$idle_n
+        [ $kind = hold ] && n=$streams_n
+        stop_gw
+        start_gw
+        # warm up the allocator and the upstream pool with a few calls of the same kind
+        build/bench/bench-client "$kind" "$gw_port" /mcp 10 >"$tmp/warm.out" 2>&1 &
+        wpid=$!
+        pids+=("$wpid")
+        wait_ready "$tmp/warm.out" || true
+        kill "$wpid"
+        wait "$wpid" 2>/dev/null || true
+        sleep 0.5
+        base=$(rss_kib "$gw_pid")
+        log "memory: $n $kind connections"
+        build/bench/bench-client "$kind" "$gw_port" /mcp "$n" >"$tmp/client.out" 2>&1 &
+        cpid=$!
+        pids+=("$cpid")
+        ok=true
+        wait_ready "$tmp/client.out" || { ok=false; log "client did not open its $n connections:"; cat "$tmp/client.out" >&2; }
+        sleep 0.5
+        with=$(rss_kib "$gw_pid")
+        kill "$cpid"
+        wait "$cpid" 2>/dev/null || true
+        record memory "\"kind\":\"$kind\",\"connections\":$n,\"opened\":$ok,\"rss_before_kib\":$base,\"rss_with_kib\":$with"
+    done
+    stop_gw
+    start_gw
+fi
+
+# ---- (6) growth: 1 thousand vs many live rows -----------------------------------------------
+bulk_rows() { # FROM TO
+    psql_ -c "INSERT INTO idem_keys (key, tool, subject, args_digest, state, fence, attempts, result,
+                  first_session_id, first_jsonrpc_id, lease_until, finished_at, expires_at)
+              SELECT 'bulk:write:h:' || md5(i::text) || md5((-i)::text), 'write', 'bulk',
+                     md5(i::text) || md5((-i)::text), 'succeeded', 1, 1,
+                     convert_to('{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}', 'UTF8'),
+                     'bench-session', '1', now() + interval '1 hour', now(), now() + interval '2 hours'
+              FROM generate_series($1, $2) AS i" -c "VACUUM ANALYZE idem_keys" -c "CHECKPOINT"
+}
+if want growth; then
+    psql_ -c "TRUNCATE idem_keys"
+    bulk_rows 1 1000
+    small=1000
+    for rows in "$small" "$growth_rows"; do
+        if [ "$rows" != "$small" ]; then
+            log "growth: inserting rows up to $rows"
+            t0=$(date +%s.%N)
+            bulk_rows $((small + 1)) "$rows"
+            t1=$(date +%s.%N)
+            insert_s=$(python3 -c "print(round($t1 - $t0, 2))")
+        fi
+        live=$(psql_ -c "SELECT count(*) FROM idem_keys")
+        log "growth: $live live rows: protected and replay, $load_conns connections"
+        pr=$(wrk_run protected "$gw_port" "$load_conns")
+        rp=$(wrk_run replay "$gw_port" "$load_conns")
+        record growth "\"rows\":$rows,\"live_rows_at_start\":$live,\"conns\":$load_conns,\"protected\":$pr,\"replay\":$rp${insert_s:+,\"bulk_insert_s\":$insert_s}"
+    done
+fi
+
+# ---- report ---------------------------------------------------------------------------------
+mkdir -p "$out_dir"
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+python3 scripts/bench/report.py "$results" "$out_dir/latest.json" \
+    --meta "{\"commit\":\"$commit\",\"duration\":\"$duration\",\"smoke\":$([ "$smoke" = 1 ] && echo true || echo false),\"cpus\":$(nproc),\"store_pool\":$store_pool,\"load_conns\":$load_conns,\"sections\":\"$only\",\"loadavg_at_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+cp "$out_dir/latest.json" "$out_dir/bench-$(date +%Y%m%d-%H%M%S).json"

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Turns scripts/bench.sh's result lines into bench-results/latest.json and one table.
+
+usage: report.py RESULTS.jsonl OUT.json --meta JSON
+Every section is always present in the JSON (null figures when a section was not run), so a
+smoke test can check the shape without looking at any timing."""
+import json
+import sys
+from datetime import datetime, timezone
+
+
+def ratio(a, b):
+    return round(a / b, 3) if a and b else None
+
+
+def ms(us):
+    return None if us is None else round(us / 1000.0, 3)
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    meta = json.loads(sys.argv[sys.argv.index("--meta") + 1]) if "--meta" in sys.argv else {}
+    meta["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    rows = [json.loads(line) for line in open(src) if line.strip()]
+    by = lambda s: [r for r in rows if r["section"] == s]
+
+    def wrk(w):
+        return {k: w.get(k) for k in ("rps", "p50_us", "p90_us", "p99_us", "max_us", "requests", "errors", "non2xx")}
+
+    # (1) pass-through
+    pt = {}
+    for r in by("passthrough"):
+        pt.setdefault(r["conns"], {})[r["target"]] = wrk(r["wrk"])
+    passthrough = []
+    for c in sorted(pt):
+        e = {"conns": c, **{t: pt[c].get(t) for t in ("direct", "nginx", "idemgw")}}
+        d, n, g = e["direct"] or {}, e["nginx"] or {}, e["idemgw"] or {}
+        e["ratio_idemgw_nginx"] = ratio(g.get("rps"), n.get("rps"))
+        e["ratio_idemgw_direct"] = ratio(g.get("rps"), d.get("rps"))
+        e["added_p50_us_vs_direct"] = g["p50_us"] - d["p50_us"] if g and d else None
+        e["added_p99_us_vs_direct"] = g["p99_us"] - d["p99_us"] if g and d else None
+        e["nginx_added_p99_us_vs_direct"] = n["p99_us"] - d["p99_us"] if n and d else None
+        passthrough.append(e)
+
+    # (2) protected
+    protected = None
+    for r in by("protected"):
+        protected = {k: v for k, v in r.items() if k != "section"}
+        protected["idemgw"] = wrk(r["idemgw"])
+        protected["ratio_idemgw_pgbench"] = ratio(r["idemgw"]["rps"], r["pgbench"]["tps"])
+
+    # (3) replay
+    replay = None
+    for r in by("replay"):
+        replay = {"conns": r["conns"], "idemgw": wrk(r["idemgw"]), "passthrough": wrk(r["passthrough"]),
+                  "ratio_replay_passthrough": ratio(r["idemgw"]["rps"], r["passthrough"]["rps"])}
+
+    # (4) SSE
+    sse = {r["target"]: r["latency"] for r in by("sse")} or None
+    if sse and "direct" in sse:
+        for t, v in sse.items():
+            if t != "direct" and v.get("p50_us") is not None and sse["direct"].get("p50_us") is not None:
+                v["added_p50_us_vs_direct"] = round(v["p50_us"] - sse["direct"]["p50_us"], 1)
+                v["added_p99_us_vs_direct"] = round(v["p99_us"] - sse["direct"]["p99_us"], 1)
+
+    # (5) memory
+    memory = None
+    for r in by("memory"):
+        memory = memory or {}
+        per = round((r["rss_with_kib"] - r["rss_before_kib"]) / r["connections"], 2) if r["opened"] else None
+        name = "idle_connections" if r["kind"] == "idle" else "sse_streams"
+        memory[name] = {"count": r["connections"], "opened": r["opened"], "rss_before_kib": r["rss_before_kib"],
+                        "rss_with_kib": r["rss_with_kib"], "kib_each": per}
+
+    # (6) growth
+    growth = None
+    g = by("growth")
+    if g:
+        growth = {"runs": [{"rows": r["rows"], "live_rows_at_start": r["live_rows_at_start"], "conns": r["conns"],
+                            "protected": wrk(r["protected"]), "replay": wrk(r["replay"]),
+                            **({"bulk_insert_s": r["bulk_insert_s"]} if "bulk_insert_s" in r else {})} for r in g]}
+        if len(g) >= 2:
+            a, b = g[0], g[-1]
+            growth["ratio_protected_large_small"] = ratio(b["protected"]["rps"], a["protected"]["rps"])
+            growth["ratio_replay_large_small"] = ratio(b["replay"]["rps"], a["replay"]["rps"])
+
+    doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected, "replay": replay,
+           "sse": sse, "memory": memory, "growth": growth}
+    with open(dst, "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    print_table(doc)
+    print(f"\nfigures written to {dst}")
+
+
+def fmt(v, nd=0):
+    if v is None:
+        return "-"
+    return f"{v:,.{nd}f}"
+
+
+def print_table(d):
+    m = d["meta"]
+    lines = [f"idemgw benchmark  {m.get('date')}  commit {m.get('commit')}  {m.get('cpus')} cpus  "
+             f"{m.get('duration')} per run  load avg at end {m.get('loadavg_at_end')}"
+             + ("  [SMOKE: figures meaningless]" if m.get("smoke") else "")]
+    if d["passthrough"]:
+        lines += ["", "(1) pass-through: read tool, 1 KiB body           req/s                        p99 ms",
+                  "  conns      direct       nginx      idemgw  gw/nginx    direct  nginx idemgw  gw+p99 vs direct"]
+        for e in d["passthrough"]:
+            dd, n, g = e["direct"] or {}, e["nginx"] or {}, e["idemgw"] or {}
+            lines.append(f"  {e['conns']:5d} {fmt(dd.get('rps')):>11} {fmt(n.get('rps')):>11} {fmt(g.get('rps')):>11}"
+                         f"  {fmt(e['ratio_idemgw_nginx'], 2):>8}  {fmt(ms(dd.get('p99_us')), 2):>8} {fmt(ms(n.get('p99_us')), 2):>6}"
+                         f" {fmt(ms(g.get('p99_us')), 2):>6}  {fmt(ms(e['added_p99_us_vs_direct']), 2):>8} ms")
+    p = d["protected"]
+    if p:
+        lines += ["", f"(2) protected first executions ({p['conns']} conns, store pool {p['store_pool']}): "
+                      f"idemgw {fmt(p['idemgw']['rps'])} req/s (p50 {fmt(ms(p['idemgw']['p50_us']), 2)} ms, "
+                      f"p99 {fmt(ms(p['idemgw']['p99_us']), 2)} ms, {fmt(p['rows_finished'])} keys finished)",
+                  f"    pgbench ceiling (claim+finish, {p['pgbench'].get('clients')} clients): {fmt(p['pgbench']['tps'])} tps"
+                  f"  -> idemgw / ceiling = {fmt(p['ratio_idemgw_pgbench'], 2)}"
+                  + ("" if p.get("sql_matches_store") else "   [WARNING: pgbench SQL differs from src/store.c]")]
+    r = d["replay"]
+    if r:
+        lines += ["", f"(3) replays ({r['conns']} conns): {fmt(r['idemgw']['rps'])} req/s, p99 {fmt(ms(r['idemgw']['p99_us']), 2)} ms"
+                      f"; pass-through same run {fmt(r['passthrough']['rps'])} req/s -> replay / pass-through = "
+                      f"{fmt(r['ratio_replay_passthrough'], 2)}"]
+    s = d["sse"]
+    if s:
+        lines += ["", "(4) SSE, 100 progress events per call: upstream write -> agent receipt",
+                  "  path                  events   p50 us   p99 us   max us   +p50 vs direct  +p99 vs direct"]
+        for t, v in s.items():
+            lines.append(f"  {t:20s} {fmt(v.get('events')):>7} {fmt(v.get('p50_us')):>8} {fmt(v.get('p99_us')):>8}"
+                         f" {fmt(v.get('max_us')):>8} {fmt(v.get('added_p50_us_vs_direct')):>15} {fmt(v.get('added_p99_us_vs_direct')):>15}")
+    mm = d["memory"]
+    if mm:
+        lines += [""]
+        for name, v in mm.items():
+            lines.append(f"(5) memory, {fmt(v['count'])} {name.replace('_', ' ')}: RSS {fmt(v['rss_before_kib'])} -> "
+                         f"{fmt(v['rss_with_kib'])} KiB = {fmt(v['kib_each'], 2)} KiB each"
+                         + ("" if v["opened"] else "  [client failed to open them all]"))
+    g = d["growth"]
+    if g:
+        lines += ["", "(6) growth               protected req/s   p99 ms    replay req/s   p99 ms"]
+        for run in g["runs"]:
+            lines.append(f"  {fmt(run['rows']):>10} rows {fmt(run['protected']['rps']):>17} {fmt(ms(run['protected']['p99_us']), 2):>8}"
+                         f" {fmt(run['replay']['rps']):>15} {fmt(ms(run['replay']['p99_us']), 2):>8}")
+        lines.append(f"  large / small: protected {fmt(g.get('ratio_protected_large_small'), 2)}, "
+                     f"replay {fmt(g.get('ratio_replay_large_small'), 2)}")
+    bad = []
+    for e in d["passthrough"] or []:
+        bad += [f"pass-through {t} c={e['conns']}" for t in ("direct", "nginx", "idemgw") if failed(e[t])]
+    if p and failed(p["idemgw"]):
+        bad.append("protected")
+    if r:
+        bad += [n for n, w in (("replay", r["idemgw"]), ("replay pass-through", r["passthrough"])) if failed(w)]
+    for run in (g or {}).get("runs", []):
+        bad += [f"growth {k} {run['rows']} rows" for k in ("protected", "replay") if failed(run[k])]
+    if bad:
+        lines += ["", "WARNING: runs with socket errors or non-2xx answers: " + ", ".join(bad)]
+    print("\n".join(lines))
+
+
+def failed(w):
+    return bool(w) and ((w.get("errors") or 0) != 0 or (w.get("non2xx") or 0) != 0)
+
+
+if __name__ == "__main__":
+    main()
