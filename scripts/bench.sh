@@ -342,8 +342,8 @@ if want memory; then
         [ $kind = hold ] && n=$streams_n
         stop_gw
         start_gw
-        # warm up the allocator and the upstream pool with a few calls of the same kind
-        build/bench/bench-client "$kind" "$gw_port" /mcp 10 >"$tmp/warm.out" 2>&1 &
+        # warm up the allocator and the upstream pool with a few calls
+        build/bench/bench-client idle "$gw_port" /mcp 10 >"$tmp/warm.out" 2>&1 &
         wpid=$!
         pids+=("$wpid")
         wait_ready "$tmp/warm.out" || true
