@@ -1,0 +1,73 @@
+// Keeps `make bench` from rotting: runs scripts/bench.sh with BENCH_SMOKE=1 (tiny durations and
+// sizes) and checks that the JSON it writes has every section. No timing value is asserted.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const NEEDED = ['wrk', 'nginx', 'pgbench', 'psql', 'python3', 'cc', 'curl'];
+
+function missingTools() {
+  const env = { ...process.env, PATH: `${process.env.PATH}:/usr/sbin:/sbin` };
+  return NEEDED.filter((t) => spawnSync('sh', ['-c', `command -v ${t}`], { env }).status !== 0);
+}
+
+test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }, async (t) => {
+  const missing = missingTools();
+  if (missing.length) {
+    t.skip(`benchmark tools missing: ${missing.join(', ')}`);
+    return;
+  }
+  const out = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-bench-smoke-'));
+  t.after(() => fs.rm(out, { recursive: true, force: true }));
+
+  const proc = spawn('scripts/bench.sh', [], {
+    cwd: REPO,
+    env: { ...process.env, BENCH_SMOKE: '1', BENCH_OUT: out, PATH: `${process.env.PATH}:/usr/sbin` },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let log = '';
+  proc.stdout.on('data', (d) => (log += d));
+  proc.stderr.on('data', (d) => (log += d));
+  const code = await new Promise((resolve) => proc.on('exit', resolve));
+  assert.equal(code, 0, `bench.sh failed:\n${log}`);
+
+  const doc = JSON.parse(await fs.readFile(path.join(out, 'latest.json'), 'utf8'));
+  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth']) {
+    assert.ok(doc[s], `section ${s} missing:\n${log}`);
+  }
+  assert.equal(doc.meta.smoke, true);
+
+  assert.ok(doc.passthrough.length >= 1);
+  for (const row of doc.passthrough) {
+    for (const target of ['direct', 'nginx', 'idemgw']) {
+      assert.ok(row[target] && 'rps' in row[target] && 'p99_us' in row[target], `pass-through ${target}`);
+      assert.equal(row[target].non2xx, 0, `pass-through ${target} at ${row.conns} got non-2xx answers`);
+    }
+    assert.ok('ratio_idemgw_nginx' in row && 'added_p99_us_vs_direct' in row);
+  }
+
+  assert.ok(doc.protected.idemgw && doc.protected.pgbench && 'ratio_idemgw_pgbench' in doc.protected);
+  assert.equal(doc.protected.idemgw.non2xx, 0);
+  assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store.c');
+
+  assert.ok(doc.replay.idemgw && doc.replay.passthrough && 'ratio_replay_passthrough' in doc.replay);
+  assert.equal(doc.replay.idemgw.non2xx, 0);
+
+  for (const target of ['direct', 'nginx', 'idemgw', 'idemgw_protected']) {
+    assert.ok(doc.sse[target] && 'p99_us' in doc.sse[target], `sse ${target}`);
+  }
+
+  for (const kind of ['idle_connections', 'sse_streams']) {
+    assert.ok(doc.memory[kind], `memory ${kind}`);
+    assert.equal(doc.memory[kind].opened, true, `memory ${kind}: the client could not open its connections`);
+    assert.ok('kib_each' in doc.memory[kind]);
+  }
+
+  assert.equal(doc.growth.runs.length, 2);
+  assert.ok('ratio_protected_large_small' in doc.growth && 'ratio_replay_large_small' in doc.growth);
+});
