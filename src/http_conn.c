@@ -40,6 +40,7 @@ struct http_conn {
     void *obs_arg;
     bool free_scheduled;
     bool lingering;          /* answer sent and write side shut: draining input, then close */
+    char peer[64];           /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
 
@@ -394,6 +395,18 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+/* The peer address for X-Forwarded-For, formatted once per connection. */
+static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    if (!sa)
+        return;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, out, (socklen_t)outlen);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)outlen);
+}
+
 void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen,
                       void *arg)
 {
@@ -422,24 +435,10 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     if (all_conns)
         all_conns->prev = c;
     all_conns = c;
+    format_peer(sa, c->peer, sizeof(c->peer));
     server->open_conns++;
     server->stats.connections++;
-    (void)sa;
     (void)socklen;
-}
-
-/* The peer address for X-Forwarded-For, formatted when a request first needs it. */
-static void peer_ip(http_conn_t *c, char *out, size_t outlen)
-{
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof(ss);
-    out[0] = '\0';
-    if (getpeername(bufferevent_getfd(c->bev), (struct sockaddr *)&ss, &sl) != 0)
-        return;
-    if (ss.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, out, (socklen_t)outlen);
-    else if (ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, out, (socklen_t)outlen);
 }
 
 uint64_t http_conn_id(const http_conn_t *conn)
@@ -509,7 +508,7 @@ void http_conn_respond_error(http_conn_t *c, int status, const char *id_text, in
 
 void http_conn_fill_client_ip(http_conn_t *c, http_request_t *req)
 {
-    peer_ip(c, req->client_ip, sizeof(req->client_ip));
+    memcpy(req->client_ip, c->peer, sizeof(req->client_ip));
 }
 
 void http_conn_close_idle(void)

@@ -172,7 +172,11 @@ static int run(const char *path)
 
     server = xcalloc(1, sizeof(*server));
     server->cfg = cfg;
-    server->base = event_base_new();
+    /* the changelist folds the enable/disable pairs of a request's writes into one epoll_ctl */
+    struct event_config *ec = event_config_new();
+    event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
+    server->base = event_base_new_with_config(ec);
+    event_config_free(ec);
     server->started_ms = util_now_ms();
     server->idem = idem_registry_new();
     server->cache = replay_cache_new(REPLAY_CACHE_ENTRIES, REPLAY_CACHE_BYTES);
