@@ -30,6 +30,7 @@ typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
 
     host_port_t listen;       /* agents connect here (default 127.0.0.1:8080) */
+    int workers;              /* processes sharing listen with SO_REUSEPORT (default 1) */
     host_port_t admin_listen; /* /healthz, /readyz, /metrics (default 127.0.0.1:8081) */
 
     char *upstream_url;        /* full URL as given, e.g. http://127.0.0.1:3001/mcp */

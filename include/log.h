@@ -11,6 +11,8 @@
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } log_level_t;
 
 extern log_level_t log_threshold;
+/* 1-based worker number added to every line when several workers run; 0 = none. */
+extern int log_worker;
 
 const char *log_level_name(log_level_t level);
 /* Parses "debug", "info", "warn", "error", "off"; returns -1 when unknown. */

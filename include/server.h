@@ -31,6 +31,7 @@ typedef struct server_stats {
     uint64_t refused;            /* protected calls refused (no subject, key misuse, store down) */
     uint64_t passthrough;        /* protected calls forwarded unprotected (store down) */
     uint64_t store_errors;       /* store calls that failed */
+    uint64_t open_conns;         /* gauge: agent connections open now */
 } server_stats_t;
 
 typedef struct server {
@@ -47,7 +48,10 @@ typedef struct server {
     uint64_t next_conn_id;
     uint64_t open_conns;         /* agent connections open now */
     uint64_t open_exchanges;     /* requests in flight (including detached ones) */
-    server_stats_t stats;
+    server_stats_t *stats;       /* this worker's counters (a slot of all_stats) */
+    server_stats_t *all_stats;   /* every worker's counters, shared memory; /metrics sums them */
+    int worker;                  /* 0-based worker number */
+    int n_workers;
     uint64_t started_ms;
 } server_t;
 

@@ -39,7 +39,14 @@ static void probe_done(bool ok, void *arg)
 
 static void metrics(http_conn_t *conn, http_request_t *req)
 {
-    const server_stats_t *s = &server->stats;
+    server_stats_t sum = {0};
+    for (int w = 0; w < server->n_workers; w++) {
+        const uint64_t *from = (const uint64_t *)&server->all_stats[w];
+        uint64_t *to = (uint64_t *)&sum;
+        for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
+            to[i] += from[i];
+    }
+    const server_stats_t *s = &sum;
     struct evbuffer *b = evbuffer_new();
 #define COUNTER(name, help, v)                                                                     \
     evbuffer_add_printf(b, "# HELP idemgw_" name " " help "\n# TYPE idemgw_" name                 \
@@ -68,7 +75,7 @@ static void metrics(http_conn_t *conn, http_request_t *req)
                         "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n"
                         "# HELP idemgw_store_up Whether the store is connected.\n"
                         "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
-                        (unsigned long long)server->open_conns,
+                        (unsigned long long)s->open_conns,
                         server->store && store_ready(server->store) ? 1 : 0);
     size_t n = evbuffer_get_length(b);
     http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),

@@ -400,6 +400,7 @@ static void config_defaults(config_t *c)
     c->admin_listen.port = 8081;
     c->migrate = true;
     c->store_pool = 4;
+    c->workers = 1;
     c->sweep_interval_ms = 60 * 1000;
     c->client_header_timeout_ms = 10 * 1000;
     c->client_body_timeout_ms = 30 * 1000;
@@ -638,6 +639,10 @@ int config_restart_only_diff(const config_t *old, const config_t *neu, char *out
     }
     if (!str_eq(old->database_url, neu->database_url)) {
         diff_line(out, outlen, &used, "database_url changed\n");
+        count++;
+    }
+    if (old->workers != neu->workers) {
+        diff_line(out, outlen, &used, "workers: %d -> %d\n", old->workers, neu->workers);
         count++;
     }
     if (old->store_pool != neu->store_pool) {

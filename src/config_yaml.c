@@ -755,6 +755,7 @@ static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, v
 static const key_spec_t top_keys[] = {
     {.name = "listen", .kind = K_ADDR, .off = CFG(listen)},
     {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen)},
+    {.name = "workers", .kind = K_INT, .off = CFG(workers), .min = 1, .max = 64},
     {.name = "upstream", .kind = K_FN, .fn = fn_upstream},
     {.name = "database_url", .kind = K_STR, .off = CFG(database_url)},
     {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate)},

@@ -119,6 +119,7 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
     log_debug(c->id, "connection closed");
     free(c);
     server->open_conns--;
+    server->stats->open_conns = server->open_conns;
     server_check_drained();
 }
 
@@ -286,7 +287,7 @@ static const llhttp_settings_t parser_settings = {
 
 static void refuse(http_conn_t *c, int status, const char *message)
 {
-    server->stats.bad_requests++;
+    server->stats->bad_requests++;
     log_info(c->id, "request refused: %d %s", status, message);
     char *body = mcp_error_body(NULL, -32600, message);
     if (c->state == CONN_IDLE)
@@ -308,7 +309,7 @@ static void dispatch(http_conn_t *c)
     c->req_complete = false;
     evtimer_del(c->timer);
     set_state(c, CONN_HANDLING);
-    server->stats.requests++;
+    server->stats->requests++;
     c->site->handler(c, req);
 }
 
@@ -437,7 +438,8 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     all_conns = c;
     format_peer(sa, c->peer, sizeof(c->peer));
     server->open_conns++;
-    server->stats.connections++;
+    server->stats->open_conns = server->open_conns;
+    server->stats->connections++;
     (void)socklen;
 }
 

@@ -178,7 +178,7 @@ static void answer_tool_error(exchange_t *ex, const char *code, const char *text
 
 static void refuse(exchange_t *ex, const char *code, const char *text)
 {
-    server->stats.refused++;
+    server->stats->refused++;
     answer_tool_error(ex, code, text, "refused");
 }
 
@@ -186,7 +186,7 @@ static void answer_store_down(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
     if (c->on_store_down == ON_STORE_DOWN_PASSTHROUGH) {
-        server->stats.passthrough++;
+        server->stats->passthrough++;
         log_warn(ex->conn_id, "store unavailable: forwarding %s without protection", ex->msg.tool);
         ex->outcome = "passthrough";
         c->state = CALL_DONE;
@@ -201,7 +201,7 @@ static void answer_store_down(exchange_t *ex)
 
 static void answer_in_progress(exchange_t *ex, const store_row_t *row)
 {
-    server->stats.in_progress++;
+    server->stats->in_progress++;
     char text[700];
     snprintf(text, sizeof(text),
              "This tool call is already running: an identical call (same tool, same arguments, "
@@ -214,7 +214,7 @@ static void answer_in_progress(exchange_t *ex, const store_row_t *row)
 
 static void answer_unknown(exchange_t *ex, const store_row_t *row)
 {
-    server->stats.unknown++;
+    server->stats->unknown++;
     char text[800];
     snprintf(text, sizeof(text),
              "An identical earlier call (started at %s) may have executed, but its outcome is "
@@ -229,7 +229,7 @@ static void answer_unknown(exchange_t *ex, const store_row_t *row)
 static void answer_replay(exchange_t *ex, const store_row_t *row, bool from_cache)
 {
     idem_call_t *c = ex->call;
-    server->stats.replays++;
+    server->stats->replays++;
     c->state = CALL_DONE;
     ex->outcome = "replay";
     char marker[400];
@@ -262,7 +262,7 @@ static void answer_replay(exchange_t *ex, const store_row_t *row, bool from_cach
         return;
     }
     if (from_cache) {
-        server->stats.cache_replays++;
+        server->stats->cache_replays++;
     } else if (server->store) {
         store_status_t st = store_note_duplicate(server->store, c->key, NULL, NULL);
         (void)st;
@@ -379,7 +379,7 @@ static void forward_claimed(exchange_t *ex)
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(server->base, renew_lease, ex);
     evtimer_add(c->lease_timer, &tv);
-    server->stats.executions++;
+    server->stats->executions++;
     ex->outcome = "executed";
     char extra[120];
     if (c->forward_key)
@@ -393,7 +393,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     idem_call_t *c = ex->call;
     c->store_pending = false;
     if (st != STORE_OK) {
-        server->stats.store_errors++;
+        server->stats->store_errors++;
         log_warn(ex->conn_id, "claim failed: %s", store_status_str(st));
         c->state = CALL_DONE;
         answer_store_down(ex);
@@ -502,7 +502,7 @@ static void claim(exchange_t *ex)
     store_status_t st = store_claim(server->store, &req, on_claim, ex);
     free(subject);
     if (st != STORE_OK) {
-        server->stats.store_errors++;
+        server->stats->store_errors++;
         c->state = CALL_DONE;
         answer_store_down(ex);
         return;
@@ -690,7 +690,7 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     c->store_pending = false;
     c->state = CALL_DONE;
     if (st != STORE_OK) {
-        server->stats.store_errors++;
+        server->stats->store_errors++;
         log_error(ex->conn_id, "could not record the outcome of key %.16s: %s", c->key_hash,
                   store_status_str(st));
     } else if (!fence_matched) {

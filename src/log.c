@@ -8,6 +8,7 @@
 #include <time.h>
 
 log_level_t log_threshold = LOG_INFO;
+int log_worker;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
@@ -65,9 +66,12 @@ void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *
     size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
 
-    char connf[40] = "";
+    char connf[64] = "";
+    int n2 = 0;
+    if (log_worker)
+        n2 = snprintf(connf, sizeof(connf), ",\"worker\":%d", log_worker);
     if (conn)
-        snprintf(connf, sizeof(connf), ",\"conn\":%llu", (unsigned long long)conn);
+        snprintf(connf + n2, sizeof(connf) - (size_t)n2, ",\"conn\":%llu", (unsigned long long)conn);
     fprintf(stdout, "{\"time\":\"%s\",\"level\":\"%s\"%s,\"msg\":%s%s%s}\n", ts,
             log_level_name(level), connf, esc, fields && *fields ? "," : "",
             fields ? fields : "");

@@ -22,7 +22,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #ifndef IDEMGW_VERSION
 #define IDEMGW_VERSION "0.1.0"
@@ -33,6 +36,9 @@ server_t *server;
 /* Finished results kept in memory for replays; bounded both ways. */
 #define REPLAY_CACHE_ENTRIES 100000
 #define REPLAY_CACHE_BYTES (64u * 1024 * 1024)
+
+/* A worker's exit status when it could not listen: the supervisor gives up, not retries. */
+#define WORKER_START_FAILED 3
 
 static http_site_t mcp_site = {proxy_handle, "mcp"};
 static http_site_t admin_site = {admin_handle, "admin"};
@@ -135,7 +141,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     log_info(0, "configuration reloaded from %s", path ? path : "the environment");
 }
 
-static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site)
+static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site, bool shared)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
@@ -149,7 +155,9 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
     }
     struct evconnlistener *l =
         evconnlistener_new_bind(server->base, http_conn_accept, site,
-                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE, 1024, res->ai_addr,
+                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                    (shared ? LEV_OPT_REUSEABLE_PORT : 0),
+                                1024, res->ai_addr,
                                 (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (!l)
@@ -158,20 +166,19 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
     return l;
 }
 
-static int run(const char *path)
+/* One worker: its own event loop, listener (SO_REUSEPORT when there are several), upstream
+ * pool, store connections and caches. Takes ownership of cfg. */
+static int run_worker(config_t *cfg, const char *path, int worker, int n_workers,
+                      server_stats_t *all_stats)
 {
-    config_errors_t errs = {0};
-    config_t *cfg = config_load(path, &errs);
-    if (!cfg) {
-        print_errors(&errs);
-        config_errors_free(&errs);
-        return 1;
-    }
-    log_threshold = (log_level_t)cfg->log_level;
-    signal(SIGPIPE, SIG_IGN);
-
     server = xcalloc(1, sizeof(*server));
     server->cfg = cfg;
+    server->worker = worker;
+    server->n_workers = n_workers;
+    server->all_stats = all_stats;
+    server->stats = &all_stats[worker];
+    if (n_workers > 1)
+        log_worker = worker + 1;
     /* the changelist folds the enable/disable pairs of a request's writes into one epoll_ctl */
     struct event_config *ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
@@ -209,10 +216,14 @@ static int run(const char *path)
     } else {
         log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
     }
-    server->listener = listen_on(&cfg->listen, &mcp_site);
-    server->admin_listener = listen_on(&cfg->admin_listen, &admin_site);
-    if (!server->listener || !server->admin_listener)
+    server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
+    /* one admin endpoint; /metrics sums every worker's counters from shared memory */
+    if (worker == 0)
+        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
+    if (!server->listener || (worker == 0 && !server->admin_listener)) {
+        rc = WORKER_START_FAILED;
         goto out;
+    }
 
     struct event *ev_term = evsignal_new(server->base, SIGTERM, on_sigterm, NULL);
     struct event *ev_int = evsignal_new(server->base, SIGINT, on_sigterm, NULL);
@@ -251,6 +262,116 @@ out:
     config_free(server->cfg);
     free(server);
     return rc;
+}
+
+/* --- several workers: a supervisor process and its children --- */
+
+static pid_t spawn_worker(config_t *cfg, const char *path, int w, int n, server_stats_t *stats,
+                          const sigset_t *orig)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    sigprocmask(SIG_SETMASK, orig, NULL);
+    _exit(run_worker(cfg, path, w, n, stats));
+}
+
+/* Starts cfg->workers workers, forwards SIGTERM / SIGINT / SIGHUP to them, restarts one that
+ * dies, and exits when they have all drained. A worker that cannot start stops everything. */
+static int supervise(config_t *cfg, const char *path, server_stats_t *stats)
+{
+    int n = cfg->workers;
+    pid_t *pids = xcalloc((size_t)n, sizeof(pid_t));
+    uint64_t *started = xcalloc((size_t)n, sizeof(uint64_t));
+    sigset_t set, orig;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, &orig);
+    for (int w = 0; w < n; w++) {
+        pids[w] = spawn_worker(cfg, path, w, n, stats, &orig);
+        started[w] = util_now_ms();
+    }
+    log_info(0, "supervisor: %d workers started", n);
+    bool draining = false;
+    int rc = 0, alive = n;
+    while (alive > 0) {
+        int sig = 0;
+        if (sigwait(&set, &sig) != 0)
+            continue;
+        if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
+            draining = draining || sig != SIGHUP;
+            for (int w = 0; w < n; w++)
+                if (pids[w] > 0)
+                    kill(pids[w], sig);
+            continue;
+        }
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            int w = 0;
+            while (w < n && pids[w] != pid)
+                w++;
+            if (w == n)
+                continue;
+            bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+            bool failed_start = WIFEXITED(status) && WEXITSTATUS(status) == WORKER_START_FAILED;
+            pids[w] = 0;
+            alive--;
+            if (draining) {
+                if (!clean)
+                    rc = 1;
+                continue;
+            }
+            if (failed_start || util_now_ms() - started[w] < 1000) {
+                log_error(0, "supervisor: worker %d could not start; stopping", w + 1);
+                draining = true;
+                rc = 1;
+                for (int k = 0; k < n; k++)
+                    if (pids[k] > 0)
+                        kill(pids[k], SIGTERM);
+                continue;
+            }
+            log_error(0, "supervisor: worker %d ended (%s %d); starting a new one", w + 1,
+                      WIFSIGNALED(status) ? "signal" : "status",
+                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            memset(&stats[w], 0, sizeof(stats[w]));
+            pids[w] = spawn_worker(cfg, path, w, n, stats, &orig);
+            started[w] = util_now_ms();
+            alive++;
+        }
+    }
+    log_info(0, "supervisor: all workers stopped");
+    free(pids);
+    free(started);
+    config_free(cfg);
+    return rc;
+}
+
+static int run(const char *path)
+{
+    config_errors_t errs = {0};
+    config_t *cfg = config_load(path, &errs);
+    if (!cfg) {
+        print_errors(&errs);
+        config_errors_free(&errs);
+        return 1;
+    }
+    log_threshold = (log_level_t)cfg->log_level;
+    signal(SIGPIPE, SIG_IGN);
+    size_t bytes = sizeof(server_stats_t) * (size_t)cfg->workers;
+    server_stats_t *stats =
+        mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (stats == MAP_FAILED) {
+        fprintf(stderr, "idemgw: cannot map shared counters\n");
+        config_free(cfg);
+        return 1;
+    }
+    int rc = cfg->workers == 1 ? run_worker(cfg, path, 0, 1, stats) : supervise(cfg, path, stats);
+    munmap(stats, bytes);
+    return rc == WORKER_START_FAILED ? 1 : rc;
 }
 
 int main(int argc, char **argv)

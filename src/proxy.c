@@ -209,9 +209,9 @@ static void respond_error(exchange_t *ex, int status, int code, const char *mess
                           const char *extra)
 {
     if (status >= 500)
-        server->stats.upstream_errors++;
+        server->stats->upstream_errors++;
     else
-        server->stats.bad_requests++;
+        server->stats->bad_requests++;
     char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, code, message);
     proxy_respond_json(ex, status, body, extra);
     free(body);
@@ -361,7 +361,7 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
                             cfg->upstream_host_header, ex->req->client_ip, body_len, extra_headers);
     evbuffer_add_buffer(out, ex->req->body);
     ex->up_done = false;
-    server->stats.forwarded++;
+    server->stats->forwarded++;
     ex->up = upstream_send(server->pool, out, &up_cbs, ex);
     evbuffer_free(out);
 }
@@ -520,7 +520,7 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
     }
     if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool &&
         policy_lookup(&cfg->policy, ex->msg.tool)->cls == TOOL_CLASS_NON_IDEMPOTENT) {
-        server->stats.protected_calls++;
+        server->stats->protected_calls++;
         idem_begin(ex);
         return;
     }

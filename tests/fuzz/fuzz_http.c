@@ -33,6 +33,9 @@ static void setup(void)
     config_errors_t errs = {0};
     server = calloc(1, sizeof(*server));
     server->base = event_base_new();
+    server->stats = calloc(1, sizeof(*server->stats));
+    server->all_stats = server->stats;
+    server->n_workers = 1;
     server->cfg = config_load_string("fuzz.yaml",
                                      "upstream: http://127.0.0.1:9/mcp\n"
                                      "limits: {max_body: 4KiB, max_header: 2KiB}\n",
