@@ -65,6 +65,10 @@ uint64_t http_conn_id(const http_conn_t *conn);
 struct evbuffer *http_conn_output(http_conn_t *conn);
 size_t http_conn_output_len(http_conn_t *conn);
 
+/* Writes queued output to the socket now rather than on the next loop pass (a streamed event
+ * reaches the agent one loop pass sooner). What the socket does not take stays queued. */
+void http_conn_flush(http_conn_t *conn);
+
 /* Backpressure and disconnect notifications for the handler of the current request. drained
  * runs when the output has fallen below the low watermark; gone runs once if the agent goes. */
 void http_conn_set_observer(http_conn_t *conn, void (*drained)(void *), void (*gone)(void *),

@@ -41,6 +41,7 @@ fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
 only=${BENCH_ONLY:-"passthrough protected replay sse memory growth"}
+workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
 
 # pgbench takes whole seconds
@@ -98,7 +99,14 @@ wait_port() { # PORT [what]
     return 1
 }
 
-rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+# RSS of a process and its children (the gateway's workers), in KiB.
+rss_kib() {
+    local total=0 p
+    for p in $1 $(pgrep -P "$1" 2>/dev/null); do
+        total=$((total + $(awk '/^VmRSS:/ {print $2}' "/proc/$p/status" 2>/dev/null || echo 0)))
+    done
+    echo "$total"
+}
 
 # ---- build the helpers ----------------------------------------------------------------------
 mkdir -p build/bench
@@ -159,6 +167,7 @@ gw_admin=$(free_port)
 cat >"$tmp/idemgw.yaml" <<EOF
 listen: 127.0.0.1:$gw_port
 admin_listen: 127.0.0.1:$gw_admin
+workers: $workers
 upstream: http://127.0.0.1:$up_port/mcp
 database_url: $pg_url
 store:
@@ -266,7 +275,9 @@ pgbench_run() { # -> JSON fields; uses the gateway's claim + finish statements
     local result_hex
     result_hex=$(printf '%s' '{"content":[{"type":"text","text":"ok"}]}' | od -An -tx1 | tr -d ' \n')
     local out
-    out=$(pgbench -n -M prepared -c "$store_pool" -j "$((store_pool < 2 ? 1 : 2))" -T "$secs" \
+    # as many clients as the gateway has store connections: store.pool per worker
+    local clients=$((store_pool * workers))
+    out=$(pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
         -f scripts/bench/claim-finish.sql \
         -D c2=write -D c3=bench -D c4="$(printf 'a%.0s' $(seq 64))" -D c5=f -D c6=bench-session \
         -D c7=1 -D c8=90000 -D c9=3600000 -D c10=t \
@@ -299,7 +310,7 @@ if want protected; then
     gw=$(wrk_run protected "$gw_port" "$load_conns")
     after=$(succeeded_rows)
     log "pgbench ceiling: claim + finish, $store_pool clients"
-    record protected "\"conns\":$load_conns,\"store_pool\":$store_pool,\"idemgw\":$gw,\"rows_finished\":$((after - before)),\"pgbench\":{$(pgbench_run)},\"sql_matches_store\":$sql_matches,\"gateway_key_length\":${key_len:-0}"
+    record protected "\"conns\":$load_conns,\"store_pool\":$store_pool,\"workers\":$workers,\"idemgw\":$gw,\"rows_finished\":$((after - before)),\"pgbench\":{$(pgbench_run)},\"sql_matches_store\":$sql_matches,\"gateway_key_length\":${key_len:-0}"
 fi
 
 # ---- (3) replays ----------------------------------------------------------------------------
@@ -401,5 +412,5 @@ fi
 mkdir -p "$out_dir"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 scripts/bench/report.py "$results" "$out_dir/latest.json" \
-    --meta "{\"commit\":\"$commit\",\"duration\":\"$duration\",\"smoke\":$([ "$smoke" = 1 ] && echo true || echo false),\"cpus\":$(nproc),\"store_pool\":$store_pool,\"load_conns\":$load_conns,\"sections\":\"$only\",\"loadavg_at_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
+    --meta "{\"commit\":\"$commit\",\"duration\":\"$duration\",\"smoke\":$([ "$smoke" = 1 ] && echo true || echo false),\"cpus\":$(nproc),\"store_pool\":$store_pool,\"workers\":$workers,\"load_conns\":$load_conns,\"sections\":\"$only\",\"loadavg_at_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 cp "$out_dir/latest.json" "$out_dir/bench-$(date +%Y%m%d-%H%M%S).json"

@@ -448,6 +448,15 @@ uint64_t http_conn_id(const http_conn_t *conn)
     return conn->id;
 }
 
+void http_conn_flush(http_conn_t *conn)
+{
+    struct evbuffer *out = bufferevent_get_output(conn->bev);
+    if (conn->free_scheduled || evbuffer_get_length(out) == 0)
+        return;
+    /* a failure here is seen again, and handled, by the bufferevent's own write */
+    (void)evbuffer_write(out, bufferevent_getfd(conn->bev));
+}
+
 struct evbuffer *http_conn_output(http_conn_t *conn)
 {
     return bufferevent_get_output(conn->bev);
@@ -497,6 +506,7 @@ void http_conn_respond(http_conn_t *c, int status, const char *content_type, con
     evbuffer_add(out, "\r\n", 2);
     if (len)
         evbuffer_add(out, body, len);
+    http_conn_flush(c);
     http_conn_response_done(c, keep_alive);
 }
 

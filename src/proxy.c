@@ -305,6 +305,8 @@ static void on_up_body(void *arg, const char *data, size_t len)
         idem_on_body(ex, data, len);
     track_stream(ex, data, len);
     body_to_client(ex, data, len);
+    if (ex->resp_sse && ex->client && !ex->holding)
+        http_conn_flush(ex->client);
     if (ex->sse_tracking && !ex->holding)
         ex->sse_unheld = ex->sse_total;
     if (ex->client && !ex->paused && ex->up &&

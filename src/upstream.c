@@ -413,6 +413,9 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
     up->arg = arg;
     bufferevent_write_buffer(up->bev, request);
     bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    /* on a pooled plain connection the request goes out now, not on the next loop pass */
+    if (up->state == UP_WAIT_HEAD && !server->tls)
+        (void)evbuffer_write(bufferevent_get_output(up->bev), bufferevent_getfd(up->bev));
     return up;
 }
 
