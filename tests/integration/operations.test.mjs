@@ -1,0 +1,70 @@
+// Operating the gateway: several workers behind one port, SIGHUP reload, SIGTERM drain.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import { mcpClient, startEverything, startGateway, toYaml } from './lib/harness.mjs';
+
+const PASSTHROUGH = { defaults: { class: 'read' } };
+
+async function metric(adminUrl, name) {
+  const text = await (await fetch(`${adminUrl}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name} `));
+  assert.ok(line, `/metrics has ${name}`);
+  return Number(line.split(' ')[1]);
+}
+
+test('two workers share the port; /metrics sums both; SIGTERM stops them all with status 0', async (t) => {
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: { ...PASSTHROUGH, workers: 2 } });
+  const before = await metric(gw.adminUrl, 'idemgw_requests_total');
+  // Separate connections, so the kernel spreads them over the workers.
+  const n = 24;
+  await Promise.all(Array.from({ length: n }, async () => {
+    const c = await mcpClient(t, gw.url);
+    await c.callTool({ name: 'echo', arguments: { message: 'w' } });
+    await c.close();
+  }));
+  const after = await metric(gw.adminUrl, 'idemgw_requests_total');
+  assert.ok(after - before >= n * 3, `every request is counted across workers (${after - before})`);
+  const workers = new Set([...gw.logs().matchAll(/"worker":(\d+)/g)].map((m) => m[1]));
+  assert.deepEqual([...workers].sort(), ['1', '2'], 'both workers log, each with its number');
+
+  gw.proc.kill('SIGTERM');
+  const { code, signal } = await gw.exited;
+  assert.equal(signal, null);
+  assert.equal(code, 0, 'the supervisor exits 0 once every worker has drained');
+  assert.match(gw.logs(), /supervisor: all workers stopped/);
+});
+
+test('SIGHUP reloads the policy; a bad file keeps the running one', async (t) => {
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+  const client = await mcpClient(t, gw.url);
+  const echo = () => client.callTool({ name: 'echo', arguments: { message: 'r' } });
+  assert.equal((await echo()).isError, undefined, 'echo is forwarded while it is class read');
+
+  const base = toYaml({ listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url });
+  // Without a store, a non_idempotent tool is refused as "store unavailable": a visible switch.
+  await fs.writeFile(gw.configPath, base + toYaml({ subject: { static: 'ops' }, defaults: { class: 'non_idempotent' } }));
+  const reloaded = gw.logs().length;
+  gw.proc.kill('SIGHUP');
+  await waitFor(() => gw.logs().slice(reloaded).includes('configuration reloaded'));
+  const refused = await echo();
+  assert.equal(refused.isError, true);
+  assert.equal(refused._meta['idemgw/status'].code, 'store_unavailable');
+
+  await fs.writeFile(gw.configPath, base + 'defaults: {class: sometimes}\n');
+  const bad = gw.logs().length;
+  gw.proc.kill('SIGHUP');
+  await waitFor(() => gw.logs().slice(bad).includes('keeping the running configuration'));
+  assert.match(gw.logs().slice(bad), /idemgw\.yaml:\d+: /, 'the reload error names file and line');
+  assert.equal((await echo()).isError, true, 'the previous (valid) policy is still in force');
+});
+
+async function waitFor(cond, ms = 10000) {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    assert.ok(Date.now() < end, 'timed out waiting for the gateway');
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
