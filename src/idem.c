@@ -182,6 +182,14 @@ static void refuse(exchange_t *ex, const char *code, const char *text)
     answer_tool_error(ex, code, text, "refused");
 }
 
+static void refuse_key_reused(exchange_t *ex)
+{
+    refuse(ex, "key_reused",
+           "Refused: this idempotency key was already used for a call with different "
+           "arguments. Nothing was executed. Use a new key for a different call, or repeat "
+           "the original arguments to get the original result.");
+}
+
 static void answer_store_down(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
@@ -407,10 +415,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     }
     const store_row_t *row = &res->row;
     if (c->explicit_key && row->args_digest && strcmp(row->args_digest, c->args_digest) != 0) {
-        refuse(ex, "key_reused",
-               "Refused: this idempotency key was already used for a call with different "
-               "arguments. Nothing was executed. Use a new key for a different call, or repeat "
-               "the original arguments to get the original result.");
+        refuse_key_reused(ex);
         return;
     }
     switch (row->state) {
@@ -445,10 +450,7 @@ static bool replay_from_cache(exchange_t *ex)
     if (!e)
         return false;
     if (c->explicit_key && strcmp(e->args_digest, c->args_digest) != 0) {
-        refuse(ex, "key_reused",
-               "Refused: this idempotency key was already used for a call with different "
-               "arguments. Nothing was executed. Use a new key for a different call, or repeat "
-               "the original arguments to get the original result.");
+        refuse_key_reused(ex);
         return true;
     }
     store_row_t row = {

@@ -350,15 +350,23 @@ static int supervise(config_t *cfg, const char *path, server_stats_t *stats)
     return rc;
 }
 
-static int run(const char *path)
+/* The configuration, or NULL after printing every error as file:line: message. */
+static config_t *load_config(const char *path)
 {
     config_errors_t errs = {0};
     config_t *cfg = config_load(path, &errs);
     if (!cfg) {
         print_errors(&errs);
         config_errors_free(&errs);
-        return 1;
     }
+    return cfg;
+}
+
+static int run(const char *path)
+{
+    config_t *cfg = load_config(path);
+    if (!cfg)
+        return 1;
     log_threshold = (log_level_t)cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
     size_t bytes = sizeof(server_stats_t) * (size_t)cfg->workers;
@@ -414,13 +422,9 @@ int main(int argc, char **argv)
         return 2;
     }
     if (check) {
-        config_errors_t errs = {0};
-        config_t *cfg = config_load(path, &errs);
-        if (!cfg) {
-            print_errors(&errs);
-            config_errors_free(&errs);
+        config_t *cfg = load_config(path);
+        if (!cfg)
             return 1;
-        }
         printf("%s: configuration ok (%zu tools)\n", path ? path : "environment",
                cfg->policy.n_tools);
         config_free(cfg);
