@@ -5,7 +5,12 @@
  * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
  * drains minutes later). Calls already queued when the last connection goes down fail the same
  * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
- * not its statement ran. */
+ * not its statement ran.
+ *
+ * Duplicates are counted in memory (a small hash table of key -> count) and written every
+ * DUP_FLUSH_MS in one statement: under many replays of one key, an UPDATE per replay would
+ * queue up on that row's lock. A count is lost if the gateway dies before the flush; attempts
+ * is a statistic, not part of the protocol. */
 #include "store_int.h"
 
 #include "log.h"
@@ -20,6 +25,8 @@
 #include <string.h>
 
 #define QUEUE_MAX 10000
+#define DUP_FLUSH_MS 500
+#define DUP_FLUSH_KEYS 4096 /* a flush starts early when this many keys wait */
 #define CLAIM_RETRIES 5
 /* Durations are clamped so now() + interval stays inside timestamptz (~30 years). */
 #define DURATION_MAX_MS UINT64_C(1000000000000)
@@ -95,8 +102,15 @@ static const char finish_sql[] =
 static const char get_sql[] =
     "SELECT false, false, " ROW_COLS " FROM idem_keys k WHERE k.key = $1::text";
 
+/* Adds the duplicates counted since the last flush: $1 keys (distinct), $2 counts. The rows
+ * are locked in key order first, so two gateways flushing overlapping keys cannot deadlock. A
+ * key whose row is gone (swept) is skipped. */
 static const char dup_sql[] =
-    "UPDATE idem_keys SET attempts = attempts + 1, updated_at = now() WHERE key = $1::text";
+    "WITH d AS (SELECT * FROM unnest($1::text[], $2::integer[]) AS d(key, n)),"
+    " l AS MATERIALIZED (SELECT k.key FROM idem_keys k WHERE k.key IN (SELECT d.key FROM d)"
+    "  ORDER BY k.key FOR UPDATE)"
+    " UPDATE idem_keys k SET attempts = k.attempts + d.n, updated_at = now()"
+    " FROM d JOIN l ON l.key = d.key WHERE k.key = d.key";
 
 /* Keeps a live call's claim from being counted as lost while its stream still runs. */
 static const char extend_sql[] =
@@ -272,7 +286,11 @@ static void op_callback(store_t *s, store_op_t *op, store_status_t st)
     if (st == STORE_ERR_UNAVAILABLE)
         s->stats.unavailable++;
     if (op->internal) {
-        s->sweeping = false;
+        if (op->kind == STORE_OP_SWEEP)
+            s->sweeping = false;
+        else if (st != STORE_OK)
+            log_warn(0, "store: duplicate counts of %d keys lost: %s", op->dup_keys,
+                     store_status_str(st));
         return;
     }
     switch (op->kind) {
@@ -283,10 +301,24 @@ static void op_callback(store_t *s, store_op_t *op, store_status_t st)
         op->cb.get(st, NULL, op->arg);
         break;
     default:
+        /* a duplicate is reported once it is counted in memory: matched means accepted */
         if (op->cb.finish)
-            op->cb.finish(st, false, op->arg);
+            op->cb.finish(st, st == STORE_OK && op->kind == STORE_OP_DUP, op->arg);
         break;
     }
+}
+
+/* Never call back from inside a store call: parks op for deliver_cb, which calls back with st. */
+static void deliver_later(store_t *s, store_op_t *op, store_status_t st)
+{
+    op->fail_status = st;
+    op->next = NULL;
+    if (s->dl_tail)
+        s->dl_tail->next = op;
+    else
+        s->dl_head = op;
+    s->dl_tail = op;
+    event_active(s->deliver_ev, 0, 0);
 }
 
 void store_op_fail(store_t *s, store_op_t *op, store_status_t st)
@@ -297,15 +329,7 @@ void store_op_fail(store_t *s, store_op_t *op, store_status_t st)
         log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
                  store_status_str(st));
     }
-    /* never call back from inside a store call: park it for deliver_cb */
-    op->fail_status = st;
-    op->next = NULL;
-    if (s->dl_tail)
-        s->dl_tail->next = op;
-    else
-        s->dl_head = op;
-    s->dl_tail = op;
-    event_active(s->deliver_ev, 0, 0);
+    deliver_later(s, op, st);
 }
 
 static void deliver_all(store_t *s)
@@ -345,12 +369,19 @@ void store_conn_lost(store_t *s)
         store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
 }
 
+/* Sends queued ops, each to the connection with the fewest in flight, until every connection's
+ * pipeline is full or the queue is empty. */
 void store_pump(store_t *s)
 {
-    for (int i = 0; i < s->pool_size && s->q_head; i++) {
-        store_conn_t *c = &s->conns[i];
-        if (c->state != STORE_CONN_IDLE)
-            continue;
+    while (s->q_head) {
+        store_conn_t *c = NULL;
+        for (int i = 0; i < s->pool_size; i++) {
+            store_conn_t *k = &s->conns[i];
+            if (store_conn_can_send(k) && (!c || k->inflight < c->inflight))
+                c = k;
+        }
+        if (!c)
+            return;
         store_op_t *op = queue_pop(s);
         if (!store_conn_send(c, op)) {
             /* not sent; the connection is gone. Another one may take it, else it fails. */
@@ -362,8 +393,8 @@ void store_pump(store_t *s)
     }
 }
 
-/* Accepts an op from a public call: refused at once when nothing can run it. */
-static store_status_t submit(store_t *s, store_op_t *op)
+/* Whether a public call is accepted now: refused at once when nothing can run it. */
+static store_status_t admit(store_t *s)
 {
     store_status_t st = STORE_OK;
     if (s->closing)
@@ -372,9 +403,16 @@ static store_status_t submit(store_t *s, store_op_t *op)
         st = STORE_ERR_SCHEMA;
     else if (store_up_count(s) == 0 || s->q_len >= QUEUE_MAX)
         st = STORE_ERR_UNAVAILABLE;
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    return st;
+}
+
+/* Accepts an op from a public call, or frees it when refused. */
+static store_status_t submit(store_t *s, store_op_t *op)
+{
+    store_status_t st = admit(s);
     if (st != STORE_OK) {
-        if (st == STORE_ERR_UNAVAILABLE)
-            s->stats.unavailable++;
         op_free(op);
         return st;
     }
@@ -547,7 +585,10 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
             if (rows > 0)
                 log_debug(0, "store: swept %ld expired keys", rows);
         }
-        if (op->internal) {
+        if (op->internal && op->kind == STORE_OP_DUP) {
+            log_debug(0, "store: duplicate counts of %d keys written (%ld rows)", op->dup_keys,
+                      rows);
+        } else if (op->internal) {
             s->sweeping = false;
             /* a full batch means more may wait: continue after the loop has run once */
             if (rows >= s->sweep_batch) {
@@ -585,6 +626,155 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
         s->sweeping = false;
 }
 
+/* ---- duplicates counted in memory ---- */
+
+static size_t dup_hash(const char *key)
+{
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * UINT64_C(1099511628211);
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* The slot holding key, or the empty slot where it goes (the table is never full). */
+static store_dup_t *dup_slot(store_dup_t *t, size_t cap, const char *key)
+{
+    size_t i = dup_hash(key) & (cap - 1);
+    while (t[i].key && strcmp(t[i].key, key) != 0)
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void dup_grow(store_t *s)
+{
+    size_t cap = s->dups_cap ? s->dups_cap * 2 : 64;
+    store_dup_t *t = xcalloc(cap, sizeof(*t));
+    for (size_t i = 0; i < s->dups_cap; i++)
+        if (s->dups[i].key)
+            *dup_slot(t, cap, s->dups[i].key) = s->dups[i];
+    free(s->dups);
+    s->dups = t;
+    s->dups_cap = cap;
+}
+
+static void dup_add(store_t *s, const char *key)
+{
+    if ((s->dups_len + 1) * 2 > s->dups_cap)
+        dup_grow(s);
+    store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    if (!d->key) {
+        d->key = xstrdup(key);
+        s->dups_len++;
+    }
+    if (d->count < INT32_MAX)
+        d->count++;
+}
+
+static void dup_clear(store_t *s)
+{
+    for (size_t i = 0; i < s->dups_cap; i++)
+        free(s->dups[i].key);
+    /* a burst of distinct keys should not pin its table forever */
+    if (s->dups_cap > 1024) {
+        free(s->dups);
+        s->dups = NULL;
+        s->dups_cap = 0;
+    } else if (s->dups) {
+        memset(s->dups, 0, s->dups_cap * sizeof(*s->dups));
+    }
+    s->dups_len = 0;
+}
+
+/* The table as two array literals, keys ({"k1","k2"}) and counts ({1,2}), in the same order. */
+static void dup_arrays(const store_t *s, char **keys_out, char **counts_out)
+{
+    size_t klen = 3, clen = 3;
+    for (size_t i = 0; i < s->dups_cap; i++) {
+        if (s->dups[i].key) {
+            klen += 2 * strlen(s->dups[i].key) + 3;
+            clen += 12;
+        }
+    }
+    char *keys = xmalloc(klen), *counts = xmalloc(clen);
+    size_t k = 0, c = 0;
+    keys[k++] = '{';
+    counts[c++] = '{';
+    for (size_t i = 0; i < s->dups_cap; i++) {
+        const store_dup_t *d = &s->dups[i];
+        if (!d->key)
+            continue;
+        if (k > 1) {
+            keys[k++] = ',';
+            counts[c++] = ',';
+        }
+        /* a quoted array element: a backslash before each double quote and backslash */
+        keys[k++] = '"';
+        for (const char *p = d->key; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                keys[k++] = '\\';
+            keys[k++] = *p;
+        }
+        keys[k++] = '"';
+        c += (size_t)snprintf(counts + c, clen - c, "%d", d->count);
+    }
+    keys[k++] = '}';
+    keys[k] = '\0';
+    counts[c++] = '}';
+    counts[c] = '\0';
+    *keys_out = keys;
+    *counts_out = counts;
+}
+
+/* Hands the counts to a connection as one statement. When the store cannot take it now, the
+ * counts stay for the next tick. */
+static void dup_flush(store_t *s)
+{
+    /* the conditions of admit(), without counting a refusal nobody asked for */
+    if (s->dups_len == 0 || s->closing || s->schema_refused || store_up_count(s) == 0 ||
+        s->q_len >= QUEUE_MAX)
+        return;
+    store_op_t *op = op_new(STORE_OP_DUP);
+    dup_arrays(s, &op->values[0], &op->values[1]);
+    op->nparams = 2;
+    op->internal = true;
+    op->dup_keys = (int)s->dups_len;
+    dup_clear(s);
+    (void)submit(s, op); /* admitted above: cannot be refused */
+}
+
+static void dup_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dup_flush(arg);
+}
+
+/* store_free cannot run the loop to wait for a pipelined flush: the last counts go over a
+ * short blocking connection, only while the database was reachable a moment ago. */
+static void dup_flush_sync(store_t *s)
+{
+    if (s->dups_len == 0 || !s->schema_ok || store_up_count(s) == 0)
+        return;
+    const char *kw[8], *val[8];
+    char *values[2];
+    dup_arrays(s, &values[0], &values[1]);
+    store_conn_params(s, kw, val);
+    PGconn *pg = PQconnectdbParams(kw, val, 1);
+    PGresult *r = NULL;
+    if (PQstatus(pg) == CONNECTION_OK)
+        r = PQexecParams(pg, dup_sql, 2, NULL, (const char *const *)values, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_warn(0, "store: duplicate counts of %zu keys lost at close: %s", s->dups_len, msg);
+    }
+    PQclear(r);
+    PQfinish(pg);
+    free(values[0]);
+    free(values[1]);
+}
+
 /* ---- public calls ---- */
 
 static struct event *must_event(struct event *ev)
@@ -608,6 +798,7 @@ store_t *store_new(struct event_base *base, const store_options_t *opt, char *ms
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
     s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
     s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
+    s->dup_ev = must_event(event_new(base, -1, EV_PERSIST, dup_tick, s));
     s->conns = xcalloc((size_t)s->pool_size, sizeof(*s->conns));
     for (int i = 0; i < s->pool_size; i++)
         store_conn_init(s, &s->conns[i], i + 1);
@@ -633,6 +824,8 @@ store_t *store_new(struct event_base *base, const store_options_t *opt, char *ms
                              (suseconds_t)(s->sweep_interval_ms % 1000) * 1000};
         event_add(s->sweep_ev, &tv);
     }
+    struct timeval dup_tv = {DUP_FLUSH_MS / 1000, (DUP_FLUSH_MS % 1000) * 1000};
+    event_add(s->dup_ev, &dup_tv);
     return s;
 }
 
@@ -640,11 +833,15 @@ void store_free(store_t *s)
 {
     if (!s)
         return;
+    dup_flush_sync(s);
     s->closing = true;
     for (int i = 0; i < s->pool_size; i++) {
         store_op_t *op = store_conn_close(&s->conns[i]);
-        if (op)
+        while (op) {
+            store_op_t *next = op->next;
             store_op_fail(s, op, STORE_ERR_SHUTDOWN);
+            op = next;
+        }
     }
     store_op_t *op;
     while ((op = queue_pop(s)))
@@ -654,6 +851,9 @@ void store_free(store_t *s)
     event_free(s->deliver_ev);
     event_free(s->sweep_ev);
     event_free(s->sweep_more_ev);
+    event_free(s->dup_ev);
+    dup_clear(s);
+    free(s->dups);
     free(s->conns);
     free(s->conninfo);
     free(s);
@@ -720,11 +920,19 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
 
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
 {
-    store_op_t *op = op_new(STORE_OP_DUP);
-    op_text(op, key);
-    op->cb.finish = cb;
-    op->arg = arg;
-    return submit(s, op);
+    store_status_t st = admit(s);
+    if (st != STORE_OK || !key)
+        return st != STORE_OK ? st : STORE_ERR_QUERY;
+    dup_add(s, key);
+    if (s->dups_len >= DUP_FLUSH_KEYS)
+        dup_flush(s);
+    if (cb) {
+        store_op_t *op = op_new(STORE_OP_DUP);
+        op->cb.finish = cb;
+        op->arg = arg;
+        deliver_later(s, op, STORE_OK);
+    }
+    return STORE_OK;
 }
 
 store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,

@@ -1,11 +1,14 @@
 /* One pooled libpq connection, non-blocking on the libevent loop: connect (PQconnectPoll),
- * bring the schema up to date if nobody has yet, prepare the statements, then carry one
- * statement at a time. A connection that dies fails its op in flight, closes, and reconnects
- * after a backoff. Also the blocking migration used once by store_new.
+ * bring the schema up to date if nobody has yet, prepare the statements, then enter pipeline
+ * mode and carry up to STORE_PIPELINE_DEPTH statements at a time. A connection that dies fails
+ * its ops in flight, closes, and reconnects after a backoff. Also the blocking migration used
+ * once by store_new.
  *
- * One statement in flight per connection, no pipeline mode: every statement is a single short
- * round trip, the pool gives the parallelism, and a dead connection then loses at most one op
- * whose outcome is unknown. */
+ * Pipeline mode: with one statement at a time, each connection idles for a full round trip per
+ * statement. Each op is sent as its prepared statement followed by its own sync, so every op is
+ * its own implicit transaction: a failing statement aborts only itself (its result is an error,
+ * the ops behind it run normally). The results come back in the order sent; per op: its
+ * result, a NULL, then the sync's PGRES_PIPELINE_SYNC, which completes the op. */
 #include "store_int.h"
 
 #include "log.h"
@@ -245,18 +248,27 @@ static void conn_teardown(store_conn_t *c)
     c->step = 0;
 }
 
+/* Detaches the list of ops in flight (oldest first) from the connection. */
+static store_op_t *conn_take_inflight(store_conn_t *c)
+{
+    store_op_t *ops = c->fl_head;
+    c->fl_head = c->fl_tail = NULL;
+    c->inflight = 0;
+    c->await_sync = false;
+    return ops;
+}
+
 static void conn_dead(store_conn_t *c, const char *why)
 {
     store_t *s = c->s;
     bool was_up = c->state == STORE_CONN_IDLE || c->state == STORE_CONN_BUSY;
-    store_op_t *op = c->op;
+    store_op_t *op = conn_take_inflight(c);
 
     if (was_up)
         log_warn(0, "store conn %d: connection lost: %s", c->id, why);
     else
         log_info(0, "store conn %d: cannot connect: %s (retry in %llu ms)", c->id, why,
                  (unsigned long long)c->backoff_ms);
-    c->op = NULL;
     conn_teardown(c);
     if (s->schema_refused) {
         store_conn_set_state(c, STORE_CONN_CLOSED);
@@ -264,9 +276,12 @@ static void conn_dead(store_conn_t *c, const char *why)
         store_conn_set_state(c, STORE_CONN_DOWN);
         conn_schedule_retry(c);
     }
-    /* the statement may or may not have run: the caller decides what that means */
-    if (op)
+    /* the statements may or may not have run: the callers decide what that means */
+    while (op) {
+        store_op_t *next = op->next;
         store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+        op = next;
+    }
     store_conn_lost(s);
 }
 
@@ -298,6 +313,12 @@ static bool conn_send_simple(store_conn_t *c, const char *sql)
 static void conn_prepare_next(store_conn_t *c)
 {
     if (c->step >= STORE_OP_COUNT_) {
+        /* every prepare has delivered its NULL, so libpq is idle, as entering requires */
+        if (!PQenterPipelineMode(c->pg)) {
+            char err[256];
+            conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
+            return;
+        }
         c->backoff_ms = BACKOFF_MIN_MS;
         c->s->stats.connects++;
         store_conn_set_state(c, STORE_CONN_IDLE);
@@ -398,24 +419,6 @@ static void conn_statement_done(store_conn_t *c, PGresult *res)
         c->step++;
         conn_prepare_next(c);
         break;
-    case STORE_CONN_BUSY: {
-        const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
-        /* classes 08 (connection) and 57 (operator intervention: shutdown, terminate):
-         * the server is going away, which is "unavailable", not a failed statement */
-        if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57", 2) == 0)) {
-            char msg[512];
-            snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
-            msg[strcspn(msg, "\n")] = '\0';
-            PQclear(res);
-            conn_dead(c, msg);
-            break;
-        }
-        store_op_t *op = c->op;
-        c->op = NULL;
-        store_conn_set_state(c, STORE_CONN_IDLE);
-        store_op_done(c->s, op, res);
-        break;
-    }
     default:
         PQclear(res);
         break;
@@ -424,23 +427,92 @@ static void conn_statement_done(store_conn_t *c, PGresult *res)
 
 static bool conn_has_statement(const store_conn_t *c)
 {
-    return c->state == STORE_CONN_MIGRATING || c->state == STORE_CONN_PREPARING ||
-           c->state == STORE_CONN_BUSY;
+    return c->state == STORE_CONN_MIGRATING || c->state == STORE_CONN_PREPARING;
 }
 
-/* Collects whatever results are complete. Keeps the last result of a statement, except that an
- * error sticks (a multi-statement migration stops at its first error). */
+/* Keeps the last result of a statement, except that an error sticks (a multi-statement
+ * migration stops at its first error). Takes r. */
+static void conn_keep_result(store_conn_t *c, PGresult *r)
+{
+    if (c->res && PQresultStatus(c->res) == PGRES_FATAL_ERROR) {
+        PQclear(r);
+    } else {
+        PQclear(c->res);
+        c->res = r;
+    }
+}
+
+/* The oldest op in flight has its result and its sync: hand it over. */
+static void conn_op_complete(store_conn_t *c)
+{
+    PGresult *res = c->res;
+    c->res = NULL;
+    c->await_sync = false;
+    if (!res) {
+        conn_dead(c, "statement ended without a result");
+        return;
+    }
+    const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    /* classes 08 (connection) and 57 (operator intervention: shutdown, terminate): the server
+     * is going away, which is "unavailable" for this op and those behind it, not a failed
+     * statement */
+    if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57", 2) == 0)) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+        msg[strcspn(msg, "\n")] = '\0';
+        PQclear(res);
+        conn_dead(c, msg);
+        return;
+    }
+    store_op_t *op = c->fl_head;
+    c->fl_head = op->next;
+    if (!c->fl_head)
+        c->fl_tail = NULL;
+    op->next = NULL;
+    c->inflight--;
+    if (c->inflight == 0)
+        store_conn_set_state(c, STORE_CONN_IDLE);
+    /* may send more ops on this connection, or kill it */
+    store_op_done(c->s, op, res);
+}
+
+/* Pipeline mode: matches the results to the ops in flight, oldest first. */
+static void conn_drain_pipeline(store_conn_t *c)
+{
+    while (c->pg && c->fl_head && !PQisBusy(c->pg)) {
+        PGresult *r = PQgetResult(c->pg);
+        ExecStatusType rs = r ? PQresultStatus(r) : PGRES_EMPTY_QUERY;
+        if (!c->await_sync) {
+            if (!r) {
+                c->await_sync = true; /* the op's results are over */
+            } else if (rs == PGRES_PIPELINE_SYNC) {
+                PQclear(r);
+                conn_dead(c, "pipeline out of step: a sync before the statement's end");
+                return;
+            } else {
+                /* PGRES_PIPELINE_ABORTED cannot happen with one sync per op, but if it did
+                 * it is kept like an error: the op fails as a query error */
+                conn_keep_result(c, r);
+            }
+            continue;
+        }
+        if (!r || rs != PGRES_PIPELINE_SYNC) {
+            PQclear(r);
+            conn_dead(c, "pipeline out of step: expected a sync");
+            return;
+        }
+        PQclear(r);
+        conn_op_complete(c);
+    }
+}
+
+/* Collects whatever results are complete. */
 static void conn_drain(store_conn_t *c)
 {
     while (c->pg && conn_has_statement(c) && !PQisBusy(c->pg)) {
         PGresult *r = PQgetResult(c->pg);
         if (r) {
-            if (c->res && PQresultStatus(c->res) == PGRES_FATAL_ERROR) {
-                PQclear(r);
-            } else {
-                PQclear(c->res);
-                c->res = r;
-            }
+            conn_keep_result(c, r);
             continue;
         }
         PGresult *done = c->res;
@@ -452,6 +524,8 @@ static void conn_drain(store_conn_t *c)
         /* may send the next statement, or kill the connection */
         conn_statement_done(c, done);
     }
+    if (c->state == STORE_CONN_BUSY)
+        conn_drain_pipeline(c);
     if (c->pg && PQstatus(c->pg) == CONNECTION_BAD) {
         char err[256];
         conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
@@ -526,16 +600,32 @@ void store_conn_start(store_conn_t *c)
     conn_watch(c, EV_WRITE, false);
 }
 
+bool store_conn_can_send(const store_conn_t *c)
+{
+    return (c->state == STORE_CONN_IDLE || c->state == STORE_CONN_BUSY) &&
+           c->inflight < STORE_PIPELINE_DEPTH;
+}
+
 bool store_conn_send(store_conn_t *c, store_op_t *op)
 {
+    /* a sync per op: its own implicit transaction, so an error aborts only this op. Without
+     * the sync the statement never commits, so a failure here means it did not happen. */
     if (!PQsendQueryPrepared(c->pg, store_stmt_name(op->kind), op->nparams,
-                             (const char *const *)op->values, op->lengths, op->formats, 0)) {
+                             (const char *const *)op->values, op->lengths, op->formats, 0) ||
+        !PQpipelineSync(c->pg)) {
         char err[256];
         conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
         return false;
     }
-    c->op = op;
-    store_conn_set_state(c, STORE_CONN_BUSY);
+    op->next = NULL;
+    if (c->fl_tail)
+        c->fl_tail->next = op;
+    else
+        c->fl_head = op;
+    c->fl_tail = op;
+    c->inflight++;
+    if (c->state == STORE_CONN_IDLE)
+        store_conn_set_state(c, STORE_CONN_BUSY);
     /* a flush failure kills the connection, which fails the op: sent or not, it is ours */
     (void)conn_flush(c);
     return true;
@@ -550,8 +640,7 @@ static void conn_on_retry(evutil_socket_t fd, short what, void *arg)
 
 store_op_t *store_conn_close(store_conn_t *c)
 {
-    store_op_t *op = c->op;
-    c->op = NULL;
+    store_op_t *op = conn_take_inflight(c);
     conn_teardown(c);
     if (c->retry_ev)
         event_free(c->retry_ev);

@@ -24,6 +24,9 @@ typedef enum {
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 10
+/* Ops in flight on one connection in pipeline mode. Enough to hide the round trip at the
+ * rates one loop reaches; a dead connection fails at most this many ops as unavailable. */
+#define STORE_PIPELINE_DEPTH 32
 
 /* One call, from the API until its callback. Owns copies of its parameters because it may wait
  * in the queue after the caller's strings are gone. */
@@ -41,7 +44,8 @@ typedef struct store_op {
     } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */
-    bool internal;              /* the sweeper's own batch: no callback */
+    bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
+    int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
 } store_op_t;
 
@@ -50,8 +54,8 @@ typedef enum {
     STORE_CONN_CONNECTING, /* PQconnectPoll in progress */
     STORE_CONN_MIGRATING,  /* bringing the schema up to date (only until it is in place) */
     STORE_CONN_PREPARING,  /* PQsendPrepare, one statement at a time */
-    STORE_CONN_IDLE,       /* ready, nothing in flight */
-    STORE_CONN_BUSY,       /* one op in flight */
+    STORE_CONN_IDLE,       /* ready, in pipeline mode, nothing in flight */
+    STORE_CONN_BUSY,       /* ready, 1 to STORE_PIPELINE_DEPTH ops in flight */
     STORE_CONN_CLOSED,     /* store closing or schema refused: never reconnects */
 } store_conn_state_t;
 
@@ -65,10 +69,18 @@ typedef struct store_conn {
     struct event *retry_ev; /* backoff timer */
     uint64_t backoff_ms;    /* next reconnect delay, 100 ms doubling to 5 s */
     int step;               /* progress through migrating / preparing */
-    PGresult *res;          /* result collected so far for the statement in flight */
-    store_op_t *op;         /* the op in flight when BUSY */
-    bool flushing;          /* PQflush returned 1: wait for EV_WRITE */
+    PGresult *res;          /* result collected so far for the statement in flight (the head) */
+    store_op_t *fl_head, *fl_tail; /* ops in flight when BUSY, in the order they were sent */
+    int inflight;                  /* length of that list */
+    bool await_sync;               /* the head op's results ended: its sync result comes next */
+    bool flushing;                 /* PQflush returned 1: wait for EV_WRITE */
 } store_conn_t;
+
+/* One key's duplicates counted since the last flush (a slot of an open-addressing table). */
+typedef struct store_dup {
+    char *key; /* NULL: empty slot */
+    int count;
+} store_dup_t;
 
 struct store {
     struct event_base *base;
@@ -87,6 +99,11 @@ struct store {
     struct event *sweep_more_ev; /* zero timeout: next batch after yielding to the loop */
     bool sweeping;               /* a sweeper batch is queued or in flight */
 
+    store_dup_t *dups; /* duplicates per key not yet written; dups_cap slots, power of 2 */
+    size_t dups_cap;
+    size_t dups_len;      /* keys in the table */
+    struct event *dup_ev; /* every STORE_DUP_FLUSH_MS: writes the counts in one statement */
+
     bool schema_ok;      /* migrations checked (and applied) by some connection */
     bool schema_refused; /* the database is newer than this binary: stay down */
     bool closing;        /* store_free in progress */
@@ -96,9 +113,12 @@ struct store {
 /* store_conn.c */
 void store_conn_init(store_t *s, store_conn_t *c, int id);
 void store_conn_start(store_conn_t *c);
-/* Sends op on an IDLE connection. False: the connection died (op not sent, still the caller's). */
+/* Room for one more op: ready and fewer than STORE_PIPELINE_DEPTH in flight. */
+bool store_conn_can_send(const store_conn_t *c);
+/* Sends op on a connection that can_send. False: the connection died (op not sent, still the
+ * caller's; the ops that were in flight on it have been failed). */
 bool store_conn_send(store_conn_t *c, store_op_t *op);
-/* Tears down the connection for store_free; hands back the op in flight, if any. */
+/* Tears down the connection for store_free; hands back the ops in flight (a list), if any. */
 store_op_t *store_conn_close(store_conn_t *c);
 /* Blocking migration at store_new. UNAVAILABLE: could not connect (retry in the background). */
 store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen);
@@ -110,7 +130,8 @@ const char *store_stmt_name(store_op_kind_t kind);
 const char *store_stmt_sql(store_op_kind_t kind);
 /* A connection became IDLE (or finished an op): hand it queued work. */
 void store_pump(store_t *s);
-/* The op in flight on c completed with res (owned by the callee). c is IDLE again. */
+/* The oldest op in flight on a connection completed with res (owned by the callee). It is off
+ * the connection's list already; the callee may send more ops, on any connection. */
 void store_op_done(store_t *s, store_op_t *op, PGresult *res);
 /* The op cannot complete: its callback runs from the loop with st. */
 void store_op_fail(store_t *s, store_op_t *op, store_status_t st);
