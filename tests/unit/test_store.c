@@ -570,6 +570,203 @@ static void test_duplicate_and_get(void **state)
     assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
 }
 
+/* ---- pipelining: many ops in flight on one connection ---- */
+
+#define PIPE_KEYS 40 /* 4 ops per key: 160 ops, several pipelines' worth */
+
+typedef struct {
+    int seq; /* completion order, 1-based; 0 = not yet */
+    store_status_t st;
+    bool acquired, found, matched;
+    int64_t fence;
+    store_state_t state;
+} pipe_out_t;
+
+static int pipe_seq;
+static pipe_out_t pipe_outs[PIPE_KEYS * 4];
+
+static void pipe_claim_cb(store_status_t st, const store_claim_result_t *res, void *arg)
+{
+    pipe_out_t *o = arg;
+    o->seq = ++pipe_seq;
+    o->st = st;
+    if (res) {
+        o->acquired = res->acquired;
+        o->fence = res->fence;
+        o->state = res->row.state;
+    }
+}
+
+static void pipe_get_cb(store_status_t st, const store_row_t *row, void *arg)
+{
+    pipe_out_t *o = arg;
+    o->seq = ++pipe_seq;
+    o->st = st;
+    o->found = row != NULL;
+    if (row) {
+        o->fence = row->fence;
+        o->state = row->state;
+    }
+}
+
+static void pipe_finish_cb(store_status_t st, bool matched, void *arg)
+{
+    pipe_out_t *o = arg;
+    o->seq = ++pipe_seq;
+    o->st = st;
+    o->matched = matched;
+}
+
+static bool pipe_all_done(void *arg)
+{
+    int n = *(int *)arg;
+    for (int i = 0; i < n; i++)
+        if (!pipe_outs[i].seq)
+            return false;
+    return true;
+}
+
+static void test_pipeline_in_order(void **state)
+{
+    (void)state;
+    /* one connection: every op goes through the same pipeline, and each sees the effects of
+     * the ops sent before it (each is its own transaction, committed at its sync) */
+    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    memset(pipe_outs, 0, sizeof(pipe_outs));
+    pipe_seq = 0;
+    for (int i = 0; i < PIPE_KEYS; i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "t:pipe:h:%d", i);
+        store_claim_req_t req = req_for(key, "d1");
+        pipe_out_t *o = &pipe_outs[i * 4];
+        assert_int_equal(store_claim(s, &req, pipe_claim_cb, &o[0]), STORE_OK);
+        assert_int_equal(store_get(s, key, pipe_get_cb, &o[1]), STORE_OK);
+        assert_int_equal(store_finish(s, key, 1, STORE_STATE_SUCCEEDED, "{}", 2, false, 600000,
+                                      pipe_finish_cb, &o[2]),
+                         STORE_OK);
+        assert_int_equal(store_get(s, key, pipe_get_cb, &o[3]), STORE_OK);
+    }
+    assert_int_equal(pipe_seq, 0); /* never called back from inside the calls */
+    int n = PIPE_KEYS * 4;
+    assert_true(wait_for(pipe_all_done, &n, 20000));
+    for (int i = 0; i < PIPE_KEYS; i++) {
+        pipe_out_t *o = &pipe_outs[i * 4];
+        for (int j = 0; j < 4; j++) {
+            assert_int_equal(o[j].st, STORE_OK);
+            assert_int_equal(o[j].seq, i * 4 + j + 1);
+        }
+        assert_true(o[0].acquired);
+        assert_int_equal(o[0].fence, 1);
+        assert_true(o[1].found);
+        assert_int_equal(o[1].state, STORE_STATE_IN_PROGRESS);
+        assert_true(o[2].matched);
+        assert_true(o[3].found);
+        assert_int_equal(o[3].state, STORE_STATE_SUCCEEDED);
+    }
+    store_free(s);
+}
+
+static void test_pipeline_error_fails_one(void **state)
+{
+    (void)state;
+    /* a key that is not valid UTF-8 fails its statement when the server binds it (the test
+     * clusters are UTF8); the ops around it in the same pipeline are unaffected */
+    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    memset(pipe_outs, 0, sizeof(pipe_outs));
+    pipe_seq = 0;
+    store_claim_req_t a = req_for("t:pipe:err:a", "d1");
+    store_claim_req_t b = req_for("t:pipe:err:b", "d1");
+    assert_int_equal(store_claim(s, &a, pipe_claim_cb, &pipe_outs[0]), STORE_OK);
+    assert_int_equal(store_get(s, "t:pipe:err:a", pipe_get_cb, &pipe_outs[1]), STORE_OK);
+    assert_int_equal(store_get(s, "t:pipe:err:\xff\xfe", pipe_get_cb, &pipe_outs[2]), STORE_OK);
+    assert_int_equal(store_claim(s, &b, pipe_claim_cb, &pipe_outs[3]), STORE_OK);
+    assert_int_equal(store_get(s, "t:pipe:err:b", pipe_get_cb, &pipe_outs[4]), STORE_OK);
+    int n = 5;
+    assert_true(wait_for(pipe_all_done, &n, 10000));
+    for (int i = 0; i < n; i++)
+        assert_int_equal(pipe_outs[i].seq, i + 1);
+    assert_int_equal(pipe_outs[0].st, STORE_OK);
+    assert_true(pipe_outs[0].acquired);
+    assert_int_equal(pipe_outs[1].st, STORE_OK);
+    assert_true(pipe_outs[1].found);
+    assert_int_equal(pipe_outs[2].st, STORE_ERR_QUERY);
+    assert_int_equal(pipe_outs[3].st, STORE_OK);
+    assert_true(pipe_outs[3].acquired);
+    assert_int_equal(pipe_outs[4].st, STORE_OK);
+    assert_true(pipe_outs[4].found);
+    /* the connection is still up and serves the next call */
+    store_stats_t stats;
+    store_get_stats(s, &stats);
+    assert_int_equal(stats.connections_up, 1);
+    assert_int_equal(stats.connects, 1);
+    assert_true(do_get(s, "t:pipe:err:b").found);
+    store_free(s);
+}
+
+/* ---- duplicates: counted in memory, written in batches ---- */
+
+static const char *attempts_of(const char *key)
+{
+    char *sql = xasprintf("SELECT attempts FROM idem_keys WHERE key = '%s'", key);
+    const char *v = sql1(db_conninfo, sql);
+    free(sql);
+    return v;
+}
+
+typedef struct {
+    const char *key;
+    const char *want;
+} attempts_want_t;
+
+static bool attempts_are(void *arg)
+{
+    for (const attempts_want_t *w = arg; w->key; w++)
+        if (strcmp(attempts_of(w->key), w->want) != 0)
+            return false;
+    return true;
+}
+
+static void test_duplicates_batched(void **state)
+{
+    (void)state;
+    /* keys with a double quote and a backslash: they travel inside an array literal */
+    const char *keys[] = {"t:dupb:h:one", "t:dupb:h:q\"uo\\te", "t:dupb:h:other"};
+    for (int k = 0; k < 3; k++) {
+        store_claim_req_t req = req_for(keys[k], "d1");
+        (void)do_claim(st_main, &req);
+    }
+    finish_out_t o = {0};
+    for (int i = 0; i < 40; i++)
+        assert_int_equal(store_note_duplicate(st_main, keys[0], NULL, NULL), STORE_OK);
+    for (int i = 0; i < 7; i++)
+        assert_int_equal(store_note_duplicate(st_main, keys[1], NULL, NULL), STORE_OK);
+    assert_int_equal(store_note_duplicate(st_main, keys[2], finish_cb, &o), STORE_OK);
+    assert_false(o.done); /* never called back from inside the call */
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    assert_true(o.matched);
+    attempts_want_t want[] = {{keys[0], "41"}, {keys[1], "8"}, {keys[2], "2"}, {NULL, NULL}};
+    assert_true(wait_for(attempts_are, want, 10000));
+    get_out_t g = do_get(st_main, keys[0]);
+    assert_int_equal(g.attempts, 41);
+    assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(g.fence, 1);
+
+    /* a key without a row is skipped; the others in the batch still count */
+    assert_int_equal(store_note_duplicate(st_main, "t:dupb:h:absent", NULL, NULL), STORE_OK);
+    assert_int_equal(store_note_duplicate(st_main, keys[2], NULL, NULL), STORE_OK);
+    attempts_want_t want2[] = {{keys[2], "3"}, {NULL, NULL}};
+    assert_true(wait_for(attempts_are, want2, 10000));
+    assert_false(do_get(st_main, "t:dupb:h:absent").found);
+
+    /* counts still in memory are written by store_free, before it returns */
+    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(store_note_duplicate(s, keys[0], NULL, NULL), STORE_OK);
+    store_free(s);
+    assert_string_equal(attempts_of(keys[0]), "46");
+}
+
 #define CONCURRENT 50
 
 static int outstanding(claim_out_t *outs)
@@ -776,6 +973,9 @@ int main(void)
         cmocka_unit_test(test_window_expiry),
         cmocka_unit_test(test_explicit_key_digest_mismatch),
         cmocka_unit_test(test_duplicate_and_get),
+        cmocka_unit_test(test_pipeline_in_order),
+        cmocka_unit_test(test_pipeline_error_fails_one),
+        cmocka_unit_test(test_duplicates_batched),
         cmocka_unit_test(test_concurrent_two_stores),
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_free_fails_pending),
