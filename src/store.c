@@ -549,7 +549,9 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
 
     if (!ok) {
         char msg[512];
-        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
+        snprintf(msg, sizeof(msg), "%s",
+                 rs == PGRES_PIPELINE_ABORTED ? "skipped after an earlier error in the pipeline"
+                                              : PQresultErrorMessage(res));
         msg[strcspn(msg, "\n")] = '\0';
         log_error(0, "store: %s failed: %s", store_stmt_name(op->kind), msg);
         PQclear(res);

@@ -476,6 +476,23 @@ static void conn_op_complete(store_conn_t *c)
     store_op_done(c->s, op, res);
 }
 
+/* Results arrived out of the expected order. Usually the server went away mid-pipeline (a
+ * FATAL error, then the socket closed, no sync): say why rather than "out of step". Takes r. */
+static void conn_out_of_step(store_conn_t *c, PGresult *r, const char *what)
+{
+    char msg[512];
+    if (PQstatus(c->pg) == CONNECTION_BAD) {
+        pg_msg(c->pg, msg, sizeof(msg));
+    } else if (r && PQresultStatus(r) == PGRES_FATAL_ERROR) {
+        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(r));
+        msg[strcspn(msg, "\n")] = '\0';
+    } else {
+        snprintf(msg, sizeof(msg), "pipeline out of step: %s", what);
+    }
+    PQclear(r);
+    conn_dead(c, msg);
+}
+
 /* Pipeline mode: matches the results to the ops in flight, oldest first. */
 static void conn_drain_pipeline(store_conn_t *c)
 {
@@ -486,8 +503,7 @@ static void conn_drain_pipeline(store_conn_t *c)
             if (!r) {
                 c->await_sync = true; /* the op's results are over */
             } else if (rs == PGRES_PIPELINE_SYNC) {
-                PQclear(r);
-                conn_dead(c, "pipeline out of step: a sync before the statement's end");
+                conn_out_of_step(c, r, "a sync before the statement's end");
                 return;
             } else {
                 /* PGRES_PIPELINE_ABORTED cannot happen with one sync per op, but if it did
@@ -497,8 +513,7 @@ static void conn_drain_pipeline(store_conn_t *c)
             continue;
         }
         if (!r || rs != PGRES_PIPELINE_SYNC) {
-            PQclear(r);
-            conn_dead(c, "pipeline out of step: expected a sync");
+            conn_out_of_step(c, r, "expected a sync");
             return;
         }
         PQclear(r);
