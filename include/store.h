@@ -111,7 +111,9 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
                             uint64_t window_ms, store_finish_cb cb, void *arg) MUST_CHECK;
 /* Reads a row (wait mode polls with it). */
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
-/* Counts a duplicate on the row (attempts + 1) without changing its state; cb may be NULL. */
+/* Counts a duplicate on the row without changing its state: counted in memory and written
+ * within 500 ms, batched with others; cb (may be NULL) gets fence_matched = true once the
+ * count is accepted. */
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb,
                                     void *arg) MUST_CHECK;
 
