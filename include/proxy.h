@@ -50,11 +50,17 @@ typedef struct exchange {
     size_t sse_unheld;        /* of those, bytes already passed on (not held back) */
     bool sse_tracking;        /* off once the stream outgrows the resumption limit */
     struct exchange *next_detached; /* in the list of streams the agent left */
+    struct exchange *next_get, *prev_get; /* in the list of GET streams, ended by a drain */
+    bool in_get_list;
     bool detached;
     const char *outcome;      /* for the log line: "forwarded", "replay", ... */
     const char *extra_log;    /* extra detail for the log line */
     uint64_t start_ms;
 } exchange_t;
+
+/* Drain: ends every GET stream (they carry no call and never end by themselves; the agent
+ * reconnects elsewhere). POST streams are left to finish. */
+void proxy_drain(void);
 
 /* The request handler of the MCP listener. */
 void proxy_handle(http_conn_t *conn, http_request_t *req);

@@ -89,6 +89,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     if (server->listener)
         evconnlistener_disable(server->listener);
     http_conn_close_idle();
+    proxy_drain();
     upstream_pool_close_idle(server->pool);
     uint64_t ms = server->cfg->drain_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};

@@ -25,6 +25,21 @@ typedef struct sse_mark {
 
 /* POST streams whose agent has gone, still read to the end. */
 static exchange_t *detached_head;
+/* GET streams in flight. */
+static exchange_t *get_head;
+
+static void get_list_remove(exchange_t *ex)
+{
+    if (!ex->in_get_list)
+        return;
+    if (ex->prev_get)
+        ex->prev_get->next_get = ex->next_get;
+    else
+        get_head = ex->next_get;
+    if (ex->next_get)
+        ex->next_get->prev_get = ex->prev_get;
+    ex->in_get_list = false;
+}
 
 /* Above this much unsent output to the agent, reading from the upstream pauses. */
 #define CLIENT_HIGH_WATERMARK (256 * 1024)
@@ -118,6 +133,7 @@ void proxy_maybe_free(exchange_t *ex)
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
     stop_tracking(ex);
+    get_list_remove(ex);
     if (ex->has_msg)
         mcp_msg_free(&ex->msg);
     if (ex->held)
@@ -425,6 +441,28 @@ static bool resume_detached(exchange_t *get)
     return false;
 }
 
+void proxy_drain(void)
+{
+    exchange_t *ex = get_head;
+    while (ex) {
+        exchange_t *next = ex->next_get;
+        if (!ex->up_done && ex->up) {
+            upstream_abandon(ex->up);
+            ex->up = NULL;
+            ex->up_done = true;
+            ex->up_result = UPSTREAM_OK; /* a clean end of the stream for the agent */
+            ex->outcome = "drained";
+            if (!ex->head_sent && ex->client) {
+                respond_error(ex, 503, -32000, "the gateway is shutting down", NULL);
+            } else {
+                complete_client(ex);
+                proxy_maybe_free(ex);
+            }
+        }
+        ex = next;
+    }
+}
+
 /* --- request validation --- */
 
 static bool path_matches(const char *target, const char *path)
@@ -480,8 +518,14 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
     if (req->method == HTTP_GET && resume_detached(ex))
         return;
     if (req->method != HTTP_POST) {
-        if (req->method == HTTP_GET)
+        if (req->method == HTTP_GET) {
             idem_watch_begin(ex);
+            ex->in_get_list = true;
+            ex->next_get = get_head;
+            if (get_head)
+                get_head->prev_get = ex;
+            get_head = ex;
+        }
         proxy_forward(ex, NULL);
         return;
     }

@@ -2,6 +2,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { mcpClient, startEverything, startGateway, toYaml } from './lib/harness.mjs';
 
 const PASSTHROUGH = { defaults: { class: 'read' } };
@@ -68,3 +69,26 @@ async function waitFor(cond, ms = 10000) {
     await new Promise((r) => setTimeout(r, 20));
   }
 }
+
+test('SIGTERM drains: an in-flight call finishes, new connections are refused, exit 0', async (t) => {
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+  const client = await mcpClient(t, gw.url);
+  let progressed;
+  const firstProgress = new Promise((resolve) => { progressed = resolve; });
+  const call = client.request(
+    { method: 'tools/call', params: { name: 'trigger-long-running-operation', arguments: { duration: 2, steps: 4 } } },
+    CallToolResultSchema,
+    { onprogress: () => progressed() },
+  );
+  await firstProgress; // the call is running upstream
+  gw.proc.kill('SIGTERM');
+  await waitFor(() => gw.logs().includes('draining'));
+  await assert.rejects(fetch(gw.url, { method: 'POST', body: '{}' }), 'the listener no longer accepts');
+  const result = await call;
+  assert.match(result.content[0].text, /Long running operation completed/, 'the in-flight call got its result');
+  await client.close().catch(() => {});
+  const { code } = await gw.exited;
+  assert.equal(code, 0);
+  assert.match(gw.logs(), /drained: exiting/);
+});
