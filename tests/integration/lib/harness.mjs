@@ -192,10 +192,12 @@ export function toYaml(value, indent = '') {
  * Starts the gateway in front of `upstream` (a URL) with a config file written to a temp
  * folder: listen and admin_listen on free loopback ports, upstream, database_url (when
  * given), then every field of `config` (top-level keys override the defaults). Waits until
- * GET /healthz on the admin listener answers 200.
+ * GET /healthz on the admin listener answers 200; with a databaseUrl, until GET /readyz does
+ * (store connected: before that, protected calls are refused as store_unavailable), unless
+ * waitStore is false (a test of a store that is down).
  * Returns {url, adminUrl, port, adminPort, configPath, dir, proc, logs(), exited}.
  */
-export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [] } = {}) {
+export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [], waitStore = true } = {}) {
   const dir = await tempDir(t, 'idemgw-gw-');
   const port = await freePort();
   const adminPort = await freePort();
@@ -211,7 +213,7 @@ export async function startGateway(t, { upstream, databaseUrl, config = {}, env 
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const h = await startProcess(t, IDEMGW_BIN, ['-c', configPath, ...args], {
     env,
-    readyUrl: `${adminUrl}/healthz`,
+    readyUrl: `${adminUrl}/${databaseUrl && waitStore ? 'readyz' : 'healthz'}`,
     name: 'idemgw',
   });
   return { ...h, port, adminPort, adminUrl, configPath, dir, url: `http://127.0.0.1:${port}/mcp` };
