@@ -3,8 +3,9 @@
 // executions in the refund fixture's ledger as well as checking what the agent was told.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import {
-  createDatabase, findResponse, idemStatus, mcpClient, rawSession, readLedger, replayMarker, startEverything,
+  createDatabase, findResponse, idemStatus, idemgwKey, mcpClient, rawSession, readLedger, replayMarker, startEverything,
   startGateway, startRefundServer, toolText, waitFor,
 } from './lib/harness.mjs';
 
@@ -296,4 +297,46 @@ test('server-everything: toggle-simulated-logging as non_idempotent toggles once
   const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
   assert.match(metrics, /^idemgw_executions_total 1$/m);
   assert.match(metrics, /^idemgw_replays_total 1$/m);
+});
+
+test('idemgw key prints the key the gateway used; -c applies exclude_args; bad JSON exits 2', async (t) => {
+  const { upstream, gw } = await setup(t, {
+    config: {
+      subject: { header: 'X-Subject' },
+      tools: { issue_refund: { class: 'non_idempotent', exclude_args: ['note', 'meta.client_ts'] } },
+    },
+  });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'ops@example.com' } });
+  const args = { order_id: 'ord-7001', amount_cents: 12345, note: 'n1', meta: { client_ts: 1717171717, channel: 'web' } };
+  await s.call('issue_refund', args);
+  const replay = await s.call('issue_refund', args);
+  const marker = replayMarker(replay.message.result);
+  assert.ok(marker, `replayed: ${replay.body}`);
+  assert.equal((await readLedger(upstream.ledger)).length, 1);
+
+  const sha = (k) => createHash('sha256').update(k).digest('hex');
+  const withConfig = await idemgwKey(['--subject', 'ops@example.com', '--tool', 'issue_refund', '--args', JSON.stringify(args), '-c', gw.configPath]);
+  assert.equal(withConfig.code, 0, withConfig.stderr);
+  assert.match(withConfig.stdout, /^ops@example\.com:issue_refund:h:[0-9a-f]{32}\n$/);
+  const key = withConfig.stdout.slice(0, -1);
+  assert.equal(sha(key), marker.key_hash, 'sha256 of the printed key is the key_hash of the replay marker');
+
+  // The excluded paths do not change the key; anything else does.
+  const reordered = { meta: { channel: 'web' }, amount_cents: 12345, order_id: 'ord-7001' };
+  const same = await idemgwKey(['--subject', 'ops@example.com', '--tool', 'issue_refund', '--args', JSON.stringify(reordered), '-c', gw.configPath]);
+  assert.equal(same.stdout, withConfig.stdout);
+  // Without -c nothing is excluded: a different key.
+  const noConfig = await idemgwKey(['--subject', 'ops@example.com', '--tool', 'issue_refund', '--args', JSON.stringify(args)]);
+  assert.equal(noConfig.code, 0, noConfig.stderr);
+  assert.notEqual(noConfig.stdout, withConfig.stdout);
+  // An explicit key argument gives the x: form, as in the gateway.
+  const explicit = await idemgwKey(['--subject', 'S', '--tool', 'issue_refund', '--args', JSON.stringify({ order_id: 'o', idempotency_key: 'abc-1' })]);
+  assert.equal(explicit.stdout, 'S:issue_refund:x:abc-1\n');
+
+  for (const bad of ['{"order_id":', '{order_id: 1}', '']) {
+    const r = await idemgwKey(['--subject', 'S', '--tool', 'issue_refund', '--args', bad]);
+    assert.equal(r.code, 2, `--args ${JSON.stringify(bad)} exits 2 (got ${r.code})`);
+    assert.equal(r.stdout, '');
+    assert.ok(r.stderr.trim().length > 0, 'with a message');
+  }
 });
