@@ -436,7 +436,8 @@ export async function rawSession(t, url, { headers = {} } = {}) {
  * Stopped when the test ends.
  */
 export async function startPgCluster(t) {
-  const dir = await tempDir(t, 'idemgw-pg-');
+  // Not tempDir: the folder may only be removed once the cluster has stopped, in one hook.
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-pg-'));
   const script = path.join(REPO, 'scripts/pg-cluster.sh');
   const start = async () => {
     const r = await run('bash', [script, 'start', dir], { timeout: 90000 });
@@ -447,7 +448,10 @@ export async function startPgCluster(t) {
     const r = await run('bash', [script, 'stop', dir], { timeout: 90000 });
     if (r.code !== 0) throw new Error(`pg-cluster.sh stop failed: ${r.stderr}`);
   };
-  t.after(() => stop().catch(() => {}));
+  t.after(async () => {
+    await stop().catch(() => {});
+    await fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+  });
   const baseUrl = await start();
   const r = await run('psql', [baseUrl, '-v', 'ON_ERROR_STOP=1', '-qc', 'CREATE DATABASE idem']);
   if (r.code !== 0) throw new Error(`CREATE DATABASE failed: ${r.stderr}`);
