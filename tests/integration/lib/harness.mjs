@@ -192,10 +192,12 @@ export function toYaml(value, indent = '') {
  * Starts the gateway in front of `upstream` (a URL) with a config file written to a temp
  * folder: listen and admin_listen on free loopback ports, upstream, database_url (when
  * given), then every field of `config` (top-level keys override the defaults). Waits until
- * GET /healthz on the admin listener answers 200.
+ * GET /healthz on the admin listener answers 200; with a databaseUrl, until GET /readyz does
+ * (store connected: before that, protected calls are refused as store_unavailable), unless
+ * waitStore is false (a test of a store that is down).
  * Returns {url, adminUrl, port, adminPort, configPath, dir, proc, logs(), exited}.
  */
-export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [] } = {}) {
+export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [], waitStore = true } = {}) {
   const dir = await tempDir(t, 'idemgw-gw-');
   const port = await freePort();
   const adminPort = await freePort();
@@ -211,7 +213,7 @@ export async function startGateway(t, { upstream, databaseUrl, config = {}, env 
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const h = await startProcess(t, IDEMGW_BIN, ['-c', configPath, ...args], {
     env,
-    readyUrl: `${adminUrl}/healthz`,
+    readyUrl: `${adminUrl}/${databaseUrl && waitStore ? 'readyz' : 'healthz'}`,
     name: 'idemgw',
   });
   return { ...h, port, adminPort, adminUrl, configPath, dir, url: `http://127.0.0.1:${port}/mcp` };
@@ -304,3 +306,168 @@ export function sseReader(res) {
     cancel: () => reader.cancel().catch(() => {}),
   };
 }
+
+// --- idempotency tests: the refund fixture, its ledger, raw MCP calls, private clusters ------
+
+/** Polls fn() until it returns a truthy value (which is returned); rejects after timeoutMs. */
+export async function waitFor(fn, { timeoutMs = 10000, intervalMs = 20, what = 'condition' } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Waits until a process started by startProcess has printed a line matching re; returns the match. */
+export function waitForLog(handle, re, { timeoutMs = 10000 } = {}) {
+  return waitFor(() => re.exec(handle.logs()), { timeoutMs, what: `${handle.name} to print ${re}` });
+}
+
+/**
+ * tests/fixtures/refund-server.mjs with its ledger in a fresh temp folder (or opts.ledger).
+ * opts.jsonResponse answers with single JSON bodies instead of SSE streams.
+ * Returns {url, port, ledger, proc, logs, exited}.
+ */
+export async function startRefundServer(t, { jsonResponse = false, ledger } = {}) {
+  const ledgerPath = ledger ?? path.join(await tempDir(t, 'idemgw-ledger-'), 'ledger.jsonl');
+  const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/refund-server.mjs'), '0'], {
+    env: { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '' },
+    readyLine: /listening on port (\d+)/,
+    name: jsonResponse ? 'refund-fixture(json)' : 'refund-fixture(sse)',
+  });
+  const port = Number(h.match[1]);
+  return { ...h, port, ledger: ledgerPath, url: `http://127.0.0.1:${port}/mcp` };
+}
+
+/** The ledger's entries (one per real execution), parsed; [] when the file is missing. */
+export async function readLedger(file) {
+  let text = '';
+  try {
+    text = await fs.readFile(file, 'utf8');
+  } catch (err) {
+    if (err.code !== 'ENOENT') throw err;
+  }
+  return text.split('\n').filter(Boolean).map((l) => JSON.parse(l));
+}
+
+/** Waits until the ledger holds at least n entries; returns them. */
+export async function waitForLedger(file, n, { timeoutMs = 10000 } = {}) {
+  return waitFor(async () => {
+    const l = await readLedger(file);
+    return l.length >= n ? l : null;
+  }, { timeoutMs, what: `${n} ledger entries in ${file}` });
+}
+
+const PROTOCOL_VERSION = '2025-11-25';
+const ACCEPT = 'application/json, text/event-stream';
+
+/** The JSON-RPC message answering request `id` in a response body (JSON or SSE); null if none. */
+export function findResponse(contentType, text, id) {
+  const candidates = [];
+  if ((contentType ?? '').startsWith('text/event-stream')) {
+    for (const ev of parseSse(text)) {
+      if (!ev.data) continue;
+      try {
+        candidates.push(JSON.parse(ev.data));
+      } catch {
+        // not JSON: ignore
+      }
+    }
+  } else if (text) {
+    const v = JSON.parse(text);
+    candidates.push(...(Array.isArray(v) ? v : [v]));
+  }
+  return candidates.find((m) => m && m.id === id && ('result' in m || 'error' in m)) ?? null;
+}
+
+let rawIds = 0;
+/**
+ * A Streamable HTTP session driven with plain fetch, for when a test needs the HTTP status and
+ * headers, its own JSON-RPC ids, per-request headers or many calls in flight at once.
+ * opts.headers go on every request (e.g. the subject header).
+ * Returns {sessionId, call(name, args, {id, headers, signal}), close()}; call resolves to
+ * {status, headers, contentType, body, message} where message is the JSON-RPC response for the
+ * request id (null when the response carried none, e.g. an upstream stream that was cut).
+ */
+export async function rawSession(t, url, { headers = {} } = {}) {
+  const base = { Accept: ACCEPT, 'Content-Type': 'application/json', ...headers };
+  const init = await fetch(url, {
+    method: 'POST',
+    headers: base,
+    body: JSON.stringify({
+      jsonrpc: '2.0', id: 0, method: 'initialize',
+      params: { protocolVersion: PROTOCOL_VERSION, capabilities: {}, clientInfo: { name: 'idemgw-raw', version: '1.0.0' } },
+    }),
+  });
+  const initText = await init.text();
+  if (init.status !== 200) throw new Error(`initialize: HTTP ${init.status}: ${initText}`);
+  const sessionId = init.headers.get('mcp-session-id');
+  const sessHeaders = { ...base, 'MCP-Protocol-Version': PROTOCOL_VERSION, ...(sessionId ? { 'Mcp-Session-Id': sessionId } : {}) };
+  const note = await fetch(url, {
+    method: 'POST', headers: sessHeaders, body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }),
+  });
+  await note.arrayBuffer();
+
+  async function call(name, args, { id = `raw-${++rawIds}`, headers: extra = {}, signal } = {}) {
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { ...sessHeaders, ...extra },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }),
+      signal,
+    });
+    const body = await res.text();
+    const contentType = res.headers.get('content-type');
+    return { status: res.status, headers: res.headers, contentType, body, message: findResponse(contentType, body, id), id };
+  }
+  async function close() {
+    if (!sessionId) return;
+    const r = await fetch(url, { method: 'DELETE', headers: sessHeaders }).catch(() => null);
+    await r?.arrayBuffer().catch(() => {});
+  }
+  t.after(close);
+  return { sessionId, call, close };
+}
+
+/**
+ * A Postgres cluster of the test's own (scripts/pg-cluster.sh in a temp folder), for tests
+ * that stop and start it. Returns {url (of a fresh database on it), baseUrl, dir, stop(), start()}.
+ * Stopped when the test ends.
+ */
+export async function startPgCluster(t) {
+  // Not tempDir: the folder may only be removed once the cluster has stopped, in one hook.
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-pg-'));
+  const script = path.join(REPO, 'scripts/pg-cluster.sh');
+  const start = async () => {
+    const r = await run('bash', [script, 'start', dir], { timeout: 90000 });
+    if (r.code !== 0) throw new Error(`pg-cluster.sh start failed: ${r.stderr}`);
+    return r.stdout.trim();
+  };
+  const stop = async () => {
+    const r = await run('bash', [script, 'stop', dir], { timeout: 90000 });
+    if (r.code !== 0) throw new Error(`pg-cluster.sh stop failed: ${r.stderr}`);
+  };
+  t.after(async () => {
+    await stop().catch(() => {});
+    await fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+  });
+  const baseUrl = await start();
+  const r = await run('psql', [baseUrl, '-v', 'ON_ERROR_STOP=1', '-qc', 'CREATE DATABASE idem']);
+  if (r.code !== 0) throw new Error(`CREATE DATABASE failed: ${r.stderr}`);
+  const u = new URL(baseUrl);
+  u.pathname = '/idem';
+  return { url: u.toString(), baseUrl, dir, stop, start };
+}
+
+/** Runs `idemgw key ARGS...`: {code, stdout, stderr}. */
+export function idemgwKey(args) {
+  return run(IDEMGW_BIN, ['key', ...args]);
+}
+
+/** The text blocks of a tool result, joined. */
+export const toolText = (result) => (result?.content ?? []).filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+/** result._meta["idemgw/status"] of a gateway answer (refusal, in progress, unknown), or undefined. */
+export const idemStatus = (result) => result?._meta?.['idemgw/status'];
+/** result._meta["idemgw/replay"] of a replayed result, or undefined. */
+export const replayMarker = (result) => result?._meta?.['idemgw/replay'];
