@@ -53,6 +53,8 @@ typedef struct exchange {
     struct exchange *next_get, *prev_get; /* in the list of GET streams, ended by a drain */
     bool in_get_list;
     bool detached;
+    int deferred_status;      /* an error answer waiting for the outcome to be recorded */
+    const char *deferred_message;
     const char *outcome;      /* for the log line: "forwarded", "replay", ... */
     const char *extra_log;    /* extra detail for the log line */
     uint64_t start_ms;

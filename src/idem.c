@@ -759,6 +759,8 @@ static void record(exchange_t *ex, store_state_t state, const char *why)
     log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state), why);
     bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
     c->recorded = state;
+    /* the agent's answer waits for the write, so a retry right after sees the outcome */
+    ex->holding = true;
     store_status_t st = store_finish(server->store, c->key, c->fence, state,
                                      state == STORE_STATE_SUCCEEDED ? c->result : NULL,
                                      state == STORE_STATE_SUCCEEDED ? c->result_len : 0, too_large,

@@ -48,6 +48,8 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers);
 static void on_up_body(void *arg, const char *data, size_t len);
 static void on_up_end(void *arg, upstream_result_t res);
 static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
+static void respond_error(exchange_t *ex, int status, int code, const char *message,
+                          const char *extra);
 
 static void log_exchange(exchange_t *ex)
 {
@@ -194,6 +196,17 @@ static void complete_client(exchange_t *ex)
 void proxy_release_held(exchange_t *ex)
 {
     ex->holding = false;
+    if (ex->deferred_status) {
+        int status = ex->deferred_status;
+        ex->deferred_status = 0;
+        if (ex->client && !ex->client_done) {
+            respond_error(ex, status, -32603, ex->deferred_message, NULL);
+            return;
+        }
+        ex->client_done = true;
+        proxy_maybe_free(ex);
+        return;
+    }
     ex->sse_unheld = ex->sse_total;
     if (ex->held) {
         if (ex->client)
@@ -353,17 +366,19 @@ static void on_up_end(void *arg, upstream_result_t res)
             proxy_maybe_free(ex);
             return;
         }
-        switch (res) {
-        case UPSTREAM_ERR_CONNECT:
-            respond_error(ex, 502, -32603, "upstream MCP server unreachable", NULL);
-            return;
-        case UPSTREAM_ERR_HEAD_TIMEOUT:
-            respond_error(ex, 504, -32603, "upstream MCP server did not answer in time", NULL);
-            return;
-        default:
-            respond_error(ex, 502, -32603, "upstream MCP server failed to answer", NULL);
+        int status = res == UPSTREAM_ERR_HEAD_TIMEOUT ? 504 : 502;
+        const char *msg = res == UPSTREAM_ERR_CONNECT ? "upstream MCP server unreachable"
+                          : res == UPSTREAM_ERR_HEAD_TIMEOUT
+                              ? "upstream MCP server did not answer in time"
+                              : "upstream MCP server failed to answer";
+        if (idem_busy(ex)) {
+            /* answered once the outcome is recorded (proxy_release_held) */
+            ex->deferred_status = status;
+            ex->deferred_message = msg;
             return;
         }
+        respond_error(ex, status, -32603, msg, NULL);
+        return;
     }
     complete_client(ex);
     proxy_maybe_free(ex);

@@ -47,9 +47,8 @@ test('upstream timeout after the request was sent: outcome unknown, retry not ex
       }
       assert.equal((await readLedger(upstream.ledger)).length, 1, 'the upstream did start the refund');
 
-      // The gateway ends the first response before the unknown outcome is committed, so a
-      // retry sent at once may still find the claim in progress (see the todo test below).
-      // Either way it is not executed; repeat until the outcome is recorded.
+      // The first answer came only after the unknown outcome was committed (see the test
+      // below); retries are not executed either way.
       await waitFor(async () => {
         const r = await s.call('slow_refund', args);
         assertNotExecuted(r.message?.result, ['in_progress', 'outcome_unknown']);
@@ -83,14 +82,12 @@ test('upstream timeout after the request was sent: outcome unknown, retry not ex
   });
 });
 
-// The design holds the end of a response until the outcome is stored, "so a retry right after
-// sees it". That holds for results, not for a timed-out call: the 504 (JSON) or the end of the
-// cut SSE stream reaches the agent while the `unknown` outcome is still being written, and a
-// retry sent at once is told "already running, do not retry now" instead of "outcome unknown".
-// Made deterministic by locking the row, so the gateway's write of the outcome has to wait.
-test('a timed-out call is answered only once its unknown outcome is recorded', {
-  todo: 'the gateway answers a timed-out call before its unknown outcome is recorded',
-}, async (t) => {
+// The gateway holds the end of a response until the outcome is stored, "so a retry right after
+// sees it" — for a timed-out call too: the 504 (JSON) or the end of the cut SSE stream waits
+// for the `unknown` outcome to be written, so a retry sent at once is told "outcome unknown",
+// never "already running, do not retry now". Made deterministic by locking the row, so the
+// gateway's write of the outcome has to wait.
+test('a timed-out call is answered only once its unknown outcome is recorded', async (t) => {
   for (const json of [false, true]) {
     await t.test(json ? 'JSON response head timeout (504)' : 'silent SSE stream cut', async (t) => {
       const upstream = await startRefundServer(t, { jsonResponse: json });
