@@ -1,0 +1,121 @@
+// Protected calls at the edges of the protocol: the derived key forwarded upstream, batches,
+// the 2026 draft's mirrored headers, an agent that leaves mid-call, and a result that arrives
+// only on the agent's resumed GET stream (SSE polling). Each case counts real executions on
+// the refund fixture's ledger.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  createDatabase, findResponse, idemStatus, rawSession, readLedger, replayMarker, sseReader,
+  startGateway, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
+} from './lib/harness.mjs';
+
+const ACCEPT = 'application/json, text/event-stream';
+
+async function setup(t, tools = {}) {
+  const upstream = await startRefundServer(t);
+  const databaseUrl = await createDatabase();
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl,
+    config: { subject: { static: 'edge' }, tools: { get_ledger: { class: 'read' }, ...tools } },
+  });
+  return { upstream, gw };
+}
+
+test('forward_key: the upstream receives Idempotency-Key = sha256 of the key, never the key', async (t) => {
+  const { upstream, gw } = await setup(t, { issue_refund: { forward_key: true } });
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-fk', amount_cents: 10 };
+  const first = await s.call('issue_refund', args);
+  assert.match(toolText(first.message.result), /^Refunded 10 cents/);
+  const second = await s.call('issue_refund', args);
+  const marker = replayMarker(second.message.result);
+  assert.ok(marker, 'the repeat is a replay');
+  const [line] = await readLedger(upstream.ledger);
+  assert.equal(line.header_idempotency_key, marker.key_hash, 'the forwarded key is the key hash');
+  assert.match(line.header_idempotency_key, /^[0-9a-f]{64}$/);
+  assert.ok(!line.header_idempotency_key.includes('edge'), 'the subject never leaves the gateway');
+});
+
+test('a batch holding a protected tools/call is refused whole; nothing is executed', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const headers = { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-03-26' };
+  const batch = [
+    { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'get_ledger', arguments: {} } },
+    { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'issue_refund', arguments: { order_id: 'b', amount_cents: 1 } } },
+  ];
+  const res = await fetch(gw.url, { method: 'POST', headers, body: JSON.stringify(batch) });
+  const body = await res.json();
+  assert.equal(res.status, 400);
+  assert.equal(body.error.code, -32600);
+  assert.match(body.error.message, /nothing was executed/);
+  assert.equal((await readLedger(upstream.ledger)).length, 0, 'no refund ran');
+
+  // A batch of read-class calls only is passed through untouched.
+  const reads = await fetch(gw.url, { method: 'POST', headers, body: JSON.stringify([batch[0]]) });
+  assert.equal(reads.status, 200);
+  assert.match(await reads.text(), /"id":1/);
+});
+
+test('Mcp-Name disagreeing with the body is refused with -32020 and not executed', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const r = await s.call('issue_refund', { order_id: 'mm', amount_cents: 5 }, { headers: { 'Mcp-Name': 'get_ledger', 'Mcp-Method': 'tools/call' } });
+  assert.equal(r.status, 400);
+  assert.equal(JSON.parse(r.body).error.code, -32020);
+  assert.equal((await readLedger(upstream.ledger)).length, 0);
+  const ok = await s.call('issue_refund', { order_id: 'mm', amount_cents: 5 }, { headers: { 'Mcp-Name': 'issue_refund' } });
+  assert.equal(ok.status, 200, 'a matching Mcp-Name passes');
+  assert.equal((await readLedger(upstream.ledger)).length, 1);
+});
+
+test('the agent leaves mid-call: the gateway reads on, stores the result, and the retry is a replay', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-gone', amount_cents: 77, delay_ms: 1500 };
+  const abort = new AbortController();
+  const pending = s.call('slow_refund', args, { signal: abort.signal }).catch((e) => e);
+  await waitForLedger(upstream.ledger, 1);
+  abort.abort();
+  assert.equal((await pending).name, 'AbortError');
+  await waitForLog(gw, /recorded as succeeded/);
+  const retry = await s.call('slow_refund', args);
+  assert.ok(replayMarker(retry.message.result), 'the retry gets the stored result');
+  assert.match(toolText(retry.message.result), /^Refunded 77 cents on order ord-gone/);
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+});
+
+test('SSE polling: a result delivered on the resumed GET stream finishes the key', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-poll', amount_cents: 42, delay_ms: 300 };
+  // The upstream ends the POST stream after its priming event; the claim stays in progress.
+  const first = await s.call('polling_refund', args, { id: 'poll-1' });
+  assert.equal(first.status, 200);
+  assert.equal(first.message, null, 'no result on the POST stream');
+  const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+  assert.ok(primingId, `the priming event carries an id: ${first.body}`);
+
+  const resumed = await fetch(gw.url, {
+    method: 'GET',
+    headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId },
+  });
+  assert.equal(resumed.status, 200);
+  const reader = sseReader(resumed);
+  let result = null;
+  while (!result) {
+    const ev = await reader.next();
+    assert.ok(ev, 'the resumed stream ended before the result');
+    if (ev.data && JSON.parse(ev.data).id === 'poll-1') result = JSON.parse(ev.data).result;
+  }
+  await reader.cancel();
+  assert.match(toolText(result), /^Refunded 42 cents on order ord-poll/);
+
+  await waitForLog(gw, /recorded as succeeded from a resumed stream/);
+  const retry = await s.call('polling_refund', args);
+  const replay = retry.message?.result;
+  assert.ok(replayMarker(replay), `the retry is a replay, not ${JSON.stringify(idemStatus(replay))}`);
+  assert.equal(toolText(replay), toolText(result));
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+});
