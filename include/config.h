@@ -33,26 +33,26 @@ typedef struct config {
     int workers;              /* processes sharing listen with SO_REUSEPORT (default 1) */
     host_port_t admin_listen; /* /healthz, /readyz, /metrics (default 127.0.0.1:8081) */
 
-    char *upstream_url;        /* full URL as given, e.g. http://127.0.0.1:3001/mcp */
-    bool upstream_tls;         /* https:// */
-    host_port_t upstream;      /* host and port from the URL */
-    char *upstream_path;       /* path from the URL; agents use the same path on listen */
+    char *upstream_url;         /* full URL as given, e.g. http://127.0.0.1:3001/mcp */
+    bool upstream_tls;          /* https:// */
+    host_port_t upstream;       /* host and port from the URL */
+    char *upstream_path;        /* path from the URL; agents use the same path on listen */
     char *upstream_host_header; /* Host header value sent upstream ("host:port") */
 
-    char *database_url; /* libpq conninfo or URL; NULL = libpq PG* environment only */
-    bool store_enabled; /* false when neither database_url nor a PG* variable is given */
-    bool migrate;       /* apply missing sql/ migrations at start (default true) */
-    int store_pool;     /* Postgres connections (default 4) */
+    char *database_url;         /* libpq conninfo or URL; NULL = libpq PG* environment only */
+    bool store_enabled;         /* false when neither database_url nor a PG* variable is given */
+    bool migrate;               /* apply missing sql/ migrations at start (default true) */
+    int store_pool;             /* Postgres connections (default 4) */
     uint64_t sweep_interval_ms; /* how often expired keys are deleted (default 60s) */
 
     /* timeouts */
-    uint64_t client_header_timeout_ms; /* whole request head must arrive within (10s) */
-    uint64_t client_body_timeout_ms;   /* whole body must arrive within (30s) */
-    uint64_t client_idle_timeout_ms;   /* keep-alive idle before close (60s) */
+    uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */
+    uint64_t client_body_timeout_ms;      /* whole body must arrive within (30s) */
+    uint64_t client_idle_timeout_ms;      /* keep-alive idle before close (60s) */
     uint64_t upstream_connect_timeout_ms; /* (5s) */
-    uint64_t upstream_timeout_ms;      /* request sent → response headers (60s) */
-    uint64_t upstream_idle_timeout_ms; /* max silence inside a streaming response (300s) */
-    uint64_t drain_timeout_ms;         /* SIGTERM: wait this long for in-flight work (30s) */
+    uint64_t upstream_timeout_ms;         /* request sent → response headers (60s) */
+    uint64_t upstream_idle_timeout_ms;    /* max silence inside a streaming response (300s) */
+    uint64_t drain_timeout_ms;            /* SIGTERM: wait this long for in-flight work (30s) */
 
     /* limits */
     uint64_t max_body_bytes;   /* request body (4 MiB) → 413 */

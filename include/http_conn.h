@@ -25,15 +25,15 @@ struct evconnlistener;
 struct sockaddr;
 
 typedef struct http_request {
-    uint64_t conn_id;       /* the connection that read it, for logs */
-    int method;             /* llhttp_method_t */
-    char *method_name;      /* "POST" */
-    char *target;           /* request target as received */
+    uint64_t conn_id;  /* the connection that read it, for logs */
+    int method;        /* llhttp_method_t */
+    char *method_name; /* "POST" */
+    char *target;      /* request target as received */
     http_headers_t headers;
-    struct evbuffer *body;  /* complete body */
-    bool keep_alive;        /* the agent wants the connection kept */
-    char client_ip[64];     /* peer address, for X-Forwarded-For */
-    uint64_t start_ms;      /* when the request head started */
+    struct evbuffer *body; /* complete body */
+    bool keep_alive;       /* the agent wants the connection kept */
+    char client_ip[64];    /* peer address, for X-Forwarded-For */
+    uint64_t start_ms;     /* when the request head started */
 } http_request_t;
 
 void http_request_free(http_request_t *req);
@@ -43,10 +43,10 @@ typedef struct http_conn http_conn_t;
 typedef void (*http_handler_fn)(http_conn_t *conn, http_request_t *req);
 
 typedef enum {
-    CONN_IDLE = 0,   /* keep-alive, waiting for the next request */
-    CONN_READING,    /* a request head or body is arriving */
-    CONN_HANDLING,   /* a handler owns the request and is answering */
-    CONN_CLOSING,    /* flushing the last bytes, then closed */
+    CONN_IDLE = 0, /* keep-alive, waiting for the next request */
+    CONN_READING,  /* a request head or body is arriving */
+    CONN_HANDLING, /* a handler owns the request and is answering */
+    CONN_CLOSING,  /* flushing the last bytes, then closed */
 } http_conn_state_t;
 
 const char *http_conn_state_str(http_conn_state_t st);

@@ -9,16 +9,16 @@
 struct evbuffer;
 
 typedef struct http_header {
-    size_t name_off, name_len;   /* into buf; NUL-terminated once complete */
+    size_t name_off, name_len; /* into buf; NUL-terminated once complete */
     size_t value_off, value_len;
 } http_header_t;
 
 typedef struct http_headers {
-    char *buf;       /* names and values, each followed by a NUL */
+    char *buf; /* names and values, each followed by a NUL */
     size_t len, cap;
     http_header_t *items;
     size_t n, cap_items;
-    bool in_value;   /* the last piece appended was part of a value */
+    bool in_value; /* the last piece appended was part of a value */
 } http_headers_t;
 
 void http_headers_init(http_headers_t *h);

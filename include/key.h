@@ -20,9 +20,9 @@ typedef enum {
 const char *key_status_str(key_status_t st);
 
 typedef struct key_result {
-    char *key;              /* the key string, malloc'd */
-    char args_digest[65];   /* hex SHA-256 of the canonical arguments (without the explicit key) */
-    bool explicit_key;      /* the key came from the client (argument or header) */
+    char *key;            /* the key string, malloc'd */
+    char args_digest[65]; /* hex SHA-256 of the canonical arguments (without the explicit key) */
+    bool explicit_key;    /* the key came from the client (argument or header) */
 } key_result_t;
 
 /* Derives the key. args may be NULL (absent). args is modified: excluded paths and the

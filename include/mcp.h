@@ -26,16 +26,16 @@ typedef enum {
 } mcp_kind_t;
 
 typedef struct mcp_msg {
-    json_t *root;          /* the parsed body; owned */
+    json_t *root; /* the parsed body; owned */
     mcp_kind_t kind;
-    const char *method;    /* borrowed from root, or NULL */
-    char *id_text;         /* raw JSON text of the request id, or NULL; owned */
-    json_t *id;            /* borrowed from root, or NULL */
-    const char *tool;      /* params.name of a tools/call, or NULL */
-    json_t *arguments;     /* params.arguments of a tools/call, borrowed, or NULL */
+    const char *method;       /* borrowed from root, or NULL */
+    char *id_text;            /* raw JSON text of the request id, or NULL; owned */
+    json_t *id;               /* borrowed from root, or NULL */
+    const char *tool;         /* params.name of a tools/call, or NULL */
+    json_t *arguments;        /* params.arguments of a tools/call, borrowed, or NULL */
     const char **batch_tools; /* tools/call names inside a batch; owned array, borrowed names */
     size_t n_batch_tools;
-    bool batch_bad_tool;   /* a tools/call in the batch has no string name */
+    bool batch_bad_tool; /* a tools/call in the batch has no string name */
 } mcp_msg_t;
 
 /* Parses a POST body. On MCP_OK the caller owns out and frees it with mcp_msg_free. */
@@ -48,11 +48,11 @@ bool mcp_member_span(const char *text, size_t len, const char *name, size_t *off
 
 /* What a message seen on the response stream means for the request with id req_id. */
 typedef enum {
-    MCP_RESP_OTHER = 0,     /* not the final response for this request */
-    MCP_RESP_RESULT,        /* final, a result */
-    MCP_RESP_TOOL_ERROR,    /* final, a result with isError: true */
+    MCP_RESP_OTHER = 0,      /* not the final response for this request */
+    MCP_RESP_RESULT,         /* final, a result */
+    MCP_RESP_TOOL_ERROR,     /* final, a result with isError: true */
     MCP_RESP_INPUT_REQUIRED, /* final for this round, resultType "input_required": never stored */
-    MCP_RESP_ERROR,         /* final, a JSON-RPC error */
+    MCP_RESP_ERROR,          /* final, a JSON-RPC error */
 } mcp_resp_class_t;
 
 const char *mcp_resp_class_str(mcp_resp_class_t c);

@@ -18,20 +18,20 @@ typedef enum { ON_AMBIGUOUS_HOLD = 0, ON_AMBIGUOUS_RELEASE } on_ambiguous_t;
 typedef enum { ON_STORE_DOWN_REJECT = 0, ON_STORE_DOWN_PASSTHROUGH } on_store_down_t;
 
 typedef struct policy_tool {
-    char *name;                   /* tool name; NULL for the defaults entry */
-    tool_class_t cls;             /* class of the tool */
-    uint64_t window_ms;           /* how long a finished call is remembered (default 10m) */
-    char **exclude_args;          /* dotted argument paths left out of the hash ("meta.ts") */
-    size_t n_exclude_args;        /* entries in exclude_args */
-    char *key_arg;                /* argument carrying an explicit key (default idempotency_key) */
+    char *name;                    /* tool name; NULL for the defaults entry */
+    tool_class_t cls;              /* class of the tool */
+    uint64_t window_ms;            /* how long a finished call is remembered (default 10m) */
+    char **exclude_args;           /* dotted argument paths left out of the hash ("meta.ts") */
+    size_t n_exclude_args;         /* entries in exclude_args */
+    char *key_arg;                 /* argument carrying an explicit key (default idempotency_key) */
     on_tool_error_t on_tool_error; /* isError:true results: release (default) or store */
-    on_ambiguous_t on_ambiguous;  /* outcome unknown: hold (default) or release */
-    uint64_t wait_ms;             /* in_progress: 0 = reject, else wait up to this long */
-    uint64_t lease_ms;            /* in-progress claim validity; 0 = upstream timeout + margin */
-    uint64_t max_stored_bytes;    /* larger results are not stored (default 1 MiB) */
-    bool forward_key;             /* send Idempotency-Key: sha256(key) upstream */
+    on_ambiguous_t on_ambiguous;   /* outcome unknown: hold (default) or release */
+    uint64_t wait_ms;              /* in_progress: 0 = reject, else wait up to this long */
+    uint64_t lease_ms;             /* in-progress claim validity; 0 = upstream timeout + margin */
+    uint64_t max_stored_bytes;     /* larger results are not stored (default 1 MiB) */
+    bool forward_key;              /* send Idempotency-Key: sha256(key) upstream */
     on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
-    int line;                     /* line in the config file, for messages; 0 when built in */
+    int line;                      /* line in the config file, for messages; 0 when built in */
 } policy_tool_t;
 
 typedef struct policy {

@@ -19,44 +19,44 @@
 struct idem_call;
 
 typedef struct exchange {
-    uint64_t conn_id;         /* agent connection id, for logs */
-    http_conn_t *client;      /* NULL once the agent has gone */
-    http_request_t *req;      /* owned */
-    mcp_msg_t msg;            /* parsed POST body */
+    uint64_t conn_id;    /* agent connection id, for logs */
+    http_conn_t *client; /* NULL once the agent has gone */
+    http_request_t *req; /* owned */
+    mcp_msg_t msg;       /* parsed POST body */
     bool has_msg;
-    upstream_conn_t *up;      /* while the upstream exchange runs */
+    upstream_conn_t *up; /* while the upstream exchange runs */
 
-    int status;               /* response status sent (or to send) to the agent */
-    bool head_sent;           /* response head written to the agent */
-    bool chunked;             /* agent response uses chunked framing */
-    bool keep_alive;          /* agent connection may be reused afterwards */
-    bool resp_sse;            /* the upstream answered text/event-stream */
-    bool up_done;             /* upstream exchange ended (or never started) */
+    int status;      /* response status sent (or to send) to the agent */
+    bool head_sent;  /* response head written to the agent */
+    bool chunked;    /* agent response uses chunked framing */
+    bool keep_alive; /* agent connection may be reused afterwards */
+    bool resp_sse;   /* the upstream answered text/event-stream */
+    bool up_done;    /* upstream exchange ended (or never started) */
     upstream_result_t up_result;
-    bool client_done;         /* agent response complete */
-    bool paused;              /* upstream reading paused for backpressure */
+    bool client_done; /* agent response complete */
+    bool paused;      /* upstream reading paused for backpressure */
 
-    struct idem_call *call;   /* the idempotency stage's state, protected calls only */
-    bool holding;             /* bytes for the agent are held back until the store write ends */
-    struct evbuffer *held;    /* those bytes */
+    struct idem_call *call; /* the idempotency stage's state, protected calls only */
+    bool holding;           /* bytes for the agent are held back until the store write ends */
+    struct evbuffer *held;  /* those bytes */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
      * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while
      * the gateway still holds the upstream stream open */
     struct evbuffer *sse_log;
     sse_parser_t sse_ids;
-    struct sse_mark *marks;   /* event id -> end offset in sse_log */
+    struct sse_mark *marks; /* event id -> end offset in sse_log */
     size_t n_marks, cap_marks;
-    size_t sse_total;         /* bytes appended to sse_log */
-    size_t sse_unheld;        /* of those, bytes already passed on (not held back) */
-    bool sse_tracking;        /* off once the stream outgrows the resumption limit */
-    struct exchange *next_detached; /* in the list of streams the agent left */
+    size_t sse_total;                     /* bytes appended to sse_log */
+    size_t sse_unheld;                    /* of those, bytes already passed on (not held back) */
+    bool sse_tracking;                    /* off once the stream outgrows the resumption limit */
+    struct exchange *next_detached;       /* in the list of streams the agent left */
     struct exchange *next_get, *prev_get; /* in the list of GET streams, ended by a drain */
     bool in_get_list;
     bool detached;
-    int deferred_status;      /* an error answer waiting for the outcome to be recorded */
+    int deferred_status; /* an error answer waiting for the outcome to be recorded */
     const char *deferred_message;
-    const char *outcome;      /* for the log line: "forwarded", "replay", ... */
-    const char *extra_log;    /* extra detail for the log line */
+    const char *outcome;   /* for the log line: "forwarded", "replay", ... */
+    const char *extra_log; /* extra detail for the log line */
     uint64_t start_ms;
 } exchange_t;
 

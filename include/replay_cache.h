@@ -15,7 +15,7 @@
 typedef struct replay_cache replay_cache_t;
 
 typedef struct replay_entry {
-    const char *result;      /* stored result JSON, or NULL when too large to keep */
+    const char *result; /* stored result JSON, or NULL when too large to keep */
     size_t result_len;
     const char *args_digest; /* to refuse an explicit key reused with other arguments */
     const char *created_at;  /* first seen, ISO 8601 */
@@ -27,8 +27,8 @@ void replay_cache_free(replay_cache_t *rc);
 
 /* Adds or replaces the entry for key, valid until expires_ms (caller's clock). */
 void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_digest,
-                      const char *result, size_t result_len, const char *created_at,
-                      int attempts, uint64_t expires_ms);
+                      const char *result, size_t result_len, const char *created_at, int attempts,
+                      uint64_t expires_ms);
 /* The live entry for key, counting this lookup as one more attempt; NULL when absent or
  * expired (an expired entry is dropped). Valid until the next call on rc. */
 const replay_entry_t *replay_cache_get(replay_cache_t *rc, const char *key, uint64_t now_ms);

@@ -18,18 +18,18 @@ typedef struct sse_event {
 typedef int (*sse_event_cb)(const sse_event_t *ev, void *arg);
 
 typedef struct sse_parser {
-    char *line;       /* current partial line */
+    char *line; /* current partial line */
     size_t line_len, line_cap;
-    char *data;       /* accumulated data of the current event */
+    char *data; /* accumulated data of the current event */
     size_t data_len, data_cap;
-    char event[64];   /* current event type */
-    char *id;         /* current event id */
-    bool has_data;    /* a data: line was seen in this event */
-    bool last_cr;     /* previous chunk ended in \r: a following \n belongs to it */
-    size_t max_event; /* events larger than this are skipped (data dropped), 0 = no limit */
-    bool overflow;    /* current event exceeded max_event */
+    char event[64];     /* current event type */
+    char *id;           /* current event id */
+    bool has_data;      /* a data: line was seen in this event */
+    bool last_cr;       /* previous chunk ended in \r: a following \n belongs to it */
+    size_t max_event;   /* events larger than this are skipped (data dropped), 0 = no limit */
+    bool overflow;      /* current event exceeded max_event */
     bool line_too_long; /* the partial line exceeded max_event: dropped */
-    size_t consumed;  /* during a callback: bytes of the current feed up to the event's end */
+    size_t consumed;    /* during a callback: bytes of the current feed up to the event's end */
     sse_event_cb cb;
     void *arg;
 } sse_parser_t;

@@ -55,13 +55,13 @@ typedef struct store_claim_req {
 typedef struct store_row {
     store_state_t state;
     int64_t fence;
-    int attempts;               /* claims and takeovers so far, plus duplicates seen */
+    int attempts; /* claims and takeovers so far, plus duplicates seen */
     const char *args_digest;
-    const char *result;         /* stored response result JSON (succeeded), else NULL */
+    const char *result; /* stored response result JSON (succeeded), else NULL */
     size_t result_len;
-    bool result_too_large;      /* ran, but the result was over max_stored_bytes */
-    bool lease_expired;         /* in progress and past its lease (by the database clock) */
-    const char *created_at;     /* first seen, ISO 8601 UTC */
+    bool result_too_large;  /* ran, but the result was over max_stored_bytes */
+    bool lease_expired;     /* in progress and past its lease (by the database clock) */
+    const char *created_at; /* first seen, ISO 8601 UTC */
     const char *first_session_id;
     const char *first_jsonrpc_id;
 } store_row_t;
@@ -81,11 +81,11 @@ typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: 
                              void *arg);
 
 typedef struct store_options {
-    const char *conninfo; /* libpq conninfo/URL; NULL or "" = PG* environment */
-    int pool_size;        /* connections, default 4 */
-    bool migrate;         /* apply missing migrations at start */
+    const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
+    int pool_size;              /* connections, default 4 */
+    bool migrate;               /* apply missing migrations at start */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
-    int sweep_batch;      /* rows per sweep statement, default 1000 */
+    int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;
 
 /* Creates the store and starts connecting in the background. When the database is reachable

@@ -17,12 +17,12 @@
 struct evbuffer;
 
 typedef enum {
-    UPSTREAM_OK = 0,            /* the whole response arrived */
-    UPSTREAM_ERR_CONNECT,       /* could not connect: the request was never sent */
-    UPSTREAM_ERR_HEAD_TIMEOUT,  /* sent, no response head in time */
-    UPSTREAM_ERR_IDLE_TIMEOUT,  /* response body went silent for too long */
-    UPSTREAM_ERR_CLOSED,        /* the server closed or reset before the response ended */
-    UPSTREAM_ERR_PROTOCOL,      /* the response was not valid HTTP */
+    UPSTREAM_OK = 0,           /* the whole response arrived */
+    UPSTREAM_ERR_CONNECT,      /* could not connect: the request was never sent */
+    UPSTREAM_ERR_HEAD_TIMEOUT, /* sent, no response head in time */
+    UPSTREAM_ERR_IDLE_TIMEOUT, /* response body went silent for too long */
+    UPSTREAM_ERR_CLOSED,       /* the server closed or reset before the response ended */
+    UPSTREAM_ERR_PROTOCOL,     /* the response was not valid HTTP */
 } upstream_result_t;
 
 const char *upstream_result_str(upstream_result_t r);

@@ -11,7 +11,7 @@
 #include <string.h>
 
 typedef struct ready_probe {
-    http_conn_t *conn;  /* NULL once the agent has gone */
+    http_conn_t *conn; /* NULL once the agent has gone */
     bool keep_alive;
 } ready_probe_t;
 
@@ -28,7 +28,9 @@ static void probe_done(bool ok, void *arg)
         char body[200];
         snprintf(body, sizeof(body), "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\"}\n",
                  ok && store_ok && !server->draining ? "true" : "false", ok ? "true" : "false",
-                 !server->store ? "not configured" : store_ok ? "up" : "down");
+                 !server->store ? "not configured"
+                 : store_ok     ? "up"
+                                : "down");
         int status = ok && store_ok && !server->draining ? 200 : 503;
         http_conn_set_observer(p->conn, NULL, NULL, NULL);
         http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,
@@ -49,8 +51,9 @@ static void metrics(http_conn_t *conn, http_request_t *req)
     const server_stats_t *s = &sum;
     struct evbuffer *b = evbuffer_new();
 #define COUNTER(name, help, v)                                                                     \
-    evbuffer_add_printf(b, "# HELP idemgw_" name " " help "\n# TYPE idemgw_" name                 \
-                           " counter\nidemgw_" name " %llu\n",                                     \
+    evbuffer_add_printf(b,                                                                         \
+                        "# HELP idemgw_" name " " help "\n# TYPE idemgw_" name                     \
+                        " counter\nidemgw_" name " %llu\n",                                        \
                         (unsigned long long)(v))
     COUNTER("connections_total", "Agent connections accepted.", s->connections);
     COUNTER("requests_total", "Agent requests handled.", s->requests);
@@ -60,8 +63,7 @@ static void metrics(http_conn_t *conn, http_request_t *req)
     COUNTER("protected_calls_total", "Non-idempotent tool calls seen.", s->protected_calls);
     COUNTER("executions_total", "Protected calls forwarded after a claim.", s->executions);
     COUNTER("replays_total", "Protected calls answered from the store.", s->replays);
-    COUNTER("cache_replays_total", "Replays answered from the in-process cache.",
-            s->cache_replays);
+    COUNTER("cache_replays_total", "Replays answered from the in-process cache.", s->cache_replays);
     COUNTER("in_progress_total", "Duplicates answered while the first call ran.", s->in_progress);
     COUNTER("unknown_total", "Duplicates answered with an unknown outcome.", s->unknown);
     COUNTER("refused_total", "Protected calls refused (no subject, key misuse, store down).",

@@ -39,8 +39,8 @@ struct http_conn {
     void (*gone)(void *);
     void *obs_arg;
     bool free_scheduled;
-    bool lingering;          /* answer sent and write side shut: draining input, then close */
-    char peer[64];           /* agent address, for X-Forwarded-For */
+    bool lingering;                /* answer sent and write side shut: draining input, then close */
+    char peer[64];                 /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
 
@@ -147,7 +147,8 @@ static void linger(http_conn_t *c)
         return;
     c->lingering = true;
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
-    evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+    evbuffer_drain(bufferevent_get_input(c->bev),
+                   evbuffer_get_length(bufferevent_get_input(c->bev)));
     bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
     bufferevent_enable(c->bev, EV_READ);
     arm_timer(c, LINGER_MS);
@@ -292,12 +293,14 @@ static void refuse(http_conn_t *c, int status, const char *message)
     char *body = mcp_error_body(NULL, -32600, message);
     if (c->state == CONN_IDLE)
         set_state(c, CONN_READING);
-    evbuffer_drain(bufferevent_get_input(c->bev), evbuffer_get_length(bufferevent_get_input(c->bev)));
+    evbuffer_drain(bufferevent_get_input(c->bev),
+                   evbuffer_get_length(bufferevent_get_input(c->bev)));
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    evbuffer_add_printf(out,
-                        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-                        "Connection: close\r\n\r\n%s",
-                        status, http_status_reason(status), strlen(body), body);
+    evbuffer_add_printf(
+        out,
+        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+        "Connection: close\r\n\r\n%s",
+        status, http_status_reason(status), strlen(body), body);
     free(body);
     close_after_flush(c);
 }
@@ -408,8 +411,7 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)outlen);
 }
 
-void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen,
-                      void *arg)
+void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen, void *arg)
 {
     if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
         log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");

@@ -102,7 +102,8 @@ const char *http_headers_get(const http_headers_t *h, const char *name)
 {
     size_t nlen = strlen(name);
     for (size_t i = 0; i < h->n; i++)
-        if (h->items[i].name_len == nlen && strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
+        if (h->items[i].name_len == nlen &&
+            strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
             return h->buf + h->items[i].value_off;
     return NULL;
 }
@@ -125,10 +126,9 @@ static bool in_token_list(const char *list, const char *name)
 
 bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
 {
-    static const char *const hop[] = {"connection", "keep-alive",        "proxy-connection",
-                                      "proxy-authenticate", "proxy-authorization", "te",
-                                      "trailer",    "trailers",          "transfer-encoding",
-                                      "upgrade"};
+    static const char *const hop[] = {
+        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
+        "te",         "trailer",    "trailers",         "transfer-encoding",  "upgrade"};
     for (size_t i = 0; i < ARRAY_LEN(hop); i++)
         if (strcasecmp(name, hop[i]) == 0)
             return true;
@@ -192,28 +192,34 @@ void http_write_response_head(struct evbuffer *out, int status, const http_heade
 
 const char *http_status_reason(int status)
 {
-    switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 202: return "Accepted";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 406: return "Not Acceptable";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 415: return "Unsupported Media Type";
-    case 422: return "Unprocessable Content";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 502: return "Bad Gateway";
-    case 503: return "Service Unavailable";
-    case 504: return "Gateway Timeout";
-    default: return "Status";
-    }
+    static const struct {
+        int status;
+        const char *reason;
+    } reasons[] = {
+        {200, "OK"},
+        {201, "Created"},
+        {202, "Accepted"},
+        {204, "No Content"},
+        {400, "Bad Request"},
+        {401, "Unauthorized"},
+        {403, "Forbidden"},
+        {404, "Not Found"},
+        {405, "Method Not Allowed"},
+        {406, "Not Acceptable"},
+        {408, "Request Timeout"},
+        {409, "Conflict"},
+        {413, "Content Too Large"},
+        {415, "Unsupported Media Type"},
+        {422, "Unprocessable Content"},
+        {429, "Too Many Requests"},
+        {431, "Request Header Fields Too Large"},
+        {500, "Internal Server Error"},
+        {502, "Bad Gateway"},
+        {503, "Service Unavailable"},
+        {504, "Gateway Timeout"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(reasons); i++)
+        if (reasons[i].status == status)
+            return reasons[i].reason;
+    return "Status";
 }

@@ -46,8 +46,8 @@ typedef struct idem_call {
     on_store_down_t on_store_down;
     bool forward_key;
     int64_t fence;
-    char claimed_at[32];    /* wall clock at the claim, ISO 8601, for the cache's marker */
-    bool store_pending;     /* a store call is out */
+    char claimed_at[32];            /* wall clock at the claim, ISO 8601, for the cache's marker */
+    bool store_pending;             /* a store call is out */
     store_status_t deferred_status; /* a finish that failed before it was sent */
     store_state_t recorded;         /* the outcome being written */
     /* capture of the final response */
@@ -59,7 +59,7 @@ typedef struct idem_call {
     char *result;
     size_t result_len;
     bool too_large;
-    char *session_id;       /* CALL_WATCH: the stream's session */
+    char *session_id;          /* CALL_WATCH: the stream's session */
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     /* wait mode */
     struct event *timer;
@@ -71,13 +71,13 @@ typedef struct idem_call {
  * still arrive on a GET stream the agent resumes with Last-Event-ID, and must finish the key. */
 typedef struct pending {
     char *session_id;
-    json_t *id;            /* the JSON-RPC id the final response will carry */
+    json_t *id; /* the JSON-RPC id the final response will carry */
     char *key;
     char key_hash[65];
     int64_t fence;
     uint64_t window_ms;
     on_tool_error_t on_tool_error;
-    uint64_t until_ms;     /* forget it after this (the lease decides the row's fate) */
+    uint64_t until_ms; /* forget it after this (the lease decides the row's fate) */
     struct pending *next;
 } pending_t;
 
@@ -256,9 +256,10 @@ static void answer_replay(exchange_t *ex, const store_row_t *row, bool from_cach
         json_t *j = json_string(text);
         t = json_dumps(j, JSON_ENCODE_ANY);
         json_decref(j);
-        body = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"idemgw/replay\":%s},"
-                         "\"content\":[{\"type\":\"text\",\"text\":%s}]}}",
-                         id_text(ex), marker, t);
+        body =
+            xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"idemgw/replay\":%s},"
+                      "\"content\":[{\"type\":\"text\",\"text\":%s}]}}",
+                      id_text(ex), marker, t);
         free(t);
     } else {
         body = mcp_replay_body(id_text(ex), row->result, row->result_len, marker);
@@ -310,7 +311,8 @@ static void on_get(store_status_t st, const store_row_t *row, void *arg)
         answer_replay(ex, row, false);
         return;
     }
-    if (row->state == STORE_STATE_UNKNOWN || (row->lease_expired && c->on_ambiguous == ON_AMBIGUOUS_HOLD)) {
+    if (row->state == STORE_STATE_UNKNOWN ||
+        (row->lease_expired && c->on_ambiguous == ON_AMBIGUOUS_HOLD)) {
         answer_unknown(ex, row);
         return;
     }
@@ -595,15 +597,15 @@ void idem_begin(exchange_t *ex)
     jcs_value_t *args = jcs_object_get(jcs_object_get(root, "params"), "arguments");
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks = key_derive(subject, ex->msg.tool, args, pt,
-                                 http_headers_get(&ex->req->headers, "idempotency-key"), &kr, msg,
-                                 sizeof(msg));
+    key_status_t ks =
+        key_derive(subject, ex->msg.tool, args, pt,
+                   http_headers_get(&ex->req->headers, "idempotency-key"), &kr, msg, sizeof(msg));
     jcs_free(root);
     free(subject);
     if (ks != KEY_OK) {
         char text[400];
-        snprintf(text, sizeof(text), "Refused: %s (%s). Nothing was executed.",
-                 key_status_str(ks), msg);
+        snprintf(text, sizeof(text), "Refused: %s (%s). Nothing was executed.", key_status_str(ks),
+                 msg);
         refuse(ex, "bad_key", text);
         return;
     }
@@ -756,7 +758,8 @@ static void record(exchange_t *ex, store_state_t state, const char *why)
     snprintf(extra, sizeof(extra), "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"",
              c->key_hash, store_state_str(state), why);
     ex->extra_log = NULL;
-    log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state), why);
+    log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state),
+             why);
     bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
     c->recorded = state;
     /* the agent's answer waits for the write, so a retry right after sees the outcome */
@@ -785,7 +788,8 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
         size_t len = evbuffer_get_length(c->json_body);
         const char *text = (const char *)evbuffer_pullup(c->json_body, -1);
         size_t off = 0, rlen = 0;
-        mcp_resp_class_t cls = mcp_classify_response(text ? text : "", len, ex->msg.id, &off, &rlen);
+        mcp_resp_class_t cls =
+            mcp_classify_response(text ? text : "", len, ex->msg.id, &off, &rlen);
         if (cls != MCP_RESP_OTHER) {
             c->final_seen = true;
             c->cls = cls;
@@ -845,9 +849,9 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
         log_info(ex->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", p->key_hash,
                  store_state_str(st), why);
-        store_status_t ss = store_finish(server->store, p->key, p->fence, st,
-                                         store_it ? ev->data + off : NULL, store_it ? len : 0,
-                                         false, p->window_ms, NULL, NULL);
+        store_status_t ss =
+            store_finish(server->store, p->key, p->fence, st, store_it ? ev->data + off : NULL,
+                         store_it ? len : 0, false, p->window_ms, NULL, NULL);
         if (ss != STORE_OK)
             log_error(ex->conn_id, "could not record key %.16s: %s", p->key_hash,
                       store_status_str(ss));

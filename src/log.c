@@ -71,9 +71,9 @@ void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *
     if (log_worker)
         n2 = snprintf(connf, sizeof(connf), ",\"worker\":%d", log_worker);
     if (conn)
-        snprintf(connf + n2, sizeof(connf) - (size_t)n2, ",\"conn\":%llu", (unsigned long long)conn);
+        snprintf(connf + n2, sizeof(connf) - (size_t)n2, ",\"conn\":%llu",
+                 (unsigned long long)conn);
     fprintf(stdout, "{\"time\":\"%s\",\"level\":\"%s\"%s,\"msg\":%s%s%s}\n", ts,
-            log_level_name(level), connf, esc, fields && *fields ? "," : "",
-            fields ? fields : "");
+            log_level_name(level), connf, esc, fields && *fields ? "," : "", fields ? fields : "");
     fflush(stdout);
 }

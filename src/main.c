@@ -46,16 +46,15 @@ static struct event *drain_timer;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: idemgw [-c FILE]                 run the gateway\n"
-            "       idemgw --check-config -c FILE    validate the configuration and exit\n"
-            "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-            "                                        print the idempotency key of a call\n"
-            "       idemgw --version | --help\n"
-            "\n"
-            "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
-            "IDEMGW_LISTEN, IDEMGW_ADMIN_LISTEN, IDEMGW_UPSTREAM, IDEMGW_DATABASE_URL,\n"
-            "IDEMGW_LOG_LEVEL; libpq's PG* variables also apply to the database.\n");
+    fprintf(f, "usage: idemgw [-c FILE]                 run the gateway\n"
+               "       idemgw --check-config -c FILE    validate the configuration and exit\n"
+               "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
+               "                                        print the idempotency key of a call\n"
+               "       idemgw --version | --help\n"
+               "\n"
+               "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
+               "IDEMGW_LISTEN, IDEMGW_ADMIN_LISTEN, IDEMGW_UPSTREAM, IDEMGW_DATABASE_URL,\n"
+               "IDEMGW_LOG_LEVEL; libpq's PG* variables also apply to the database.\n");
 }
 
 static void print_errors(const config_errors_t *errs)
@@ -154,12 +153,10 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
         fprintf(stderr, "idemgw: cannot resolve %s: %s\n", hp->host, gai_strerror(rc));
         return NULL;
     }
-    struct evconnlistener *l =
-        evconnlistener_new_bind(server->base, http_conn_accept, site,
-                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
-                                    (shared ? LEV_OPT_REUSEABLE_PORT : 0),
-                                1024, res->ai_addr,
-                                (int)res->ai_addrlen);
+    struct evconnlistener *l = evconnlistener_new_bind(server->base, http_conn_accept, site,
+                                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                                           (shared ? LEV_OPT_REUSEABLE_PORT : 0),
+                                                       1024, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (!l)
         fprintf(stderr, "idemgw: cannot listen on %s:%u (%s): %s\n", hp->host, hp->port, site->name,
@@ -233,10 +230,9 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     evsignal_add(ev_int, NULL);
     evsignal_add(ev_hup, NULL);
 
-    log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s",
-             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port, cfg->admin_listen.host,
-             cfg->admin_listen.port, cfg->upstream_url,
-             server->store ? "postgres" : "not configured");
+    log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s", IDEMGW_VERSION,
+             cfg->listen.host, cfg->listen.port, cfg->admin_listen.host, cfg->admin_listen.port,
+             cfg->upstream_url, server->store ? "postgres" : "not configured");
     event_base_dispatch(server->base);
     rc = 0;
 

@@ -123,8 +123,8 @@ static json_t *load(const char *body, size_t len)
     json_t *root = json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
     if (!root && strstr(err.text, "too big"))
         /* integers wider than 64 bits are valid JSON; keep going with doubles for the view */
-        root = json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL,
-                          &err);
+        root =
+            json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err);
     return root;
 }
 
@@ -274,13 +274,15 @@ char *mcp_tool_error_body(const char *id_text, const char *text, const char *sta
     char *t = json_str(text);
     char *out;
     if (status_json)
-        out = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
-                        "\"text\":%s}],\"isError\":true,\"_meta\":{\"idemgw/status\":%s}}}",
-                        id_text ? id_text : "null", t, status_json);
+        out =
+            xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
+                      "\"text\":%s}],\"isError\":true,\"_meta\":{\"idemgw/status\":%s}}}",
+                      id_text ? id_text : "null", t, status_json);
     else
-        out = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
-                        "\"text\":%s}],\"isError\":true}}",
-                        id_text ? id_text : "null", t);
+        out =
+            xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
+                      "\"text\":%s}],\"isError\":true}}",
+                      id_text ? id_text : "null", t);
     free(t);
     return out;
 }
@@ -296,9 +298,10 @@ char *mcp_replay_body(const char *id_text, const char *result, size_t result_len
         /* common case: splice the marker in front, leaving the stored bytes untouched */
         size_t j = skip_ws(result, i + 1, result_len);
         bool empty = j < result_len && result[j] == '}';
-        return xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"idemgw/replay\":%s}%s%.*s}",
-                         id_text ? id_text : "null", marker_json, empty ? "" : ",",
-                         (int)(result_len - i - 1), result + i + 1);
+        return xasprintf(
+            "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"_meta\":{\"idemgw/replay\":%s}%s%.*s}",
+            id_text ? id_text : "null", marker_json, empty ? "" : ",", (int)(result_len - i - 1),
+            result + i + 1);
     }
     /* the result has its own _meta: add our member inside it */
     size_t k = skip_ws(result, off, result_len);

@@ -62,9 +62,8 @@ static void log_exchange(exchange_t *ex)
         log_json_string(tool, sizeof(tool), ex->msg.tool);
     log_json_string(outcome, sizeof(outcome), ex->outcome ? ex->outcome : "forwarded");
     log_json_string(target, sizeof(target), ex->req->target);
-    const char *id = ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100
-                         ? ex->msg.id_text
-                         : "null";
+    const char *id =
+        ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100 ? ex->msg.id_text : "null";
     char extra[400] = "";
     if (ex->extra_log)
         snprintf(extra, sizeof(extra), ",%s", ex->extra_log);
@@ -320,7 +319,8 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         idem_on_head(ex, status, headers);
     struct evbuffer *head = evbuffer_new();
     const char *extra = NULL;
-    http_write_response_head(head, status, headers, clen, ex->keep_alive && !server->draining, extra);
+    http_write_response_head(head, status, headers, clen, ex->keep_alive && !server->draining,
+                             extra);
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
     evbuffer_free(head);

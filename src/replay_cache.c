@@ -8,15 +8,15 @@ typedef struct node {
     char *key;
     uint64_t hash;
     uint64_t expires_ms;
-    size_t bytes;             /* memory charged to this entry */
+    size_t bytes; /* memory charged to this entry */
     replay_entry_t e;
-    struct node *chain;       /* next in the hash bucket */
+    struct node *chain;         /* next in the hash bucket */
     struct node *older, *newer; /* insertion order, for eviction */
 } node_t;
 
 struct replay_cache {
     node_t **buckets;
-    size_t n_buckets;         /* power of two */
+    size_t n_buckets; /* power of two */
     size_t count, bytes;
     size_t max_entries, max_bytes;
     node_t *oldest, *newest;
@@ -89,8 +89,8 @@ static node_t *find(const replay_cache_t *rc, const char *key, uint64_t h)
 }
 
 void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_digest,
-                      const char *result, size_t result_len, const char *created_at,
-                      int attempts, uint64_t expires_ms)
+                      const char *result, size_t result_len, const char *created_at, int attempts,
+                      uint64_t expires_ms)
 {
     uint64_t h = hash_str(key);
     node_t *old = find(rc, key, h);

@@ -35,7 +35,7 @@ struct upstream_conn {
     llhttp_t parser;
     http_headers_t headers;
     int status;
-    bool msg_done;          /* on_message_complete seen */
+    bool msg_done; /* on_message_complete seen */
     bool parse_failed;
     const upstream_cbs_t *cbs;
     void *arg;
@@ -47,7 +47,7 @@ struct upstream_conn {
 struct upstream_pool {
     struct sockaddr_storage addr;
     socklen_t addrlen;
-    upstream_conn_t *idle;  /* LIFO: the warmest connection first */
+    upstream_conn_t *idle; /* LIFO: the warmest connection first */
     int n_idle;
 };
 
@@ -272,7 +272,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
         kill_conn(up);
         return;
     }
-    while (evbuffer_get_length(in) > 0 && (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
+    while (evbuffer_get_length(in) > 0 &&
+           (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
         size_t len = evbuffer_get_contiguous_space(in);
         const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
         enum llhttp_errno err = llhttp_execute(&up->parser, data, len);
@@ -479,7 +480,8 @@ void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void 
     uint64_t ms = server->cfg->upstream_connect_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     evtimer_add(pr->timer, &tv);
-    if (bufferevent_socket_connect(pr->bev, (struct sockaddr *)&pool->addr, (int)pool->addrlen) != 0) {
+    if (bufferevent_socket_connect(pr->bev, (struct sockaddr *)&pool->addr, (int)pool->addrlen) !=
+        0) {
         struct timeval zero = {0, 0};
         evtimer_add(pr->timer, &zero);
     }

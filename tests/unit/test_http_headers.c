@@ -60,13 +60,13 @@ static void test_hop_by_hop(void **state)
         const char *connection;
         bool hop;
     } cases[] = {
-        {"Connection", NULL, true},         {"keep-alive", NULL, true},
-        {"Transfer-Encoding", NULL, true},  {"TE", NULL, true},
-        {"Upgrade", NULL, true},            {"Proxy-Authorization", NULL, true},
-        {"Trailer", NULL, true},            {"Authorization", NULL, false},
-        {"Mcp-Session-Id", NULL, false},    {"Last-Event-ID", NULL, false},
-        {"traceparent", NULL, false},       {"X-Custom", "keep-alive, x-custom", true},
-        {"X-Custom", "x-customer", false},  {"Mcp-Param-Region", NULL, false},
+        {"Connection", NULL, true},        {"keep-alive", NULL, true},
+        {"Transfer-Encoding", NULL, true}, {"TE", NULL, true},
+        {"Upgrade", NULL, true},           {"Proxy-Authorization", NULL, true},
+        {"Trailer", NULL, true},           {"Authorization", NULL, false},
+        {"Mcp-Session-Id", NULL, false},   {"Last-Event-ID", NULL, false},
+        {"traceparent", NULL, false},      {"X-Custom", "keep-alive, x-custom", true},
+        {"X-Custom", "x-customer", false}, {"Mcp-Param-Region", NULL, false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(http_header_is_hop_by_hop(cases[i].name, cases[i].connection),

@@ -64,11 +64,13 @@ static void test_tools_call(void **state)
     assert_true(json_is_object(m.arguments));
     mcp_msg_free(&m);
 
-    m = parse_ok("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":5}}");
+    m = parse_ok(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":5}}");
     assert_null(m.tool);
     mcp_msg_free(&m);
 
-    m = parse_ok("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}");
+    m = parse_ok(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}");
     assert_string_equal(m.tool, "t");
     assert_null(m.arguments);
     mcp_msg_free(&m);
@@ -99,8 +101,9 @@ static void test_bad_bodies(void **state)
     for (size_t i = 0; i < sizeof(shape_errors) / sizeof(shape_errors[0]); i++)
         assert_int_equal(mcp_parse(shape_errors[i], strlen(shape_errors[i]), &m), MCP_ERR_SHAPE);
     /* integers wider than 64 bits are valid JSON and must not be refused */
-    const char *big = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
-                      "\"t\",\"arguments\":{\"n\":184467440737095516160}}}";
+    const char *big =
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+        "\"t\",\"arguments\":{\"n\":184467440737095516160}}}";
     assert_int_equal(mcp_parse(big, strlen(big), &m), MCP_OK);
     assert_string_equal(m.tool, "t");
     mcp_msg_free(&m);
@@ -109,7 +112,8 @@ static void test_bad_bodies(void **state)
 
 static void test_member_span(void **state)
 {
-    const char *t = " { \"a\" : [1,{\"result\":2}], \"s\":\"x\\\"}\" , \"result\" : {\"k\": [ ]} } ";
+    const char *t =
+        " { \"a\" : [1,{\"result\":2}], \"s\":\"x\\\"}\" , \"result\" : {\"k\": [ ]} } ";
     size_t off, len;
     assert_true(mcp_member_span(t, strlen(t), "result", &off, &len));
     assert_int_equal(len, strlen("{\"k\": [ ]}"));
@@ -138,8 +142,8 @@ static void test_classify(void **state)
         {"{\"jsonrpc\":\"2.0\",\"id\":11,\"error\":{\"code\":-32602,\"message\":\"x\"}}",
          MCP_RESP_ERROR, NULL},
         {"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{}}", MCP_RESP_OTHER, NULL},
-        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}", MCP_RESP_OTHER,
-         NULL},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}",
+         MCP_RESP_OTHER, NULL},
         /* a server request that happens to reuse the id is not our response */
         {"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sampling/createMessage\"}", MCP_RESP_OTHER,
          NULL},
@@ -180,9 +184,10 @@ static void test_replay(void **state)
     const char *marker = "{\"replayed\":true}";
     const char *stored = "{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],\"n\":0.1}";
     char *b = mcp_replay_body("42", stored, strlen(stored), marker);
-    assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"_meta\":{\"idemgw/replay\":"
-                           "{\"replayed\":true}},\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],"
-                           "\"n\":0.1}}");
+    assert_string_equal(b,
+                        "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"_meta\":{\"idemgw/replay\":"
+                        "{\"replayed\":true}},\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],"
+                        "\"n\":0.1}}");
     free(b);
     b = mcp_replay_body("1", "{ }", 3, marker);
     assert_string_equal(b, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"_meta\":{\"idemgw/replay\":"
