@@ -309,7 +309,7 @@ if want protected; then
     before=$(succeeded_rows)
     gw=$(wrk_run protected "$gw_port" "$load_conns")
     after=$(succeeded_rows)
-    log "pgbench ceiling: claim + finish, $store_pool clients"
+    log "pgbench ceiling: claim + finish, $((store_pool * workers)) clients"
     record protected "\"conns\":$load_conns,\"store_pool\":$store_pool,\"workers\":$workers,\"idemgw\":$gw,\"rows_finished\":$((after - before)),\"pgbench\":{$(pgbench_run)},\"sql_matches_store\":$sql_matches,\"gateway_key_length\":${key_len:-0}"
 fi
 
