@@ -292,7 +292,7 @@ pgbench_run() { # -> JSON fields; uses the gateway's claim + finish statements
     tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | tail -n 1)
     lat=$(sed -n 's/^latency average = \([0-9.]*\) ms.*/\1/p' <<<"$out")
     n=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
-    echo "\"tps\":${tps:-0},\"latency_ms\":${lat:-0},\"transactions\":${n:-0},\"clients\":$store_pool"
+    echo "\"tps\":${tps:-0},\"latency_ms\":${lat:-0},\"transactions\":${n:-0},\"clients\":$((store_pool * workers))"
 }
 sql_matches=false
 if diff <(build/bench/print-sql) <(grep -v '^--' scripts/bench/claim-finish.sql | grep -v '^\\set' |

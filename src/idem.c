@@ -422,6 +422,10 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     }
     switch (row->state) {
     case STORE_STATE_SUCCEEDED:
+        /* another process (or an earlier life of this one) recorded it: keep it for the
+         * next replay, no longer than the row itself lives */
+        replay_cache_put(server->cache, c->key, row->args_digest, row->result, row->result_len,
+                         row->created_at, row->attempts, util_now_ms() + (uint64_t)row->expires_in_ms);
         answer_replay(ex, row, false);
         return;
     case STORE_STATE_UNKNOWN:

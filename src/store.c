@@ -36,7 +36,8 @@
     "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                  \
     "(k.state = 'in_progress' AND k.lease_until <= now()), "                                       \
     "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "              \
-    "k.first_session_id, k.first_jsonrpc_id"
+    "k.first_session_id, k.first_jsonrpc_id, "                                                     \
+    "greatest(0, extract(epoch FROM k.expires_at - now()) * 1000)::bigint"
 enum {
     COL_ACQUIRED = 0,
     COL_STALE,
@@ -50,6 +51,7 @@ enum {
     COL_CREATED,
     COL_SESSION,
     COL_JSONRPC,
+    COL_EXPIRES_IN,
     COL_COUNT_
 };
 
@@ -497,6 +499,7 @@ static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
     row->created_at = PQgetvalue(r, 0, COL_CREATED);
     row->first_session_id = nullable(r, COL_SESSION);
     row->first_jsonrpc_id = nullable(r, COL_JSONRPC);
+    row->expires_in_ms = strtoll(PQgetvalue(r, 0, COL_EXPIRES_IN), NULL, 10);
     return true;
 }
 

@@ -114,7 +114,7 @@ def print_table(d):
                          f" {fmt(ms(g.get('p99_us')), 2):>6}  {fmt(ms(e['added_p99_us_vs_direct']), 2):>8} ms")
     p = d["protected"]
     if p:
-        lines += ["", f"(2) protected first executions ({p['conns']} conns, store pool {p['store_pool']}): "
+        lines += ["", f"(2) protected first executions ({p['conns']} conns, {p.get('workers', 1)} workers x store pool {p['store_pool']}): "
                       f"idemgw {fmt(p['idemgw']['rps'])} req/s (p50 {fmt(ms(p['idemgw']['p50_us']), 2)} ms, "
                       f"p99 {fmt(ms(p['idemgw']['p99_us']), 2)} ms, {fmt(p['rows_finished'])} keys finished)",
                   f"    pgbench ceiling (claim+finish, {p['pgbench'].get('clients')} clients): {fmt(p['pgbench']['tps'])} tps"
