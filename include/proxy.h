@@ -49,10 +49,9 @@ typedef struct exchange {
     size_t sse_total;                     /* bytes appended to sse_log */
     size_t sse_unheld;                    /* of those, bytes already passed on (not held back) */
     bool sse_tracking;                    /* off once the stream outgrows the resumption limit */
-    struct exchange *next_detached;       /* in the list of streams the agent left */
+    struct exchange *next_tracked;        /* in the list of streams kept for resumption */
     struct exchange *next_get, *prev_get; /* in the list of GET streams, ended by a drain */
     bool in_get_list;
-    bool detached;
     int deferred_status; /* an error answer waiting for the outcome to be recorded */
     const char *deferred_message;
     const char *outcome;   /* for the log line: "forwarded", "replay", ... */

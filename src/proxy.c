@@ -23,8 +23,8 @@ typedef struct sse_mark {
     size_t end; /* offset in the stream just past the event */
 } sse_mark_t;
 
-/* POST streams whose agent has gone, still read to the end. */
-static exchange_t *detached_head;
+/* POST streams kept for resumption (the agent may still be on them, or gone). */
+static exchange_t *tracked_head;
 /* GET streams in flight. */
 static exchange_t *get_head;
 
@@ -77,15 +77,12 @@ static void log_exchange(exchange_t *ex)
 
 static void stop_tracking(exchange_t *ex)
 {
-    if (ex->detached) {
-        exchange_t **pp = &detached_head;
-        while (*pp != ex)
-            pp = &(*pp)->next_detached;
-        *pp = ex->next_detached;
-        ex->detached = false;
-    }
     if (!ex->sse_tracking)
         return;
+    exchange_t **pp = &tracked_head;
+    while (*pp != ex)
+        pp = &(*pp)->next_tracked;
+    *pp = ex->next_tracked;
     ex->sse_tracking = false;
     evbuffer_free(ex->sse_log);
     ex->sse_log = NULL;
@@ -267,11 +264,7 @@ static void on_client_gone(void *arg)
                 ex->paused = false;
                 upstream_pause(ex->up, false);
             }
-            if (ex->sse_tracking && !ex->detached) {
-                ex->detached = true;
-                ex->next_detached = detached_head;
-                detached_head = ex;
-            }
+
         } else {
             upstream_abandon(ex->up);
             ex->up = NULL;
@@ -312,6 +305,8 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&
         http_headers_get(&ex->req->headers, "mcp-session-id")) {
         ex->sse_tracking = true;
+        ex->next_tracked = tracked_head;
+        tracked_head = ex;
         ex->sse_log = evbuffer_new();
         sse_init(&ex->sse_ids, 64 * 1024, on_stream_event, ex);
     }
@@ -399,18 +394,19 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
     evbuffer_free(out);
 }
 
-/* A GET with Last-Event-ID for a stream the agent dropped while the gateway kept reading it:
- * the upstream would refuse a second reader, so the gateway serves the resume itself, from
- * the bytes it kept, and then passes on the rest live. */
-static bool resume_detached(exchange_t *get)
+/* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
+ * second reader, so the gateway serves the resume itself, from the bytes it kept, and then
+ * passes on the rest live. The agent may still look connected on the old stream (its close
+ * not yet seen): resuming says it has left, so that connection is closed. */
+static bool resume_stream(exchange_t *get)
 {
     const char *last = http_headers_get(&get->req->headers, "last-event-id");
     const char *session = http_headers_get(&get->req->headers, "mcp-session-id");
     if (!last || !session)
         return false;
-    for (exchange_t *ex = detached_head; ex; ex = ex->next_detached) {
+    for (exchange_t *ex = tracked_head; ex; ex = ex->next_tracked) {
         const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
-        if (!s2 || strcmp(s2, session) != 0)
+        if (!s2 || strcmp(s2, session) != 0 || ex->client_done)
             continue;
         size_t from = SIZE_MAX;
         for (size_t i = 0; i < ex->n_marks && from == SIZE_MAX; i++)
@@ -418,6 +414,12 @@ static bool resume_detached(exchange_t *get)
                 from = ex->marks[i].end;
         if (from == SIZE_MAX)
             continue;
+        if (ex->client) {
+            http_conn_t *old = ex->client;
+            http_conn_set_observer(old, NULL, NULL, NULL);
+            ex->client = NULL;
+            http_conn_response_done(old, false);
+        }
         /* take the agent's connection over from the GET exchange */
         http_conn_t *conn = get->client;
         get->client = NULL;
@@ -425,11 +427,6 @@ static bool resume_detached(exchange_t *get)
         get->up_done = true;
         get->outcome = "resumed";
         get->status = 200;
-        ex->detached = false;
-        exchange_t **pp = &detached_head;
-        while (*pp != ex)
-            pp = &(*pp)->next_detached;
-        *pp = ex->next_detached;
         ex->client = conn;
         ex->client_done = false;
         ex->keep_alive = get->req->keep_alive;
@@ -530,7 +527,7 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
         return;
     }
-    if (req->method == HTTP_GET && resume_detached(ex))
+    if (req->method == HTTP_GET && resume_stream(ex))
         return;
     if (req->method != HTTP_POST) {
         if (req->method == HTTP_GET) {
