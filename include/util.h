@@ -6,6 +6,7 @@
 #ifndef IDEMGW_UTIL_H
 #define IDEMGW_UTIL_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,6 +19,7 @@ void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 char *xstrndup(const char *s, size_t n);
 char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
 
 /* Monotonic milliseconds, for durations. */
 uint64_t util_now_ms(void);

@@ -23,12 +23,9 @@
 void config_errors_add(config_errors_t *e, const char *fmt, ...)
 {
     va_list ap;
-    char *msg = NULL;
     va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
+    char *msg = xvasprintf(fmt, ap);
     va_end(ap);
-    if (n < 0)
-        abort(); /* out of memory: see util.h */
     e->msgs = xrealloc(e->msgs, (e->n + 1) * sizeof(char *));
     e->msgs[e->n++] = msg;
 }

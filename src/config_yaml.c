@@ -68,12 +68,9 @@ static void err_at(ctx_t *cx, int line, const char *fmt, ...) __attribute__((for
 static void err_at(ctx_t *cx, int line, const char *fmt, ...)
 {
     va_list ap;
-    char *msg = NULL;
     va_start(ap, fmt);
-    int n = vasprintf(&msg, fmt, ap);
+    char *msg = xvasprintf(fmt, ap);
     va_end(ap);
-    if (n < 0)
-        abort(); /* out of memory: see util.h */
     cx->errs = xrealloc(cx->errs, (cx->n_errs + 1) * sizeof(yerr_t));
     cx->errs[cx->n_errs] = (yerr_t){.line = line > 0 ? line : 1, .seq = cx->n_errs, .msg = msg};
     cx->n_errs++;

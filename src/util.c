@@ -51,15 +51,20 @@ char *xstrndup(const char *s, size_t n)
     return p;
 }
 
+char *xvasprintf(const char *fmt, va_list ap)
+{
+    char *out = NULL;
+    if (vasprintf(&out, fmt, ap) < 0)
+        oom(strlen(fmt));
+    return out;
+}
+
 char *xasprintf(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    char *out = NULL;
-    int n = vasprintf(&out, fmt, ap);
+    char *out = xvasprintf(fmt, ap);
     va_end(ap);
-    if (n < 0)
-        oom(strlen(fmt));
     return out;
 }
 
