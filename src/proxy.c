@@ -264,7 +264,6 @@ static void on_client_gone(void *arg)
                 ex->paused = false;
                 upstream_pause(ex->up, false);
             }
-
         } else {
             upstream_abandon(ex->up);
             ex->up = NULL;
