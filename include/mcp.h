@@ -26,20 +26,26 @@ typedef enum {
 } mcp_kind_t;
 
 typedef struct mcp_msg {
-    json_t *root; /* the parsed body; owned */
+    json_t *root; /* the parsed body when the tree path ran; owned, else NULL */
     mcp_kind_t kind;
     const char *method;       /* borrowed from root, or NULL */
     char *id_text;            /* raw JSON text of the request id, or NULL; owned */
     json_t *id;               /* borrowed from root, or NULL */
     const char *tool;         /* params.name of a tools/call, or NULL */
-    json_t *arguments;        /* params.arguments of a tools/call, borrowed, or NULL */
     const char **batch_tools; /* tools/call names inside a batch; owned array, borrowed names */
     size_t n_batch_tools;
     bool batch_bad_tool; /* a tools/call in the batch has no string name */
+    char *own_method;    /* the fast path's copies behind method and tool */
+    char *own_tool;
+    json_t *own_id;      /* the fast path's id value */
 } mcp_msg_t;
 
-/* Parses a POST body. On MCP_OK the caller owns out and frees it with mcp_msg_free. */
+/* Parses a POST body. On MCP_OK the caller owns out and frees it with mcp_msg_free. A single
+ * object is validated and classified by a scanner that builds no tree; batches and the rare
+ * object it cannot decide (escaped member names) go through jansson. */
 mcp_status_t mcp_parse(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
+/* The jansson path alone: the reference the scanner is fuzzed against. */
+mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
 void mcp_msg_free(mcp_msg_t *m);
 
 /* Finds the raw text of a top-level member of a JSON object text, without unescaping names

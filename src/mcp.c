@@ -1,5 +1,6 @@
 #include "mcp.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,6 +84,7 @@ static size_t skip_value(const char *s, size_t i, size_t n)
 bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, size_t *vlen)
 {
     size_t nlen = strlen(name);
+    bool found = false;
     size_t i = skip_ws(s, 0, n);
     if (i >= n || s[i] != '{')
         return false;
@@ -104,11 +106,14 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
         if (vend > n)
             return false;
         if (match) {
+            /* the last one wins, as in jansson and JSON.parse */
+            found = true;
             *off = i;
             *vlen = vend - i;
-            return true;
         }
         i = skip_ws(s, vend, n);
+        if (i < n && s[i] == '}')
+            return found;
         if (i >= n || s[i] != ',')
             return false;
         i++;
@@ -126,6 +131,314 @@ static json_t *load(const char *body, size_t len)
         root =
             json_loadb(body, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &err);
     return root;
+}
+
+
+/* --- the fast path: validate and pick out the few members the gateway reads --- */
+
+/* Every POST body is checked to be JSON and classified. Building a jansson tree of it (with a
+ * copy of every argument string) cost more than anything else the gateway does per request;
+ * this scanner validates the text in one pass without allocating and records where the
+ * members it needs are. Batches and member names with escapes take the tree path. */
+
+#define SCAN_MAX_DEPTH 2048
+
+typedef struct span {
+    size_t off, len;
+    bool present;
+} span_t;
+
+typedef struct scan {
+    const char *s;
+    size_t n;
+    bool bail;          /* valid so far, but let the tree path decide */
+    span_t method, id, params, result, error, name;
+} scan_t;
+
+static size_t scan_value(scan_t *sc, size_t i, int depth, int role);
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+static long scan_u4(const char *s, size_t i, size_t n)
+{
+    if (i + 4 > n)
+        return -1;
+    long v = 0;
+    for (int k = 0; k < 4; k++) {
+        int h = hexval(s[i + k]);
+        if (h < 0)
+            return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* Index past the string starting at s[i] == '"', or 0 when invalid. *esc: it had escapes. */
+static size_t scan_string(const scan_t *sc, size_t i, bool *esc)
+{
+    const unsigned char *s = (const unsigned char *)sc->s;
+    size_t n = sc->n;
+    *esc = false;
+    for (i++; i < n;) {
+        unsigned char c = s[i];
+        if (c == '"')
+            return i + 1;
+        if (c < 0x20)
+            return 0;
+        if (c == '\\') {
+            *esc = true;
+            if (i + 1 >= n)
+                return 0;
+            char e = (char)s[i + 1];
+            if (e == 'u') {
+                long u = scan_u4(sc->s, i + 2, n);
+                if (u < 0 || (u >= 0xDC00 && u <= 0xDFFF))
+                    return 0;
+                i += 6;
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    if (i + 1 >= n || s[i] != '\\' || s[i + 1] != 'u')
+                        return 0;
+                    long lo = scan_u4(sc->s, i + 2, n);
+                    if (lo < 0xDC00 || lo > 0xDFFF)
+                        return 0;
+                    i += 6;
+                }
+                continue;
+            }
+            if (!strchr("\"\\/bfnrt", e) || e == '\0')
+                return 0;
+            i += 2;
+            continue;
+        }
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        /* UTF-8: shortest form, no surrogates, at most U+10FFFF */
+        int extra;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            extra = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            extra = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            extra = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + (size_t)extra >= n)
+            return 0;
+        for (int k = 1; k <= extra; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((extra == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) ||
+            (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        i += (size_t)extra + 1;
+    }
+    return 0;
+}
+
+static size_t scan_number(const scan_t *sc, size_t i)
+{
+    const char *s = sc->s;
+    size_t n = sc->n;
+    if (i < n && s[i] == '-')
+        i++;
+    if (i >= n)
+        return 0;
+    if (s[i] == '0') {
+        i++;
+    } else if (s[i] >= '1' && s[i] <= '9') {
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    } else {
+        return 0;
+    }
+    if (i < n && s[i] == '.') {
+        i++;
+        if (i >= n || s[i] < '0' || s[i] > '9')
+            return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        i++;
+        if (i < n && (s[i] == '+' || s[i] == '-'))
+            i++;
+        if (i >= n || s[i] < '0' || s[i] > '9')
+            return 0;
+        while (i < n && s[i] >= '0' && s[i] <= '9')
+            i++;
+    }
+    return i;
+}
+
+static bool key_is(const scan_t *sc, size_t kstart, size_t kend, const char *name)
+{
+    size_t len = kend - kstart - 2; /* without the quotes */
+    return strlen(name) == len && memcmp(sc->s + kstart + 1, name, len) == 0;
+}
+
+/* role 1: the top-level object; role 2: its params object; 0: anything else */
+static size_t scan_object(scan_t *sc, size_t i, int depth, int role)
+{
+    i = skip_ws(sc->s, i + 1, sc->n);
+    if (i < sc->n && sc->s[i] == '}')
+        return i + 1;
+    for (;;) {
+        if (i >= sc->n || sc->s[i] != '"')
+            return 0;
+        bool esc;
+        size_t kend = scan_string(sc, i, &esc);
+        if (!kend)
+            return 0;
+        if (esc && role)
+            sc->bail = true; /* a name we might need to compare is escaped */
+        size_t kstart = i;
+        i = skip_ws(sc->s, kend, sc->n);
+        if (i >= sc->n || sc->s[i] != ':')
+            return 0;
+        i = skip_ws(sc->s, i + 1, sc->n);
+        span_t *slot = NULL;
+        int sub = 0;
+        if (role == 1) {
+            if (key_is(sc, kstart, kend, "method"))
+                slot = &sc->method;
+            else if (key_is(sc, kstart, kend, "id"))
+                slot = &sc->id;
+            else if (key_is(sc, kstart, kend, "params"))
+                slot = &sc->params, sub = 2;
+            else if (key_is(sc, kstart, kend, "result"))
+                slot = &sc->result;
+            else if (key_is(sc, kstart, kend, "error"))
+                slot = &sc->error;
+        } else if (role == 2 && key_is(sc, kstart, kend, "name")) {
+            slot = &sc->name;
+        }
+        if (sub && slot && slot->present)
+            sc->name.present = false; /* a later params replaces the earlier one */
+        size_t vend = scan_value(sc, i, depth + 1, sub && i < sc->n && sc->s[i] == '{' ? sub : 0);
+        if (!vend)
+            return 0;
+        if (slot)
+            *slot = (span_t){i, vend - i, true};
+        i = skip_ws(sc->s, vend, sc->n);
+        if (i < sc->n && sc->s[i] == '}')
+            return i + 1;
+        if (i >= sc->n || sc->s[i] != ',')
+            return 0;
+        i = skip_ws(sc->s, i + 1, sc->n);
+    }
+}
+
+static size_t scan_value(scan_t *sc, size_t i, int depth, int role)
+{
+    const char *s = sc->s;
+    size_t n = sc->n;
+    if (i >= n || depth > SCAN_MAX_DEPTH)
+        return 0;
+    switch (s[i]) {
+    case '{':
+        return scan_object(sc, i, depth, role);
+    case '[':
+        i = skip_ws(s, i + 1, n);
+        if (i < n && s[i] == ']')
+            return i + 1;
+        for (;;) {
+            i = scan_value(sc, i, depth + 1, 0);
+            if (!i)
+                return 0;
+            i = skip_ws(s, i, n);
+            if (i < n && s[i] == ']')
+                return i + 1;
+            if (i >= n || s[i] != ',')
+                return 0;
+            i = skip_ws(s, i + 1, n);
+        }
+    case '"': {
+        bool esc;
+        return scan_string(sc, i, &esc);
+    }
+    case 't':
+        return n - i >= 4 && memcmp(s + i, "true", 4) == 0 ? i + 4 : 0;
+    case 'f':
+        return n - i >= 5 && memcmp(s + i, "false", 5) == 0 ? i + 5 : 0;
+    case 'n':
+        return n - i >= 4 && memcmp(s + i, "null", 4) == 0 ? i + 4 : 0;
+    default:
+        return scan_number(sc, i);
+    }
+}
+
+/* A string member's text, or NULL when absent, not a string, or escaped (*bail set). */
+static char *span_string(const scan_t *sc, const span_t *sp, bool *bail)
+{
+    if (!sp->present || sc->s[sp->off] != '"')
+        return NULL;
+    if (memchr(sc->s + sp->off, '\\', sp->len)) {
+        *bail = true;
+        return NULL;
+    }
+    return xstrndup(sc->s + sp->off + 1, sp->len - 2);
+}
+
+/* MCP_OK with out filled, MCP_ERR_PARSE, or -1: not decided here (use the tree path). */
+static int parse_fast(const char *body, size_t len, mcp_msg_t *out)
+{
+    scan_t sc = {.s = body, .n = len};
+    size_t i = skip_ws(body, 0, len);
+    if (i >= len || body[i] != '{')
+        return -1;
+    size_t end = scan_value(&sc, i, 1, 1);
+    if (!end || skip_ws(body, end, len) != len)
+        return sc.bail ? -1 : MCP_ERR_PARSE;
+    if (sc.bail)
+        return -1;
+    bool bail = false;
+    char *method = span_string(&sc, &sc.method, &bail);
+    char *tool = NULL;
+    if (!bail && method && strcmp(method, "tools/call") == 0)
+        tool = span_string(&sc, &sc.name, &bail);
+    if (bail) {
+        free(method);
+        free(tool);
+        return -1;
+    }
+    out->own_method = method;
+    out->method = method;
+    if (method) {
+        bool has_id = sc.id.present && !(sc.id.len == 4 && memcmp(body + sc.id.off, "null", 4) == 0);
+        out->kind = has_id ? MCP_KIND_REQUEST : MCP_KIND_NOTIFICATION;
+        if (has_id) {
+            out->id_text = xstrndup(body + sc.id.off, sc.id.len);
+            out->id = load(out->id_text, sc.id.len);
+            out->own_id = out->id;
+        }
+        if (has_id && tool) {
+            out->own_tool = tool;
+            out->tool = tool;
+        } else {
+            free(tool);
+        }
+    } else {
+        out->kind = sc.result.present || sc.error.present ? MCP_KIND_RESPONSE : MCP_KIND_OTHER;
+    }
+    return MCP_OK;
 }
 
 static void classify_object(mcp_msg_t *m, json_t *obj, const char *text, size_t len)
@@ -150,7 +463,6 @@ static void classify_object(mcp_msg_t *m, json_t *obj, const char *text, size_t 
             json_t *name = json_object_get(params, "name");
             if (json_is_string(name))
                 m->tool = json_string_value(name);
-            m->arguments = json_object_get(params, "arguments");
         }
     } else if (json_object_get(obj, "result") || json_object_get(obj, "error")) {
         m->kind = MCP_KIND_RESPONSE;
@@ -160,6 +472,16 @@ static void classify_object(mcp_msg_t *m, json_t *obj, const char *text, size_t 
 }
 
 mcp_status_t mcp_parse(const char *body, size_t len, mcp_msg_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    int rc = parse_fast(body, len, out);
+    if (rc >= 0)
+        return (mcp_status_t)rc;
+    mcp_msg_free(out);
+    return mcp_parse_tree(body, len, out);
+}
+
+mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out)
 {
     memset(out, 0, sizeof(*out));
     json_t *root = load(body, len);
@@ -202,6 +524,10 @@ void mcp_msg_free(mcp_msg_t *m)
 {
     if (m->root)
         json_decref(m->root);
+    if (m->own_id)
+        json_decref(m->own_id);
+    free(m->own_method);
+    free(m->own_tool);
     free(m->id_text);
     free(m->batch_tools);
     memset(m, 0, sizeof(*m));

@@ -1,18 +1,54 @@
 /* libFuzzer driver for JSON-RPC extraction and response classification: any bytes, no crash,
- * and spans found always lie inside the input. */
+ * spans found always lie inside the input, and the fast scanner agrees with the jansson tree
+ * on every body (differential: the tree path is the reference). */
 #include "mcp.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static bool same(const char *a, const char *b)
+{
+    return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* jansson refuses some valid JSON (a real that overflows a double, very deep nesting) */
+static bool tree_limit(const char *text, size_t size)
+{
+    json_error_t err;
+    json_t *j = json_loadb(text, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (j) {
+        json_decref(j);
+        return false;
+    }
+    return strstr(err.text, "overflow") || strstr(err.text, "too big") || strstr(err.text, "depth");
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     const char *text = (const char *)data;
-    mcp_msg_t m;
-    if (mcp_parse(text, size, &m) == MCP_OK) {
+    mcp_msg_t m, t;
+    mcp_status_t sf = mcp_parse(text, size, &m);
+    mcp_status_t st = mcp_parse_tree(text, size, &t);
+    /* jansson takes a raw NUL byte between tokens for a separator; JSON does not */
+    bool raw_nul = memchr(text, '\0', size) != NULL;
+    if (sf != st && !(sf == MCP_OK && st == MCP_ERR_PARSE && tree_limit(text, size)) &&
+        !(sf == MCP_ERR_PARSE && st == MCP_OK && raw_nul)) {
+        fprintf(stderr, "scanner says %s, tree says %s\n", mcp_status_str(sf), mcp_status_str(st));
+        abort();
+    }
+    if (sf == MCP_OK && st == MCP_OK && !raw_nul &&
+        (m.kind != t.kind || !same(m.method, t.method) || !same(m.tool, t.tool) ||
+         !same(m.id_text, t.id_text))) {
+        fprintf(stderr, "scanner and tree disagree on the message\n");
+        abort();
+    }
+    if (st == MCP_OK)
+        mcp_msg_free(&t);
+    if (sf == MCP_OK) {
         if (m.id) {
             size_t off = 0, len = 0;
             mcp_resp_class_t c = mcp_classify_response(text, size, m.id, &off, &len);

@@ -60,8 +60,7 @@ static void test_tools_call(void **state)
                            "{\"name\":\"issue_refund\",\"arguments\":{\"order_id\":\"A1\"},"
                            "\"_meta\":{\"progressToken\":1}}}");
     assert_string_equal(m.tool, "issue_refund");
-    assert_non_null(m.arguments);
-    assert_true(json_is_object(m.arguments));
+    assert_true(json_is_integer(m.id));
     mcp_msg_free(&m);
 
     m = parse_ok(
@@ -72,7 +71,6 @@ static void test_tools_call(void **state)
     m = parse_ok(
         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{\"name\":\"t\"}}");
     assert_string_equal(m.tool, "t");
-    assert_null(m.arguments);
     mcp_msg_free(&m);
 }
 
@@ -201,6 +199,49 @@ static void test_replay(void **state)
     assert_null(mcp_replay_body("1", "[1]", 3, marker));
 }
 
+/* The scanner and the jansson tree agree on what a body is. */
+static void test_fast_path_matches_tree(void **state)
+{
+    static const char *const bodies[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+        "{\"method\":\"tools/call\",\"id\":\"x\",\"params\":{\"arguments\":{\"name\":\"no\"}}}",
+        "{\"method\":\"tools/call\",\"id\":2,\"params\":{\"name\":\"a\"},\"params\":{}}",
+        "{\"method\":\"m\",\"method\":\"tools/call\",\"id\":3,\"params\":{\"name\":\"b\"}}",
+        "{\"method\":5,\"result\":null}",
+        "{\"id\":null,\"method\":\"n\"}",
+        "{\"m\\u0065thod\":\"tools/call\",\"id\":1}",
+        "{\"method\":\"tools\\/call\",\"id\":1,\"params\":{\"name\":\"t\"}}",
+        "{\"a\":\"\\ud83d\\ude02\",\"b\":[1,-0.5e+3,true,false,null,{}],\"method\":\"x\"}",
+        "{\"a\":\"\\ud83d\"}", "{\"a\":\"\\ude02\"}", "{\"a\":\"\xc3\x28\"}",
+        "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\t\"}",
+        "{\"a\":[1,]}", "{\"a\":1,}", "{\"a\" 1}", "{} {}", " {\"id\":[1]} ", "{\"a\":tru}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        mcp_msg_t f, t;
+        const char *b = bodies[i];
+        mcp_status_t sf = mcp_parse(b, strlen(b), &f);
+        mcp_status_t st = mcp_parse_tree(b, strlen(b), &t);
+        assert_int_equal(sf, st);
+        if (sf != MCP_OK)
+            continue;
+        assert_int_equal(f.kind, t.kind);
+        if (t.method)
+            assert_string_equal(f.method, t.method);
+        else
+            assert_null(f.method);
+        if (t.tool)
+            assert_string_equal(f.tool, t.tool);
+        else
+            assert_null(f.tool);
+        if (t.id_text)
+            assert_string_equal(f.id_text, t.id_text);
+        else
+            assert_null(f.id_text);
+        mcp_msg_free(&f);
+        mcp_msg_free(&t);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_batch),         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_member_span),   cmocka_unit_test(test_classify),
         cmocka_unit_test(test_bodies),        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_fast_path_matches_tree),
     };
     return cmocka_run_group_tests_name("mcp", tests, NULL, NULL);
 }
