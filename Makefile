@@ -85,7 +85,7 @@ unit: unit-bins
 # Recursive make so the build sees libraries the install step just added.
 check:
 	$(Q)scripts/install-deps.sh
-	$(Q)$(MAKE) --no-print-directory all unit-bins
+	$(Q)$(MAKE) --no-print-directory all unit-bins fuzz-smoke
 	$(Q)tests/run-all.sh
 
 # The same tests against the sanitizer build.

@@ -29,6 +29,9 @@ uint64_t util_wall_ms(void);
 /* Lower-case hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void util_hex(const unsigned char *in, size_t n, char *out);
 
+/* The value of one hex digit, or -1. */
+int util_hexval(char c);
+
 /* ASCII case-insensitive comparison of a length-delimited name with a C string. */
 int util_strncaseeq(const char *a, size_t alen, const char *b);
 

@@ -1,4 +1,5 @@
 #include "mcp.h"
+#include "util.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -157,24 +158,13 @@ typedef struct scan {
 
 static size_t scan_value(scan_t *sc, size_t i, int depth, int role);
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 static long scan_u4(const char *s, size_t i, size_t n)
 {
     if (i + 4 > n)
         return -1;
     long v = 0;
     for (int k = 0; k < 4; k++) {
-        int h = hexval(s[i + k]);
+        int h = util_hexval(s[i + k]);
         if (h < 0)
             return -1;
         v = v * 16 + h;

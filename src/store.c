@@ -425,17 +425,6 @@ static store_status_t submit(store_t *s, store_op_t *op)
 
 /* ---- results ---- */
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* bytea arrives in text form as "\x" + hex (bytea_output = hex, the default since 9.0). */
 static bool decode_bytea(const char *txt, char **out, size_t *outlen)
 {
@@ -445,7 +434,7 @@ static bool decode_bytea(const char *txt, char **out, size_t *outlen)
     size_t len = (n - 2) / 2;
     char *buf = xmalloc(len + 1);
     for (size_t i = 0; i < len; i++) {
-        int hi = hexval(txt[2 + 2 * i]), lo = hexval(txt[3 + 2 * i]);
+        int hi = util_hexval(txt[2 + 2 * i]), lo = util_hexval(txt[3 + 2 * i]);
         if (hi < 0 || lo < 0) {
             free(buf);
             return false;

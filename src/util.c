@@ -92,6 +92,17 @@ void util_hex(const unsigned char *in, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+int util_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 int util_strncaseeq(const char *a, size_t alen, const char *b)
 {
     return strlen(b) == alen && strncasecmp(a, b, alen) == 0;
