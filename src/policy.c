@@ -119,12 +119,28 @@ static int scale(uint64_t v, uint64_t mult, uint64_t *out)
     return 0;
 }
 
+typedef struct unit {
+    const char *name;
+    uint64_t mult;
+} unit_t;
+
+/* A whole number followed by one of the units (compared with cmp), scaled. 0 or -1. */
+static int parse_with_units(const char *s, const unit_t *units, size_t n,
+                            int (*cmp)(const char *, const char *), uint64_t *out)
+{
+    uint64_t v;
+    const char *rest = s ? parse_digits(s, &v) : NULL;
+    if (!rest)
+        return -1;
+    for (size_t i = 0; i < n; i++)
+        if (cmp(rest, units[i].name) == 0)
+            return scale(v, units[i].mult, out);
+    return -1;
+}
+
 int policy_parse_duration(const char *s, uint64_t *out_ms)
 {
-    static const struct {
-        const char *unit;
-        uint64_t ms;
-    } units[] = {
+    static const unit_t units[] = {
         {"", MS_PER_S}, /* a bare number is seconds, like most operators expect */
         {"ms", 1},
         {"s", MS_PER_S},
@@ -132,26 +148,14 @@ int policy_parse_duration(const char *s, uint64_t *out_ms)
         {"h", 3600 * MS_PER_S},
         {"d", 86400 * MS_PER_S},
     };
-    uint64_t v;
-    if (!s)
-        return -1;
-    const char *rest = parse_digits(s, &v);
-    if (!rest)
-        return -1;
-    for (size_t i = 0; i < ARRAY_LEN(units); i++)
-        if (strcmp(rest, units[i].unit) == 0)
-            return scale(v, units[i].ms, out_ms);
-    return -1;
+    return parse_with_units(s, units, ARRAY_LEN(units), strcmp, out_ms);
 }
 
 int policy_parse_size(const char *s, uint64_t *out_bytes)
 {
     /* Every suffix is a power of 1024: "1MB" meaning 1,000,000 bytes is never what anyone
      * sizing a buffer meant, and two meanings for one spelling is worse. */
-    static const struct {
-        const char *unit;
-        uint64_t mult;
-    } units[] = {
+    static const unit_t units[] = {
         {"", 1},
         {"b", 1},
         {"k", 1ULL << 10},
@@ -164,16 +168,7 @@ int policy_parse_size(const char *s, uint64_t *out_bytes)
         {"gb", 1ULL << 30},
         {"gib", 1ULL << 30},
     };
-    uint64_t v;
-    if (!s)
-        return -1;
-    const char *rest = parse_digits(s, &v);
-    if (!rest)
-        return -1;
-    for (size_t i = 0; i < ARRAY_LEN(units); i++)
-        if (strcasecmp(rest, units[i].unit) == 0)
-            return scale(v, units[i].mult, out_bytes);
-    return -1;
+    return parse_with_units(s, units, ARRAY_LEN(units), strcasecmp, out_bytes);
 }
 
 static void free_strv(char **v, size_t n)
