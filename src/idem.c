@@ -50,6 +50,8 @@ typedef struct idem_call {
     bool store_pending;             /* a store call is out */
     store_status_t deferred_status; /* a finish that failed before it was sent */
     store_state_t recorded;         /* the outcome being written */
+    const char *why;                /* why that outcome, for the log */
+    char log_extra[160];            /* key fields on the exchange's request log line */
     /* capture of the final response */
     bool capture_json, capture_sse;
     struct evbuffer *json_body;
@@ -619,9 +621,8 @@ void idem_begin(exchange_t *ex)
     c->explicit_key = kr.explicit_key;
     key_result_free(&kr);
     key_hash_hex(c->key, c->key_hash);
-    char extra[120];
-    snprintf(extra, sizeof(extra), "\"key_hash\":\"%.16s\"", c->key_hash);
-    ex->extra_log = NULL;
+    snprintf(c->log_extra, sizeof(c->log_extra), "\"key_hash\":\"%.16s\"", c->key_hash);
+    ex->extra_log = c->log_extra;
     claim(ex);
 }
 
@@ -704,9 +705,13 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     } else if (!fence_matched) {
         log_warn(ex->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
                  c->key_hash);
-    } else if (c->recorded == STORE_STATE_SUCCEEDED) {
-        replay_cache_put(server->cache, c->key, c->args_digest, c->result, c->result_len,
-                         c->claimed_at, 1, util_now_ms() + c->window_ms);
+    } else {
+        /* logged once Postgres has it: a retry sent after this line sees the outcome */
+        log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash,
+                 store_state_str(c->recorded), c->why);
+        if (c->recorded == STORE_STATE_SUCCEEDED)
+            replay_cache_put(server->cache, c->key, c->args_digest, c->result, c->result_len,
+                             c->claimed_at, 1, util_now_ms() + c->window_ms);
     }
     proxy_release_held(ex);
 }
@@ -758,12 +763,11 @@ static void record(exchange_t *ex, store_state_t state, const char *why)
 {
     idem_call_t *c = ex->call;
     c->state = CALL_FINISHING;
-    char extra[200];
-    snprintf(extra, sizeof(extra), "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"",
-             c->key_hash, store_state_str(state), why);
-    ex->extra_log = NULL;
-    log_info(ex->conn_id, "key %.16s recorded as %s (%s)", c->key_hash, store_state_str(state),
-             why);
+    snprintf(c->log_extra, sizeof(c->log_extra),
+             "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"", c->key_hash,
+             store_state_str(state), why);
+    ex->extra_log = c->log_extra;
+    c->why = why;
     bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
     c->recorded = state;
     /* the agent's answer waits for the write, so a retry right after sees the outcome */
@@ -834,6 +838,28 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
 
 /* --- GET streams: final responses of calls whose POST stream ended early --- */
 
+typedef struct resumed_finish {
+    uint64_t conn_id;
+    char key_hash[65];
+    store_state_t state;
+    const char *why;
+} resumed_finish_t;
+
+static void on_resumed_finished(store_status_t st, bool fence_matched, void *arg)
+{
+    resumed_finish_t *rf = arg;
+    if (st != STORE_OK)
+        log_error(rf->conn_id, "could not record key %.16s: %s", rf->key_hash,
+                  store_status_str(st));
+    else if (!fence_matched)
+        log_warn(rf->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
+                 rf->key_hash);
+    else
+        log_info(rf->conn_id, "key %.16s recorded as %s from a resumed stream (%s)",
+                 rf->key_hash, store_state_str(rf->state), rf->why);
+    free(rf);
+}
+
 static int on_watch_event(const sse_event_t *ev, void *arg)
 {
     exchange_t *ex = arg;
@@ -851,14 +877,19 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         const char *why;
         store_state_t st = final_state(cls, p->on_tool_error, &why);
         bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
-        log_info(ex->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", p->key_hash,
-                 store_state_str(st), why);
+        resumed_finish_t *rf = xcalloc(1, sizeof(*rf));
+        rf->conn_id = ex->conn_id;
+        memcpy(rf->key_hash, p->key_hash, sizeof(rf->key_hash));
+        rf->state = st;
+        rf->why = why;
         store_status_t ss =
             store_finish(server->store, p->key, p->fence, st, store_it ? ev->data + off : NULL,
-                         store_it ? len : 0, false, p->window_ms, NULL, NULL);
-        if (ss != STORE_OK)
+                         store_it ? len : 0, false, p->window_ms, on_resumed_finished, rf);
+        if (ss != STORE_OK) {
             log_error(ex->conn_id, "could not record key %.16s: %s", p->key_hash,
                       store_status_str(ss));
+            free(rf);
+        }
         *pp = p->next;
         pending_free(p);
     }
