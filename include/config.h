@@ -35,6 +35,7 @@ typedef struct config {
 
     char *upstream_url;         /* full URL as given, e.g. http://127.0.0.1:3001/mcp */
     bool upstream_tls;          /* https:// */
+    char *upstream_ca_file;     /* PEM CAs that verify an https upstream; NULL = system store */
     host_port_t upstream;       /* host and port from the URL */
     char *upstream_path;        /* path from the URL; agents use the same path on listen */
     char *upstream_host_header; /* Host header value sent upstream ("host:port") */

@@ -37,7 +37,7 @@ typedef struct mcp_msg {
     bool batch_bad_tool; /* a tools/call in the batch has no string name */
     char *own_method;    /* the fast path's copies behind method and tool */
     char *own_tool;
-    json_t *own_id;      /* the fast path's id value */
+    json_t *own_id; /* the fast path's id value */
 } mcp_msg_t;
 
 /* Parses a POST body. On MCP_OK the caller owns out and frees it with mcp_msg_free. A single

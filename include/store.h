@@ -64,7 +64,7 @@ typedef struct store_row {
     const char *created_at; /* first seen, ISO 8601 UTC */
     const char *first_session_id;
     const char *first_jsonrpc_id;
-    int64_t expires_in_ms;      /* until the row expires, by the database clock */
+    int64_t expires_in_ms; /* until the row expires, by the database clock */
 } store_row_t;
 
 typedef struct store_claim_result {

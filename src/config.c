@@ -453,6 +453,10 @@ static bool apply_env(config_t *c, config_errors_t *errs)
         free(c->database_url);
         c->database_url = xstrdup(v);
     }
+    if ((v = env_get("IDEMGW_UPSTREAM_CA_FILE"))) {
+        free(c->upstream_ca_file);
+        c->upstream_ca_file = xstrdup(v);
+    }
     if ((v = env_get("IDEMGW_LOG_LEVEL"))) {
         int lvl = log_level_parse(v);
         if (lvl < 0)
@@ -566,6 +570,7 @@ void config_free(config_t *c)
     free(c->upstream_path);
     free(c->upstream_host_header);
     free(c->database_url);
+    free(c->upstream_ca_file);
     free_strv(c->allowed_hosts, c->n_allowed_hosts);
     free_strv(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);
@@ -632,6 +637,12 @@ int config_restart_only_diff(const config_t *old, const config_t *neu, char *out
         diff_line(out, outlen, &used, "upstream: %s -> %s\n",
                   old->upstream_url ? old->upstream_url : "(none)",
                   neu->upstream_url ? neu->upstream_url : "(none)");
+        count++;
+    }
+    if (!str_eq(old->upstream_ca_file, neu->upstream_ca_file)) {
+        diff_line(out, outlen, &used, "upstream_ca_file: %s -> %s\n",
+                  old->upstream_ca_file ? old->upstream_ca_file : "(system store)",
+                  neu->upstream_ca_file ? neu->upstream_ca_file : "(system store)");
         count++;
     }
     if (!str_eq(old->database_url, neu->database_url)) {

@@ -3,6 +3,7 @@
 #include "config_yaml.h"
 #include "log.h"
 
+#include <errno.h>
 #include <libfyaml.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #define MS_S 1000ULL
 #define MS_H (3600 * MS_S)
@@ -487,6 +489,25 @@ static void fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path
         err_at(cx, line, "%s: bad URL '%.200s': %s", path, s, err);
 }
 
+static void fn_upstream_ca_file(ctx_t *cx, struct fy_node *v, int line, const char *path,
+                                void *base)
+{
+    config_t *c = base;
+    const char *s = scalar(cx, v, line, path, "a file name");
+    if (!s)
+        return;
+    if (!*s) {
+        err_at(cx, line, "%s: must not be empty", path);
+        return;
+    }
+    if (access(s, R_OK) != 0) {
+        err_at(cx, line, "%s: cannot read '%.200s': %s", path, s, strerror(errno));
+        return;
+    }
+    free(c->upstream_ca_file);
+    c->upstream_ca_file = xstrdup(s);
+}
+
 static void fn_log_level(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
@@ -754,6 +775,7 @@ static const key_spec_t top_keys[] = {
     {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen)},
     {.name = "workers", .kind = K_INT, .off = CFG(workers), .min = 1, .max = 64},
     {.name = "upstream", .kind = K_FN, .fn = fn_upstream},
+    {.name = "upstream_ca_file", .kind = K_FN, .fn = fn_upstream_ca_file},
     {.name = "database_url", .kind = K_STR, .off = CFG(database_url)},
     {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate)},
     {.name = "store", .kind = K_SECTION, .sub = store_keys, .n_sub = ARRAY_LEN(store_keys)},

@@ -427,7 +427,8 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         /* another process (or an earlier life of this one) recorded it: keep it for the
          * next replay, no longer than the row itself lives */
         replay_cache_put(server->cache, c->key, row->args_digest, row->result, row->result_len,
-                         row->created_at, row->attempts, util_now_ms() + (uint64_t)row->expires_in_ms);
+                         row->created_at, row->attempts,
+                         util_now_ms() + (uint64_t)row->expires_in_ms);
         answer_replay(ex, row, false);
         return;
     case STORE_STATE_UNKNOWN:
@@ -855,8 +856,8 @@ static void on_resumed_finished(store_status_t st, bool fence_matched, void *arg
         log_warn(rf->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
                  rf->key_hash);
     else
-        log_info(rf->conn_id, "key %.16s recorded as %s from a resumed stream (%s)",
-                 rf->key_hash, store_state_str(rf->state), rf->why);
+        log_info(rf->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", rf->key_hash,
+                 store_state_str(rf->state), rf->why);
     free(rf);
 }
 

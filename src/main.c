@@ -131,6 +131,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     KEEPS(upstream_path);
     KEEPS(upstream_host_header);
     KEEPS(database_url);
+    KEEPS(upstream_ca_file);
 #undef KEEPS
     neu->upstream_tls = old->upstream_tls;
     neu->store_enabled = old->store_enabled;
@@ -190,7 +191,15 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
 
     if (cfg->upstream_tls) {
         server->tls = SSL_CTX_new(TLS_client_method());
-        SSL_CTX_set_default_verify_paths(server->tls);
+        if (cfg->upstream_ca_file) {
+            if (SSL_CTX_load_verify_locations(server->tls, cfg->upstream_ca_file, NULL) != 1) {
+                fprintf(stderr, "idemgw: upstream_ca_file %s: no usable certificate in it\n",
+                        cfg->upstream_ca_file);
+                goto out;
+            }
+        } else {
+            SSL_CTX_set_default_verify_paths(server->tls);
+        }
         SSL_CTX_set_verify(server->tls, SSL_VERIFY_PEER, NULL);
     }
     server->pool = upstream_pool_new(msg, sizeof(msg));

@@ -134,7 +134,6 @@ static json_t *load(const char *body, size_t len)
     return root;
 }
 
-
 /* --- the fast path: validate and pick out the few members the gateway reads --- */
 
 /* Every POST body is checked to be JSON and classified. Building a jansson tree of it (with a
@@ -152,7 +151,7 @@ typedef struct span {
 typedef struct scan {
     const char *s;
     size_t n;
-    bool bail;          /* valid so far, but let the tree path decide */
+    bool bail; /* valid so far, but let the tree path decide */
     span_t method, id, params, result, error, name;
 } scan_t;
 
@@ -412,7 +411,8 @@ static int parse_fast(const char *body, size_t len, mcp_msg_t *out)
     out->own_method = method;
     out->method = method;
     if (method) {
-        bool has_id = sc.id.present && !(sc.id.len == 4 && memcmp(body + sc.id.off, "null", 4) == 0);
+        bool has_id =
+            sc.id.present && !(sc.id.len == 4 && memcmp(body + sc.id.off, "null", 4) == 0);
         out->kind = has_id ? MCP_KIND_REQUEST : MCP_KIND_NOTIFICATION;
         if (has_id) {
             out->id_text = xstrndup(body + sc.id.off, sc.id.len);

@@ -3,6 +3,7 @@
 #include "server.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
@@ -11,7 +12,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -309,10 +312,21 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     switch (up->state) {
-    case UP_CONNECTING:
-        log_warn(0, "upstream connect failed: %s",
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+    case UP_CONNECTING: {
+        unsigned long tls_err = server->tls ? bufferevent_get_openssl_error(bev) : 0;
+        if (tls_err) {
+            char why[256];
+            ERR_error_string_n(tls_err, why, sizeof(why));
+            long vr = SSL_get_verify_result(bufferevent_openssl_get_ssl(bev));
+            log_warn(0, "upstream TLS handshake failed: %s%s%s", why,
+                     vr != X509_V_OK ? "; certificate: " : "",
+                     vr != X509_V_OK ? X509_verify_cert_error_string(vr) : "");
+        } else {
+            log_warn(0, "upstream connect failed: %s",
+                     evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        }
         finish(up, UPSTREAM_ERR_CONNECT);
+    } break;
         break;
     case UP_IDLE:
         unlink_idle(up);
@@ -362,8 +376,15 @@ static struct bufferevent *new_bev(void)
     if (!server->tls)
         return bufferevent_socket_new(server->base, -1, BEV_OPT_CLOSE_ON_FREE);
     SSL *ssl = SSL_new(server->tls);
-    SSL_set_tlsext_host_name(ssl, server->cfg->upstream.host);
-    SSL_set1_host(ssl, server->cfg->upstream.host);
+    const char *host = server->cfg->upstream.host;
+    unsigned char addr[16];
+    if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
+        /* an address: the certificate must name it; SNI never carries one (RFC 6066) */
+        X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host);
+    } else {
+        SSL_set_tlsext_host_name(ssl, host);
+        SSL_set1_host(ssl, host);
+    }
     return bufferevent_openssl_socket_new(server->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                           BEV_OPT_CLOSE_ON_FREE);
 }
@@ -474,7 +495,7 @@ void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void 
     probe_t *pr = xcalloc(1, sizeof(*pr));
     pr->cb = cb;
     pr->arg = arg;
-    pr->bev = bufferevent_socket_new(server->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    pr->bev = new_bev(); /* an https upstream is ready once its certificate verifies */
     pr->timer = evtimer_new(server->base, probe_timeout, pr);
     bufferevent_setcb(pr->bev, NULL, NULL, probe_event, pr);
     uint64_t ms = server->cfg->upstream_connect_timeout_ms;

@@ -212,9 +212,19 @@ static void test_fast_path_matches_tree(void **state)
         "{\"m\\u0065thod\":\"tools/call\",\"id\":1}",
         "{\"method\":\"tools\\/call\",\"id\":1,\"params\":{\"name\":\"t\"}}",
         "{\"a\":\"\\ud83d\\ude02\",\"b\":[1,-0.5e+3,true,false,null,{}],\"method\":\"x\"}",
-        "{\"a\":\"\\ud83d\"}", "{\"a\":\"\\ude02\"}", "{\"a\":\"\xc3\x28\"}",
-        "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\t\"}",
-        "{\"a\":[1,]}", "{\"a\":1,}", "{\"a\" 1}", "{} {}", " {\"id\":[1]} ", "{\"a\":tru}",
+        "{\"a\":\"\\ud83d\"}",
+        "{\"a\":\"\\ude02\"}",
+        "{\"a\":\"\xc3\x28\"}",
+        "{\"a\":\"\xed\xa0\x80\"}",
+        "{\"a\":01}",
+        "{\"a\":1.}",
+        "{\"a\":\"\t\"}",
+        "{\"a\":[1,]}",
+        "{\"a\":1,}",
+        "{\"a\" 1}",
+        "{} {}",
+        " {\"id\":[1]} ",
+        "{\"a\":tru}",
     };
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         mcp_msg_t f, t;
@@ -245,10 +255,14 @@ static void test_fast_path_matches_tree(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_request_kinds), cmocka_unit_test(test_tools_call),
-        cmocka_unit_test(test_batch),         cmocka_unit_test(test_bad_bodies),
-        cmocka_unit_test(test_member_span),   cmocka_unit_test(test_classify),
-        cmocka_unit_test(test_bodies),        cmocka_unit_test(test_replay),
+        cmocka_unit_test(test_request_kinds),
+        cmocka_unit_test(test_tools_call),
+        cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_bad_bodies),
+        cmocka_unit_test(test_member_span),
+        cmocka_unit_test(test_classify),
+        cmocka_unit_test(test_bodies),
+        cmocka_unit_test(test_replay),
         cmocka_unit_test(test_fast_path_matches_tree),
     };
     return cmocka_run_group_tests_name("mcp", tests, NULL, NULL);

@@ -330,15 +330,41 @@ export function waitForLog(handle, re, { timeoutMs = 10000 } = {}) {
  * opts.jsonResponse answers with single JSON bodies instead of SSE streams.
  * Returns {url, port, ledger, proc, logs, exited}.
  */
-export async function startRefundServer(t, { jsonResponse = false, ledger } = {}) {
+export async function startRefundServer(t, { jsonResponse = false, ledger, tls } = {}) {
   const ledgerPath = ledger ?? path.join(await tempDir(t, 'idemgw-ledger-'), 'ledger.jsonl');
+  const env = { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '' };
+  if (tls) Object.assign(env, { TLS_CERT: tls.cert, TLS_KEY: tls.key });
   const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/refund-server.mjs'), '0'], {
-    env: { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '' },
+    env,
     readyLine: /listening on port (\d+)/,
     name: jsonResponse ? 'refund-fixture(json)' : 'refund-fixture(sse)',
   });
   const port = Number(h.match[1]);
-  return { ...h, port, ledger: ledgerPath, url: `http://127.0.0.1:${port}/mcp` };
+  const url = `${tls ? 'https' : 'http'}://127.0.0.1:${port}/mcp`;
+  return { ...h, port, ledger: ledgerPath, url };
+}
+
+/**
+ * A private CA and a certificate it signed for localhost (openssl CLI), as PEM files:
+ * { ca, cert, key }, plus otherCa, a CA that signed nothing here.
+ */
+export async function makeCertificates(t) {
+  const dir = await tempDir(t, 'idemgw-tls-');
+  const f = (name) => path.join(dir, name);
+  const ossl = async (...args) => {
+    const r = await run('openssl', args);
+    if (r.code !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr}`);
+  };
+  for (const ca of ['ca', 'other-ca']) {
+    await ossl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '2', '-subj', `/CN=idemgw test ${ca}`,
+      '-keyout', f(`${ca}.key`), '-out', f(`${ca}.pem`));
+  }
+  await ossl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost',
+    '-keyout', f('server.key'), '-out', f('server.csr'));
+  await fs.writeFile(f('ext.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  await ossl('x509', '-req', '-in', f('server.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'),
+    '-CAcreateserial', '-days', '2', '-extfile', f('ext.cnf'), '-out', f('server.pem'));
+  return { ca: f('ca.pem'), otherCa: f('other-ca.pem'), cert: f('server.pem'), key: f('server.key') };
 }
 
 /** The ledger's entries (one per real execution), parsed; [] when the file is missing. */
