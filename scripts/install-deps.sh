@@ -24,6 +24,7 @@ apt_packages=(
     python3                    # free-port helper in scripts/pg-cluster.sh
     nginx-light wrk            # benchmarks (scripts/bench.sh): nginx baseline, load generator
     ca-certificates            # npm talks https to its registry
+    openssl                    # test certificates for the https-upstream tests
 )
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
