@@ -29,12 +29,14 @@ struct http_conn {
     struct bufferevent *bev;
     llhttp_t parser;
     const http_site_t *site;
-    http_request_t *req;     /* the request being read */
-    size_t head_bytes;       /* request line and headers so far */
-    int fail_status;         /* set by a parser callback that refuses the request */
-    bool req_complete;       /* on_message_complete seen for req */
-    struct event *timer;     /* idle, header or body deadline, by state */
-    struct event *resume;    /* processes pipelined input after a response */
+    http_request_t *req;    /* the request being read */
+    size_t head_bytes;      /* request line and headers so far */
+    int fail_status;        /* set by a parser callback that refuses the request */
+    bool req_complete;      /* on_message_complete seen for req */
+    struct event *timer;    /* idle, header or body deadline, by state */
+    struct event *resume;   /* processes pipelined input after a response */
+    struct event *flush_ev; /* writes output that no caller flushed, within this loop pass */
+    bool flush_pending;
     void (*drained)(void *); /* observer of the current response */
     void (*gone)(void *);
     void *obs_arg;
@@ -115,6 +117,7 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
     bufferevent_free(c->bev);
     event_free(c->timer);
     event_free(c->resume);
+    event_free(c->flush_ev);
     http_request_free(c->req);
     log_debug(c->id, "connection closed");
     free(c);
@@ -361,16 +364,38 @@ static void resume_cb(evutil_socket_t fd, short what, void *arg)
     process_input(arg);
 }
 
+/* The bufferevent wrote a backlog down below the low watermark. */
 static void write_cb(struct bufferevent *bev, void *arg)
 {
     http_conn_t *c = arg;
+    bool empty = evbuffer_get_length(bufferevent_get_output(bev)) == 0;
+    if (empty)
+        bufferevent_disable(bev, EV_WRITE); /* back to writing from http_conn_flush */
     if (c->state == CONN_CLOSING) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+        if (empty)
             linger(c);
         return;
     }
     if (c->drained)
         c->drained(c->obs_arg);
+}
+
+static void flush_cb(evutil_socket_t fd, short what, void *arg)
+{
+    http_conn_t *c = arg;
+    c->flush_pending = false;
+    http_conn_flush(c);
+}
+
+/* Output added and not flushed by its writer is written later in the same loop pass. */
+static void output_added(struct evbuffer *buf, const struct evbuffer_cb_info *info, void *arg)
+{
+    http_conn_t *c = arg;
+    if (info->n_added == 0 || c->flush_pending || c->free_scheduled ||
+        (bufferevent_get_enabled(c->bev) & EV_WRITE))
+        return;
+    c->flush_pending = true;
+    event_active(c->flush_ev, 0, 0);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -427,12 +452,17 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     c->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->timer = evtimer_new(server->base, timer_cb, c);
     c->resume = event_new(server->base, -1, 0, resume_cb, c);
+    c->flush_ev = event_new(server->base, -1, 0, flush_cb, c);
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
     c->parser.data = c;
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, IN_HIGH_WATERMARK);
     bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATERMARK, 0);
-    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    /* Writing is enabled only while a backlog waits for the socket: answers go out from
+     * http_conn_flush at once, and EPOLLOUT is not switched on and off for each one. */
+    bufferevent_disable(c->bev, EV_WRITE); /* a new bufferevent starts write-enabled */
+    bufferevent_enable(c->bev, EV_READ);
+    evbuffer_add_cb(bufferevent_get_output(c->bev), output_added, c);
     arm_timer(c, server->cfg->client_idle_timeout_ms);
     c->next = all_conns;
     if (all_conns)
@@ -453,10 +483,21 @@ uint64_t http_conn_id(const http_conn_t *conn)
 void http_conn_flush(http_conn_t *conn)
 {
     struct evbuffer *out = bufferevent_get_output(conn->bev);
-    if (conn->free_scheduled || evbuffer_get_length(out) == 0)
+    if (conn->free_scheduled || (bufferevent_get_enabled(conn->bev) & EV_WRITE))
+        return; /* the bufferevent is writing a backlog: keep the order */
+    if (evbuffer_get_length(out) > 0) {
+        /* a socket bufferevent freezes the front of its output for everyone but itself */
+        evbuffer_unfreeze(out, 1);
+        (void)evbuffer_write(out, bufferevent_getfd(conn->bev));
+        evbuffer_freeze(out, 1);
+    }
+    if (evbuffer_get_length(out) > 0) {
+        /* a backlog, or an error, which the bufferevent's own write sees and reports */
+        bufferevent_enable(conn->bev, EV_WRITE);
         return;
-    /* a failure here is seen again, and handled, by the bufferevent's own write */
-    (void)evbuffer_write(out, bufferevent_getfd(conn->bev));
+    }
+    if (conn->state == CONN_CLOSING)
+        linger(conn);
 }
 
 struct evbuffer *http_conn_output(http_conn_t *conn)

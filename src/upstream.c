@@ -433,11 +433,18 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
     }
     up->cbs = cbs;
     up->arg = arg;
-    bufferevent_write_buffer(up->bev, request);
-    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
-    /* on a pooled plain connection the request goes out now, not on the next loop pass */
+    /* On a pooled plain connection the request goes out now, from here: handing it to the
+     * bufferevent would cost a loop pass and two epoll_ctl calls to switch EPOLLOUT on and
+     * off. What the socket does not take (or an error, which the bufferevent then sees and
+     * reports) is left to the bufferevent. */
     if (up->state == UP_WAIT_HEAD && !server->tls)
-        (void)evbuffer_write(bufferevent_get_output(up->bev), bufferevent_getfd(up->bev));
+        (void)evbuffer_write(request, bufferevent_getfd(up->bev));
+    if (evbuffer_get_length(request) > 0) {
+        bufferevent_write_buffer(up->bev, request);
+        bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    } else {
+        bufferevent_enable(up->bev, EV_READ);
+    }
     return up;
 }
 
