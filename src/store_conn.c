@@ -16,9 +16,12 @@
 #include "util.h"
 
 #include <event2/event.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
@@ -38,6 +41,7 @@ static const char migrate_begin_sql[] = "BEGIN;"
 
 static void conn_on_io(evutil_socket_t fd, short what, void *arg);
 static void conn_on_retry(evutil_socket_t fd, short what, void *arg);
+static void conn_uncork(evutil_socket_t fd, short what, void *arg);
 static void conn_dead(store_conn_t *c, const char *why);
 
 static const char *const conn_state_names[] = {
@@ -203,7 +207,8 @@ void store_conn_init(store_t *s, store_conn_t *c, int id)
     c->rd_ev = event_new(s->base, -1, 0, conn_on_io, c);
     c->wr_ev = event_new(s->base, -1, 0, conn_on_io, c);
     c->retry_ev = evtimer_new(s->base, conn_on_retry, c);
-    if (!c->rd_ev || !c->wr_ev || !c->retry_ev) {
+    c->uncork_ev = event_new(s->base, -1, 0, conn_uncork, c);
+    if (!c->rd_ev || !c->wr_ev || !c->retry_ev || !c->uncork_ev) {
         fprintf(stderr, "idemgw: out of memory creating events\n");
         abort();
     }
@@ -239,6 +244,8 @@ static void conn_teardown(store_conn_t *c)
 {
     event_del(c->rd_ev);
     event_del(c->wr_ev);
+    event_del(c->uncork_ev);
+    c->corked = false;
     PQclear(c->res);
     c->res = NULL;
     if (c->pg)
@@ -621,8 +628,39 @@ bool store_conn_can_send(const store_conn_t *c)
            c->inflight < STORE_PIPELINE_DEPTH;
 }
 
+/* Every op goes out with its own sync, and libpq 15 flushes at each sync: one send() and, on
+ * loopback, one trip through the network stack per op, which Postgres then reads one by one.
+ * Corking the socket while a loop pass queues its ops sends them as one segment; the cork is
+ * pulled at the end of the pass, so no op waits for another. */
+static void conn_cork(store_conn_t *c)
+{
+    if (c->corked || c->cork_unsupported)
+        return;
+    int one = 1;
+    if (setsockopt(PQsocket(c->pg), IPPROTO_TCP, TCP_CORK, &one, sizeof(one)) != 0) {
+        c->cork_unsupported = true;
+        return;
+    }
+    c->corked = true;
+    event_active(c->uncork_ev, 0, 0);
+}
+
+static void conn_uncork(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_conn_t *c = arg;
+    if (!c->corked)
+        return;
+    c->corked = false;
+    int zero = 0;
+    if (c->pg)
+        (void)setsockopt(PQsocket(c->pg), IPPROTO_TCP, TCP_CORK, &zero, sizeof(zero));
+}
+
 bool store_conn_send(store_conn_t *c, store_op_t *op)
 {
+    conn_cork(c);
     /* a sync per op: its own implicit transaction, so an error aborts only this op. Without
      * the sync the statement never commits, so a failure here means it did not happen. */
     if (!PQsendQueryPrepared(c->pg, store_stmt_name(op->kind), op->nparams,
@@ -663,7 +701,9 @@ store_op_t *store_conn_close(store_conn_t *c)
         event_free(c->rd_ev);
     if (c->wr_ev)
         event_free(c->wr_ev);
-    c->retry_ev = c->rd_ev = c->wr_ev = NULL;
+    if (c->uncork_ev)
+        event_free(c->uncork_ev);
+    c->retry_ev = c->rd_ev = c->wr_ev = c->uncork_ev = NULL;
     store_conn_set_state(c, STORE_CONN_CLOSED);
     return op;
 }

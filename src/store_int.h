@@ -74,6 +74,9 @@ typedef struct store_conn {
     int inflight;                  /* length of that list */
     bool await_sync;               /* the head op's results ended: its sync result comes next */
     bool flushing;                 /* PQflush returned 1: wait for EV_WRITE */
+    bool corked;                   /* TCP_CORK set: ops of this loop pass leave as one write */
+    bool cork_unsupported;         /* not TCP (a Unix socket): never corked */
+    struct event *uncork_ev;       /* clears TCP_CORK once the loop pass has queued its ops */
 } store_conn_t;
 
 /* One key's duplicates counted since the last flush (a slot of an open-addressing table). */
