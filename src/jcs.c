@@ -423,6 +423,19 @@ static jcs_status_t parse_string(jcs_parser_t *p, jcs_buf_t *b)
         }
         if (c < 0x20)
             return fail(p, JCS_ERR_SYNTAX, p->pos, "unescaped control character in string");
+        if (c < 0x80 && c != '\\') {
+            /* a run of plain ASCII is copied in one go */
+            size_t end = p->pos + 1;
+            while (end < p->len) {
+                unsigned char d = (unsigned char)p->s[end];
+                if (d < 0x20 || d >= 0x80 || d == '"' || d == '\\')
+                    break;
+                end++;
+            }
+            buf_put(b, p->s + p->pos, end - p->pos);
+            p->pos = end;
+            continue;
+        }
         if (c != '\\') {
             uint32_t cp;
             size_t n = utf8_decode((const unsigned char *)p->s + p->pos, p->len - p->pos, &cp);
