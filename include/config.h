@@ -45,6 +45,8 @@ typedef struct config {
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
     uint64_t sweep_interval_ms; /* how often expired keys are deleted (default 60s) */
+    int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
+    uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
 
     /* timeouts */
     uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */

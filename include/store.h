@@ -118,6 +118,10 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb,
                                     void *arg) MUST_CHECK;
 
+/* Duplicates of key counted by store_note_duplicate and not yet written: add them to a row's
+ * attempts read from Postgres to know the attempts so far. */
+int store_pending_duplicates(const store_t *s, const char *key);
+
 /* Renews the lease of an in-progress claim still held with fence (a long streamed call);
  * cb gets fence_matched = renewed. cb may be NULL. */
 store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,

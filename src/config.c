@@ -399,6 +399,8 @@ static void config_defaults(config_t *c)
     c->store_pool = 4;
     c->workers = 1;
     c->sweep_interval_ms = 60 * 1000;
+    c->cache_entries = 100000;
+    c->cache_bytes = 64u * 1024 * 1024;
     c->client_header_timeout_ms = 10 * 1000;
     c->client_body_timeout_ms = 30 * 1000;
     c->client_idle_timeout_ms = 60 * 1000;
@@ -651,6 +653,10 @@ int config_restart_only_diff(const config_t *old, const config_t *neu, char *out
     }
     if (old->workers != neu->workers) {
         diff_line(out, outlen, &used, "workers: %d -> %d\n", old->workers, neu->workers);
+        count++;
+    }
+    if (old->cache_entries != neu->cache_entries || old->cache_bytes != neu->cache_bytes) {
+        diff_line(out, outlen, &used, "store.cache_entries / store.cache_bytes changed\n");
         count++;
     }
     if (old->store_pool != neu->store_pool) {

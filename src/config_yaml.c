@@ -710,6 +710,8 @@ static const key_spec_t store_keys[] = {
      .off = CFG(sweep_interval_ms),
      .min = MS_S,
      .max = MS_D},
+    {.name = "cache_entries", .kind = K_INT, .off = CFG(cache_entries), .min = 0, .max = 100000000},
+    {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40},
 };
 
 static const key_spec_t timeout_keys[] = {

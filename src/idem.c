@@ -236,16 +236,24 @@ static void answer_unknown(exchange_t *ex, const store_row_t *row)
     answer_tool_error(ex, "outcome_unknown", text, "unknown");
 }
 
+/* Attempts a row read from Postgres stands for: its count plus the duplicates this process
+ * counted and has not written yet (they are batched). */
+static int row_attempts(const idem_call_t *c, const store_row_t *row)
+{
+    return row->attempts + (server->store ? store_pending_duplicates(server->store, c->key) : 0);
+}
+
 static void answer_replay(exchange_t *ex, const store_row_t *row, bool from_cache)
 {
     idem_call_t *c = ex->call;
     server->stats->replays++;
+    int attempts = (from_cache ? row->attempts : row_attempts(c, row)) + 1;
     c->state = CALL_DONE;
     ex->outcome = "replay";
     char marker[400];
     snprintf(marker, sizeof(marker),
              "{\"replayed\":true,\"first_seen\":\"%s\",\"attempts\":%d,\"key_hash\":\"%s\"}",
-             row->created_at ? row->created_at : "", row->attempts + 1, c->key_hash);
+             row->created_at ? row->created_at : "", attempts, c->key_hash);
     char *body = NULL;
     if (row->result_too_large || !row->result) {
         char text[400];
@@ -427,7 +435,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         /* another process (or an earlier life of this one) recorded it: keep it for the
          * next replay, no longer than the row itself lives */
         replay_cache_put(server->cache, c->key, row->args_digest, row->result, row->result_len,
-                         row->created_at, row->attempts,
+                         row->created_at, row_attempts(c, row),
                          util_now_ms() + (uint64_t)row->expires_in_ms);
         answer_replay(ex, row, false);
         return;

@@ -34,8 +34,6 @@
 server_t *server;
 
 /* Finished results kept in memory for replays; bounded both ways. */
-#define REPLAY_CACHE_ENTRIES 100000
-#define REPLAY_CACHE_BYTES (64u * 1024 * 1024)
 
 /* A worker's exit status when it could not listen: the supervisor gives up, not retries. */
 #define WORKER_START_FAILED 3
@@ -136,6 +134,8 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     neu->upstream_tls = old->upstream_tls;
     neu->store_enabled = old->store_enabled;
     neu->store_pool = old->store_pool;
+    neu->cache_entries = old->cache_entries;
+    neu->cache_bytes = old->cache_bytes;
     server->cfg = neu;
     log_threshold = (log_level_t)neu->log_level;
     config_free(old);
@@ -185,7 +185,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     event_config_free(ec);
     server->started_ms = util_now_ms();
     server->idem = idem_registry_new();
-    server->cache = replay_cache_new(REPLAY_CACHE_ENTRIES, REPLAY_CACHE_BYTES);
+    server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     int rc = 1;
     char msg[512] = "";
 

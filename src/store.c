@@ -664,6 +664,14 @@ static void dup_add(store_t *s, const char *key)
         d->count++;
 }
 
+int store_pending_duplicates(const store_t *s, const char *key)
+{
+    if (!s->dups_len)
+        return 0;
+    const store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    return d->key ? (int)d->count : 0;
+}
+
 static void dup_clear(store_t *s)
 {
     for (size_t i = 0; i < s->dups_cap; i++)

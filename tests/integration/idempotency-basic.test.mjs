@@ -299,6 +299,24 @@ test('server-everything: toggle-simulated-logging as non_idempotent toggles once
   assert.match(metrics, /^idemgw_replays_total 1$/m);
 });
 
+test('with the replay cache off (store.cache_entries: 0) repeats are replayed from Postgres', async (t) => {
+  const { upstream, gw } = await setup(t, { config: { store: { cache_entries: 0 } } });
+  const client = await mcpClient(t, gw.url);
+  const args = { order_id: 'ord-nocache', amount_cents: 31 };
+  const first = await client.callTool({ name: 'issue_refund', arguments: args });
+  const marks = [];
+  for (let i = 0; i < 3; i++) {
+    const again = await client.callTool({ name: 'issue_refund', arguments: args });
+    assert.equal(toolText(again), toolText(first));
+    marks.push(replayMarker(again));
+  }
+  assert.deepEqual(marks.map((m) => m?.attempts), [2, 3, 4], 'each replay read the row and counted itself');
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  assert.match(metrics, /^idemgw_replays_total 3$/m);
+  assert.match(metrics, /^idemgw_cache_replays_total 0$/m);
+});
+
 test('idemgw key prints the key the gateway used; -c applies exclude_args; bad JSON exits 2', async (t) => {
   const { upstream, gw } = await setup(t, {
     config: {

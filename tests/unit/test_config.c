@@ -91,6 +91,8 @@ static void test_reference_conf(void **state)
     assert_true(c->migrate);
     assert_int_equal(c->store_pool, 4);
     assert_int_equal(c->sweep_interval_ms, 60000);
+    assert_int_equal(c->cache_entries, 100000);
+    assert_int_equal(c->cache_bytes, 64u << 20);
     assert_int_equal(c->client_header_timeout_ms, 10000);
     assert_int_equal(c->client_body_timeout_ms, 30000);
     assert_int_equal(c->client_idle_timeout_ms, 60000);
@@ -168,6 +170,8 @@ static void test_flow_json(void **state)
     assert_false(c->migrate);
     assert_int_equal(c->store_pool, 8);
     assert_int_equal(c->sweep_interval_ms, 300000);
+    assert_int_equal(c->cache_entries, 0);
+    assert_int_equal(c->cache_bytes, 1u << 20);
     assert_int_equal(c->upstream_timeout_ms, 120000);
     assert_int_equal(c->drain_timeout_ms, 60000);
     assert_int_equal(c->client_idle_timeout_ms, 60000); /* untouched default */
@@ -748,6 +752,14 @@ static void test_restart_diff(void **state)
     assert_int_equal(config_restart_only_diff(a, b, small, sizeof(small)), 4);
     assert_int_equal(strlen(small), 9);
     assert_int_equal(config_restart_only_diff(a, b, NULL, 0), 4);
+    config_free(b);
+
+    /* The replay cache and the upstream's CA file are sized and loaded once, at start. */
+    b = must_load_str("upstream: http://127.0.0.1:3001/mcp\nstore: {cache_entries: 5}\n"
+                      "upstream_ca_file: conf/idemgw.yaml\n");
+    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 2);
+    assert_string_equal(out, "upstream_ca_file: (system store) -> conf/idemgw.yaml\n"
+                             "store.cache_entries / store.cache_bytes changed\n");
     config_free(a);
     config_free(b);
 }
