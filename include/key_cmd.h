@@ -9,7 +9,12 @@
  * for missing or unknown options, invalid JSON, arguments that are not an object, a bad
  * explicit key or a config that does not load. With -c FILE the tool's exclude_args and
  * key_arg from the config apply; without it, none are excluded and key_arg is
- * "idempotency_key". */
+ * "idempotency_key".
+ * --show also prints the key's row in Postgres as one JSON line (exit 1: no row). --release
+ * turns an unknown outcome (or a claim whose lease ran out) into a released one, so the next
+ * identical call runs; it refuses, with exit 1 and the reason, anything else (a success is
+ * never forgotten: gateways may hold it in their replay caches). Postgres comes from the
+ * config's database_url, else IDEMGW_DATABASE_URL, else libpq's PG* variables. */
 int key_cmd_main(int argc, char **argv);
 
 #endif

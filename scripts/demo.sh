@@ -233,8 +233,8 @@ Why was a call replayed? Its idempotency key is the caller plus the tool plus a 
 arguments (without "note", which the policy excludes):
   $bin key -c conf/demo.yaml --subject demo-agent --tool issue_refund --args '$args'
   ${D}$key${N}
-and the row stored under that key:
-  psql $db_url -c "SELECT state, attempts, first_jsonrpc_id, created_at, expires_at FROM idem_keys WHERE key = '$key'"
+and the row stored under that key (state, attempts, first JSON-RPC id and session, times):
+  IDEMGW_DATABASE_URL=$db_url $bin key -c conf/demo.yaml --subject demo-agent --tool issue_refund --args '$args' --show
 
 Logs: $(rel "$dir/gateway.log") (gateway, JSON lines), $(rel "$dir/upstream.log"), $(rel "$ledger")
 Admin: $admin/readyz  $admin/metrics

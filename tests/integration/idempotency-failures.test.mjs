@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import {
-  createDatabase, freePort, idemStatus, rawSession, readLedger, replayMarker, startGateway,
+  IDEMGW_BIN, createDatabase, freePort, idemStatus, run, rawSession, readLedger, replayMarker, startGateway,
   startPgCluster, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -80,6 +80,57 @@ test('upstream timeout after the request was sent: outcome unknown, retry not ex
     assert.match(toolText(retry.message?.result), REFUND);
     assert.equal((await readLedger(upstream.ledger)).length, 2);
   });
+});
+
+test('idemgw key --show and --release: an operator checks a held outcome and lets the retry run', async (t) => {
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { header: 'X-Subject' }, timeouts: { upstream: '2s' }, tools: { slow_refund: { class: 'non_idempotent', exclude_args: ['delay_ms'] } } },
+  });
+  const s = await rawSession(t, gw.url, { headers: SUBJECT });
+  const args = { order_id: 'ord-held', amount_cents: 4200 };
+  const keyCmd = (...extra) => run(IDEMGW_BIN, ['key', '-c', gw.configPath, '--subject', 'agent-9', '--tool', 'slow_refund',
+    '--args', JSON.stringify({ ...args, delay_ms: 0 }), ...extra]);
+
+  const none = await keyCmd('--show');
+  assert.equal(none.code, 1, `no row yet: ${none.stderr}`);
+  assert.match(none.stderr, /no row for this key/);
+  assert.equal((await keyCmd('--release')).code, 1, 'nothing to release before the first call');
+
+  const first = await s.call('slow_refund', { ...args, delay_ms: 4000 }, { id: 'first-held' });
+  assert.equal(first.status, 504);
+  const held = await s.call('slow_refund', { ...args, delay_ms: 0 });
+  assertNotExecuted(held.message.result, ['outcome_unknown']);
+
+  const show = await keyCmd('--show');
+  assert.equal(show.code, 0, show.stderr);
+  const [keyLine, rowLine] = show.stdout.trim().split('\n');
+  assert.match(keyLine, /^agent-9:slow_refund:h:[0-9a-f]{32}$/);
+  const row = JSON.parse(rowLine);
+  assert.equal(row.key, keyLine);
+  assert.equal(row.state, 'unknown');
+  assert.equal(row.attempts, 1);
+  assert.equal(row.result_bytes, null);
+  assert.match(row.first_jsonrpc_id, /first-held/);
+  assert.equal(row.first_session_id, s.sessionId);
+  assert.ok(Date.parse(row.expires_at) > Date.now(), 'held until the window ends');
+
+  const rel = await keyCmd('--release');
+  assert.equal(rel.code, 0, rel.stderr);
+  assert.deepEqual(JSON.parse(rel.stdout.trim().split('\n')[1]), { key: keyLine, released: true, was: 'unknown' });
+  const again = await keyCmd('--release');
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /the next identical call runs already/);
+
+  const retry = await s.call('slow_refund', { ...args, delay_ms: 0 });
+  assert.match(toolText(retry.message?.result), REFUND, 'after the release the retry runs');
+  assert.equal((await readLedger(upstream.ledger)).length, 2);
+  const done = await keyCmd('--release');
+  assert.equal(done.code, 1, 'a success is never released');
+  assert.match(done.stderr, /succeeded/);
+  assert.equal(JSON.parse((await keyCmd('--show')).stdout.trim().split('\n')[1]).state, 'succeeded');
 });
 
 // The gateway holds the end of a response until the outcome is stored, "so a retry right after
