@@ -150,6 +150,27 @@ static PGconn *db_connect(const config_t *cfg, bool have_config)
     return pg;
 }
 
+/* Runs sql with the key as $1; NULL after a message when it fails. */
+static PGresult *query_key(PGconn *pg, const char *sql, const char *key, const char *what)
+{
+    const char *params[1] = {key};
+    PGresult *r = PQexecParams(pg, sql, 1, NULL, params, NULL, NULL, 0);
+    if (PQresultStatus(r) == PGRES_TUPLES_OK)
+        return r;
+    fprintf(stderr, "idemgw key: %s failed: %s", what, PQresultErrorMessage(r));
+    PQclear(r);
+    return NULL;
+}
+
+/* Prints o as one compact JSON line and frees it. */
+static void print_json(json_t *o)
+{
+    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    printf("%s\n", line);
+    free(line);
+}
+
 static json_t *text_or_null(const PGresult *r, int col)
 {
     return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
@@ -158,13 +179,9 @@ static json_t *text_or_null(const PGresult *r, int col)
 /* The row as one JSON line; KEY_CMD_EXIT_REFUSED when there is none. */
 static int show_row(PGconn *pg, const char *key)
 {
-    const char *params[1] = {key};
-    PGresult *r = PQexecParams(pg, show_sql, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        fprintf(stderr, "idemgw key: reading the row failed: %s", PQresultErrorMessage(r));
-        PQclear(r);
+    PGresult *r = query_key(pg, show_sql, key, "reading the row");
+    if (!r)
         return KEY_CMD_EXIT_USAGE;
-    }
     if (PQntuples(r) == 0) {
         fprintf(stderr, "idemgw key: no row for this key: never called, or expired and swept\n");
         PQclear(r);
@@ -189,38 +206,29 @@ static int show_row(PGconn *pg, const char *key)
     json_object_set_new(o, "result_too_large",
                         json_boolean(strcmp(PQgetvalue(r, 0, 10), "t") == 0));
     PQclear(r);
-    char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(o);
-    printf("%s\n", line);
-    free(line);
+    print_json(o);
     return 0;
 }
 
 /* Releases a held outcome, or says why there is nothing to release. */
 static int release_row(PGconn *pg, const char *key)
 {
-    const char *params[1] = {key};
-    PGresult *r = PQexecParams(pg, release_sql, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(r) != PGRES_TUPLES_OK) {
-        fprintf(stderr, "idemgw key: release failed: %s", PQresultErrorMessage(r));
-        PQclear(r);
+    PGresult *r = query_key(pg, release_sql, key, "release");
+    if (!r)
         return KEY_CMD_EXIT_USAGE;
-    }
     if (PQntuples(r) == 1) {
         json_t *o =
             json_pack("{s:s, s:b, s:s}", "key", key, "released", 1, "was", PQgetvalue(r, 0, 0));
         PQclear(r);
-        char *line = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-        json_decref(o);
-        printf("%s\n", line);
-        free(line);
+        print_json(o);
         return 0;
     }
     PQclear(r);
     /* say why: read what is there */
-    r = PQexecParams(pg, show_sql, 1, NULL, params, NULL, NULL, 0);
-    const char *state =
-        PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : NULL;
+    r = query_key(pg, show_sql, key, "reading the row");
+    if (!r)
+        return KEY_CMD_EXIT_USAGE;
+    const char *state = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : NULL;
     if (!state)
         fprintf(stderr, "idemgw key: nothing to release: no row for this key\n");
     else if (strcmp(state, "succeeded") == 0)
