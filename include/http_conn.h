@@ -61,6 +61,15 @@ typedef struct http_site {
 void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen,
                       void *arg);
 
+/* A connection handed over by another worker (handoff.h): bytes are what that worker had read
+ * of it, parsed here as if just received. Takes fd. */
+void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t len);
+
+/* Hands the agent's socket and req (re-serialised, with any input read after it) to worker,
+ * and closes this worker's copy without writing to it. False when it cannot: a connection
+ * that was itself handed over, one with output pending, or the send failed. */
+bool http_conn_hand_off(http_conn_t *conn, const http_request_t *req, int worker);
+
 uint64_t http_conn_id(const http_conn_t *conn);
 struct evbuffer *http_conn_output(http_conn_t *conn);
 size_t http_conn_output_len(http_conn_t *conn);

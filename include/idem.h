@@ -24,6 +24,8 @@ void idem_on_body(struct exchange *ex, const char *data, size_t len);
 void idem_on_end(struct exchange *ex, upstream_result_t res);
 /* A store write for this call is still pending: the exchange must stay. */
 bool idem_busy(const struct exchange *ex);
+/* A protected call of session waits for its result on a resumed GET stream. */
+bool idem_has_pending(const char *session);
 void idem_call_free(struct idem_call *call);
 
 /* Process-wide registry of calls in flight (wait mode, GET-resumed responses). */

@@ -75,4 +75,8 @@ void proxy_release_held(exchange_t *ex);
 /* The idempotency stage is done with the exchange; it may now be freed. */
 void proxy_maybe_free(exchange_t *ex);
 
+/* Several workers: once this worker reads no stream of session and waits for no result on
+ * one, resumes of that session are no longer sent here (handoff.h). */
+void proxy_session_maybe_idle(const char *session);
+
 #endif

@@ -1,4 +1,5 @@
 #include "http_conn.h"
+#include "handoff.h"
 #include "log.h"
 #include "mcp.h"
 #include "server.h"
@@ -42,6 +43,8 @@ struct http_conn {
     void *obs_arg;
     bool free_scheduled;
     bool lingering;                /* answer sent and write side shut: draining input, then close */
+    bool adopted;                  /* handed over by another worker: never handed on again */
+    bool handed_off;               /* given to another worker: close our copy, touch nothing */
     char peer[64];                 /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
@@ -436,18 +439,11 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)outlen);
 }
 
-void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen, void *arg)
+static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_t *site)
 {
-    if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
-        log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");
-        evutil_closesocket(fd);
-        return;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     http_conn_t *c = xcalloc(1, sizeof(*c));
     c->id = ++server->next_conn_id;
-    c->site = arg;
+    c->site = site;
     c->state = CONN_IDLE;
     c->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->timer = evtimer_new(server->base, timer_cb, c);
@@ -472,7 +468,67 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     server->open_conns++;
     server->stats->open_conns = server->open_conns;
     server->stats->connections++;
+    return c;
+}
+
+void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int socklen, void *arg)
+{
+    (void)l;
     (void)socklen;
+    if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
+        log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");
+        evutil_closesocket(fd);
+        return;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    conn_new(fd, sa, arg);
+}
+
+void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    bool have_peer = getpeername(fd, (struct sockaddr *)&ss, &sl) == 0;
+    evutil_make_socket_nonblocking(fd);
+    http_conn_t *c = conn_new(fd, have_peer ? (struct sockaddr *)&ss : NULL, site);
+    c->adopted = true;
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_unfreeze(in, 0); /* a socket bufferevent lets only itself add input */
+    evbuffer_add(in, bytes, len);
+    evbuffer_freeze(in, 0);
+    log_debug(c->id, "connection handed over by another worker");
+    event_active(c->resume, 0, 0);
+}
+
+bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, int worker)
+{
+    if (c->adopted || c->free_scheduled || evbuffer_get_length(bufferevent_get_output(c->bev)))
+        return false;
+    /* the request as the agent sent it (headers in order, Host included), then whatever the
+     * agent sent after it */
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add_printf(b, "%s %s HTTP/1.1\r\n", req->method_name, req->target);
+    for (size_t i = 0; i < req->headers.n; i++)
+        evbuffer_add_printf(b, "%s: %s\r\n", http_headers_name(&req->headers, i),
+                            http_headers_value(&req->headers, i));
+    if (!req->keep_alive && !http_headers_get(&req->headers, "connection"))
+        evbuffer_add(b, "Connection: close\r\n", 19);
+    evbuffer_add(b, "\r\n", 2);
+    evbuffer_add_buffer(b, bufferevent_get_input(c->bev));
+    size_t len = evbuffer_get_length(b);
+    bool sent = len <= HANDOFF_MAX_BYTES && handoff_send(worker, bufferevent_getfd(c->bev),
+                                                         (const char *)evbuffer_pullup(b, -1), len);
+    evbuffer_free(b);
+    if (!sent)
+        return false;
+    /* our copy of the socket closes with the bufferevent; nothing is written or shut down */
+    c->handed_off = true;
+    c->drained = NULL;
+    c->gone = NULL;
+    c->obs_arg = NULL;
+    schedule_free(c);
+    return true;
 }
 
 uint64_t http_conn_id(const http_conn_t *conn)

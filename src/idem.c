@@ -1,4 +1,5 @@
 #include "idem.h"
+#include "handoff.h"
 #include "config.h"
 #include "jcs.h"
 #include "key.h"
@@ -129,6 +130,11 @@ static bool registry_has_session(idem_registry_t *r, const char *session)
         pp = &p->next;
     }
     return found;
+}
+
+bool idem_has_pending(const char *session)
+{
+    return registry_has_session(server->idem, session);
 }
 
 bool idem_busy(const exchange_t *ex)
@@ -760,6 +766,8 @@ static void remember_pending(exchange_t *ex, const char *session)
     p->until_ms = util_now_ms() + c->lease_ms;
     p->next = server->idem->head;
     server->idem->head = p;
+    /* the GET that resumes the session may reach another worker: it is handed here */
+    handoff_note_stream(session, true);
 }
 
 static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
@@ -873,6 +881,7 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
 {
     exchange_t *ex = arg;
     idem_call_t *c = ex->call;
+    bool finished_one = false;
     for (pending_t **pp = &server->idem->head; *pp;) {
         pending_t *p = *pp;
         size_t off = 0, len = 0;
@@ -901,7 +910,10 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         }
         *pp = p->next;
         pending_free(p);
+        finished_one = true;
     }
+    if (finished_one)
+        proxy_session_maybe_idle(c->session_id);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #include "config.h"
 #include "http_conn.h"
 #include "idem.h"
+#include "handoff.h"
 #include "key_cmd.h"
 #include "log.h"
 #include "proxy.h"
@@ -39,6 +40,11 @@ server_t *server;
 #define WORKER_START_FAILED 3
 
 static http_site_t mcp_site = {proxy_handle, "mcp"};
+
+static void adopt_mcp(int fd, const char *bytes, size_t len)
+{
+    http_conn_adopt(fd, &mcp_site, bytes, len);
+}
 static http_site_t admin_site = {admin_handle, "admin"};
 static struct event *drain_timer;
 
@@ -224,6 +230,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
     }
     server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
+    if (n_workers > 1)
+        handoff_start(server->base, worker, adopt_mcp);
     /* one admin endpoint; /metrics sums every worker's counters from shared memory */
     if (worker == 0)
         server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
@@ -264,6 +272,7 @@ out:
         SSL_CTX_free(server->tls);
     /* give deferred frees scheduled during shutdown a last turn */
     event_base_loop(server->base, EVLOOP_NONBLOCK);
+    handoff_stop();
     event_base_free(server->base);
     config_free(server->cfg);
     free(server);
@@ -380,6 +389,11 @@ static int run(const char *path)
         mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (stats == MAP_FAILED) {
         fprintf(stderr, "idemgw: cannot map shared counters\n");
+        config_free(cfg);
+        return 1;
+    }
+    if (cfg->workers > 1 && handoff_setup(cfg->workers) != 0) {
+        munmap(stats, bytes);
         config_free(cfg);
         return 1;
     }

@@ -1,4 +1,5 @@
 #include "proxy.h"
+#include "handoff.h"
 #include "config.h"
 #include "idem.h"
 #include "log.h"
@@ -75,6 +76,19 @@ static void log_exchange(exchange_t *ex)
     log_emit(LOG_INFO, ex->conn_id, fields, "request");
 }
 
+void proxy_session_maybe_idle(const char *session)
+{
+    if (!session || server->n_workers < 2)
+        return;
+    for (exchange_t *o = tracked_head; o; o = o->next_tracked) {
+        const char *s2 = http_headers_get(&o->req->headers, "mcp-session-id");
+        if (s2 && strcmp(s2, session) == 0)
+            return;
+    }
+    if (!idem_has_pending(session))
+        handoff_note_stream(session, false);
+}
+
 static void stop_tracking(exchange_t *ex)
 {
     if (!ex->sse_tracking)
@@ -84,6 +98,7 @@ static void stop_tracking(exchange_t *ex)
         pp = &(*pp)->next_tracked;
     *pp = ex->next_tracked;
     ex->sse_tracking = false;
+    proxy_session_maybe_idle(http_headers_get(&ex->req->headers, "mcp-session-id"));
     evbuffer_free(ex->sse_log);
     ex->sse_log = NULL;
     sse_free(&ex->sse_ids);
@@ -306,6 +321,7 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         ex->sse_tracking = true;
         ex->next_tracked = tracked_head;
         tracked_head = ex;
+        handoff_note_stream(http_headers_get(&ex->req->headers, "mcp-session-id"), true);
         ex->sse_log = evbuffer_new();
         sse_init(&ex->sse_ids, 64 * 1024, on_stream_event, ex);
     }
@@ -452,6 +468,26 @@ static bool resume_stream(exchange_t *get)
     return false;
 }
 
+/* A resume of a stream another worker reads goes to that worker, socket and all: the upstream
+ * would refuse a second reader of the stream. */
+static bool hand_off_resume(exchange_t *get)
+{
+    if (server->n_workers < 2)
+        return false;
+    const char *session = http_headers_get(&get->req->headers, "mcp-session-id");
+    if (!session || !http_headers_get(&get->req->headers, "last-event-id"))
+        return false;
+    int owner = handoff_owner(session);
+    if (owner < 0 || owner == server->worker || !http_conn_hand_off(get->client, get->req, owner))
+        return false;
+    log_info(get->conn_id, "stream resume handed to worker %d, which reads the stream", owner + 1);
+    get->client = NULL;
+    get->client_done = true;
+    get->outcome = "handed_over";
+    proxy_maybe_free(get);
+    return true;
+}
+
 void proxy_drain(void)
 {
     exchange_t *ex = get_head;
@@ -526,7 +562,7 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
         return;
     }
-    if (req->method == HTTP_GET && resume_stream(ex))
+    if (req->method == HTTP_GET && (resume_stream(ex) || hand_off_resume(ex)))
         return;
     if (req->method != HTTP_POST) {
         if (req->method == HTTP_GET) {

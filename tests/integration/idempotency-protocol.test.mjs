@@ -11,13 +11,13 @@ import {
 
 const ACCEPT = 'application/json, text/event-stream';
 
-async function setup(t, tools = {}) {
+async function setup(t, tools = {}, config = {}) {
   const upstream = await startRefundServer(t);
   const databaseUrl = await createDatabase();
   const gw = await startGateway(t, {
     upstream: upstream.url,
     databaseUrl,
-    config: { subject: { static: 'edge' }, tools: { get_ledger: { class: 'read' }, ...tools } },
+    config: { subject: { static: 'edge' }, tools: { get_ledger: { class: 'read' }, ...tools }, ...config },
   });
   return { upstream, gw };
 }
@@ -86,12 +86,10 @@ test('the agent leaves mid-call: the gateway reads on, stores the result, and th
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
 });
 
-test('SSE polling: a result delivered on the resumed GET stream finishes the key', async (t) => {
-  const { upstream, gw } = await setup(t);
-  const s = await rawSession(t, gw.url);
-  const args = { order_id: 'ord-poll', amount_cents: 42, delay_ms: 300 };
-  // The upstream ends the POST stream after its priming event; the claim stays in progress.
-  const first = await s.call('polling_refund', args, { id: 'poll-1' });
+// One SSE-polling call: the upstream ends the POST stream after its priming event (the claim
+// stays in progress), the agent resumes with GET + Last-Event-ID and gets the result there.
+async function pollingCall(gw, s, args, id) {
+  const first = await s.call('polling_refund', args, { id });
   assert.equal(first.status, 200);
   assert.equal(first.message, null, 'no result on the POST stream');
   const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
@@ -107,9 +105,17 @@ test('SSE polling: a result delivered on the resumed GET stream finishes the key
   while (!result) {
     const ev = await reader.next();
     assert.ok(ev, 'the resumed stream ended before the result');
-    if (ev.data && JSON.parse(ev.data).id === 'poll-1') result = JSON.parse(ev.data).result;
+    if (ev.data && JSON.parse(ev.data).id === id) result = JSON.parse(ev.data).result;
   }
   await reader.cancel();
+  return result;
+}
+
+test('SSE polling: a result delivered on the resumed GET stream finishes the key', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-poll', amount_cents: 42, delay_ms: 300 };
+  const result = await pollingCall(gw, s, args, 'poll-1');
   assert.match(toolText(result), /^Refunded 42 cents on order ord-poll/);
 
   await waitForLog(gw, /recorded as succeeded from a resumed stream/);
@@ -118,4 +124,22 @@ test('SSE polling: a result delivered on the resumed GET stream finishes the key
   assert.ok(replayMarker(replay), `the retry is a replay, not ${JSON.stringify(idemStatus(replay))}`);
   assert.equal(toolText(replay), toolText(result));
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+});
+
+test('SSE polling with two workers: the resuming GET reaches the worker waiting for the result', async (t) => {
+  // The GET may be accepted by either worker; the other one hands it to the worker that holds
+  // the claim, which reads the result on it and finishes the key. Eight sessions at once.
+  const { upstream, gw } = await setup(t, {}, { workers: 2 });
+  await Promise.all([...Array(8).keys()].map(async (i) => {
+    const s = await rawSession(t, gw.url);
+    const args = { order_id: `ord-poll-${i}`, amount_cents: 10 + i, delay_ms: 300 };
+    const result = await pollingCall(gw, s, args, `poll-w-${i}`);
+    assert.match(toolText(result), new RegExp(`^Refunded ${10 + i} cents on order ord-poll-${i} `));
+    await waitFor(async () => {
+      const retry = await s.call('polling_refund', args);
+      return replayMarker(retry.message?.result) ? retry : null;
+    }, { what: `call ${i}: the retry to be a replay (the key finished from the resumed stream)` });
+  }));
+  assert.equal((await readLedger(upstream.ledger)).length, 8, 'each call executed once');
+  t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
 });

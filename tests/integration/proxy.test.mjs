@@ -227,6 +227,31 @@ test('a stream dropped while the call runs is resumed live from the gateway', as
   assert.ok(gw.logs().includes('stream resumed from the gateway'), 'the gateway served the resume');
 });
 
+test('with two workers, a resume that lands on the other worker is handed to the one reading the stream', async (t) => {
+  // The workers share the port, so a GET with Last-Event-ID reaches either. The one that does
+  // not read the stream hands the socket to the one that does (the upstream would refuse a
+  // second reader). Eight calls on eight sessions, resumed on fresh connections: each resume
+  // must be served live, whichever worker accepted it.
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: { ...PASSTHROUGH, workers: 2 } });
+  const runs = await Promise.all([...Array(8).keys()].map(async (i) => {
+    const { headers } = await rawSession(gw.url);
+    const id = 100 + i;
+    const { lastEventId, seenProgress } = await startAndDrop(gw, headers, id, { duration: 3, steps: 6 });
+    const { progress, result } = await resume(gw, headers, lastEventId, id);
+    return { i, seenProgress, progress, result };
+  }));
+  for (const r of runs) {
+    assert.ok(r.result, `call ${r.i}: the final result arrived on the resumed stream`);
+    assert.deepEqual(r.progress, [1, 2, 3, 4, 5, 6].filter((p) => p > r.seenProgress),
+      `call ${r.i}: every progress event after Last-Event-ID arrives once, in order`);
+  }
+  const logs = gw.logs();
+  const served = (logs.match(/stream resumed from the gateway/g) ?? []).length;
+  assert.equal(served, 8, 'every resume was served by the worker reading its stream');
+  t.diagnostic(`resumes handed between workers: ${(logs.match(/stream resume handed to worker/g) ?? []).length} of 8`);
+});
+
 test('DELETE ends the session through the gateway', async (t) => {
   const { gw } = await setup(t);
   const { headers } = await rawSession(gw.url);

@@ -1,0 +1,41 @@
+/* Several workers share the agents' port (SO_REUSEPORT), so a GET that resumes a stream with
+ * Last-Event-ID can land on a worker other than the one still reading that stream. That
+ * worker hands the agent's socket, with the request re-serialised, to the owner over a Unix
+ * socket (SCM_RIGHTS), and the owner serves the resume from the bytes it kept.
+ *
+ * Which worker reads a session's streams is kept in a small table in shared memory, one
+ * 64-bit word a slot: the session's hash with the worker number in its low byte. A slot
+ * shared by two sessions holds the last one written; a wrong or stale answer only means the
+ * resume goes upstream, as it would without the table. */
+#ifndef IDEMGW_HANDOFF_H
+#define IDEMGW_HANDOFF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct event_base;
+
+/* In the first process, before the workers fork: the table and one socket pair a worker.
+ * 0, or -1 after a message on stderr. */
+int handoff_setup(int n_workers);
+
+/* In a worker: receive handed-over sockets from now on; each becomes a connection of its own
+ * through adopt(fd, bytes, len), which takes the fd. */
+void handoff_start(struct event_base *base, int worker,
+                   void (*adopt)(int fd, const char *bytes, size_t len));
+void handoff_stop(void);
+
+/* This worker reads (on) or no longer reads (off) a stream of session. */
+void handoff_note_stream(const char *session, bool on);
+
+/* The worker reading a stream of session, or -1 when none is known. */
+int handoff_owner(const char *session);
+
+/* Sends fd and the bytes to worker w; true when they are on their way (the caller then
+ * closes its own copy of fd), false when they cannot be sent now. */
+bool handoff_send(int w, int fd, const char *bytes, size_t len);
+
+/* Largest request a handoff carries. */
+#define HANDOFF_MAX_BYTES (64 * 1024)
+
+#endif

@@ -1,0 +1,158 @@
+/* Handing a resumed stream's socket to the worker that reads the stream (see handoff.h). */
+#include "handoff.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define OWNER_SLOTS 4096
+#define WORKER_BITS 0xFFu
+
+static uint64_t *owners; /* shared: OWNER_SLOTS words */
+static int (*pairs)[2];  /* per worker: [0] is written by the others, [1] read by it */
+static int n_pairs;
+static int self = -1;
+static struct event *rx_ev;
+static void (*adopt_fn)(int fd, const char *bytes, size_t len);
+
+static uint64_t session_hash(const char *s)
+{
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * UINT64_C(1099511628211);
+    return h & ~(uint64_t)WORKER_BITS;
+}
+
+int handoff_setup(int n_workers)
+{
+    owners = mmap(NULL, OWNER_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
+                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (owners == MAP_FAILED) {
+        owners = NULL;
+        fprintf(stderr, "idemgw: cannot map the stream owner table\n");
+        return -1;
+    }
+    pairs = xcalloc((size_t)n_workers, sizeof(*pairs));
+    for (int w = 0; w < n_workers; w++) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pairs[w]) != 0) {
+            fprintf(stderr, "idemgw: cannot create the workers' handoff sockets: %s\n",
+                    strerror(errno));
+            return -1;
+        }
+    }
+    n_pairs = n_workers;
+    return 0;
+}
+
+static void on_handoff(evutil_socket_t sock, short what, void *arg)
+{
+    (void)what;
+    (void)arg;
+    static char buf[HANDOFF_MAX_BYTES];
+    for (;;) {
+        union {
+            struct cmsghdr h;
+            char space[CMSG_SPACE(sizeof(int))];
+        } ctl;
+        struct iovec iov = {buf, sizeof(buf)};
+        struct msghdr msg = {.msg_iov = &iov,
+                             .msg_iovlen = 1,
+                             .msg_control = ctl.space,
+                             .msg_controllen = sizeof(ctl.space)};
+        ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+        if (n < 0)
+            return; /* EAGAIN: all taken */
+        int fd = -1;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(c), sizeof(fd));
+        if (fd < 0)
+            continue;
+        if (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+            close(fd);
+            continue;
+        }
+        adopt_fn(fd, buf, (size_t)n);
+    }
+}
+
+void handoff_start(struct event_base *base, int worker,
+                   void (*adopt)(int fd, const char *bytes, size_t len))
+{
+    if (!owners || worker >= n_pairs)
+        return;
+    self = worker;
+    adopt_fn = adopt;
+    rx_ev = event_new(base, pairs[worker][1], EV_READ | EV_PERSIST, on_handoff, NULL);
+    event_add(rx_ev, NULL);
+}
+
+void handoff_stop(void)
+{
+    if (rx_ev)
+        event_free(rx_ev);
+    rx_ev = NULL;
+}
+
+void handoff_note_stream(const char *session, bool on)
+{
+    if (!owners || self < 0 || !session)
+        return;
+    uint64_t h = session_hash(session);
+    uint64_t mine = h | (uint64_t)(self + 1);
+    uint64_t *slot = &owners[(h >> 8) % OWNER_SLOTS];
+    if (on) {
+        __atomic_store_n(slot, mine, __ATOMIC_RELEASE);
+        return;
+    }
+    /* only if the slot still says this worker reads this session */
+    __atomic_compare_exchange_n(slot, &mine, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+int handoff_owner(const char *session)
+{
+    if (!owners || !session)
+        return -1;
+    uint64_t h = session_hash(session);
+    uint64_t v = __atomic_load_n(&owners[(h >> 8) % OWNER_SLOTS], __ATOMIC_ACQUIRE);
+    if ((v & ~(uint64_t)WORKER_BITS) != h || (v & WORKER_BITS) == 0)
+        return -1;
+    int w = (int)(v & WORKER_BITS) - 1;
+    return w < n_pairs ? w : -1;
+}
+
+bool handoff_send(int w, int fd, const char *bytes, size_t len)
+{
+    if (!owners || w < 0 || w >= n_pairs || len > HANDOFF_MAX_BYTES)
+        return false;
+    union {
+        struct cmsghdr h;
+        char space[CMSG_SPACE(sizeof(int))];
+    } ctl;
+    memset(&ctl, 0, sizeof(ctl));
+    struct iovec iov = {(void *)bytes, len};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.space,
+                         .msg_controllen = sizeof(ctl.space)};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+    if (sendmsg(pairs[w][0], &msg, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)len) {
+        log_warn(0, "could not hand a resumed stream to worker %d: %s", w + 1, strerror(errno));
+        return false;
+    }
+    return true;
+}
