@@ -30,7 +30,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench fuzz fuzz-bins fuzz-smoke format
+.PHONY: all asan clean check unit integration bench faults fuzz fuzz-bins fuzz-smoke format
 
 all: $(BUILD)/idemgw
 
@@ -95,6 +95,11 @@ check-asan: asan
 
 bench: all
 	$(Q)scripts/bench.sh
+
+# The fault suite: hostile upstreams, Postgres kill -9, a locked key table, EMFILE, slowloris.
+# Not part of `make check`: a few minutes of load. FAULTS="emfile slowloris" runs only those.
+faults: all
+	$(Q)scripts/faults.sh $(FAULTS)
 
 # libFuzzer drivers (tests/fuzz/fuzz_*.c), one per parser that reads network or operator bytes.
 # `make fuzz` fuzzes each for FUZZ_SECONDS on a scratch copy of its seed corpus;

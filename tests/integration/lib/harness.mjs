@@ -37,6 +37,9 @@ export async function tempDir(t, prefix = 'idemgw-test-') {
   return dir;
 }
 
+/** Output kept per started process; beyond it the oldest half is dropped. */
+const MAX_LOG_CHARS = 32 * 1024 * 1024;
+
 // Processes started by each test, so their output can be printed when it fails.
 const started = new WeakMap();
 
@@ -90,6 +93,8 @@ export async function startProcess(t, cmd, args = [], opts = {}) {
   let lineWaiter = null;
   const onData = (chunk) => {
     out += chunk;
+    // a process that floods its log must not take the test runner down with it
+    if (out.length > MAX_LOG_CHARS) out = `[earlier output dropped]\n${out.slice(-MAX_LOG_CHARS / 2)}`;
     if (lineWaiter) lineWaiter();
   };
   proc.stdout.setEncoding('utf8').on('data', onData);
