@@ -336,8 +336,9 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     long long clen = header_ll(headers, "content-length");
     if (status == 204 || status == 304)
         clen = -2;
-    else if (clen < 0)
-        clen = -1; /* chunked or close-delimited upstream: chunked to the agent */
+    else if (clen < 0 || (ex->resp_sse && ex->call && status == 200))
+        clen = -1; /* chunked or close-delimited upstream, or a protected stream the gateway
+                    * may have to end with an answer of its own: chunked to the agent */
     ex->chunked = clen == -1;
     ex->keep_alive = ex->req->keep_alive;
     if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&

@@ -33,6 +33,17 @@ async function setup(t, mode) {
   return { upstream, gw };
 }
 
+/** One tools/call by hand, for answers the SDK-like helpers would follow or parse: the Response. */
+async function postCall(gw, name, args, { id = 'by-hand', subject = 'payer' } = {}) {
+  const res = await fetch(gw.url, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': subject },
+    body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }),
+  });
+  return { res, bytes: Buffer.from(await res.arrayBuffer()) };
+}
+
 // What the fixture answers for a tool that ran with these arguments.
 const ranText = (tool, args) => `${tool}:${JSON.stringify(args)}`;
 
@@ -77,20 +88,38 @@ test('a stray second response on a pooled connection never reaches a protected c
   assert.equal((await upstream.count()).executions.charge, LANES * ROUNDS);
 });
 
-test('a final response with another id is never stored or given as the answer', async (t) => {
-  const { upstream, gw } = await setup(t, 'wrong-id');
+for (const mode of ['wrong-id', 'wrong-id-sse']) {
+  test(`a final response with another id is never stored or given as the answer (${mode})`, async (t) => {
+    const { upstream, gw } = await setup(t, mode);
+    const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+    const args = { order: 'o-1' };
+    const first = await s.call('charge', args);
+    const result = first.message?.result;
+    assert.equal(result?.isError, true, first.body);
+    assert.equal(idemStatus(result)?.code, 'outcome_unknown', first.body);
+    assert.ok(!first.body.includes(ranText('charge', args)), `the foreign answer reached the caller: ${first.body}`);
+    await waitForLog(gw, /recorded as unknown \(response id mismatch\)/);
+
+    const retry = await s.call('charge', args);
+    assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
+    assert.equal(replayMarker(retry.message?.result), undefined);
+    assert.equal((await upstream.count()).executions.charge, 1);
+  });
+}
+
+test('an answer in a coding the gateway cannot read is recorded as run, not unknown', async (t) => {
+  const { upstream, gw } = await setup(t, 'unknown-coding');
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
-  const args = { order: 'o-1' };
-  const first = await s.call('charge', args);
-  const result = first.message?.result;
-  assert.equal(result?.isError, true, first.body);
-  assert.equal(idemStatus(result)?.code, 'outcome_unknown', first.body);
-  assert.ok(!first.body.includes(ranText('charge', args)), `the foreign answer reached the caller: ${first.body}`);
-  await waitForLog(gw, /recorded as unknown \(response id mismatch\)/);
+  const args = { order: 'o-x' };
+  const first = await postCall(gw, 'charge', args);
+  assert.equal(first.res.status, 200);
+  assert.equal(first.res.headers.get('content-encoding'), 'x-reversed', 'the caller gets what the upstream sent');
+  assert.match(first.bytes.toString(), /^}}\]}/, 'the bytes as the upstream sent them');
+  await waitForLog(gw, /recorded as succeeded \(answer not decodable\)/);
 
   const retry = await s.call('charge', args);
-  assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
-  assert.equal(replayMarker(retry.message?.result), undefined);
+  assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
+  assert.match(toolText(retry.message.result), /already ran successfully/);
   assert.equal((await upstream.count()).executions.charge, 1);
 });
 
@@ -107,7 +136,9 @@ for (const mode of ['gzip', 'deflate', 'br']) {
     assert.equal(retry.headers.get('content-encoding'), null, 'a replay is written uncompressed');
     assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
     assert.equal(toolText(retry.message.result), ranText('charge', args));
-    assert.equal((await upstream.count()).executions.charge, 1);
+    const { executions, acceptEncoding } = await upstream.count();
+    assert.equal(executions.charge, 1);
+    assert.equal(acceptEncoding.charge, 'identity', 'a protected call asks for an uncompressed answer');
   });
 }
 
@@ -139,14 +170,7 @@ test('a redirect ran nothing: the claim is released and a retry executes', async
   const { upstream, gw } = await setup(t, 'redirect');
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
   const args = { order: 'o-302' };
-  // by hand, so the redirect is seen rather than followed
-  const first = await fetch(gw.url, {
-    method: 'POST',
-    redirect: 'manual',
-    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': 'payer' },
-    body: JSON.stringify({ jsonrpc: '2.0', id: 'r-1', method: 'tools/call', params: { name: 'charge', arguments: args } }),
-  });
-  await first.arrayBuffer();
+  const { res: first } = await postCall(gw, 'charge', args); // the redirect seen, not followed
   assert.equal(first.status, 302);
   assert.equal(first.statusText, 'Found');
   assert.equal(first.headers.get('location'), '/elsewhere');
