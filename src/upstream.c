@@ -47,6 +47,7 @@ struct upstream_conn {
     struct upstream_conn *next; /* in the idle list */
     bool reused;
     bool discard; /* the owner saw a response that was not its own: never pool this one */
+    bool eof;     /* the server closed or reset: nothing more can be asked on it */
 };
 
 struct upstream_pool {
@@ -154,7 +155,7 @@ static void arm(upstream_conn_t *up, uint64_t ms)
  * serve another request; anything else could hand the next caller bytes meant for someone else. */
 static bool may_pool(upstream_conn_t *up, upstream_result_t res)
 {
-    return res == UPSTREAM_OK && up->msg_done && !up->discard &&
+    return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
            llhttp_should_keep_alive(&up->parser) &&
            evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !server->draining &&
            up->pool->n_idle < server->cfg->upstream_pool;
@@ -342,6 +343,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    up->eof = true;
     switch (up->state) {
     case UP_CONNECTING: {
         unsigned long tls_err = server->tls ? bufferevent_get_openssl_error(bev) : 0;
