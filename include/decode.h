@@ -39,6 +39,8 @@ decoder_t *decoder_new(decode_coding_t coding);
  * After a failure the decoder takes nothing more. */
 decode_status_t decoder_feed(decoder_t *d, const char *in, size_t len, struct evbuffer *out,
                              size_t limit) MUST_CHECK;
+/* Decoded bytes produced so far. */
+size_t decoder_produced(const decoder_t *d);
 /* At the end of the body: OK only when the coded stream ended too. */
 decode_status_t decoder_finish(decoder_t *d) MUST_CHECK;
 void decoder_free(decoder_t *d);

@@ -161,6 +161,11 @@ decode_status_t decoder_feed(decoder_t *d, const char *in, size_t len, struct ev
     return d->failed;
 }
 
+size_t decoder_produced(const decoder_t *d)
+{
+    return d->produced;
+}
+
 decode_status_t decoder_finish(decoder_t *d)
 {
     if (d->failed != DECODE_OK)

@@ -25,6 +25,9 @@
 #define WAIT_POLL_FIRST_MS 25
 #define WAIT_POLL_MAX_MS 250
 
+/* Most decoded bytes one read of a compressed SSE answer may expand to. */
+#define SSE_DECODED_PER_READ (16 * 1024 * 1024)
+
 typedef enum {
     CALL_CLAIMING = 0, /* claim sent */
     CALL_WAITING,      /* duplicate in wait mode, polling the row */
@@ -734,7 +737,7 @@ static void capture(idem_call_t *c, const char *data, size_t len)
 static void decode_failed(exchange_t *ex, decode_status_t st)
 {
     idem_call_t *c = ex->call;
-    if (st == DECODE_ERR_LIMIT) {
+    if (st == DECODE_ERR_LIMIT && c->capture_json) {
         c->too_large = true;
     } else {
         c->undecodable = true;
@@ -754,8 +757,12 @@ void idem_on_body(exchange_t *ex, const char *data, size_t len)
         capture(c, data, len);
         return;
     }
+    /* a JSON answer is kept whole, so its decoded size is bounded as a whole; a stream only
+     * needs each read bounded, its events are bounded by the SSE parser */
+    size_t limit = c->capture_json ? c->max_stored + 4096
+                                   : decoder_produced(c->decoder) + SSE_DECODED_PER_READ;
     struct evbuffer *plain = evbuffer_new();
-    decode_status_t st = decoder_feed(c->decoder, data, len, plain, c->max_stored + 4096);
+    decode_status_t st = decoder_feed(c->decoder, data, len, plain, limit);
     size_t n = evbuffer_get_length(plain);
     if (n > 0)
         capture(c, (const char *)evbuffer_pullup(plain, -1), n);
