@@ -1,7 +1,7 @@
 # idemgw build. `make` builds build/idemgw; `make asan` builds build-asan/idemgw with
 # AddressSanitizer + UndefinedBehaviorSanitizer; `make check` runs every test; `V=1` shows commands.
 
-PKGS      := libevent libevent_openssl jansson libfyaml libpq openssl
+PKGS      := libevent libevent_openssl jansson libfyaml libpq openssl zlib libbrotlidec
 LLHTTP_SRC ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 

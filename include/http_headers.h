@@ -43,7 +43,8 @@ bool http_header_is_hop_by_hop(const char *name, const char *connection_value);
 
 /* Writes the upstream request head: request line, end-to-end headers except Host,
  * Content-Length and X-Forwarded-For (which it sets itself), then the extra header lines
- * (each "Name: value\r\n", may be NULL). body_len < 0 means no body. */
+ * (each "Name: value\r\n", may be NULL), which replace the request's headers of the same
+ * names. body_len < 0 means no body. */
 void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
                              const http_headers_t *in, const char *host, const char *client_ip,
                              long long body_len, const char *extra);

@@ -22,6 +22,8 @@ void idem_watch_begin(struct exchange *ex);
 void idem_on_head(struct exchange *ex, int status, const http_headers_t *headers);
 void idem_on_body(struct exchange *ex, const char *data, size_t len);
 void idem_on_end(struct exchange *ex, upstream_result_t res);
+/* The upstream answered with another request's response: its connection must not be reused. */
+bool idem_answer_foreign(const struct exchange *ex);
 /* A store write for this call is still pending: the exchange must stay. */
 bool idem_busy(const struct exchange *ex);
 /* A protected call of session waits for its result on a resumed GET stream. */

@@ -59,6 +59,7 @@ typedef enum {
     MCP_RESP_TOOL_ERROR,     /* final, a result with isError: true */
     MCP_RESP_INPUT_REQUIRED, /* final for this round, resultType "input_required": never stored */
     MCP_RESP_ERROR,          /* final, a JSON-RPC error */
+    MCP_RESP_FOREIGN,        /* a response (result or error) to another id: not ours */
 } mcp_resp_class_t;
 
 const char *mcp_resp_class_str(mcp_resp_class_t c);

@@ -25,9 +25,11 @@ typedef struct exchange {
     mcp_msg_t msg;       /* parsed POST body */
     bool has_msg;
     upstream_conn_t *up; /* while the upstream exchange runs */
+    bool fresh_upstream; /* forward on a new connection: no earlier response can reach it */
 
     int status;      /* response status sent (or to send) to the agent */
     bool head_sent;  /* response head written to the agent */
+    bool relayed;    /* some upstream bytes already went out to the agent, not held */
     bool chunked;    /* agent response uses chunked framing */
     bool keep_alive; /* agent connection may be reused afterwards */
     bool resp_sse;   /* the upstream answered text/event-stream */
@@ -72,6 +74,9 @@ void proxy_forward(exchange_t *ex, const char *extra_headers);
 void proxy_respond_json(exchange_t *ex, int status, const char *body, const char *extra_headers);
 /* Releases bytes held for the store write and finishes the response if the upstream ended. */
 void proxy_release_held(exchange_t *ex);
+/* Drops the held bytes and answers with body (a JSON-RPC response) instead: as the whole
+ * response when nothing reached the agent yet, else as a last event of its SSE stream. */
+void proxy_replace_answer(exchange_t *ex, const char *body);
 /* The idempotency stage is done with the exchange; it may now be freed. */
 void proxy_maybe_free(exchange_t *ex);
 

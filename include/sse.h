@@ -22,14 +22,16 @@ typedef struct sse_parser {
     size_t line_len, line_cap;
     char *data; /* accumulated data of the current event */
     size_t data_len, data_cap;
-    char event[64];     /* current event type */
-    char *id;           /* current event id */
-    bool has_data;      /* a data: line was seen in this event */
-    bool last_cr;       /* previous chunk ended in \r: a following \n belongs to it */
-    size_t max_event;   /* events larger than this are skipped (data dropped), 0 = no limit */
-    bool overflow;      /* current event exceeded max_event */
-    bool line_too_long; /* the partial line exceeded max_event: dropped */
-    size_t consumed;    /* during a callback: bytes of the current feed up to the event's end */
+    char event[64];       /* current event type */
+    char *id;             /* current event id */
+    bool has_data;        /* a data: line was seen in this event */
+    bool last_cr;         /* previous chunk ended in \r: a following \n belongs to it */
+    size_t max_event;     /* events larger than this are skipped (data dropped), 0 = no limit */
+    bool overflow;        /* current event exceeded max_event */
+    bool line_too_long;   /* the partial line exceeded max_event: dropped */
+    size_t consumed;      /* during a callback: bytes of the current feed up to the event's end */
+    unsigned bom_matched; /* bytes of a leading byte order mark seen so far */
+    bool bom_done;        /* past the point where a byte order mark may appear */
     sse_event_cb cb;
     void *arg;
 } sse_parser_t;

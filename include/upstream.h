@@ -3,9 +3,10 @@
  *
  * Contract: upstream_send hands the request bytes to a connection and returns it. The owner
  * then gets on_head once (unless the exchange fails first), on_body any number of times, and
- * on_end exactly once, last. After on_end the connection is no longer the owner's: it went
- * back to the pool or was closed. upstream_abandon ends the relationship early (the
- * connection is closed, no more callbacks). Callbacks never run inside upstream_send. */
+ * on_end exactly once, last. During on_end the owner may still call upstream_discard; once
+ * on_end returns the connection is no longer the owner's: it goes back to the pool or is closed.
+ * upstream_abandon ends the relationship early (the connection is closed, no more callbacks).
+ * Callbacks never run inside upstream_send. */
 #ifndef IDEMGW_UPSTREAM_H
 #define IDEMGW_UPSTREAM_H
 
@@ -42,12 +43,22 @@ void upstream_pool_free(upstream_pool_t *pool);
 /* Closes idle connections (drain, reload). */
 void upstream_pool_close_idle(upstream_pool_t *pool);
 
-/* Sends request (moved out of the buffer) on a pooled or new connection. */
-upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
+/* Sends request (moved out of the buffer) on a pooled connection that is provably clean, or on
+ * a new one. fresh: always a new connection, one no earlier request's response can reach. */
+upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, bool fresh,
                                const upstream_cbs_t *cbs, void *arg);
 /* Stops or resumes reading the response (backpressure from a slow agent). */
 void upstream_pause(upstream_conn_t *up, bool paused);
 void upstream_abandon(upstream_conn_t *up);
+/* The response read on up was not the one asked for: close the connection when the exchange
+ * ends instead of pooling it. May be called from any callback, on_end included. */
+void upstream_discard(upstream_conn_t *up);
+
+/* The response path without a socket (for the fuzzer): parses one response from bytes that end
+ * where the server closed. Calls on_head and on_body as a connection would, never on_end; returns
+ * the result and in *rest how many bytes followed the response. */
+upstream_result_t upstream_parse_response(const char *data, size_t len, const upstream_cbs_t *cbs,
+                                          void *arg, size_t *rest);
 
 /* Probes the upstream with a TCP connect; cb(ok, arg) runs later from the loop. */
 void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void *arg);

@@ -19,6 +19,7 @@ apt_packages=(
     clang-format               # `make format`
     libevent-dev libjansson-dev libfyaml-dev libpq-dev libssl-dev # the gateway's libraries
     node-llhttp                # llhttp C sources, compiled by the Makefile
+    zlib1g-dev libbrotli-dev   # decoding upstream answers compressed with gzip/deflate or br
     libcmocka-dev              # unit tests
     postgresql                 # initdb/pg_ctl for the private clusters of scripts/pg-cluster.sh
     python3                    # free-port helper in scripts/pg-cluster.sh

@@ -135,6 +135,22 @@ bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
     return connection_value && in_token_list(connection_value, name);
 }
 
+/* True when one of the "Name: value\r\n" lines of extra sets name. */
+static bool set_by_extra(const char *extra, const char *name)
+{
+    size_t nlen = strlen(name);
+    for (const char *line = extra; line && *line;) {
+        const char *colon = strchr(line, ':');
+        if (!colon)
+            break;
+        if ((size_t)(colon - line) == nlen && strncasecmp(line, name, nlen) == 0)
+            return true;
+        const char *eol = strchr(colon, '\n');
+        line = eol ? eol + 1 : NULL;
+    }
+    return false;
+}
+
 void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
                              const http_headers_t *in, const char *host, const char *client_ip,
                              long long body_len, const char *extra)
@@ -145,7 +161,7 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
     for (size_t i = 0; i < in->n; i++) {
         const char *name = http_headers_name(in, i);
         if (strcasecmp(name, "host") == 0 || strcasecmp(name, "content-length") == 0 ||
-            http_header_is_hop_by_hop(name, conn))
+            http_header_is_hop_by_hop(name, conn) || set_by_extra(extra, name))
             continue;
         if (strcasecmp(name, "x-forwarded-for") == 0) {
             xff = http_headers_value(in, i);
@@ -200,6 +216,13 @@ const char *http_status_reason(int status)
         {201, "Created"},
         {202, "Accepted"},
         {204, "No Content"},
+        {300, "Multiple Choices"},
+        {301, "Moved Permanently"},
+        {302, "Found"},
+        {303, "See Other"},
+        {304, "Not Modified"},
+        {307, "Temporary Redirect"},
+        {308, "Permanent Redirect"},
         {400, "Bad Request"},
         {401, "Unauthorized"},
         {403, "Forbidden"},

@@ -1,6 +1,7 @@
 #include "idem.h"
 #include "handoff.h"
 #include "config.h"
+#include "decode.h"
 #include "jcs.h"
 #include "key.h"
 #include "log.h"
@@ -23,6 +24,9 @@
 /* Wait mode polls the store: replicas share nothing else. */
 #define WAIT_POLL_FIRST_MS 25
 #define WAIT_POLL_MAX_MS 250
+
+/* Most decoded bytes one read of a compressed SSE answer may expand to. */
+#define SSE_DECODED_PER_READ (16 * 1024 * 1024)
 
 typedef enum {
     CALL_CLAIMING = 0, /* claim sent */
@@ -62,6 +66,9 @@ typedef struct idem_call {
     char *result;
     size_t result_len;
     bool too_large;
+    bool foreign;              /* the final response carried another request's id */
+    decoder_t *decoder;        /* the upstream compressed the answer: decoded for capture only */
+    bool undecodable;          /* the answer's coding could not be read: stored as not replayable */
     char *session_id;          /* CALL_WATCH: the stream's session */
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     /* wait mode */
@@ -137,6 +144,11 @@ bool idem_has_pending(const char *session)
     return registry_has_session(server->idem, session);
 }
 
+bool idem_answer_foreign(const exchange_t *ex)
+{
+    return ex->call && ex->call->foreign;
+}
+
 bool idem_busy(const exchange_t *ex)
 {
     const idem_call_t *c = ex->call;
@@ -151,6 +163,7 @@ void idem_call_free(idem_call_t *c)
     free(c->session_id);
     if (c->json_body)
         evbuffer_free(c->json_body);
+    decoder_free(c->decoder);
     if (c->capture_sse)
         sse_free(&c->sse);
     free(c->result);
@@ -407,10 +420,13 @@ static void forward_claimed(exchange_t *ex)
     evtimer_add(c->lease_timer, &tv);
     server->stats->executions++;
     ex->outcome = "executed";
-    char extra[120];
+    /* the result is read to be stored: ask for it uncompressed (decoded anyway if it is not) */
+    char extra[160] = "Accept-Encoding: identity\r\n";
     if (c->forward_key)
-        snprintf(extra, sizeof(extra), "Idempotency-Key: %s\r\n", c->key_hash);
-    proxy_forward(ex, c->forward_key ? extra : NULL);
+        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "Idempotency-Key: %s\r\n",
+                 c->key_hash);
+    ex->fresh_upstream = true;
+    proxy_forward(ex, extra);
 }
 
 static void on_claim(store_status_t st, const store_claim_result_t *res, void *arg)
@@ -657,6 +673,11 @@ static int on_sse_event(const sse_event_t *ev, void *arg)
         return 0;
     c->final_seen = true;
     c->cls = cls;
+    if (cls == MCP_RESP_FOREIGN) {
+        c->foreign = true;
+        ex->holding = true; /* nothing from here on reaches the agent */
+        return 0;
+    }
     if (len > c->max_stored) {
         c->too_large = true;
     } else {
@@ -680,6 +701,11 @@ void idem_on_head(exchange_t *ex, int status, const http_headers_t *headers)
     }
     if (c->state != CALL_FORWARDED || status != 200)
         return;
+    decode_coding_t coding = decode_coding_parse(http_headers_get(headers, "content-encoding"));
+    if (coding == DECODE_CODING_UNSUPPORTED)
+        c->undecodable = true;
+    else
+        c->decoder = decoder_new(coding);
     if (ex->resp_sse) {
         c->capture_sse = true;
         sse_init(&c->sse, c->max_stored + 4096, on_sse_event, ex);
@@ -690,9 +716,9 @@ void idem_on_head(exchange_t *ex, int status, const http_headers_t *headers)
     }
 }
 
-void idem_on_body(exchange_t *ex, const char *data, size_t len)
+/* Bytes of the answer as the upstream meant them, before any Content-Encoding. */
+static void capture(idem_call_t *c, const char *data, size_t len)
 {
-    idem_call_t *c = ex->call;
     if (c->capture_sse) {
         int rc = sse_feed(&c->sse, data, len);
         (void)rc;
@@ -705,6 +731,64 @@ void idem_on_body(exchange_t *ex, const char *data, size_t len)
             evbuffer_add(c->json_body, data, len);
         }
     }
+}
+
+/* A decoding failure makes the answer unreadable, not the outcome unknown: the call ran. */
+static void decode_failed(exchange_t *ex, decode_status_t st)
+{
+    idem_call_t *c = ex->call;
+    if (st == DECODE_ERR_LIMIT && c->capture_json) {
+        c->too_large = true;
+    } else {
+        c->undecodable = true;
+        log_warn(ex->conn_id, "compressed answer for key %.16s unreadable: %s", c->key_hash,
+                 decode_status_str(st));
+    }
+    decoder_free(c->decoder);
+    c->decoder = NULL;
+}
+
+void idem_on_body(exchange_t *ex, const char *data, size_t len)
+{
+    idem_call_t *c = ex->call;
+    if (c->undecodable || (!c->capture_sse && !c->capture_json))
+        return;
+    if (!c->decoder) {
+        capture(c, data, len);
+        return;
+    }
+    /* a JSON answer is kept whole, so its decoded size is bounded as a whole; a stream only
+     * needs each read bounded, its events are bounded by the SSE parser */
+    size_t limit = c->capture_json ? c->max_stored + 4096
+                                   : decoder_produced(c->decoder) + SSE_DECODED_PER_READ;
+    struct evbuffer *plain = evbuffer_new();
+    decode_status_t st = decoder_feed(c->decoder, data, len, plain, limit);
+    size_t n = evbuffer_get_length(plain);
+    if (n > 0)
+        capture(c, (const char *)evbuffer_pullup(plain, -1), n);
+    evbuffer_free(plain);
+    if (st != DECODE_OK)
+        decode_failed(ex, st);
+}
+
+/* The upstream answered with another request's response: that answer is never the caller's. */
+static void answer_foreign(exchange_t *ex)
+{
+    idem_call_t *c = ex->call;
+    server->stats->unknown++;
+    char status[200];
+    snprintf(status, sizeof(status), "{\"code\":\"outcome_unknown\",\"key_hash\":\"%s\"}",
+             c->key_hash);
+    char *body = mcp_tool_error_body(
+        id_text(ex),
+        "The upstream server answered this call with the response to a different request, so "
+        "whether this call executed is unknown. That answer was discarded. Identical calls will "
+        "not be executed until the idempotency window ends. Check whether the call took effect "
+        "(for example with a read or status tool) before doing anything else.",
+        status);
+    ex->outcome = "unknown";
+    proxy_replace_answer(ex, body);
+    free(body);
 }
 
 static void on_finished(store_status_t st, bool fence_matched, void *arg)
@@ -728,6 +812,10 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
             replay_cache_put(server->cache, c->key, c->args_digest, c->result, c->result_len,
                              c->claimed_at, 1, util_now_ms() + c->window_ms);
     }
+    if (c->foreign) {
+        answer_foreign(ex);
+        return;
+    }
     proxy_release_held(ex);
 }
 
@@ -745,6 +833,7 @@ static store_state_t final_state(mcp_resp_class_t cls, on_tool_error_t on_tool_e
         *why = "input required: not final";
         return STORE_STATE_FAILED;
     case MCP_RESP_ERROR:
+    case MCP_RESP_FOREIGN:
     case MCP_RESP_OTHER:
         break;
     }
@@ -809,12 +898,31 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
         return;
     if (c->lease_timer)
         evtimer_del(c->lease_timer);
+    if (c->decoder && res == UPSTREAM_OK) {
+        decode_status_t ds = decoder_finish(c->decoder);
+        if (ds != DECODE_OK)
+            decode_failed(ex, ds);
+    }
+    if (c->foreign) {
+        record(ex, STORE_STATE_UNKNOWN, "response id mismatch");
+        return;
+    }
+    if (c->undecodable && res == UPSTREAM_OK) {
+        c->too_large = true; /* recorded as ran, result not kept */
+        record(ex, STORE_STATE_SUCCEEDED, "answer not decodable");
+        return;
+    }
     if (c->capture_json && res == UPSTREAM_OK && c->json_body) {
         size_t len = evbuffer_get_length(c->json_body);
         const char *text = (const char *)evbuffer_pullup(c->json_body, -1);
         size_t off = 0, rlen = 0;
         mcp_resp_class_t cls =
             mcp_classify_response(text ? text : "", len, ex->msg.id, &off, &rlen);
+        if (cls == MCP_RESP_FOREIGN) {
+            c->foreign = true;
+            record(ex, STORE_STATE_UNKNOWN, "response id mismatch");
+            return;
+        }
         if (cls != MCP_RESP_OTHER) {
             c->final_seen = true;
             c->cls = cls;
@@ -844,6 +952,11 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
     }
     if (res == UPSTREAM_ERR_CONNECT) {
         record(ex, STORE_STATE_FAILED, "never sent");
+        return;
+    }
+    if (res == UPSTREAM_OK && ex->status >= 300 && ex->status < 400) {
+        /* the upstream sent the call elsewhere and ran nothing: the next attempt may run */
+        record(ex, STORE_STATE_FAILED, "redirected by upstream");
         return;
     }
     if (res == UPSTREAM_OK && ex->status >= 400 && ex->status < 500) {
@@ -888,7 +1001,8 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         mcp_resp_class_t cls = MCP_RESP_OTHER;
         if (strcmp(p->session_id, c->session_id) == 0)
             cls = mcp_classify_response(ev->data, ev->data_len, p->id, &off, &len);
-        if (cls == MCP_RESP_OTHER) {
+        if (cls == MCP_RESP_OTHER || cls == MCP_RESP_FOREIGN) {
+            /* a GET stream carries the answers of several calls: another's is no sign */
             pp = &p->next;
             continue;
         }

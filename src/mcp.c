@@ -31,6 +31,8 @@ const char *mcp_resp_class_str(mcp_resp_class_t c)
         return "input_required";
     case MCP_RESP_ERROR:
         return "error";
+    case MCP_RESP_FOREIGN:
+        return "foreign";
     }
     return "unknown";
 }
@@ -540,10 +542,16 @@ mcp_resp_class_t mcp_classify_response(const char *text, size_t len, const json_
     if (!json_is_object(msg))
         goto out;
     json_t *id = json_object_get(msg, "id");
-    if (!id || !req_id || !ids_equal(id, req_id) || json_object_get(msg, "method"))
+    if (!id || !req_id || json_object_get(msg, "method"))
         goto out;
     json_t *result = json_object_get(msg, "result");
     json_t *error = json_object_get(msg, "error");
+    if (!ids_equal(id, req_id)) {
+        /* the gateway rewrites no id: a response carrying another one answers someone else */
+        if (result || error)
+            cls = MCP_RESP_FOREIGN;
+        goto out;
+    }
     if (json_is_object(result)) {
         json_t *rt = json_object_get(result, "resultType");
         if (json_is_string(rt) && strcmp(json_string_value(rt), "input_required") == 0)

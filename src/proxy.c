@@ -169,6 +169,7 @@ static void to_client(exchange_t *ex, const char *data, size_t len)
     }
     if (!ex->client)
         return;
+    ex->relayed = true;
     evbuffer_add(http_conn_output(ex->client), data, len);
 }
 
@@ -224,6 +225,29 @@ void proxy_release_held(exchange_t *ex)
             evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
         evbuffer_free(ex->held);
         ex->held = NULL;
+    }
+    complete_client(ex);
+    proxy_maybe_free(ex);
+}
+
+void proxy_replace_answer(exchange_t *ex, const char *body)
+{
+    ex->holding = false;
+    ex->deferred_status = 0;
+    if (ex->held) {
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    if (!ex->relayed && !ex->client_done) {
+        proxy_respond_json(ex, 200, body, NULL);
+        return;
+    }
+    if (ex->client && !ex->client_done && ex->resp_sse && ex->chunked) {
+        char *event = xasprintf("event: message\ndata: %s\n\n", body);
+        body_to_client(ex, event, strlen(event));
+        free(event);
+    } else {
+        ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
     }
     complete_client(ex);
     proxy_maybe_free(ex);
@@ -312,8 +336,9 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     long long clen = header_ll(headers, "content-length");
     if (status == 204 || status == 304)
         clen = -2;
-    else if (clen < 0)
-        clen = -1; /* chunked or close-delimited upstream: chunked to the agent */
+    else if (clen < 0 || (ex->resp_sse && ex->call && status == 200))
+        clen = -1; /* chunked or close-delimited upstream, or a protected stream the gateway
+                    * may have to end with an answer of its own: chunked to the agent */
     ex->chunked = clen == -1;
     ex->keep_alive = ex->req->keep_alive;
     if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&
@@ -358,13 +383,19 @@ static void on_up_body(void *arg, const char *data, size_t len)
 static void on_up_end(void *arg, upstream_result_t res)
 {
     exchange_t *ex = arg;
+    upstream_conn_t *up = ex->up;
     ex->up = NULL;
     ex->up_done = true;
     ex->up_result = res;
     if (res != UPSTREAM_OK)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
-    if (ex->call)
+    if (ex->call) {
         idem_on_end(ex, res);
+        if (up && idem_answer_foreign(ex)) {
+            log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
+            upstream_discard(up);
+        }
+    }
     if (!ex->head_sent) {
         ex->holding = false;
         if (ex->held) {
@@ -405,7 +436,7 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
     evbuffer_add_buffer(out, ex->req->body);
     ex->up_done = false;
     server->stats->forwarded++;
-    ex->up = upstream_send(server->pool, out, &up_cbs, ex);
+    ex->up = upstream_send(server->pool, out, ex->fresh_upstream, &up_cbs, ex);
     evbuffer_free(out);
 }
 

@@ -97,11 +97,35 @@ static int process_line(sse_parser_t *p, const char *line, size_t len)
     return 0;
 }
 
+/* Skips one UTF-8 byte order mark at the start of the stream (the SSE spec ignores it), which
+ * may arrive split across feeds. Returns how many bytes of buf it took. */
+static size_t skip_bom(sse_parser_t *p, const char *buf, size_t len)
+{
+    static const unsigned char bom[3] = {0xEF, 0xBB, 0xBF};
+    size_t i = 0;
+    while (!p->bom_done && i < len) {
+        if ((unsigned char)buf[i] != bom[p->bom_matched]) {
+            p->bom_done = true;
+            if (p->bom_matched) {
+                /* not a BOM after all: the bytes taken begin the first line */
+                grow(&p->line, &p->line_cap, p->bom_matched + 1);
+                memcpy(p->line, bom, p->bom_matched);
+                p->line_len = p->bom_matched;
+            }
+            break;
+        }
+        i++;
+        if (++p->bom_matched == sizeof(bom))
+            p->bom_done = true;
+    }
+    return i;
+}
+
 int sse_feed(sse_parser_t *p, const char *buf, size_t len)
 {
-    size_t i = 0;
-    if (p->last_cr && len > 0 && buf[0] == '\n')
-        i = 1;
+    size_t i = skip_bom(p, buf, len);
+    if (p->last_cr && i < len && buf[i] == '\n')
+        i++;
     p->last_cr = false;
     while (i < len) {
         const char *start = buf + i;

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/socket.h>
 
 /* An idle pooled connection is closed after this long unused. */
@@ -45,6 +46,8 @@ struct upstream_conn {
     struct event *timer;
     struct upstream_conn *next; /* in the idle list */
     bool reused;
+    bool discard; /* the owner saw a response that was not its own: never pool this one */
+    bool eof;     /* the server closed or reset: nothing more can be asked on it */
 };
 
 struct upstream_pool {
@@ -148,33 +151,41 @@ static void arm(upstream_conn_t *up, uint64_t ms)
     evtimer_add(up->timer, &tv);
 }
 
-/* Ends the exchange for the owner, then pools or closes the connection. */
+/* Only a connection whose last response was framed to its end, with nothing after it, may
+ * serve another request; anything else could hand the next caller bytes meant for someone else. */
+static bool may_pool(upstream_conn_t *up, upstream_result_t res)
+{
+    return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
+           llhttp_should_keep_alive(&up->parser) &&
+           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !server->draining &&
+           up->pool->n_idle < server->cfg->upstream_pool;
+}
+
+/* Ends the exchange for the owner, then pools or closes the connection. The owner hears first,
+ * so it can still ask for the connection to be closed (upstream_discard). */
 static void finish(upstream_conn_t *up, upstream_result_t res)
 {
     const upstream_cbs_t *cbs = up->cbs;
     void *arg = up->arg;
-    bool reusable = res == UPSTREAM_OK && llhttp_should_keep_alive(&up->parser) &&
-                    evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !server->draining &&
-                    up->pool->n_idle < server->cfg->upstream_pool;
     up->cbs = NULL;
     up->arg = NULL;
-    if (reusable) {
-        up->state = UP_IDLE;
-        up->reused = true;
-        llhttp_reset(&up->parser);
-        http_headers_reset(&up->headers);
-        up->msg_done = false;
-        up->status = 0;
-        bufferevent_enable(up->bev, EV_READ);
-        arm(up, IDLE_KEEP_MS);
-        up->next = up->pool->idle;
-        up->pool->idle = up;
-        up->pool->n_idle++;
-    } else {
-        kill_conn(up);
-    }
     if (cbs)
         cbs->on_end(arg, res);
+    if (!may_pool(up, res)) {
+        kill_conn(up);
+        return;
+    }
+    up->state = UP_IDLE;
+    up->reused = true;
+    llhttp_reset(&up->parser);
+    http_headers_reset(&up->headers);
+    up->msg_done = false;
+    up->status = 0;
+    bufferevent_enable(up->bev, EV_READ);
+    arm(up, IDLE_KEEP_MS);
+    up->next = up->pool->idle;
+    up->pool->idle = up;
+    up->pool->n_idle++;
 }
 
 static void unlink_idle(upstream_conn_t *up)
@@ -228,7 +239,8 @@ static int on_headers_complete(llhttp_t *p)
     if (up->status < 200)
         return 0; /* interim response: wait for the real one */
     up->state = UP_READ_BODY;
-    arm(up, server->cfg->upstream_idle_timeout_ms);
+    if (up->timer)
+        arm(up, server->cfg->upstream_idle_timeout_ms);
     if (up->cbs)
         up->cbs->on_head(up->arg, up->status, &up->headers);
     return 0;
@@ -265,6 +277,20 @@ static const llhttp_settings_t parser_settings = {
 
 /* --- events --- */
 
+/* Runs the parser over len bytes and returns how many belong to the current response; the
+ * parser stops at the end of a response so what follows is never taken for part of it. */
+static size_t parse_bytes(upstream_conn_t *up, const char *data, size_t len, bool *bad)
+{
+    enum llhttp_errno err = llhttp_execute(&up->parser, data, len);
+    if (err == HPE_PAUSED)
+        return (size_t)(llhttp_get_error_pos(&up->parser) - data);
+    if (err != HPE_OK) {
+        *bad = true;
+        up->parse_failed = true;
+    }
+    return len;
+}
+
 static void read_cb(struct bufferevent *bev, void *arg)
 {
     upstream_conn_t *up = arg;
@@ -279,17 +305,15 @@ static void read_cb(struct bufferevent *bev, void *arg)
            (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
         size_t len = evbuffer_get_contiguous_space(in);
         const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
-        enum llhttp_errno err = llhttp_execute(&up->parser, data, len);
-        size_t used = len;
-        if (err == HPE_PAUSED) {
-            used = (size_t)(llhttp_get_error_pos(&up->parser) - data);
-        } else if (err != HPE_OK) {
-            evbuffer_drain(in, len);
-            log_warn(0, "upstream response unparseable: %s", llhttp_errno_name(err));
+        bool bad = false;
+        size_t used = parse_bytes(up, data, len, &bad);
+        evbuffer_drain(in, used);
+        if (bad) {
+            log_warn(0, "upstream response unparseable: %s",
+                     llhttp_errno_name(llhttp_get_errno(&up->parser)));
             finish(up, UPSTREAM_ERR_PROTOCOL);
             return;
         }
-        evbuffer_drain(in, used);
         if (up->msg_done) {
             finish(up, UPSTREAM_OK);
             return;
@@ -299,6 +323,14 @@ static void read_cb(struct bufferevent *bev, void *arg)
         if (!(bufferevent_get_enabled(bev) & EV_READ))
             return; /* paused by the owner: leave the rest for later */
     }
+}
+
+/* A close-delimited body (HTTP/1.0, or no length) is complete when the server closes.
+ * on_message_complete pauses the parser, so llhttp_finish reports HPE_PAUSED on success. */
+static bool body_ends_at_close(upstream_conn_t *up)
+{
+    enum llhttp_errno err = llhttp_finish(&up->parser);
+    return (err == HPE_OK || err == HPE_PAUSED) && up->msg_done;
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -311,6 +343,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
+    up->eof = true;
     switch (up->state) {
     case UP_CONNECTING: {
         unsigned long tls_err = server->tls ? bufferevent_get_openssl_error(bev) : 0;
@@ -338,7 +371,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         read_cb(bev, up);
         if (up->state != UP_WAIT_HEAD && up->state != UP_READ_BODY)
             break;
-        if ((what & BEV_EVENT_EOF) && llhttp_finish(&up->parser) == HPE_OK && up->msg_done) {
+        if ((what & BEV_EVENT_EOF) && body_ends_at_close(up)) {
             finish(up, UPSTREAM_OK);
             break;
         }
@@ -396,14 +429,43 @@ static void connect_failed_cb(evutil_socket_t fd, short what, void *arg)
     finish(up, UPSTREAM_ERR_CONNECT);
 }
 
-upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request,
-                               const upstream_cbs_t *cbs, void *arg)
+/* True when nothing at all has arrived on an idle connection: no buffered or decrypted byte,
+ * no raw byte (for TLS, any record may be the start of a response), no end of stream. Checked
+ * right before reuse, because the loop may not have read what arrived since it was pooled. */
+static bool idle_is_clean(upstream_conn_t *up)
 {
-    upstream_conn_t *up = pool->idle;
-    if (up) {
+    if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
+        return false;
+    if (server->tls && SSL_pending(bufferevent_openssl_get_ssl(up->bev)) > 0)
+        return false;
+    int fd = bufferevent_getfd(up->bev);
+    if (fd < 0)
+        return false;
+    char byte;
+    ssize_t n = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* The warmest idle connection that is provably clean; the others are closed on the way. */
+static upstream_conn_t *take_idle(upstream_pool_t *pool)
+{
+    while (pool->idle) {
+        upstream_conn_t *up = pool->idle;
         pool->idle = up->next;
         pool->n_idle--;
         up->next = NULL;
+        if (idle_is_clean(up))
+            return up;
+        kill_conn(up);
+    }
+    return NULL;
+}
+
+upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, bool fresh,
+                               const upstream_cbs_t *cbs, void *arg)
+{
+    upstream_conn_t *up = fresh ? NULL : take_idle(pool);
+    if (up) {
         up->state = UP_WAIT_HEAD;
         arm(up, server->cfg->upstream_timeout_ms);
     } else {
@@ -461,11 +523,35 @@ void upstream_pause(upstream_conn_t *up, bool paused)
     }
 }
 
+void upstream_discard(upstream_conn_t *up)
+{
+    up->discard = true;
+}
+
 void upstream_abandon(upstream_conn_t *up)
 {
     up->cbs = NULL;
     up->arg = NULL;
     kill_conn(up);
+}
+
+/* --- the response path without a socket --- */
+
+upstream_result_t upstream_parse_response(const char *data, size_t len, const upstream_cbs_t *cbs,
+                                          void *arg, size_t *rest)
+{
+    upstream_conn_t up = {.state = UP_WAIT_HEAD, .cbs = cbs, .arg = arg};
+    http_headers_init(&up.headers);
+    llhttp_init(&up.parser, HTTP_RESPONSE, &parser_settings);
+    up.parser.data = &up;
+    bool bad = false;
+    size_t used = parse_bytes(&up, data, len, &bad);
+    upstream_result_t res = bad                                      ? UPSTREAM_ERR_PROTOCOL
+                            : up.msg_done || body_ends_at_close(&up) ? UPSTREAM_OK
+                                                                     : UPSTREAM_ERR_CLOSED;
+    *rest = bad ? 0 : len - used;
+    http_headers_free(&up.headers);
+    return res;
 }
 
 /* --- readiness probe --- */

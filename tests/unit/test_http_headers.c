@@ -88,9 +88,11 @@ static void test_request_head(void **state)
     add(&h, "Transfer-Encoding", "chunked");
     add(&h, "X-Forwarded-For", "10.0.0.1");
     add(&h, "traceparent", "00-abc-def-01");
+    add(&h, "Accept-Encoding", "gzip, br");
     struct evbuffer *b = evbuffer_new();
+    /* the extra lines replace the request's own headers of the same names */
     http_write_request_head(b, "POST", "/mcp?x=1", &h, "127.0.0.1:3001", "127.0.0.2", 12,
-                            "Idempotency-Key: k\r\n");
+                            "Idempotency-Key: k\r\naccept-encoding: identity\r\n");
     char *s = drain(b);
     assert_string_equal(s, "POST /mcp?x=1 HTTP/1.1\r\n"
                            "Host: 127.0.0.1:3001\r\n"
@@ -102,6 +104,7 @@ static void test_request_head(void **state)
                            "X-Forwarded-For: 10.0.0.1, 127.0.0.2\r\n"
                            "Content-Length: 12\r\n"
                            "Idempotency-Key: k\r\n"
+                           "accept-encoding: identity\r\n"
                            "\r\n");
     free(s);
     evbuffer_free(b);
@@ -130,6 +133,8 @@ static void test_response_head(void **state)
     evbuffer_free(b);
     http_headers_free(&h);
     assert_string_equal(http_status_reason(431), "Request Header Fields Too Large");
+    assert_string_equal(http_status_reason(302), "Found");
+    assert_string_equal(http_status_reason(308), "Permanent Redirect");
 }
 
 int main(void)

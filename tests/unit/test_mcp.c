@@ -139,13 +139,15 @@ static void test_classify(void **state)
          MCP_RESP_INPUT_REQUIRED, NULL},
         {"{\"jsonrpc\":\"2.0\",\"id\":11,\"error\":{\"code\":-32602,\"message\":\"x\"}}",
          MCP_RESP_ERROR, NULL},
-        {"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{}}", MCP_RESP_OTHER, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":12,\"result\":{}}", MCP_RESP_FOREIGN, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600}}", MCP_RESP_FOREIGN, NULL},
         {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}",
          MCP_RESP_OTHER, NULL},
         /* a server request that happens to reuse the id is not our response */
         {"{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"sampling/createMessage\"}", MCP_RESP_OTHER,
          NULL},
-        {"{\"jsonrpc\":\"2.0\",\"id\":\"11\",\"result\":{}}", MCP_RESP_OTHER, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":\"11\",\"result\":{}}", MCP_RESP_FOREIGN, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":12}", MCP_RESP_OTHER, NULL},
         {"garbage", MCP_RESP_OTHER, NULL},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -160,6 +162,7 @@ static void test_classify(void **state)
     }
     json_decref(id);
     assert_string_equal(mcp_resp_class_str(MCP_RESP_TOOL_ERROR), "tool_error");
+    assert_string_equal(mcp_resp_class_str(MCP_RESP_FOREIGN), "foreign");
 }
 
 static void test_bodies(void **state)

@@ -87,6 +87,29 @@ static void test_oversized_event_skipped(void **state)
     assert_string_equal(s.log, "[|-|small]");
 }
 
+static void test_byte_order_mark(void **state)
+{
+    /* one BOM at the start of the stream is skipped, however the bytes are split; a second
+     * one, or one later on, is part of the field name and so hides nothing else */
+    const char *stream = "\xEF\xBB\xBF"
+                         "data: {\"id\":1}\n\n"
+                         "\xEF\xBB\xBF"
+                         "data: x\n\ndata: y\n\n";
+    for (size_t split = 0; split <= strlen(stream); split++) {
+        seen_t s;
+        feed_split(stream, split, &s, 0);
+        assert_string_equal(s.log, "[|-|{\"id\":1}][|-|y]");
+    }
+    /* bytes that only begin like a BOM are kept */
+    const char *almost = "\xEF\xBB"
+                         "data: z\n\ndata: w\n\n";
+    for (size_t split = 0; split <= strlen(almost); split++) {
+        seen_t s;
+        feed_split(almost, split, &s, 0);
+        assert_string_equal(s.log, "[|-|w]");
+    }
+}
+
 static int stop_at_first(const sse_event_t *ev, void *arg)
 {
     (*(int *)arg)++;
@@ -138,6 +161,7 @@ int main(void)
         cmocka_unit_test(test_line_endings_and_fields),
         cmocka_unit_test(test_incomplete_event_not_dispatched),
         cmocka_unit_test(test_oversized_event_skipped),
+        cmocka_unit_test(test_byte_order_mark),
         cmocka_unit_test(test_callback_stops),
         cmocka_unit_test(test_event_end_offsets),
     };

@@ -1,0 +1,186 @@
+// An upstream that misbehaves at the HTTP level (tests/fixtures/bad-upstream.mjs): whatever it
+// does, a protected call never gets, stores or replays another call's answer, and an answer
+// that did arrive whole is recorded as what it is, never as "unknown" for lack of reading it.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import {
+  NODE, TESTS, createDatabase, idemStatus, rawSession, replayMarker, startGateway, startProcess, toolText,
+  waitForLog,
+} from './lib/harness.mjs';
+
+/** The misbehaving upstream in one mode. count() answers its per-tool execution counts. */
+async function startBadUpstream(t, mode) {
+  const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/bad-upstream.mjs'), '0', mode], {
+    readyLine: /listening on port (\d+)/,
+    name: `bad-upstream(${mode})`,
+  });
+  const port = Number(h.match[1]);
+  const count = async () => (await fetch(`http://127.0.0.1:${port}/count`)).json();
+  return { ...h, port, url: `http://127.0.0.1:${port}/mcp`, count };
+}
+
+async function setup(t, mode) {
+  const upstream = await startBadUpstream(t, mode);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: {
+      subject: { header: 'X-Subject' },
+      tools: { lookup: { class: 'read' }, charge: { class: 'non_idempotent' } },
+    },
+  });
+  return { upstream, gw };
+}
+
+/** One tools/call by hand, for answers the SDK-like helpers would follow or parse: the Response. */
+async function postCall(gw, name, args, { id = 'by-hand', subject = 'payer' } = {}) {
+  const res = await fetch(gw.url, {
+    method: 'POST',
+    redirect: 'manual',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': subject },
+    body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } }),
+  });
+  return { res, bytes: Buffer.from(await res.arrayBuffer()) };
+}
+
+// What the fixture answers for a tool that ran with these arguments.
+const ranText = (tool, args) => `${tool}:${JSON.stringify(args)}`;
+
+test('a stray second response on a pooled connection never reaches a protected call', async (t) => {
+  const { upstream, gw } = await setup(t, 'stray');
+  const reader = await rawSession(t, gw.url, { headers: { 'X-Subject': 'reader' } });
+  const payer = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const LANES = 8;
+  const ROUNDS = 15;
+  // Both callers use the same JSON-RPC ids, as separate SDK clients do: the id cannot tell
+  // their answers apart, only reading each response on the connection it was asked on can.
+  let reading = true;
+  const readLanes = Array.from({ length: LANES }, async (_, lane) => {
+    for (let i = 0; reading; i++) {
+      await reader.call('lookup', { who: 'reader', lane, i }, { id: `${lane}-${i % ROUNDS}` });
+    }
+  });
+  const firsts = [];
+  const payLanes = Array.from({ length: LANES }, async (_, lane) => {
+    for (let i = 0; i < ROUNDS; i++) {
+      const args = { who: 'payer', lane, i };
+      firsts.push({ args, r: await payer.call('charge', args, { id: `${lane}-${i}` }) });
+    }
+  });
+  await Promise.all(payLanes);
+  reading = false;
+  await Promise.all(readLanes);
+
+  const foreign = (body) => body.includes('reader') || body.includes('STRAY');
+  for (const { args, r } of firsts) {
+    assert.equal(r.status, 200, r.body);
+    assert.ok(!foreign(r.body), `a protected call got another call's answer: ${r.body}`);
+    assert.equal(toolText(r.message?.result), ranText('charge', args), r.body);
+  }
+  // Each retry replays exactly the call's own answer, without running it again.
+  const retries = await Promise.all(firsts.map(({ args }) => payer.call('charge', args)));
+  retries.forEach((r, i) => {
+    assert.ok(!foreign(r.body), `a replay carried another call's answer: ${r.body}`);
+    assert.equal(replayMarker(r.message?.result)?.replayed, true, r.body);
+    assert.equal(toolText(r.message.result), ranText('charge', firsts[i].args));
+  });
+  assert.equal((await upstream.count()).executions.charge, LANES * ROUNDS);
+});
+
+for (const mode of ['wrong-id', 'wrong-id-sse']) {
+  test(`a final response with another id is never stored or given as the answer (${mode})`, async (t) => {
+    const { upstream, gw } = await setup(t, mode);
+    const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+    const args = { order: 'o-1' };
+    const first = await s.call('charge', args);
+    const result = first.message?.result;
+    assert.equal(result?.isError, true, first.body);
+    assert.equal(idemStatus(result)?.code, 'outcome_unknown', first.body);
+    assert.ok(!first.body.includes(ranText('charge', args)), `the foreign answer reached the caller: ${first.body}`);
+    await waitForLog(gw, /recorded as unknown \(response id mismatch\)/);
+
+    const retry = await s.call('charge', args);
+    assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
+    assert.equal(replayMarker(retry.message?.result), undefined);
+    assert.equal((await upstream.count()).executions.charge, 1);
+  });
+}
+
+test('an answer in a coding the gateway cannot read is recorded as run, not unknown', async (t) => {
+  const { upstream, gw } = await setup(t, 'unknown-coding');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const args = { order: 'o-x' };
+  const first = await postCall(gw, 'charge', args);
+  assert.equal(first.res.status, 200);
+  assert.equal(first.res.headers.get('content-encoding'), 'x-reversed', 'the caller gets what the upstream sent');
+  assert.match(first.bytes.toString(), /^}}\]}/, 'the bytes as the upstream sent them');
+  await waitForLog(gw, /recorded as succeeded \(answer not decodable\)/);
+
+  const retry = await s.call('charge', args);
+  assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
+  assert.match(toolText(retry.message.result), /already ran successfully/);
+  assert.equal((await upstream.count()).executions.charge, 1);
+});
+
+for (const mode of ['gzip', 'deflate', 'br']) {
+  test(`an answer compressed with ${mode} is stored decoded and replayed, executed once`, async (t) => {
+    const { upstream, gw } = await setup(t, mode);
+    const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer', 'Accept-Encoding': 'gzip, deflate, br' } });
+    const args = { order: `o-${mode}` };
+    const first = await s.call('charge', args);
+    assert.equal(first.headers.get('content-encoding'), mode, 'the caller gets the bytes the upstream sent');
+    assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
+
+    const retry = await s.call('charge', args);
+    assert.equal(retry.headers.get('content-encoding'), null, 'a replay is written uncompressed');
+    assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
+    assert.equal(toolText(retry.message.result), ranText('charge', args));
+    const { executions, acceptEncoding } = await upstream.count();
+    assert.equal(executions.charge, 1);
+    assert.equal(acceptEncoding.charge, 'identity', 'a protected call asks for an uncompressed answer');
+  });
+}
+
+test('an HTTP/1.0 answer delimited by the close is recorded and replayed', async (t) => {
+  const { upstream, gw } = await setup(t, 'http10');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const args = { order: 'o-10' };
+  const first = await s.call('charge', args);
+  assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
+  const retry = await s.call('charge', args);
+  assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
+  assert.equal(toolText(retry.message.result), ranText('charge', args));
+  assert.equal((await upstream.count()).executions.charge, 1);
+});
+
+test('an SSE answer that starts with a byte order mark is found and recorded', async (t) => {
+  const { upstream, gw } = await setup(t, 'sse-bom');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const args = { order: 'o-bom' };
+  const first = await s.call('charge', args);
+  assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
+  const retry = await s.call('charge', args);
+  assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
+  assert.equal(toolText(retry.message.result), ranText('charge', args));
+  assert.equal((await upstream.count()).executions.charge, 1);
+});
+
+test('a redirect ran nothing: the claim is released and a retry executes', async (t) => {
+  const { upstream, gw } = await setup(t, 'redirect');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const args = { order: 'o-302' };
+  const { res: first } = await postCall(gw, 'charge', args); // the redirect seen, not followed
+  assert.equal(first.status, 302);
+  assert.equal(first.statusText, 'Found');
+  assert.equal(first.headers.get('location'), '/elsewhere');
+  await waitForLog(gw, /recorded as failed \(redirected by upstream\)/);
+  assert.doesNotMatch(gw.logs(), /302 Status/);
+
+  const retry = await s.call('charge', args);
+  assert.equal(toolText(retry.message?.result), ranText('charge', args), retry.body);
+  assert.equal(replayMarker(retry.message.result), undefined, 'the retry ran, it was not replayed');
+  const { executions, calls } = await upstream.count();
+  assert.equal(calls.charge, 2);
+  assert.equal(executions.charge, 1);
+});
