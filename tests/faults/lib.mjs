@@ -128,7 +128,8 @@ export function classify(tl, answer, order) {
   }
   const result = answer.message.result;
   const text = (result?.content ?? []).map((c) => c.text ?? '').join('\n');
-  const named = [...text.matchAll(/order (\S+?)[ )]/g)].map((m) => m[1]);
+  // the refund fixture says "order X"; the misbehaving one echoes the arguments
+  const named = [...text.matchAll(/order (\S+?)[ )]|"order_id":"([^"]+)"/g)].map((m) => m[1] ?? m[2]);
   if (named.some((o) => o !== order)) tl.wrong_caller++;
   const status = result?._meta?.['idemgw/status'];
   if (status) {
@@ -198,7 +199,7 @@ export function doubleExecutions(ledger) {
 export function report(name, tl, { executions, doubles = 0, extra = '', maxErrors = Infinity, failIf = false } = {}) {
   const bad = tl.wrong_caller > 0 || doubles > 0 || (tl.codes.executed_twice ?? 0) > 0 || tl.http_errors > maxErrors || failIf;
   const codes = Object.entries(tl.codes).map(([k, v]) => `${k}=${v}`).join(',');
-  const line = `${bad ? 'FAIL' : 'ok  '} ${name.padEnd(22)} calls=${tl.calls} executions=${executions ?? tl.executed} ` +
+  const line = `${bad ? 'FAIL' : 'ok  '} ${name.padEnd(24)} calls=${tl.calls} executions=${executions ?? tl.executed} ` +
     `replays=${tl.replays} refusals=${tl.refusals} errors=${tl.http_errors} double_executions=${doubles} ` +
     `wrong_caller=${tl.wrong_caller}${codes ? ` codes=${codes}` : ''}${extra ? ` ${extra}` : ''}`;
   console.log(line);

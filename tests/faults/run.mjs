@@ -207,12 +207,13 @@ scenarios.slowloris = async (s) => {
 };
 
 // --- misbehaving upstreams (tests/fixtures/bad-upstream.mjs), one scenario per mode ----------
-// The fixture's modes that a load of protected calls can meet.
-const UPSTREAM_MODES = [];
+// The fixture's modes (its MODES table) that a load of protected calls meets.
+const UPSTREAM_MODES = ['normal', 'stray', 'wrong-id', 'wrong-id-sse', 'gzip', 'deflate', 'br', 'unknown-coding',
+  'http10', 'sse-bom', 'redirect'];
 
 async function upstreamScenario(s, mode) {
   const db = await createDatabase();
-  const up = await startProcess(s, NODE, [path.join(TESTS, 'fixtures/bad-upstream.mjs'), mode, '0'], {
+  const up = await startProcess(s, NODE, [path.join(TESTS, 'fixtures/bad-upstream.mjs'), '0', mode], {
     readyLine: /listening on port (\d+)/, name: `bad-upstream(${mode})`,
   });
   const upUrl = `http://127.0.0.1:${up.match[1]}/mcp`;
@@ -230,10 +231,15 @@ async function upstreamScenario(s, mode) {
       while (reading) await protectedCall(gw.url, { subject: 'reader', tool: 'read_notes', args: { order_id: 'reader-notes' }, session, timeoutMs: 5000 });
     })());
   }
-  const { tl } = await load(gw.url, { workers: 8, perWorker: 15, tag: `up-${mode}`, timeoutMs: 10000 });
+  const workers = 8;
+  const perWorker = 15;
+  const { tl } = await load(gw.url, { workers, perWorker, tag: `up-${mode}`, timeoutMs: 10000 });
   reading = false;
   await Promise.all(readers);
-  return report(`upstream:${mode}`, tl, {});
+  const count = await (await fetch(`${upUrl.replace(/\/mcp$/, '')}/count`)).json();
+  const executions = count.executions?.issue_refund ?? 0;
+  // every order is new: more executions than orders means one of them ran twice
+  return report(`upstream:${mode}`, tl, { executions, doubles: Math.max(0, executions - workers * perWorker) });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -248,7 +254,7 @@ for (const name of names) {
   try {
     ok = name.startsWith('upstream:') ? await upstreamScenario(s, name.slice(9)) : await scenarios[name](s);
   } catch (err) {
-    console.log(`FAIL ${name.padEnd(22)} error: ${err.message.split('\n')[0]}`);
+    console.log(`FAIL ${name.padEnd(24)} error: ${err.message.split('\n')[0]}`);
     process.stderr.write(`${err.stack}\n`);
   }
   if (!ok) failed++;
