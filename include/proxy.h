@@ -56,6 +56,7 @@ typedef struct exchange {
     const char *deferred_message;
     const char *outcome;   /* for the log line: "forwarded", "replay", ... */
     const char *extra_log; /* extra detail for the log line */
+    char log_detail[400];  /* storage for a detail the proxy itself adds to the log line */
     uint64_t start_ms;
 } exchange_t;
 

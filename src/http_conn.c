@@ -33,6 +33,7 @@ struct http_conn {
     http_request_t *req;    /* the request being read */
     size_t head_bytes;      /* request line and headers so far */
     int fail_status;        /* set by a parser callback that refuses the request */
+    const char *fail_why;   /* its reason, for the error body; NULL for the status's default */
     bool req_complete;      /* on_message_complete seen for req */
     struct event *timer;    /* idle, header or body deadline, by state */
     struct event *resume;   /* processes pipelined input after a response */
@@ -234,7 +235,16 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 
 static int on_header_field_complete(llhttp_t *p)
 {
-    http_headers_end_name(&((http_conn_t *)p->data)->req->headers);
+    http_conn_t *c = p->data;
+    http_headers_t *h = &c->req->headers;
+    http_headers_end_name(h);
+    /* llhttp takes "Name : value" with the space in the name; RFC 9112 5.1 says refuse it */
+    if (h->n && !http_header_name_is_token(http_headers_name(h, h->n - 1))) {
+        c->fail_status = 400;
+        c->fail_why = "malformed HTTP request: a header name is not a token (whitespace before "
+                      "the colon?)";
+        return -1;
+    }
     return 0;
 }
 
@@ -343,7 +353,8 @@ static void process_input(http_conn_t *c)
             llhttp_resume(&c->parser);
         } else if (err != HPE_OK) {
             int status = c->fail_status ? c->fail_status : 400;
-            const char *msg = status == 413   ? "request body too large"
+            const char *msg = c->fail_why     ? c->fail_why
+                              : status == 413 ? "request body too large"
                               : status == 431 ? "request headers too large"
                                               : "malformed HTTP request";
             refuse(c, status, msg);

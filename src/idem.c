@@ -408,8 +408,11 @@ static void forward_claimed(exchange_t *ex)
     server->stats->executions++;
     ex->outcome = "executed";
     char extra[120];
-    if (c->forward_key)
+    if (c->forward_key) {
+        /* only the hash goes up: the agent's own key may be a secret of its own */
+        http_headers_remove(&ex->req->headers, "idempotency-key");
         snprintf(extra, sizeof(extra), "Idempotency-Key: %s\r\n", c->key_hash);
+    }
     proxy_forward(ex, c->forward_key ? extra : NULL);
 }
 
@@ -543,6 +546,11 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, cons
         return xstrdup(cfg->subject.value);
     case SUBJECT_HEADER: {
         const char *v = http_headers_get(&req->headers, cfg->subject.value);
+        if (http_headers_count(&req->headers, cfg->subject.value) > 1) {
+            /* which copy is the caller? a proxy before us may have checked another one */
+            *why = "the caller identity header appears more than once";
+            return NULL;
+        }
         if (!v || !*v) {
             *why = "the request has no caller identity header";
             return NULL;

@@ -532,6 +532,46 @@ static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m
     return NULL;
 }
 
+/* Headers whose copies a proxy cannot merge safely (RFC 9110 5.3): one copy checked, another
+ * acted on, as Host, Origin, credentials, keys and sessions would be. */
+static const char *duplicated_header(const http_headers_t *h)
+{
+    static const char *const once[] = {"Host", "Origin", "Authorization", "Idempotency-Key",
+                                       "Mcp-Session-Id"};
+    for (size_t i = 0; i < ARRAY_LEN(once); i++)
+        if (http_headers_count(h, once[i]) > 1)
+            return once[i];
+    return NULL;
+}
+
+static const char *dup_field(exchange_t *ex, const char *name)
+{
+    snprintf(ex->log_detail, sizeof(ex->log_detail), "\"duplicate_header\":\"%s\"", name);
+    return ex->log_detail;
+}
+
+/* A 403 for Host or Origin names the header, the value refused and the setting that would
+ * allow it, in the log and in the answer. */
+static void forbid(exchange_t *ex, const char *header, const char *value, const char *setting)
+{
+    char shown[200], val[220];
+    snprintf(shown, sizeof(shown), "%s", value ? value : "");
+    for (char *p = shown; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
+            *p = '?';
+    log_json_string(val, sizeof(val), shown);
+    snprintf(ex->log_detail, sizeof(ex->log_detail),
+             "\"forbidden_header\":\"%s\",\"value\":%s,\"setting\":\"%s\"", header, val, setting);
+    ex->extra_log = ex->log_detail;
+    char msg[400];
+    snprintf(msg, sizeof(msg),
+             "forbidden: %s \"%s\" is not allowed by this gateway; add it to the %s setting to "
+             "allow it",
+             header, value ? shown : "(missing)", setting);
+    ex->outcome = "refused";
+    respond_error(ex, 403, -32000, msg, NULL);
+}
+
 void proxy_handle(http_conn_t *conn, http_request_t *req)
 {
     const config_t *cfg = server->cfg;
@@ -556,10 +596,24 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         respond_error(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
         return;
     }
-    if (!config_host_allowed(cfg, http_headers_get(&req->headers, "host")) ||
-        !config_origin_allowed(cfg, http_headers_get(&req->headers, "origin"))) {
+    const char *dup = duplicated_header(&req->headers);
+    if (dup) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "bad request: the %s header appears more than once; send it once. Nothing was "
+                 "forwarded.",
+                 dup);
         ex->outcome = "refused";
-        respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
+        ex->extra_log = dup_field(ex, dup);
+        respond_error(ex, 400, -32600, msg, NULL);
+        return;
+    }
+    const char *host = http_headers_get(&req->headers, "host");
+    const char *origin = http_headers_get(&req->headers, "origin");
+    bool host_ok = config_host_allowed(cfg, host);
+    if (!host_ok || !config_origin_allowed(cfg, origin)) {
+        forbid(ex, host_ok ? "Origin" : "Host", host_ok ? origin : host,
+               host_ok ? "allowed_origins" : "allowed_hosts");
         return;
     }
     if (req->method == HTTP_GET && (resume_stream(ex) || hand_off_resume(ex)))
