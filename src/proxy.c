@@ -9,6 +9,8 @@
 
 #include <event2/buffer.h>
 #include <llhttp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,6 +411,42 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
     evbuffer_free(out);
 }
 
+/* Who is calling, as far as the gateway can tell: the configured subject header (every copy)
+ * and the Authorization value, hashed so that comparing two requests leaks nothing by time. */
+static void caller_digest(const http_request_t *req, unsigned char out[EVP_MAX_MD_SIZE])
+{
+    const config_t *cfg = server->cfg;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    /* fails only when OpenSSL cannot allocate: the out-of-memory policy applies */
+    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+        fprintf(stderr, "idemgw: SHA-256 failed\n");
+        abort();
+    }
+    for (size_t i = 0; i < req->headers.n; i++) {
+        const char *name = http_headers_name(&req->headers, i);
+        bool subject = cfg->subject.kind == SUBJECT_HEADER && cfg->subject.value &&
+                       strcasecmp(name, cfg->subject.value) == 0;
+        if (!subject && strcasecmp(name, "authorization") != 0)
+            continue;
+        const char *v = http_headers_value(&req->headers, i);
+        /* name and value with their terminating NULs: no two header lists hash alike */
+        EVP_DigestUpdate(md, subject ? "s" : "a", 2);
+        EVP_DigestUpdate(md, v, strlen(v) + 1);
+    }
+    unsigned int len = 0;
+    memset(out, 0, EVP_MAX_MD_SIZE);
+    EVP_DigestFinal_ex(md, out, &len);
+    EVP_MD_CTX_free(md);
+}
+
+static bool same_caller(const http_request_t *a, const http_request_t *b)
+{
+    unsigned char da[EVP_MAX_MD_SIZE], db[EVP_MAX_MD_SIZE];
+    caller_digest(a, da);
+    caller_digest(b, db);
+    return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
+}
+
 /* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
  * second reader, so the gateway serves the resume itself, from the bytes it kept, and then
  * passes on the rest live. The agent may still look connected on the old stream (its close
@@ -423,6 +461,13 @@ static bool resume_stream(exchange_t *get)
         const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
         if (!s2 || strcmp(s2, session) != 0 || ex->client_done)
             continue;
+        /* a session id and an event id are not credentials: the resume must come from the
+         * caller of the stream it resumes, or it is the upstream's to judge */
+        if (!same_caller(ex->req, get->req)) {
+            log_info(get->conn_id, "stream resume not served from the gateway: another caller "
+                                   "than the stream's");
+            return false;
+        }
         size_t from = SIZE_MAX;
         for (size_t i = 0; i < ex->n_marks && from == SIZE_MAX; i++)
             if (strcmp(ex->marks[i].id, last) == 0)
