@@ -22,6 +22,9 @@ void idem_watch_begin(struct exchange *ex);
 void idem_on_head(struct exchange *ex, int status, const http_headers_t *headers);
 void idem_on_body(struct exchange *ex, const char *data, size_t len);
 void idem_on_end(struct exchange *ex, upstream_result_t res);
+/* The call's final response has reached the agent's connection (false for unprotected
+ * exchanges, whose responses are not read). */
+bool idem_answered(const struct exchange *ex);
 /* A store write for this call is still pending: the exchange must stay. */
 bool idem_busy(const struct exchange *ex);
 /* A protected call of session waits for its result on a resumed GET stream. */

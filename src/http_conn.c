@@ -416,8 +416,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     http_conn_t *c = arg;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        /* whether the agent left early is the handler's to say (gone): a GET stream ends so */
         if (c->state == CONN_HANDLING)
-            log_info(c->id, "agent disconnected during a response");
+            log_debug(c->id, "agent closed its connection during a response");
         schedule_free(c);
     }
 }

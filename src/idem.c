@@ -143,6 +143,12 @@ bool idem_busy(const exchange_t *ex)
     return c && (c->store_pending || c->state == CALL_WAITING);
 }
 
+bool idem_answered(const exchange_t *ex)
+{
+    const idem_call_t *c = ex->call;
+    return c && c->state != CALL_WATCH && c->final_seen && !ex->holding;
+}
+
 void idem_call_free(idem_call_t *c)
 {
     if (!c)
@@ -405,8 +411,7 @@ static void forward_claimed(exchange_t *ex)
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(server->base, renew_lease, ex);
     evtimer_add(c->lease_timer, &tv);
-    server->stats->executions++;
-    ex->outcome = "executed";
+    ex->outcome = "forwarded"; /* until the upstream's answer says what happened */
     char extra[120];
     if (c->forward_key) {
         /* only the hash goes up: the agent's own key may be a secret of its own */
@@ -784,10 +789,48 @@ static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
     on_finished(ex->call->deferred_status, false, ex);
 }
 
+/* What the log line and the metrics say happened to a call, by why it was recorded. Only a
+ * result (a tool error result included: the tool ran) counts as an execution; a JSON-RPC
+ * error or an HTTP refusal is the upstream declining, and a call never sent or cut short did
+ * not get an answer at all. */
+static const char *outcome_of(const char *why, bool *executed)
+{
+    static const struct {
+        const char *why, *outcome;
+        bool executed;
+    } table[] = {
+        {"result", "executed", true},
+        {"tool error", "executed", true},
+        {"input required: not final", "input_required", false},
+        {"json-rpc error", "rejected_by_upstream", false},
+        {"refused by upstream", "rejected_by_upstream", false},
+        {"never sent", "not_sent", false},
+        {"cancelled by its caller", "cancelled", false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(table); i++)
+        if (strcmp(why, table[i].why) == 0) {
+            *executed = table[i].executed;
+            return table[i].outcome;
+        }
+    *executed = false;
+    return "unknown";
+}
+
+static void count_outcome(exchange_t *ex, const char *why)
+{
+    bool executed = false;
+    const char *outcome = outcome_of(why, &executed);
+    if (ex)
+        ex->outcome = outcome;
+    if (executed)
+        server->stats->executions++;
+}
+
 static void record(exchange_t *ex, store_state_t state, const char *why)
 {
     idem_call_t *c = ex->call;
     c->state = CALL_FINISHING;
+    count_outcome(ex, why);
     snprintf(c->log_extra, sizeof(c->log_extra),
              "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"", c->key_hash,
              store_state_str(state), why);
@@ -848,6 +891,7 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
          * the final response finishes the key there; until then the claim stays in progress */
         c->state = CALL_DONE;
         ex->holding = false;
+        ex->outcome = "pending";
         return;
     }
     if (res == UPSTREAM_ERR_CONNECT) {
@@ -902,6 +946,7 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         }
         const char *why;
         store_state_t st = final_state(cls, p->on_tool_error, &why);
+        count_outcome(NULL, why);
         bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
         resumed_finish_t *rf = xcalloc(1, sizeof(*rf));
         rf->conn_id = ex->conn_id;

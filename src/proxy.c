@@ -288,8 +288,16 @@ static void on_client_gone(void *arg)
             ex->up_result = UPSTREAM_ERR_CLOSED;
         }
     }
-    if (!ex->outcome)
-        ex->outcome = "agent_gone";
+    /* closing a GET stream is how an agent ends it; closing after the call's answer arrived
+     * is a normal exit too. Only leaving before the answer is news. */
+    if (ex->req->method == HTTP_GET) {
+        if (!ex->outcome)
+            ex->outcome = "closed_by_agent";
+    } else if (!idem_answered(ex)) {
+        log_info(ex->conn_id, "agent disconnected before its answer was complete");
+        if (!ex->outcome)
+            ex->outcome = "agent_gone";
+    }
     proxy_maybe_free(ex);
 }
 
