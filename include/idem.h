@@ -25,6 +25,9 @@ void idem_on_end(struct exchange *ex, upstream_result_t res);
 /* The call's final response has reached the agent's connection (false for unprotected
  * exchanges, whose responses are not read). */
 bool idem_answered(const struct exchange *ex);
+/* note, a notifications/cancelled the upstream accepted: a protected call in flight here with
+ * the same session, caller and request id is ended now and recorded as cancelled (unknown). */
+void idem_cancel_relayed(struct exchange *note);
 /* A store write for this call is still pending: the exchange must stay. */
 bool idem_busy(const struct exchange *ex);
 /* A protected call of session waits for its result on a resumed GET stream. */

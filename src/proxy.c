@@ -151,6 +151,7 @@ void proxy_maybe_free(exchange_t *ex)
     get_list_remove(ex);
     if (ex->has_msg)
         mcp_msg_free(&ex->msg);
+    json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
     idem_call_free(ex->call);
@@ -365,14 +366,23 @@ static void on_up_body(void *arg, const char *data, size_t len)
     }
 }
 
+static bool is_cancel(const exchange_t *ex)
+{
+    return ex->has_msg && ex->msg.kind == MCP_KIND_NOTIFICATION && ex->msg.method &&
+           strcmp(ex->msg.method, "notifications/cancelled") == 0;
+}
+
 static void on_up_end(void *arg, upstream_result_t res)
 {
     exchange_t *ex = arg;
     ex->up = NULL;
     ex->up_done = true;
     ex->up_result = res;
-    if (res != UPSTREAM_OK)
+    if (res != UPSTREAM_OK && !ex->cut)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
+    /* relayed once the upstream took it: a protected call it names will get no answer */
+    if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex))
+        idem_cancel_relayed(ex);
     if (ex->call)
         idem_on_end(ex, res);
     if (!ex->head_sent) {
@@ -402,6 +412,15 @@ static void on_up_end(void *arg, upstream_result_t res)
     }
     complete_client(ex);
     proxy_maybe_free(ex);
+}
+
+void proxy_end_upstream(exchange_t *ex)
+{
+    if (ex->up_done || !ex->up)
+        return;
+    upstream_abandon(ex->up);
+    ex->cut = true;
+    on_up_end(ex, UPSTREAM_ERR_CLOSED);
 }
 
 void proxy_forward(exchange_t *ex, const char *extra_headers)
@@ -717,6 +736,13 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
                           NULL);
             return;
         }
+    }
+    if (is_cancel(ex)) {
+        /* the request id it names, kept for when the upstream has taken the cancel (the body
+         * itself goes up) */
+        json_t *root = json_loadb(body, blen, 0, NULL);
+        ex->cancel_id = json_incref(json_object_get(json_object_get(root, "params"), "requestId"));
+        json_decref(root);
     }
     if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool &&
         policy_lookup(&cfg->policy, ex->msg.tool)->cls == TOOL_CLASS_NON_IDEMPOTENT) {
