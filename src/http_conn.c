@@ -487,11 +487,20 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
 {
     (void)l;
     (void)socklen;
+    /* one line per episode of refusals: under a flood, one per connection would be the flood */
+    static bool refusing;
     if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
-        log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");
+        if (!refusing)
+            log_warn(0, "refusing new connections: %s (%llu open)",
+                     server->draining ? "draining" : "max_connections reached",
+                     (unsigned long long)server->open_conns);
+        refusing = true;
         evutil_closesocket(fd);
         return;
     }
+    if (refusing)
+        log_debug(0, "accepting connections again");
+    refusing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn_new(fd, sa, arg);
