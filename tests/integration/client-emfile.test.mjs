@@ -124,3 +124,64 @@ test('under a low open file limit: clamped, one log line per episode, open conne
   assert.match(fresh.text, /"pong":true/);
   first.sock.destroy();
 });
+
+test('out of descriptors despite the clamp: accepting pauses, one log line, then recovers', async (t) => {
+  // POST exchanges outlive their agents (a protected result must still be stored), so agents
+  // that send a call the upstream holds and then leave pile up upstream connections past
+  // what the clamp counted.
+  const held = [];
+  const server = http.createServer((req, res) => {
+    req.resume();
+    held.push(res);
+  });
+  server.keepAliveTimeout = 600000;
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const dir = await tempDir(t);
+  const port = await freePort();
+  const adminPort = await freePort();
+  const configPath = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(configPath, toYaml({
+    listen: `127.0.0.1:${port}`,
+    admin_listen: `127.0.0.1:${adminPort}`,
+    upstream: `http://127.0.0.1:${server.address().port}/mcp`,
+    defaults: { class: 'read' },
+    limits: { upstream_pool: 4 },
+    timeouts: { upstream: '60s' },
+  }));
+  const gw = await startProcess(t, 'sh', ['-c', 'ulimit -n 64; exec "$0" -c "$1"', IDEMGW_BIN, configPath], {
+    readyUrl: `http://127.0.0.1:${adminPort}/healthz`,
+    name: 'idemgw',
+  });
+  const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'hang', arguments: {} } });
+  const request = `POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\n`
+    + `Accept: application/json, text/event-stream\r\nContent-Length: ${body.length}\r\n\r\n${body}`;
+  // rounds of agents that send the call and leave, until the gateway runs out
+  for (let round = 0; round < 20 && !/out of file descriptors/.test(gw.logs()); round++) {
+    const before = held.length;
+    const socks = [];
+    for (let i = 0; i < 10; i++) {
+      const s = net.connect(port, '127.0.0.1');
+      s.on('error', () => {});
+      s.on('connect', () => s.write(request));
+      socks.push(s);
+    }
+    await waitFor(() => held.length >= before + 10 || /out of file descriptors/.test(gw.logs()), { what: 'the calls to reach the upstream', timeoutMs: 3000 })
+      .catch(() => {});
+    socks.forEach((s) => s.destroy());
+  }
+  await waitForLog(gw, /out of file descriptors \(Too many open files\): pausing new connections/);
+  const lines = gw.logs().split('\n').filter((l) => /out of file descriptors|Too many open files|Error from accept/.test(l));
+  assert.equal(lines.length, 1, lines.join('\n'));
+
+  for (const res of held) res.end();
+  const fresh = await waitFor(async () => {
+    const r = await fetch(`http://127.0.0.1:${adminPort}/healthz`).catch(() => null);
+    return r?.status === 200 ? r : null;
+  }, { what: 'the gateway to accept again' });
+  assert.equal(fresh.status, 200);
+});
