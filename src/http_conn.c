@@ -461,6 +461,8 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     c->timer = evtimer_new(server->base, timer_cb, c);
     c->resume = event_new(server->base, -1, 0, resume_cb, c);
     c->flush_ev = event_new(server->base, -1, 0, flush_cb, c);
+    /* strict: no llhttp_set_lenient_* here. Smuggling hides in what a lenient parser accepts
+     * (bare LF, chunk extensions, Transfer-Encoding with Content-Length). */
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
     c->parser.data = c;
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
