@@ -49,3 +49,32 @@ test('a protected call cancelled by its caller is recorded as cancelled; a dupli
   assert.doesNotMatch(retry.message.result.content[0].text, /Wait for the first call/);
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'not executed again');
 });
+
+test('a cancel from another caller does not end a protected call as cancelled', { timeout: 30000 }, async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { header: 'X-Subject' }, tools: { get_ledger: { class: 'read' } } },
+  });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
+  const first = s.call('slow_refund', { order_id: 'ord-foreign', amount_cents: 3, delay_ms: 60000 }, { id: 'call-a' });
+  await waitForLedger(upstream.ledger, 1);
+  const cancel = (subject) => fetch(gw.url, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': subject,
+      'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25',
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'call-a' } }),
+  });
+  const foreign = await cancel('mallory');
+  await foreign.arrayBuffer();
+  await waitForLog(gw, /"rpc_method":"notifications\/cancelled"/);
+  assert.doesNotMatch(gw.logs(), /cancelled the call/, 'another caller cannot mark the call cancelled');
+
+  const own = await cancel('alice');
+  await own.arrayBuffer();
+  await first;
+  await waitForLog(gw, /recorded as unknown \(cancelled by its caller\)/);
+});
