@@ -28,7 +28,8 @@ void http_headers_free(http_headers_t *h);
 /* Pieces as llhttp hands them over; a name piece after a value starts a new header. */
 void http_headers_add_name(http_headers_t *h, const char *at, size_t len);
 void http_headers_add_value(http_headers_t *h, const char *at, size_t len);
-/* Ends the current name / value (NUL-terminates it); llhttp's *_complete callbacks. */
+/* Ends the current name / value (NUL-terminates it); llhttp's *_complete callbacks. A value
+ * loses its leading and trailing spaces and tabs (RFC 9110 optional whitespace). */
 void http_headers_end_name(http_headers_t *h);
 void http_headers_end_value(http_headers_t *h);
 
@@ -36,6 +37,13 @@ const char *http_headers_name(const http_headers_t *h, size_t i);
 const char *http_headers_value(const http_headers_t *h, size_t i);
 /* First value of a header by case-insensitive name, or NULL. */
 const char *http_headers_get(const http_headers_t *h, const char *name);
+
+/* How many copies of a header a message carries (case-insensitive name). */
+size_t http_headers_count(const http_headers_t *h, const char *name);
+/* Drops every copy of a header; the remaining ones keep their order. */
+void http_headers_remove(http_headers_t *h, const char *name);
+/* A field name is an RFC 9110 token: no whitespace (as in "Name : v"), no separators. */
+bool http_header_name_is_token(const char *name);
 
 /* Hop-by-hop: Connection, Keep-Alive, Proxy-*, TE, Trailer(s), Transfer-Encoding, Upgrade, and
  * any name listed in the message's Connection header (connection_value, may be NULL). */

@@ -24,6 +24,12 @@ void idem_on_body(struct exchange *ex, const char *data, size_t len);
 void idem_on_end(struct exchange *ex, upstream_result_t res);
 /* The upstream answered with another request's response: its connection must not be reused. */
 bool idem_answer_foreign(const struct exchange *ex);
+/* The call's final response has reached the agent's connection (false for unprotected
+ * exchanges, whose responses are not read). */
+bool idem_answered(const struct exchange *ex);
+/* note, a notifications/cancelled the upstream accepted: a protected call in flight here with
+ * the same session, caller and request id is ended now and recorded as cancelled (unknown). */
+void idem_cancel_relayed(struct exchange *note);
 /* A store write for this call is still pending: the exchange must stay. */
 bool idem_busy(const struct exchange *ex);
 /* A protected call of session waits for its result on a resumed GET stream. */

@@ -35,8 +35,10 @@ typedef struct exchange {
     bool resp_sse;   /* the upstream answered text/event-stream */
     bool up_done;    /* upstream exchange ended (or never started) */
     upstream_result_t up_result;
-    bool client_done; /* agent response complete */
-    bool paused;      /* upstream reading paused for backpressure */
+    bool client_done;  /* agent response complete */
+    bool paused;       /* upstream reading paused for backpressure */
+    bool cut;          /* the gateway ended the upstream exchange itself (a cancelled call) */
+    json_t *cancel_id; /* notifications/cancelled: the requestId it names; owned */
 
     struct idem_call *call; /* the idempotency stage's state, protected calls only */
     bool holding;           /* bytes for the agent are held back until the store write ends */
@@ -58,6 +60,7 @@ typedef struct exchange {
     const char *deferred_message;
     const char *outcome;   /* for the log line: "forwarded", "replay", ... */
     const char *extra_log; /* extra detail for the log line */
+    char log_detail[400];  /* storage for a detail the proxy itself adds to the log line */
     uint64_t start_ms;
 } exchange_t;
 
@@ -70,6 +73,8 @@ void proxy_handle(http_conn_t *conn, http_request_t *req);
 
 /* Forwards the request upstream; extra_headers ("Name: v\r\n"...) may be NULL. */
 void proxy_forward(exchange_t *ex, const char *extra_headers);
+/* Ends the upstream side now, as if the upstream had closed it (the call was cancelled). */
+void proxy_end_upstream(exchange_t *ex);
 /* Answers the agent with a complete JSON response the gateway wrote (replays, refusals). */
 void proxy_respond_json(exchange_t *ex, int status, const char *body, const char *extra_headers);
 /* Releases bytes held for the store write and finishes the response if the upstream ended. */

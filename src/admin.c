@@ -61,7 +61,8 @@ static void metrics(http_conn_t *conn, http_request_t *req)
     COUNTER("upstream_errors_total", "Requests answered 502 or 504.", s->upstream_errors);
     COUNTER("bad_requests_total", "Requests refused with a 4xx by the gateway.", s->bad_requests);
     COUNTER("protected_calls_total", "Non-idempotent tool calls seen.", s->protected_calls);
-    COUNTER("executions_total", "Protected calls forwarded after a claim.", s->executions);
+    COUNTER("executions_total", "Protected calls the upstream answered with a result.",
+            s->executions);
     COUNTER("replays_total", "Protected calls answered from the store.", s->replays);
     COUNTER("cache_replays_total", "Replays answered from the in-process cache.", s->cache_replays);
     COUNTER("in_progress_total", "Duplicates answered while the first call ran.", s->in_progress);

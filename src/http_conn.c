@@ -33,6 +33,7 @@ struct http_conn {
     http_request_t *req;    /* the request being read */
     size_t head_bytes;      /* request line and headers so far */
     int fail_status;        /* set by a parser callback that refuses the request */
+    const char *fail_why;   /* its reason, for the error body; NULL for the status's default */
     bool req_complete;      /* on_message_complete seen for req */
     struct event *timer;    /* idle, header or body deadline, by state */
     struct event *resume;   /* processes pipelined input after a response */
@@ -234,7 +235,16 @@ static int on_header_value(llhttp_t *p, const char *at, size_t len)
 
 static int on_header_field_complete(llhttp_t *p)
 {
-    http_headers_end_name(&((http_conn_t *)p->data)->req->headers);
+    http_conn_t *c = p->data;
+    http_headers_t *h = &c->req->headers;
+    http_headers_end_name(h);
+    /* llhttp takes "Name : value" with the space in the name; RFC 9112 5.1 says refuse it */
+    if (h->n && !http_header_name_is_token(http_headers_name(h, h->n - 1))) {
+        c->fail_status = 400;
+        c->fail_why = "malformed HTTP request: a header name is not a token (whitespace before "
+                      "the colon?)";
+        return -1;
+    }
     return 0;
 }
 
@@ -343,7 +353,8 @@ static void process_input(http_conn_t *c)
             llhttp_resume(&c->parser);
         } else if (err != HPE_OK) {
             int status = c->fail_status ? c->fail_status : 400;
-            const char *msg = status == 413   ? "request body too large"
+            const char *msg = c->fail_why     ? c->fail_why
+                              : status == 413 ? "request body too large"
                               : status == 431 ? "request headers too large"
                                               : "malformed HTTP request";
             refuse(c, status, msg);
@@ -405,8 +416,9 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     http_conn_t *c = arg;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        /* whether the agent left early is the handler's to say (gone): a GET stream ends so */
         if (c->state == CONN_HANDLING)
-            log_info(c->id, "agent disconnected during a response");
+            log_debug(c->id, "agent closed its connection during a response");
         schedule_free(c);
     }
 }
@@ -449,6 +461,8 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     c->timer = evtimer_new(server->base, timer_cb, c);
     c->resume = event_new(server->base, -1, 0, resume_cb, c);
     c->flush_ev = event_new(server->base, -1, 0, flush_cb, c);
+    /* strict: no llhttp_set_lenient_* here. Smuggling hides in what a lenient parser accepts
+     * (bare LF, chunk extensions, Transfer-Encoding with Content-Length). */
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
     c->parser.data = c;
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
@@ -475,11 +489,20 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
 {
     (void)l;
     (void)socklen;
+    /* one line per episode of refusals: under a flood, one per connection would be the flood */
+    static bool refusing;
     if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
-        log_warn(0, "connection refused: %s", server->draining ? "draining" : "max_connections");
+        if (!refusing)
+            log_warn(0, "refusing new connections: %s (%llu open)",
+                     server->draining ? "draining" : "max_connections reached",
+                     (unsigned long long)server->open_conns);
+        refusing = true;
         evutil_closesocket(fd);
         return;
     }
+    if (refusing)
+        log_debug(0, "accepting connections again");
+    refusing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn_new(fd, sa, arg);

@@ -81,11 +81,63 @@ void http_headers_end_name(http_headers_t *h)
     h->items[h->n - 1].value_len = 0;
 }
 
+static bool is_ows(char ch)
+{
+    return ch == ' ' || ch == '\t';
+}
+
+/* RFC 9110 5.5: optional whitespace around a field value is not part of it. llhttp drops the
+ * leading part itself and hands over the trailing part; both are removed here. */
 void http_headers_end_value(http_headers_t *h)
 {
     if (h->n == 0 || !h->in_value)
         return;
+    http_header_t *it = &h->items[h->n - 1];
+    while (it->value_len > 0 && is_ows(h->buf[it->value_off + it->value_len - 1])) {
+        it->value_len--;
+        h->len--;
+    }
+    size_t lead = 0;
+    while (lead < it->value_len && is_ows(h->buf[it->value_off + lead]))
+        lead++;
+    if (lead) {
+        memmove(h->buf + it->value_off, h->buf + it->value_off + lead, it->value_len - lead);
+        it->value_len -= lead;
+        h->len -= lead;
+    }
     terminate(h);
+}
+
+bool http_header_name_is_token(const char *name)
+{
+    if (!*name)
+        return false;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        if (*p <= 0x20 || *p >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", *p))
+            return false;
+    return true;
+}
+
+size_t http_headers_count(const http_headers_t *h, const char *name)
+{
+    size_t nlen = strlen(name), n = 0;
+    for (size_t i = 0; i < h->n; i++)
+        if (h->items[i].name_len == nlen &&
+            strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
+            n++;
+    return n;
+}
+
+void http_headers_remove(http_headers_t *h, const char *name)
+{
+    size_t nlen = strlen(name), keep = 0;
+    for (size_t i = 0; i < h->n; i++) {
+        if (h->items[i].name_len == nlen &&
+            strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
+            continue;
+        h->items[keep++] = h->items[i];
+    }
+    h->n = keep;
 }
 
 const char *http_headers_name(const http_headers_t *h, size_t i)

@@ -28,6 +28,10 @@
 /* Most decoded bytes one read of a compressed SSE answer may expand to. */
 #define SSE_DECODED_PER_READ (16 * 1024 * 1024)
 
+/* Stored as the result of an unknown row whose call its caller cancelled: another process
+ * answering a duplicate can then say so. Unknown rows carry no result otherwise. */
+static const char CANCEL_NOTE[] = "{\"idemgw/cancelled\":true}";
+
 typedef enum {
     CALL_CLAIMING = 0, /* claim sent */
     CALL_WAITING,      /* duplicate in wait mode, polling the row */
@@ -66,10 +70,14 @@ typedef struct idem_call {
     char *result;
     size_t result_len;
     bool too_large;
-    bool foreign;              /* the final response carried another request's id */
-    decoder_t *decoder;        /* the upstream compressed the answer: decoded for capture only */
-    bool undecodable;          /* the answer's coding could not be read: stored as not replayable */
-    char *session_id;          /* CALL_WATCH: the stream's session */
+    bool foreign;       /* the final response carried another request's id */
+    decoder_t *decoder; /* the upstream compressed the answer: decoded for capture only */
+    bool undecodable;   /* the answer's coding could not be read: stored as not replayable */
+    char *session_id;   /* CALL_WATCH: the stream's session */
+    char *subject;    /* the caller, to match a cancel to its call */
+    bool cancelled;   /* its caller's notifications/cancelled reached the upstream */
+    struct idem_call *prev_fwd, *next_fwd; /* CALL_FORWARDED: in the registry's list */
+    bool in_fwd;
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     /* wait mode */
     struct event *timer;
@@ -93,7 +101,31 @@ typedef struct pending {
 
 typedef struct idem_registry {
     pending_t *head;
+    idem_call_t *forwarded; /* calls the upstream runs now, for cancels */
 } idem_registry_t;
+
+static void fwd_remove(idem_call_t *c)
+{
+    if (!c->in_fwd)
+        return;
+    if (c->prev_fwd)
+        c->prev_fwd->next_fwd = c->next_fwd;
+    else
+        server->idem->forwarded = c->next_fwd;
+    if (c->next_fwd)
+        c->next_fwd->prev_fwd = c->prev_fwd;
+    c->in_fwd = false;
+}
+
+static void fwd_add(idem_call_t *c)
+{
+    c->prev_fwd = NULL;
+    c->next_fwd = server->idem->forwarded;
+    if (c->next_fwd)
+        c->next_fwd->prev_fwd = c;
+    server->idem->forwarded = c;
+    c->in_fwd = true;
+}
 
 idem_registry_t *idem_registry_new(void)
 {
@@ -155,12 +187,20 @@ bool idem_busy(const exchange_t *ex)
     return c && (c->store_pending || c->state == CALL_WAITING);
 }
 
+bool idem_answered(const exchange_t *ex)
+{
+    const idem_call_t *c = ex->call;
+    return c && c->state != CALL_WATCH && c->final_seen && !ex->holding;
+}
+
 void idem_call_free(idem_call_t *c)
 {
     if (!c)
         return;
+    fwd_remove(c);
     free(c->key);
     free(c->session_id);
+    free(c->subject);
     if (c->json_body)
         evbuffer_free(c->json_body);
     decoder_free(c->decoder);
@@ -181,12 +221,12 @@ static const char *id_text(exchange_t *ex)
     return ex->msg.id_text;
 }
 
-static void answer_tool_error(exchange_t *ex, const char *code, const char *text,
-                              const char *outcome)
+static void answer_status(exchange_t *ex, const char *code, const char *executed, const char *text,
+                          const char *outcome)
 {
     idem_call_t *c = ex->call;
     char status[300];
-    snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":false%s%s%s}", code,
+    snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":%s%s%s%s}", code, executed,
              c && c->key ? ",\"key_hash\":\"" : "", c && c->key ? c->key_hash : "",
              c && c->key ? "\"" : "");
     char *body = mcp_tool_error_body(id_text(ex), text, status);
@@ -195,6 +235,12 @@ static void answer_tool_error(exchange_t *ex, const char *code, const char *text
         c->state = CALL_DONE;
     proxy_respond_json(ex, 200, body, NULL);
     free(body);
+}
+
+static void answer_tool_error(exchange_t *ex, const char *code, const char *text,
+                              const char *outcome)
+{
+    answer_status(ex, code, "false", text, outcome);
 }
 
 static void refuse(exchange_t *ex, const char *code, const char *text)
@@ -241,9 +287,28 @@ static void answer_in_progress(exchange_t *ex, const store_row_t *row)
     answer_tool_error(ex, "in_progress", text, "in_progress");
 }
 
+static void answer_cancelled(exchange_t *ex, const store_row_t *row)
+{
+    char text[700];
+    snprintf(text, sizeof(text),
+             "An identical earlier call (started at %s) was cancelled by its caller while it "
+             "ran. It may have executed before it was stopped; its outcome is unknown. It was NOT "
+             "executed again, and identical calls will not be executed until the idempotency "
+             "window ends. Check whether the earlier call took effect (for example with a read or "
+             "status tool) before doing anything else.",
+             row && row->created_at ? row->created_at : "an earlier time");
+    answer_status(ex, "cancelled", "\"unknown\"", text, "unknown");
+}
+
 static void answer_unknown(exchange_t *ex, const store_row_t *row)
 {
     server->stats->unknown++;
+    if (row && row->state == STORE_STATE_UNKNOWN && row->result &&
+        row->result_len == sizeof(CANCEL_NOTE) - 1 &&
+        memcmp(row->result, CANCEL_NOTE, row->result_len) == 0) {
+        answer_cancelled(ex, row);
+        return;
+    }
     char text[800];
     snprintf(text, sizeof(text),
              "An identical earlier call (started at %s) may have executed, but its outcome is "
@@ -414,17 +479,20 @@ static void forward_claimed(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
     c->state = CALL_FORWARDED;
+    fwd_add(c);
     struct timeval tv;
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(server->base, renew_lease, ex);
     evtimer_add(c->lease_timer, &tv);
-    server->stats->executions++;
-    ex->outcome = "executed";
+    ex->outcome = "forwarded"; /* until the upstream's answer says what happened */
     /* the result is read to be stored: ask for it uncompressed (decoded anyway if it is not) */
     char extra[160] = "Accept-Encoding: identity\r\n";
-    if (c->forward_key)
+    if (c->forward_key) {
+        /* only the hash goes up: the agent's own key may be a secret of its own */
+        http_headers_remove(&ex->req->headers, "idempotency-key");
         snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "Idempotency-Key: %s\r\n",
                  c->key_hash);
+    }
     ex->fresh_upstream = true;
     proxy_forward(ex, extra);
 }
@@ -559,6 +627,11 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, cons
         return xstrdup(cfg->subject.value);
     case SUBJECT_HEADER: {
         const char *v = http_headers_get(&req->headers, cfg->subject.value);
+        if (http_headers_count(&req->headers, cfg->subject.value) > 1) {
+            /* which copy is the caller? a proxy before us may have checked another one */
+            *why = "the caller identity header appears more than once";
+            return NULL;
+        }
         if (!v || !*v) {
             *why = "the request has no caller identity header";
             return NULL;
@@ -638,8 +711,8 @@ void idem_begin(exchange_t *ex)
         key_derive(subject, ex->msg.tool, args, pt,
                    http_headers_get(&ex->req->headers, "idempotency-key"), &kr, msg, sizeof(msg));
     jcs_free(root);
-    free(subject);
     if (ks != KEY_OK) {
+        free(subject);
         char text[400];
         snprintf(text, sizeof(text), "Refused: %s (%s). Nothing was executed.", key_status_str(ks),
                  msg);
@@ -648,6 +721,7 @@ void idem_begin(exchange_t *ex)
     }
     c->key = kr.key;
     kr.key = NULL;
+    c->subject = subject;
     memcpy(c->args_digest, kr.args_digest, sizeof(c->args_digest));
     c->explicit_key = kr.explicit_key;
     key_result_free(&kr);
@@ -865,10 +939,51 @@ static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
     on_finished(ex->call->deferred_status, false, ex);
 }
 
+/* What the log line and the metrics say happened to a call, by why it was recorded. Only a
+ * result (a tool error result included: the tool ran) counts as an execution; a JSON-RPC
+ * error or an HTTP refusal is the upstream declining, and a call never sent or cut short did
+ * not get an answer at all. */
+static const char *outcome_of(const char *why, bool *executed)
+{
+    static const struct {
+        const char *why, *outcome;
+        bool executed;
+    } table[] = {
+        {"result", "executed", true},
+        {"tool error", "executed", true},
+        {"input required: not final", "input_required", false},
+        {"json-rpc error", "rejected_by_upstream", false},
+        {"refused by upstream", "rejected_by_upstream", false},
+        {"never sent", "not_sent", false},
+        {"cancelled by its caller", "cancelled", false},
+        {"answer not decodable", "executed", true},
+        {"redirected by upstream", "redirected", false},
+        {"response id mismatch", "unknown", false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(table); i++)
+        if (strcmp(why, table[i].why) == 0) {
+            *executed = table[i].executed;
+            return table[i].outcome;
+        }
+    *executed = false;
+    return "unknown";
+}
+
+static void count_outcome(exchange_t *ex, const char *why)
+{
+    bool executed = false;
+    const char *outcome = outcome_of(why, &executed);
+    if (ex)
+        ex->outcome = outcome;
+    if (executed)
+        server->stats->executions++;
+}
+
 static void record(exchange_t *ex, store_state_t state, const char *why)
 {
     idem_call_t *c = ex->call;
     c->state = CALL_FINISHING;
+    count_outcome(ex, why);
     snprintf(c->log_extra, sizeof(c->log_extra),
              "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"", c->key_hash,
              store_state_str(state), why);
@@ -878,10 +993,14 @@ static void record(exchange_t *ex, store_state_t state, const char *why)
     c->recorded = state;
     /* the agent's answer waits for the write, so a retry right after sees the outcome */
     ex->holding = true;
-    store_status_t st = store_finish(server->store, c->key, c->fence, state,
-                                     state == STORE_STATE_SUCCEEDED ? c->result : NULL,
-                                     state == STORE_STATE_SUCCEEDED ? c->result_len : 0, too_large,
-                                     c->window_ms, on_finished, ex);
+    const char *result = state == STORE_STATE_SUCCEEDED ? c->result : NULL;
+    size_t result_len = state == STORE_STATE_SUCCEEDED ? c->result_len : 0;
+    if (state == STORE_STATE_UNKNOWN && c->cancelled) {
+        result = CANCEL_NOTE;
+        result_len = sizeof(CANCEL_NOTE) - 1;
+    }
+    store_status_t st = store_finish(server->store, c->key, c->fence, state, result, result_len,
+                                     too_large, c->window_ms, on_finished, ex);
     c->store_pending = true;
     if (st != STORE_OK) {
         /* reported from the loop: the caller is still using the exchange */
@@ -896,6 +1015,7 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
     idem_call_t *c = ex->call;
     if (c->state != CALL_FORWARDED)
         return;
+    fwd_remove(c);
     if (c->lease_timer)
         evtimer_del(c->lease_timer);
     if (c->decoder && res == UPSTREAM_OK) {
@@ -940,6 +1060,12 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
         record(ex, st, why);
         return;
     }
+    if (c->cancelled) {
+        /* no answer will come: the caller gave up on it, and it may have run */
+        record(ex, ambiguous_hold ? STORE_STATE_UNKNOWN : STORE_STATE_FAILED,
+               "cancelled by its caller");
+        return;
+    }
     const char *session = http_headers_get(&ex->req->headers, "mcp-session-id");
     if (c->capture_sse && session)
         remember_pending(ex, session);
@@ -948,6 +1074,7 @@ void idem_on_end(exchange_t *ex, upstream_result_t res)
          * the final response finishes the key there; until then the claim stays in progress */
         c->state = CALL_DONE;
         ex->holding = false;
+        ex->outcome = "pending";
         return;
     }
     if (res == UPSTREAM_ERR_CONNECT) {
@@ -1008,6 +1135,7 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
         }
         const char *why;
         store_state_t st = final_state(cls, p->on_tool_error, &why);
+        count_outcome(NULL, why);
         bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
         resumed_finish_t *rf = xcalloc(1, sizeof(*rf));
         rf->conn_id = ex->conn_id;
@@ -1041,4 +1169,29 @@ void idem_watch_begin(exchange_t *ex)
     c->state = CALL_WATCH;
     c->session_id = xstrdup(session);
     ex->call = c;
+}
+
+void idem_cancel_relayed(exchange_t *note)
+{
+    const char *session = http_headers_get(&note->req->headers, "mcp-session-id");
+    if (!session || !server->idem->forwarded)
+        return;
+    json_t *req_id = note->cancel_id;
+    const char *why = NULL;
+    char *subject = req_id ? derive_subject(server->cfg, note->req, &why) : NULL;
+    for (idem_call_t *c = server->idem->forwarded; c && subject;) {
+        idem_call_t *next = c->next_fwd;
+        exchange_t *ex = c->ex;
+        const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
+        /* the session, the caller and the request id must all be the call's */
+        if (!c->final_seen && s2 && strcmp(s2, session) == 0 && strcmp(c->subject, subject) == 0 &&
+            json_equal(ex->msg.id, req_id)) {
+            log_info(ex->conn_id, "key %.16s: its caller cancelled the call; ending it",
+                     c->key_hash);
+            c->cancelled = true;
+            proxy_end_upstream(ex);
+        }
+        c = next;
+    }
+    free(subject);
 }

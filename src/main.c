@@ -23,7 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <event2/util.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +50,106 @@ static void adopt_mcp(int fd, const char *bytes, size_t len)
 }
 static http_site_t admin_site = {admin_handle, "admin"};
 static struct event *drain_timer;
+
+/* Descriptors a worker needs besides agent and upstream connections: stdio, epoll, signal and
+ * timer plumbing, the listeners, handoff sockets, a few admin requests. */
+#define FD_FIXED_RESERVE 32
+/* How long accepting pauses when the process or the system is out of descriptors. */
+#define ACCEPT_PAUSE_MS 100
+
+/* The open file limit after raising it (0: unknown, no clamp). */
+static rlim_t fd_limit;
+static struct event *accept_resume;
+static bool accept_paused; /* an EMFILE/ENFILE episode is on: logged once */
+
+/* The soft descriptor limit goes up to the hard one: a proxy holds two per request. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY ? (rlim_t)1 << 20 : rl.rlim_max;
+    if (rl.rlim_cur < want) {
+        struct rlimit up = {want, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+            rl.rlim_cur = want;
+    }
+    fd_limit = rl.rlim_cur;
+}
+
+/* Every agent connection may hold an upstream connection too; the store's connections, the
+ * idle upstream pool and the fixed reserve come first. What is left, halved, is how many agent
+ * connections the descriptors allow. */
+static void clamp_connections(config_t *cfg, bool say)
+{
+    if (!fd_limit)
+        return;
+    long long reserve =
+        FD_FIXED_RESERVE + (cfg->store_enabled ? cfg->store_pool : 0) + cfg->upstream_pool;
+    long long allowed = ((long long)fd_limit - reserve) / 2;
+    if (allowed < 1)
+        allowed = 1;
+    if (cfg->max_connections <= allowed)
+        return;
+    if (say)
+        log_warn(0,
+                 "max_connections lowered from %d to %lld: the open file limit is %llu, %lld kept "
+                 "for the store, the upstream pool and the gateway, and each agent connection "
+                 "may need an upstream one (raise the limit with ulimit -n or LimitNOFILE)",
+                 cfg->max_connections, allowed, (unsigned long long)fd_limit, reserve);
+    cfg->max_connections = (int)allowed;
+}
+
+static void resume_accepting(evutil_socket_t fd, short what, void *arg)
+{
+    if (server->draining)
+        return;
+    if (server->listener)
+        evconnlistener_enable(server->listener);
+    if (server->admin_listener)
+        evconnlistener_enable(server->admin_listener);
+}
+
+/* accept() failed. Out of descriptors, libevent would retry at once, forever: pause
+ * accepting briefly instead (the connections waiting stay in the backlog), log the episode
+ * once. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    int err = EVUTIL_SOCKET_ERROR();
+    if (err != EMFILE && err != ENFILE && err != ENOBUFS && err != ENOMEM) {
+        log_warn(0, "accept: %s", evutil_socket_error_to_string(err));
+        return;
+    }
+    if (!accept_paused)
+        log_warn(0,
+                 "out of file descriptors (%s): pausing new connections; %llu agent connections "
+                 "open, open file limit %llu",
+                 evutil_socket_error_to_string(err), (unsigned long long)server->open_conns,
+                 (unsigned long long)fd_limit);
+    accept_paused = true;
+    evconnlistener_disable(l);
+    struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
+    evtimer_add(accept_resume, &tv);
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                      int socklen, void *arg)
+{
+    if (accept_paused)
+        log_debug(0, "descriptors available again: accepting");
+    accept_paused = false;
+    http_conn_accept(l, fd, sa, socklen, arg);
+}
+
+/* libevent's own messages, as our log lines rather than bare lines on stderr. */
+static void on_libevent_log(int severity, const char *msg)
+{
+    log_level_t level = severity == EVENT_LOG_DEBUG  ? LOG_DEBUG
+                        : severity == EVENT_LOG_MSG  ? LOG_INFO
+                        : severity == EVENT_LOG_WARN ? LOG_WARN
+                                                     : LOG_ERROR;
+    LOG_AT(level, 0, NULL, "libevent: %s", msg);
+}
 
 static void usage(FILE *f)
 {
@@ -142,6 +245,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     neu->store_pool = old->store_pool;
     neu->cache_entries = old->cache_entries;
     neu->cache_bytes = old->cache_bytes;
+    clamp_connections(neu, true);
     server->cfg = neu;
     log_threshold = (log_level_t)neu->log_level;
     config_free(old);
@@ -160,11 +264,13 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
         fprintf(stderr, "idemgw: cannot resolve %s: %s\n", hp->host, gai_strerror(rc));
         return NULL;
     }
-    struct evconnlistener *l = evconnlistener_new_bind(server->base, http_conn_accept, site,
+    struct evconnlistener *l = evconnlistener_new_bind(server->base, on_accept, site,
                                                        LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
                                                            (shared ? LEV_OPT_REUSEABLE_PORT : 0),
                                                        1024, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
+    if (l)
+        evconnlistener_set_error_cb(l, on_accept_error);
     if (!l)
         fprintf(stderr, "idemgw: cannot listen on %s:%u (%s): %s\n", hp->host, hp->port, site->name,
                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -190,6 +296,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     server->base = event_base_new_with_config(ec);
     event_config_free(ec);
     server->started_ms = util_now_ms();
+    accept_resume = evtimer_new(server->base, resume_accepting, NULL);
+    clamp_connections(cfg, true);
     server->idem = idem_registry_new();
     server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     int rc = 1;
@@ -259,6 +367,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
 out:
     if (drain_timer)
         event_free(drain_timer);
+    event_free(accept_resume);
     if (server->listener)
         evconnlistener_free(server->listener);
     if (server->admin_listener)
@@ -384,6 +493,8 @@ static int run(const char *path)
         return 1;
     log_threshold = (log_level_t)cfg->log_level;
     signal(SIGPIPE, SIG_IGN);
+    event_set_log_callback(on_libevent_log);
+    raise_fd_limit();
     size_t bytes = sizeof(server_stats_t) * (size_t)cfg->workers;
     server_stats_t *stats =
         mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);

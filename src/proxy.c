@@ -9,6 +9,8 @@
 
 #include <event2/buffer.h>
 #include <llhttp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,6 +151,7 @@ void proxy_maybe_free(exchange_t *ex)
     get_list_remove(ex);
     if (ex->has_msg)
         mcp_msg_free(&ex->msg);
+    json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
     idem_call_free(ex->call);
@@ -310,8 +313,16 @@ static void on_client_gone(void *arg)
             ex->up_result = UPSTREAM_ERR_CLOSED;
         }
     }
-    if (!ex->outcome)
-        ex->outcome = "agent_gone";
+    /* closing a GET stream is how an agent ends it; closing after the call's answer arrived
+     * is a normal exit too. Only leaving before the answer is news. */
+    if (ex->req->method == HTTP_GET) {
+        if (!ex->outcome)
+            ex->outcome = "closed_by_agent";
+    } else if (!idem_answered(ex)) {
+        log_info(ex->conn_id, "agent disconnected before its answer was complete");
+        if (!ex->outcome)
+            ex->outcome = "agent_gone";
+    }
     proxy_maybe_free(ex);
 }
 
@@ -380,6 +391,12 @@ static void on_up_body(void *arg, const char *data, size_t len)
     }
 }
 
+static bool is_cancel(const exchange_t *ex)
+{
+    return ex->has_msg && ex->msg.kind == MCP_KIND_NOTIFICATION && ex->msg.method &&
+           strcmp(ex->msg.method, "notifications/cancelled") == 0;
+}
+
 static void on_up_end(void *arg, upstream_result_t res)
 {
     exchange_t *ex = arg;
@@ -387,8 +404,11 @@ static void on_up_end(void *arg, upstream_result_t res)
     ex->up = NULL;
     ex->up_done = true;
     ex->up_result = res;
-    if (res != UPSTREAM_OK)
+    if (res != UPSTREAM_OK && !ex->cut)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
+    /* relayed once the upstream took it: a protected call it names will get no answer */
+    if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex))
+        idem_cancel_relayed(ex);
     if (ex->call) {
         idem_on_end(ex, res);
         if (up && idem_answer_foreign(ex)) {
@@ -425,6 +445,15 @@ static void on_up_end(void *arg, upstream_result_t res)
     proxy_maybe_free(ex);
 }
 
+void proxy_end_upstream(exchange_t *ex)
+{
+    if (ex->up_done || !ex->up)
+        return;
+    upstream_abandon(ex->up);
+    ex->cut = true;
+    on_up_end(ex, UPSTREAM_ERR_CLOSED);
+}
+
 void proxy_forward(exchange_t *ex, const char *extra_headers)
 {
     const config_t *cfg = server->cfg;
@@ -438,6 +467,42 @@ void proxy_forward(exchange_t *ex, const char *extra_headers)
     server->stats->forwarded++;
     ex->up = upstream_send(server->pool, out, ex->fresh_upstream, &up_cbs, ex);
     evbuffer_free(out);
+}
+
+/* Who is calling, as far as the gateway can tell: the configured subject header (every copy)
+ * and the Authorization value, hashed so that comparing two requests leaks nothing by time. */
+static void caller_digest(const http_request_t *req, unsigned char out[EVP_MAX_MD_SIZE])
+{
+    const config_t *cfg = server->cfg;
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    /* fails only when OpenSSL cannot allocate: the out-of-memory policy applies */
+    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
+        fprintf(stderr, "idemgw: SHA-256 failed\n");
+        abort();
+    }
+    for (size_t i = 0; i < req->headers.n; i++) {
+        const char *name = http_headers_name(&req->headers, i);
+        bool subject = cfg->subject.kind == SUBJECT_HEADER && cfg->subject.value &&
+                       strcasecmp(name, cfg->subject.value) == 0;
+        if (!subject && strcasecmp(name, "authorization") != 0)
+            continue;
+        const char *v = http_headers_value(&req->headers, i);
+        /* name and value with their terminating NULs: no two header lists hash alike */
+        EVP_DigestUpdate(md, subject ? "s" : "a", 2);
+        EVP_DigestUpdate(md, v, strlen(v) + 1);
+    }
+    unsigned int len = 0;
+    memset(out, 0, EVP_MAX_MD_SIZE);
+    EVP_DigestFinal_ex(md, out, &len);
+    EVP_MD_CTX_free(md);
+}
+
+static bool same_caller(const http_request_t *a, const http_request_t *b)
+{
+    unsigned char da[EVP_MAX_MD_SIZE], db[EVP_MAX_MD_SIZE];
+    caller_digest(a, da);
+    caller_digest(b, db);
+    return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
 }
 
 /* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
@@ -454,6 +519,13 @@ static bool resume_stream(exchange_t *get)
         const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
         if (!s2 || strcmp(s2, session) != 0 || ex->client_done)
             continue;
+        /* a session id and an event id are not credentials: the resume must come from the
+         * caller of the stream it resumes, or it is the upstream's to judge */
+        if (!same_caller(ex->req, get->req)) {
+            log_info(get->conn_id, "stream resume not served from the gateway: another caller "
+                                   "than the stream's");
+            return false;
+        }
         size_t from = SIZE_MAX;
         for (size_t i = 0; i < ex->n_marks && from == SIZE_MAX; i++)
             if (strcmp(ex->marks[i].id, last) == 0)
@@ -563,6 +635,46 @@ static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m
     return NULL;
 }
 
+/* Headers whose copies a proxy cannot merge safely (RFC 9110 5.3): one copy checked, another
+ * acted on, as Host, Origin, credentials, keys and sessions would be. */
+static const char *duplicated_header(const http_headers_t *h)
+{
+    static const char *const once[] = {"Host", "Origin", "Authorization", "Idempotency-Key",
+                                       "Mcp-Session-Id"};
+    for (size_t i = 0; i < ARRAY_LEN(once); i++)
+        if (http_headers_count(h, once[i]) > 1)
+            return once[i];
+    return NULL;
+}
+
+static const char *dup_field(exchange_t *ex, const char *name)
+{
+    snprintf(ex->log_detail, sizeof(ex->log_detail), "\"duplicate_header\":\"%s\"", name);
+    return ex->log_detail;
+}
+
+/* A 403 for Host or Origin names the header, the value refused and the setting that would
+ * allow it, in the log and in the answer. */
+static void forbid(exchange_t *ex, const char *header, const char *value, const char *setting)
+{
+    char shown[200], val[220];
+    snprintf(shown, sizeof(shown), "%s", value ? value : "");
+    for (char *p = shown; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
+            *p = '?';
+    log_json_string(val, sizeof(val), shown);
+    snprintf(ex->log_detail, sizeof(ex->log_detail),
+             "\"forbidden_header\":\"%s\",\"value\":%s,\"setting\":\"%s\"", header, val, setting);
+    ex->extra_log = ex->log_detail;
+    char msg[400];
+    snprintf(msg, sizeof(msg),
+             "forbidden: %s \"%s\" is not allowed by this gateway; add it to the %s setting to "
+             "allow it",
+             header, value ? shown : "(missing)", setting);
+    ex->outcome = "refused";
+    respond_error(ex, 403, -32000, msg, NULL);
+}
+
 void proxy_handle(http_conn_t *conn, http_request_t *req)
 {
     const config_t *cfg = server->cfg;
@@ -587,10 +699,24 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         respond_error(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
         return;
     }
-    if (!config_host_allowed(cfg, http_headers_get(&req->headers, "host")) ||
-        !config_origin_allowed(cfg, http_headers_get(&req->headers, "origin"))) {
+    const char *dup = duplicated_header(&req->headers);
+    if (dup) {
+        char msg[160];
+        snprintf(msg, sizeof(msg),
+                 "bad request: the %s header appears more than once; send it once. Nothing was "
+                 "forwarded.",
+                 dup);
         ex->outcome = "refused";
-        respond_error(ex, 403, -32000, "forbidden: Host or Origin not allowed", NULL);
+        ex->extra_log = dup_field(ex, dup);
+        respond_error(ex, 400, -32600, msg, NULL);
+        return;
+    }
+    const char *host = http_headers_get(&req->headers, "host");
+    const char *origin = http_headers_get(&req->headers, "origin");
+    bool host_ok = config_host_allowed(cfg, host);
+    if (!host_ok || !config_origin_allowed(cfg, origin)) {
+        forbid(ex, host_ok ? "Origin" : "Host", host_ok ? origin : host,
+               host_ok ? "allowed_origins" : "allowed_hosts");
         return;
     }
     if (req->method == HTTP_GET && (resume_stream(ex) || hand_off_resume(ex)))
@@ -641,6 +767,13 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
                           NULL);
             return;
         }
+    }
+    if (is_cancel(ex)) {
+        /* the request id it names, kept for when the upstream has taken the cancel (the body
+         * itself goes up) */
+        json_t *root = json_loadb(body, blen, 0, NULL);
+        ex->cancel_id = json_incref(json_object_get(json_object_get(root, "params"), "requestId"));
+        json_decref(root);
     }
     if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool &&
         policy_lookup(&cfg->policy, ex->msg.tool)->cls == TOOL_CLASS_NON_IDEMPOTENT) {

@@ -53,6 +53,57 @@ static void test_pieces_and_lookup(void **state)
     http_headers_free(&h);
 }
 
+static void test_optional_whitespace_trimmed(void **state)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add(&h, "X-Subject", "alice \t ");
+    add(&h, "X-Lead", " \tbob");
+    add(&h, "X-Inner", "a b\tc");
+    add(&h, "X-Blank", " \t ");
+    add(&h, "X-After", "next");
+    assert_string_equal(http_headers_get(&h, "x-subject"), "alice");
+    assert_string_equal(http_headers_get(&h, "x-lead"), "bob");
+    assert_string_equal(http_headers_get(&h, "x-inner"), "a b\tc");
+    assert_string_equal(http_headers_get(&h, "x-blank"), "");
+    assert_string_equal(http_headers_get(&h, "x-after"), "next");
+    assert_string_equal(http_headers_name(&h, 4), "X-After");
+    http_headers_free(&h);
+}
+
+static void test_count_and_remove(void **state)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add(&h, "Idempotency-Key", "one");
+    add(&h, "Accept", "*/*");
+    add(&h, "idempotency-key", "two");
+    assert_int_equal(http_headers_count(&h, "IDEMPOTENCY-KEY"), 2);
+    assert_int_equal(http_headers_count(&h, "accept"), 1);
+    assert_int_equal(http_headers_count(&h, "host"), 0);
+    http_headers_remove(&h, "Idempotency-Key");
+    assert_int_equal(h.n, 1);
+    assert_null(http_headers_get(&h, "idempotency-key"));
+    assert_string_equal(http_headers_get(&h, "accept"), "*/*");
+    http_headers_free(&h);
+}
+
+static void test_name_is_token(void **state)
+{
+    static const struct {
+        const char *name;
+        bool token;
+    } cases[] = {
+        {"Content-Type", true}, {"X_Y.z~!#$%&'*+^`|", true},
+        {"Foo ", false},        {"Foo\t", false},
+        {" Foo", false},        {"Fo o", false},
+        {"Foo:", false},        {"", false},
+        {"a\x7f", false},       {"caf\xc3\xa9", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+        assert_int_equal(http_header_name_is_token(cases[i].name), cases[i].token);
+}
+
 static void test_hop_by_hop(void **state)
 {
     static const struct {
@@ -141,6 +192,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pieces_and_lookup),
+        cmocka_unit_test(test_optional_whitespace_trimmed),
+        cmocka_unit_test(test_count_and_remove),
+        cmocka_unit_test(test_name_is_token),
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_request_head),
         cmocka_unit_test(test_response_head),
