@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct evbuffer;
 
@@ -57,6 +58,10 @@ void upstream_discard(upstream_conn_t *up);
 /* The response path without a socket (for the fuzzer): parses one response from bytes that end
  * where the server closed. Calls on_head and on_body as a connection would, never on_end; returns
  * the result and in *rest how many bytes followed the response. */
+/* How long an idle connection may be kept, given the response's Keep-Alive header (NULL when
+ * absent): a second under the server's own timeout, at most dflt; 0 means do not keep it. */
+uint64_t upstream_keep_alive_ms(const char *keep_alive, uint64_t dflt);
+
 upstream_result_t upstream_parse_response(const char *data, size_t len, const upstream_cbs_t *cbs,
                                           void *arg, size_t *rest);
 

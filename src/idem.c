@@ -74,8 +74,8 @@ typedef struct idem_call {
     decoder_t *decoder; /* the upstream compressed the answer: decoded for capture only */
     bool undecodable;   /* the answer's coding could not be read: stored as not replayable */
     char *session_id;   /* CALL_WATCH: the stream's session */
-    char *subject;    /* the caller, to match a cancel to its call */
-    bool cancelled;   /* its caller's notifications/cancelled reached the upstream */
+    char *subject;      /* the caller, to match a cancel to its call */
+    bool cancelled;     /* its caller's notifications/cancelled reached the upstream */
     struct idem_call *prev_fwd, *next_fwd; /* CALL_FORWARDED: in the registry's list */
     bool in_fwd;
     struct event *lease_timer; /* renews the claim while the upstream call runs */

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <errno.h>
 #include <sys/socket.h>
 
@@ -175,6 +176,14 @@ static void finish(upstream_conn_t *up, upstream_result_t res)
         kill_conn(up);
         return;
     }
+    /* a server that says how long it keeps an idle connection closes it then; give it back
+     * before that, so a request is never sent into the server's close */
+    uint64_t keep =
+        upstream_keep_alive_ms(http_headers_get(&up->headers, "keep-alive"), IDLE_KEEP_MS);
+    if (keep == 0) {
+        kill_conn(up);
+        return;
+    }
     up->state = UP_IDLE;
     up->reused = true;
     llhttp_reset(&up->parser);
@@ -182,10 +191,30 @@ static void finish(upstream_conn_t *up, upstream_result_t res)
     up->msg_done = false;
     up->status = 0;
     bufferevent_enable(up->bev, EV_READ);
-    arm(up, IDLE_KEEP_MS);
+    arm(up, keep);
     up->next = up->pool->idle;
     up->pool->idle = up;
     up->pool->n_idle++;
+}
+
+uint64_t upstream_keep_alive_ms(const char *keep_alive, uint64_t dflt)
+{
+    /* Keep-Alive: timeout=5, max=100 (RFC 2068 19.7.1.1; parameters in any order) */
+    for (const char *p = keep_alive; p && *p;) {
+        p += strspn(p, " \t,");
+        if (strncasecmp(p, "timeout=", 8) == 0) {
+            char *end = NULL;
+            unsigned long secs = strtoul(p + 8, &end, 10);
+            if (end == p + 8)
+                break;
+            if (secs <= 1)
+                return 0; /* too short to be worth keeping */
+            uint64_t ms = (uint64_t)(secs - 1) * 1000;
+            return ms < dflt ? ms : dflt;
+        }
+        p += strcspn(p, ",");
+    }
+    return dflt;
 }
 
 static void unlink_idle(upstream_conn_t *up)

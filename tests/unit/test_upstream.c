@@ -86,10 +86,39 @@ static void test_framing(void **state)
     assert_string_equal(upstream_result_str(UPSTREAM_ERR_CLOSED), "closed mid-response");
 }
 
+/* Node's http server says "Keep-Alive: timeout=5" and closes idle sockets after 5 s: a pooled
+ * connection kept longer is sent a request into the close. */
+static void test_keep_alive(void **state)
+{
+    static const struct {
+        const char *value;
+        uint64_t ms;
+    } cases[] = {
+        {NULL, 30000},
+        {"", 30000},
+        {"timeout=5", 4000},
+        {"timeout=5, max=1000", 4000},
+        {"max=1000, Timeout=10", 9000},
+        {"timeout=600", 30000},
+        {"timeout=1", 0},
+        {"timeout=0", 0},
+        {"timeout=", 30000},
+        {"timeout=x", 30000},
+        {"max=5", 30000},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        uint64_t got = upstream_keep_alive_ms(cases[i].value, 30000);
+        if (got != cases[i].ms)
+            fail_msg("case %zu (%s): %llu, want %llu", i, cases[i].value ? cases[i].value : "NULL",
+                     (unsigned long long)got, (unsigned long long)cases[i].ms);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_framing),
+        cmocka_unit_test(test_keep_alive),
     };
     return cmocka_run_group_tests_name("upstream", tests, NULL, NULL);
 }
