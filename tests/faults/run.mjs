@@ -143,19 +143,19 @@ scenarios.emfile = async (s) => {
     listen: `127.0.0.1:${port}`, admin_listen: `127.0.0.1:${adminPort}`, upstream: up.url, database_url: db,
     subject: SUBJECT, ...POLICY,
   }));
-  const gw = await startProcess(s, 'sh', ['-c', `ulimit -n 96; exec "$0" -c "$1"`, IDEMGW_BIN, cfg], {
+  const gw = await startProcess(s, 'sh', ['-c', `ulimit -n 400; exec "$0" -c "$1"`, IDEMGW_BIN, cfg], {
     readyUrl: `http://127.0.0.1:${adminPort}/readyz`, name: 'idemgw',
   });
   const url = `http://127.0.0.1:${port}/mcp`;
   let lines = 0; // counted as they come: a flood may outgrow what the harness keeps
-  const count = (chunk) => (lines += (String(chunk).match(/too many open files|descriptors/gi) ?? []).length);
+  const count = (chunk) => (lines += (String(chunk).match(/too many open files|descriptors|max_connections/gi) ?? []).length);
   gw.proc.stdout.on('data', count);
   gw.proc.stderr.on('data', count);
   const cpu = async () => {
     const f = (await fs.readFile(`/proc/${gw.proc.pid}/stat`, 'utf8')).split(') ')[1].split(' ');
     return (Number(f[11]) + Number(f[12])) * 10; // utime + stime, clock ticks of 10 ms
   };
-  const idle = await openIdle(port, 300);
+  const idle = await openIdle(port, 600);
   const cpu0 = await cpu();
   // calls while the descriptors are gone: each may be refused or fail, none may run twice
   const during = await load(url, { workers: 4, perWorker: 5, tag: 'emfile', timeoutMs: 5000 });
@@ -163,7 +163,9 @@ scenarios.emfile = async (s) => {
   for (const sk of idle) sk.destroy();
   // once they are back, new connections are served again
   const after = await waitFor(async () => {
-    const a = await protectedCall(url, { subject: 'emfile-after', args: { order_id: `emfile-after-${Date.now()}`, amount_cents: 1 } });
+    const session = await openSession(url, 'emfile-after').catch(() => null);
+    if (!session) return null;
+    const a = await protectedCall(url, { subject: 'emfile-after', session, args: { order_id: `emfile-after-${Date.now()}`, amount_cents: 1 } });
     return a.status === 200 && a.message ? a : null;
   }, { timeoutMs: 20000, what: 'a call served after the idle connections closed' });
   const tl = during.tl;
