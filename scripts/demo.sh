@@ -8,9 +8,10 @@
 #   4. prints how to point a real MCP client at the gateway, then keeps everything running
 #      until Ctrl-C (which stops the gateway, the refund server and Postgres).
 #
-#   scripts/demo.sh [--once] [--calls N]
-#     --once      run the demo, stop everything and exit (0 when exactly one refund ran)
-#     --calls N   how many identical calls the agent sends (default 5)
+#   scripts/demo.sh [--once] [--calls N] [--no-install]
+#     --once        run the demo, stop everything and exit (0 when exactly one refund ran)
+#     --calls N     how many identical calls the agent sends (default 5)
+#     --no-install  skip step 1's install (the tests run it so: they never install anything)
 #
 # Environment:
 #   IDEMGW_DEMO_DIR   working folder: Postgres data, logs, ledger (default .run/demo)
@@ -21,13 +22,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
 
 once=0
 calls=5
+install=1
 while [ $# -gt 0 ]; do
     case "$1" in
     --once) once=1 ;;
+    --no-install) install=0 ;;
     --calls) calls=${2:-}; shift ;;
     --calls=*) calls=${1#--calls=} ;;
     -h | --help) usage; exit 0 ;;
@@ -131,14 +134,19 @@ section 'Setting up'
 # --- 1. dependencies and build --------------------------------------------------------------
 # Quiet when everything is already there. On a fresh machine it takes a few minutes: its own
 # progress lines are shown, the package managers' output goes to the log.
-set +e
-scripts/install-deps.sh 2>&1 | tee "$dir/install-deps.log" \
-    | { grep --line-buffered '^install-deps: ' | sed -u 's/^install-deps: /  installing      /'; true; }
-rc=${PIPESTATUS[0]}
-set -e
 step 'dependencies'
-[ "$rc" = 0 ] || die "scripts/install-deps.sh failed; its output:" "$(tail -n 40 "$dir/install-deps.log")"
-ok 'ok'
+if [ "$install" = 1 ]; then
+    set +e
+    scripts/install-deps.sh 2>&1 | tee "$dir/install-deps.log" \
+        | { grep --line-buffered '^install-deps: ' | sed -u 's/^install-deps: /  installing      /'; true; }
+    rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" = 0 ] || die "scripts/install-deps.sh failed; its output:" "$(tail -n 40 "$dir/install-deps.log")"
+    ok 'ok'
+else
+    [ -x "$NODE" ] || die "--no-install: $NODE is missing; run scripts/install-deps.sh"
+    ok 'not checked (--no-install)'
+fi
 
 if [ -n "${IDEMGW_BIN:-}" ]; then
     bin=$IDEMGW_BIN

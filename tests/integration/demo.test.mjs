@@ -9,7 +9,7 @@ import path from 'node:path';
 import { IDEMGW_BIN, REPO, tempDir } from './lib/harness.mjs';
 
 const CALLS = 4;
-const TIMEOUT_MS = 240_000; // a first run may install packages and initdb
+const TIMEOUT_MS = 240_000; // initdb and a first start
 
 function runDemo(env, args) {
   return new Promise((resolve) => {
@@ -46,7 +46,8 @@ test(`scripts/demo.sh --once --calls ${CALLS}: one refund executed, ${CALLS - 1}
     CI: 'true',
   };
   delete env.NO_COLOR;
-  const r = await runDemo(env, ['--once', '--calls', String(CALLS)]);
+  // --no-install: a test never installs anything while other tests run
+  const r = await runDemo(env, ['--once', '--no-install', '--calls', String(CALLS)]);
   const show = `\n----- demo.sh output -----\n${r.out}\n-----`;
 
   assert.equal(r.timedOut, false, `demo.sh did not finish within ${TIMEOUT_MS} ms${show}`);
