@@ -20,8 +20,10 @@ struct event_base;
 
 typedef enum {
     STORE_OK = 0,
-    STORE_ERR_UNAVAILABLE, /* no connection to Postgres (down, or reconnecting) */
-    STORE_ERR_QUERY,       /* the statement failed */
+    STORE_ERR_UNAVAILABLE, /* no answer: no connection (down, reconnecting, lost mid-call) or
+                              the operation missed its deadline (store.timeout) */
+    STORE_ERR_STATEMENT,   /* Postgres answered with an error: the store is up, retrying the
+                              same call fails the same way */
     STORE_ERR_SCHEMA,      /* the database has a newer schema than this binary knows */
     STORE_ERR_SHUTDOWN,    /* the store is closing */
 } store_status_t;

@@ -162,8 +162,8 @@ const char *store_status_str(store_status_t st)
         return "ok";
     case STORE_ERR_UNAVAILABLE:
         return "unavailable";
-    case STORE_ERR_QUERY:
-        return "query failed";
+    case STORE_ERR_STATEMENT:
+        return "statement failed";
     case STORE_ERR_SCHEMA:
         return "schema mismatch";
     case STORE_ERR_SHUTDOWN:
@@ -512,13 +512,13 @@ static void claim_done(store_t *s, store_op_t *op, PGresult *res)
         log_error(0, "store: claim of key %s found no stable row after %d tries", h,
                   CLAIM_RETRIES + 1);
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         goto out;
     }
     if (!parse_row(res, &cr.row, &buf)) {
         log_error(0, "store: claim returned an unexpected row");
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         goto out;
     }
     s->stats.claims++;
@@ -545,11 +545,13 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
                  rs == PGRES_PIPELINE_ABORTED ? "skipped after an earlier error in the pipeline"
                                               : PQresultErrorMessage(res));
         msg[strcspn(msg, "\n")] = '\0';
-        log_error(0, "store: %s failed: %s", store_stmt_name(op->kind), msg);
+        const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
+        log_error(0, "store: %s failed: SQLSTATE %s: %s", store_stmt_name(op->kind),
+                  sqlstate ? sqlstate : "-", msg);
         PQclear(res);
         /* queued work may use the connection before this callback runs */
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         op_free(op);
         return;
     }
@@ -569,7 +571,7 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
             op->cb.get(STORE_OK, &row, op->arg);
         } else {
             log_error(0, "store: get returned an unexpected row");
-            op->cb.get(STORE_ERR_QUERY, NULL, op->arg);
+            op->cb.get(STORE_ERR_STATEMENT, NULL, op->arg);
         }
         free(buf);
     } else {
@@ -898,7 +900,7 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
     /* finishing back into in_progress would hold the key with no lease owner */
     if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
         result_len > INT32_MAX)
-        return STORE_ERR_QUERY;
+        return STORE_ERR_STATEMENT;
     store_op_t *op = op_new(STORE_OP_FINISH);
     op_text(op, key);
     op_int(op, fence);
@@ -924,7 +926,7 @@ store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb
 {
     store_status_t st = admit(s);
     if (st != STORE_OK || !key)
-        return st != STORE_OK ? st : STORE_ERR_QUERY;
+        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
     dup_add(s, key);
     if (s->dups_len >= DUP_FLUSH_KEYS)
         dup_flush(s);

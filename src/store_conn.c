@@ -170,7 +170,7 @@ store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
     r = PQexec(pg, migrate_begin_sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         snprintf(msg, msglen, "reading schema version: %s", pg_msg(pg, err, sizeof(err)));
-        st = STORE_ERR_QUERY;
+        st = STORE_ERR_STATEMENT;
         goto out;
     }
     db_version = atoi(PQgetvalue(r, 0, 0));
@@ -183,7 +183,7 @@ store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
     r = PQexec(pg, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         snprintf(msg, msglen, "applying migrations: %s", pg_msg(pg, err, sizeof(err)));
-        st = STORE_ERR_QUERY;
+        st = STORE_ERR_STATEMENT;
         goto out;
     }
     if (db_version < store_schema_version())
