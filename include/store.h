@@ -83,9 +83,12 @@ typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg
 typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
                              void *arg);
 
+#define STORE_TIMEOUT_DEFAULT_MS 5000
+
 typedef struct store_options {
     const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
     int pool_size;              /* connections, default 4 */
+    uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */

@@ -706,6 +706,11 @@ static const key_spec_t tool_keys[] = {
 
 static const key_spec_t store_keys[] = {
     {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256},
+    {.name = "timeout",
+     .kind = K_DUR,
+     .off = CFG(store_timeout_ms),
+     .min = 100,
+     .max = 5 * 60 * MS_S},
     {.name = "sweep_interval",
      .kind = K_DUR,
      .off = CFG(sweep_interval_ms),
