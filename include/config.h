@@ -44,6 +44,7 @@ typedef struct config {
     bool store_enabled;         /* false when neither database_url nor a PG* variable is given */
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
+    uint64_t store_timeout_ms;  /* deadline of each store operation (default 5s) */
     uint64_t sweep_interval_ms; /* how often expired keys are deleted (default 60s) */
     int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */

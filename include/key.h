@@ -14,7 +14,7 @@
 typedef enum {
     KEY_OK = 0,
     KEY_ERR_ARGS_NOT_OBJECT, /* arguments present but not an object */
-    KEY_ERR_BAD_EXPLICIT,    /* explicit key empty, too long (>255) or not a string */
+    KEY_ERR_BAD_EXPLICIT,    /* explicit key empty, too long (>255), not UTF-8 or not a string */
 } key_status_t;
 
 const char *key_status_str(key_status_t st);

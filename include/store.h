@@ -20,8 +20,10 @@ struct event_base;
 
 typedef enum {
     STORE_OK = 0,
-    STORE_ERR_UNAVAILABLE, /* no connection to Postgres (down, or reconnecting) */
-    STORE_ERR_QUERY,       /* the statement failed */
+    STORE_ERR_UNAVAILABLE, /* no answer: no connection (down, reconnecting, lost mid-call) or
+                              the operation missed its deadline (store.timeout) */
+    STORE_ERR_STATEMENT,   /* Postgres answered with an error: the store is up, retrying the
+                              same call fails the same way */
     STORE_ERR_SCHEMA,      /* the database has a newer schema than this binary knows */
     STORE_ERR_SHUTDOWN,    /* the store is closing */
 } store_status_t;
@@ -81,9 +83,12 @@ typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg
 typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
                              void *arg);
 
+#define STORE_TIMEOUT_DEFAULT_MS 5000
+
 typedef struct store_options {
     const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
     int pool_size;              /* connections, default 4 */
+    uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */

@@ -7,6 +7,7 @@
 #define IDEMGW_UTIL_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -34,5 +35,16 @@ int util_hexval(char c);
 
 /* ASCII case-insensitive comparison of a length-delimited name with a C string. */
 int util_strncaseeq(const char *a, size_t alen, const char *b);
+
+/* The project's one UTF-8 validator: strict (no overlong forms, no surrogates, nothing past
+ * U+10FFFF), the rules Postgres applies to text. */
+/* Decodes one sequence at s into *cp; returns its length, or 0 when the bytes are not valid
+ * UTF-8 (or avail is 0). A NUL byte decodes as U+0000 of length 1. */
+size_t util_utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp);
+/* Length of the longest prefix of s that is valid UTF-8 text without NUL bytes (what a
+ * Postgres text value or a YAML file may hold). */
+size_t util_utf8_valid_prefix(const char *s, size_t n);
+/* Whether all n bytes of s are valid UTF-8 text without NUL bytes. */
+bool util_utf8_valid(const char *s, size_t n);
 
 #endif

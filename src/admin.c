@@ -13,18 +13,20 @@
 typedef struct ready_probe {
     http_conn_t *conn; /* NULL once the agent has gone */
     bool keep_alive;
+    bool upstream_ok; /* the upstream probe's verdict, while the store is probed */
 } ready_probe_t;
+
+/* The key the store probe reads: no key has this form (keys have three ':'-separated parts). */
+#define READY_PROBE_KEY "idemgw-readyz"
 
 static void probe_gone(void *arg)
 {
     ((ready_probe_t *)arg)->conn = NULL;
 }
 
-static void probe_done(bool ok, void *arg)
+static void probe_answer(ready_probe_t *p, bool ok, bool store_ok)
 {
-    ready_probe_t *p = arg;
     if (p->conn) {
-        bool store_ok = !server->store || store_ready(server->store);
         char body[200];
         snprintf(body, sizeof(body), "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\"}\n",
                  ok && store_ok && !server->draining ? "true" : "false", ok ? "true" : "false",
@@ -37,6 +39,28 @@ static void probe_done(bool ok, void *arg)
                           p->keep_alive);
     }
     free(p);
+}
+
+static void probe_store_done(store_status_t st, const store_row_t *row, void *arg)
+{
+    (void)row;
+    ready_probe_t *p = arg;
+    probe_answer(p, p->upstream_ok, st == STORE_OK);
+}
+
+/* The store is ready when a read of the key table answers within the store's deadline: a
+ * connected store whose table is locked, or whose server stalls, is not. */
+static void probe_done(bool ok, void *arg)
+{
+    ready_probe_t *p = arg;
+    if (!server->store) {
+        probe_answer(p, ok, true);
+        return;
+    }
+    p->upstream_ok = ok;
+    if (!store_ready(server->store) ||
+        store_get(server->store, READY_PROBE_KEY, probe_store_done, p) != STORE_OK)
+        probe_answer(p, ok, false);
 }
 
 static void metrics(http_conn_t *conn, http_request_t *req)

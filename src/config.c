@@ -397,6 +397,7 @@ static void config_defaults(config_t *c)
     c->admin_listen.port = 8081;
     c->migrate = true;
     c->store_pool = 4;
+    c->store_timeout_ms = 5 * 1000;
     c->workers = 1;
     c->sweep_interval_ms = 60 * 1000;
     c->cache_entries = 100000;
@@ -661,6 +662,12 @@ int config_restart_only_diff(const config_t *old, const config_t *neu, char *out
     }
     if (old->store_pool != neu->store_pool) {
         diff_line(out, outlen, &used, "store.pool: %d -> %d\n", old->store_pool, neu->store_pool);
+        count++;
+    }
+    if (old->store_timeout_ms != neu->store_timeout_ms) {
+        diff_line(out, outlen, &used, "store.timeout: %llu ms -> %llu ms\n",
+                  (unsigned long long)old->store_timeout_ms,
+                  (unsigned long long)neu->store_timeout_ms);
         count++;
     }
     return count;

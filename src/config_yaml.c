@@ -2,6 +2,7 @@
  * writes into config_t. Every problem is collected with its line; nothing stops at the first. */
 #include "config_yaml.h"
 #include "log.h"
+#include "util.h"
 
 #include <errno.h>
 #include <libfyaml.h>
@@ -705,6 +706,11 @@ static const key_spec_t tool_keys[] = {
 
 static const key_spec_t store_keys[] = {
     {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256},
+    {.name = "timeout",
+     .kind = K_DUR,
+     .off = CFG(store_timeout_ms),
+     .min = 100,
+     .max = 5 * 60 * MS_S},
     {.name = "sweep_interval",
      .kind = K_DUR,
      .off = CFG(sweep_interval_ms),
@@ -862,45 +868,6 @@ static void walk_root(ctx_t *cx, struct fy_node *root)
         walk_map(cx, root, 1, "", top_keys, ARRAY_LEN(top_keys), cx->c, order);
 }
 
-/* Length of the valid UTF-8 prefix of s (no NUL bytes, no overlong forms, no surrogates).
- * libfyaml 0.7.12 loops forever on some invalid UTF-8 (a directive line holding a stray
- * continuation byte), so the text is checked before it ever sees it. */
-static size_t utf8_valid_prefix(const unsigned char *s, size_t n)
-{
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        size_t len;
-        uint32_t cp, min;
-        if (b == 0)
-            return i;
-        if (b < 0x80) {
-            i++;
-            continue;
-        }
-        if ((b & 0xe0) == 0xc0) {
-            len = 2, cp = b & 0x1f, min = 0x80;
-        } else if ((b & 0xf0) == 0xe0) {
-            len = 3, cp = b & 0x0f, min = 0x800;
-        } else if ((b & 0xf8) == 0xf0) {
-            len = 4, cp = b & 0x07, min = 0x10000;
-        } else {
-            return i;
-        }
-        if (n - i < len)
-            return i;
-        for (size_t k = 1; k < len; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return i;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
 static void discard_output(struct fy_diag *diag, void *user, const char *buf, size_t len)
 {
     /* Errors are collected and reported through config_errors_t, never printed here. */
@@ -923,7 +890,9 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
     struct fy_document *doc = NULL, *extra = NULL;
     struct fy_diag_cfg dcfg;
 
-    size_t good = utf8_valid_prefix((const unsigned char *)text, len);
+    /* libfyaml 0.7.12 loops forever on some invalid UTF-8 (a directive line holding a stray
+     * continuation byte), so the text is checked before it ever sees it. */
+    size_t good = util_utf8_valid_prefix(text, len);
     if (good < len) {
         int line = 1;
         for (size_t i = 0; i < good; i++)

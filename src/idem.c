@@ -274,6 +274,29 @@ static void answer_store_down(exchange_t *ex)
            "same call later.");
 }
 
+/* A store call failed. Only a store that does not answer (no connection, or past its
+ * deadline) is "down"; a statement Postgres rejected says nothing about its availability, and
+ * passing the call through would run every repeat of it unprotected. */
+static void answer_store_failed(exchange_t *ex, store_status_t st)
+{
+    if (st == STORE_ERR_UNAVAILABLE) {
+        answer_store_down(ex);
+        return;
+    }
+    if (st == STORE_ERR_SHUTDOWN) {
+        refuse(ex, "store_unavailable",
+               "Not executed: the gateway is shutting down, so this call could not be protected "
+               "against running twice. Nothing was executed. It is safe to retry the same call.");
+        return;
+    }
+    log_error(ex->conn_id, "store refused the call to %s (key %.16s): %s; not forwarded",
+              ex->msg.tool, ex->call->key_hash, store_status_str(st));
+    refuse(ex, "store_error",
+           "Not executed: the gateway's idempotency store rejected this call, so it could not be "
+           "protected against running twice. Nothing was executed. Repeating the same call will "
+           "fail the same way; the gateway's operator has the error in the gateway's log.");
+}
+
 static void answer_in_progress(exchange_t *ex, const store_row_t *row)
 {
     server->stats->in_progress++;
@@ -391,8 +414,10 @@ static void on_get(store_status_t st, const store_row_t *row, void *arg)
         return;
     }
     if (st != STORE_OK) {
+        /* the first call was running a moment ago: forwarding now (passthrough) could run
+         * it twice, so the duplicate hears "in progress" */
         c->state = CALL_DONE;
-        answer_store_down(ex);
+        answer_in_progress(ex, NULL);
         return;
     }
     if (!row || row->state == STORE_STATE_FAILED) {
@@ -435,7 +460,7 @@ static void wait_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (store_get(server->store, c->key, on_get, ex) != STORE_OK) {
         c->state = CALL_DONE;
-        answer_store_down(ex);
+        answer_in_progress(ex, NULL);
         return;
     }
     c->store_pending = true;
@@ -506,7 +531,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         server->stats->store_errors++;
         log_warn(ex->conn_id, "claim failed: %s", store_status_str(st));
         c->state = CALL_DONE;
-        answer_store_down(ex);
+        answer_store_failed(ex, st);
         return;
     }
     if (res->acquired) {
@@ -583,6 +608,24 @@ static void iso_now(char *out, size_t outlen)
     snprintf(out + n, outlen - n, ".%03uZ", (unsigned)(ms % 1000));
 }
 
+/* A copy of a value for a diagnostic text column. The column is Postgres text, which holds
+ * only UTF-8: a value that is not (an Mcp-Session-Id with a byte like 0xff) is kept as "\x"
+ * and the hex of its bytes, bytea's notation, rather than refusing a call over a value the
+ * gateway never interprets. NULL stays NULL. */
+static char *row_text(const char *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = strlen(v);
+    if (util_utf8_valid(v, n))
+        return xstrdup(v);
+    char *out = xmalloc(2 * n + 3);
+    out[0] = '\\';
+    out[1] = 'x';
+    util_hex((const unsigned char *)v, n, out + 2);
+    return out;
+}
+
 static void claim(exchange_t *ex)
 {
     idem_call_t *c = ex->call;
@@ -593,14 +636,17 @@ static void claim(exchange_t *ex)
         return;
     }
     iso_now(c->claimed_at, sizeof(c->claimed_at));
+    /* stored for diagnosis only; never compared */
+    char *session = row_text(http_headers_get(&ex->req->headers, "mcp-session-id"));
+    char *rpc_id = row_text(ex->msg.id_text);
     store_claim_req_t req = {
         .key = c->key,
         .tool = ex->msg.tool,
         .subject = NULL,
         .args_digest = c->args_digest,
         .explicit_key = c->explicit_key,
-        .session_id = http_headers_get(&ex->req->headers, "mcp-session-id"),
-        .jsonrpc_id = ex->msg.id_text,
+        .session_id = session,
+        .jsonrpc_id = rpc_id,
         .lease_ms = c->lease_ms,
         .window_ms = c->window_ms,
         .takeover_lease_expired = c->on_ambiguous == ON_AMBIGUOUS_RELEASE,
@@ -610,18 +656,23 @@ static void claim(exchange_t *ex)
     req.subject = subject;
     store_status_t st = store_claim(server->store, &req, on_claim, ex);
     free(subject);
+    free(session);
+    free(rpc_id);
     if (st != STORE_OK) {
         server->stats->store_errors++;
         c->state = CALL_DONE;
-        answer_store_down(ex);
+        answer_store_failed(ex, st);
         return;
     }
     c->store_pending = true;
 }
 
-/* The caller's identity, per the subject setting; NULL when it cannot be established. */
-static char *derive_subject(const config_t *cfg, const http_request_t *req, const char **why)
+/* The caller's identity, per the subject setting; NULL when it cannot be established, with
+ * why (a phrase for the refusal, why_len bytes) and the refusal's code. */
+static char *derive_subject(const config_t *cfg, const http_request_t *req, char *why,
+                            size_t why_len, const char **code)
 {
+    *code = "no_subject";
     switch (cfg->subject.kind) {
     case SUBJECT_STATIC:
         return xstrdup(cfg->subject.value);
@@ -633,7 +684,17 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, cons
             return NULL;
         }
         if (!v || !*v) {
-            *why = "the request has no caller identity header";
+            snprintf(why, why_len, "the request has no caller identity header (%s)",
+                     cfg->subject.value);
+            return NULL;
+        }
+        /* the subject is part of the key, stored as Postgres text */
+        if (!util_utf8_valid(v, strlen(v))) {
+            snprintf(why, why_len,
+                     "the caller identity header %s is not valid UTF-8 text (send it UTF-8 "
+                     "encoded)",
+                     cfg->subject.value);
+            *code = "bad_subject";
             return NULL;
         }
         return xstrdup(v);
@@ -641,7 +702,7 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, cons
     case SUBJECT_BEARER_SHA256: {
         const char *v = http_headers_get(&req->headers, "authorization");
         if (!v || strncasecmp(v, "bearer ", 7) != 0 || !v[7]) {
-            *why = "the request has no bearer token";
+            snprintf(why, why_len, "the request has no bearer token");
             return NULL;
         }
         unsigned char md[EVP_MAX_MD_SIZE];
@@ -655,7 +716,7 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, cons
     case SUBJECT_NONE:
         break;
     }
-    *why = "the gateway has no subject source configured";
+    snprintf(why, why_len, "the gateway has no subject source configured");
     return NULL;
 }
 
@@ -675,16 +736,17 @@ void idem_begin(exchange_t *ex)
     c->on_store_down = pt->on_store_down;
     c->forward_key = pt->forward_key;
 
-    const char *why = NULL;
-    char *subject = derive_subject(cfg, ex->req, &why);
+    char why[300];
+    const char *code = NULL;
+    char *subject = derive_subject(cfg, ex->req, why, sizeof(why), &code);
     if (!subject) {
-        char text[400];
+        char text[600];
         snprintf(text, sizeof(text),
                  "Refused: this tool is protected against duplicate execution, and %s, so the "
                  "call cannot be attributed to a caller. Nothing was executed. Retrying will be "
                  "refused the same way until the caller is identified.",
                  why);
-        refuse(ex, "no_subject", text);
+        refuse(ex, code, text);
         return;
     }
 

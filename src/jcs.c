@@ -5,6 +5,7 @@
  * Numbers are reduced to their canonical text at parse time, so serializing cannot fail and
  * a number that cannot be canonicalised is reported with its byte offset. */
 #include "jcs.h"
+#include "util.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -91,47 +92,6 @@ static void buf_putc(jcs_buf_t *b, char c)
 
 /* ---- UTF-8 -------------------------------------------------------------------------------- */
 
-/* Decodes one strictly valid UTF-8 sequence (no overlongs, no surrogates, at most U+10FFFF).
- * Returns its length, or 0 when the bytes at s are not valid UTF-8. */
-static size_t utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp)
-{
-    if (avail == 0)
-        return 0;
-    unsigned char c = s[0];
-    if (c < 0x80) {
-        *cp = c;
-        return 1;
-    }
-    size_t n;
-    uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-        v = c & 0x1F;
-        min = 0x80;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        v = c & 0x0F;
-        min = 0x800;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        v = c & 0x07;
-        min = 0x10000;
-    } else {
-        return 0;
-    }
-    if (avail < n)
-        return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((s[i] & 0xC0) != 0x80)
-            return 0;
-        v = (v << 6) | (s[i] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
-        return 0;
-    *cp = v;
-    return n;
-}
-
 static void utf8_encode(jcs_buf_t *b, uint32_t cp)
 {
     char t[4];
@@ -178,8 +138,8 @@ static int jcs_name_cmp(const char *a, size_t alen, const char *b, size_t blen)
     size_t i = 0, j = 0;
     while (i < alen && j < blen) {
         uint32_t ca, cb;
-        size_t na = utf8_decode(pa + i, alen - i, &ca);
-        size_t nb = utf8_decode(pb + j, blen - j, &cb);
+        size_t na = util_utf8_decode(pa + i, alen - i, &ca);
+        size_t nb = util_utf8_decode(pb + j, blen - j, &cb);
         if (na == 0 || nb == 0) {
             ca = pa[i];
             cb = pb[j];
@@ -438,7 +398,7 @@ static jcs_status_t parse_string(jcs_parser_t *p, jcs_buf_t *b)
         }
         if (c != '\\') {
             uint32_t cp;
-            size_t n = utf8_decode((const unsigned char *)p->s + p->pos, p->len - p->pos, &cp);
+            size_t n = util_utf8_decode((const unsigned char *)p->s + p->pos, p->len - p->pos, &cp);
             if (n == 0)
                 return fail(p, JCS_ERR_UTF8, p->pos, "invalid UTF-8 in string");
             buf_put(b, p->s + p->pos, n);

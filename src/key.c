@@ -108,6 +108,10 @@ static key_status_t check_explicit(const char *k, size_t len, const char *from, 
     if (memchr(k, '\0', len))
         return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen,
                         "%s: idempotency key contains a NUL character", from);
+    /* the key is stored as Postgres text: bytes that are not UTF-8 would fail the claim */
+    if (!util_utf8_valid(k, len))
+        return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen, "%s: idempotency key is not valid UTF-8",
+                        from);
     return KEY_OK;
 }
 

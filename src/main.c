@@ -325,6 +325,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         store_options_t so = {
             .conninfo = cfg->database_url,
             .pool_size = cfg->store_pool,
+            .timeout_ms = cfg->store_timeout_ms,
             .migrate = cfg->migrate,
             .sweep_interval_ms = cfg->sweep_interval_ms,
             .sweep_batch = 1000,

@@ -1,6 +1,12 @@
 /* The key store: public calls, the statements, the FIFO of waiting calls, result parsing and
  * the sweeper. The connections themselves live in store_conn.c.
  *
+ * Deadlines: every session runs with statement_timeout and lock_timeout = store.timeout, so a
+ * statement stuck behind a lock is cancelled by the server (rolled back: a claim that missed
+ * its deadline holds nothing) and fails as STORE_ERR_UNAVAILABLE. A server that does not
+ * answer at all is caught by a client-side timer per op, 1.5 times that: the connection
+ * carrying the op is closed and its ops fail as unavailable; an op still queued is failed.
+ *
  * Failure policy: when no connection is up, calls are refused at once with
  * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
  * drains minutes later). Calls already queued when the last connection goes down fail the same
@@ -62,6 +68,12 @@ enum {
     "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"    \
     " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND $10::boolean))))"
 
+/* The claim's own deadline ($11: epoch milliseconds by the database's clock). A claim the
+ * gateway gave up on may still reach the database later: a backend that was stopped, or one
+ * still waiting for a lock when its connection was closed, runs it once it can. Past the
+ * deadline it inserts and takes over nothing, so no call the gateway refused holds its key. */
+#define CLAIM_IN_TIME "clock_timestamp() <= to_timestamp($11::bigint / 1000.0)"
+
 /* One round trip: insert, take over, or return the existing row. When the conflicting row was
  * committed after this statement's snapshot, the fallback SELECT sees nothing (or an older
  * version that looks claimable, flagged "stale"); the caller re-runs the statement. An expired
@@ -72,10 +84,10 @@ static const char claim_sql[] =
     " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
     "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
     "  expires_at)"
-    " VALUES ($1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress', 1, 1,"
+    " SELECT $1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress'::text, 1, 1,"
     "  $6::text, $7::text, now() + $8::bigint * interval '1 millisecond', now(), now(),"
-    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond')"
-    " ON CONFLICT (key) DO UPDATE SET"
+    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond'"
+    " WHERE " CLAIM_IN_TIME " ON CONFLICT (key) DO UPDATE SET"
     "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
     "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
     "  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
@@ -86,7 +98,7 @@ static const char claim_sql[] =
     "   ELSE k.first_jsonrpc_id END,"
     "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
     "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
-    " WHERE " TAKEOVER_COND(
+    " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
         "k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
                                      " SELECT * FROM ins"
                                      " UNION ALL"
@@ -162,8 +174,8 @@ const char *store_status_str(store_status_t st)
         return "ok";
     case STORE_ERR_UNAVAILABLE:
         return "unavailable";
-    case STORE_ERR_QUERY:
-        return "query failed";
+    case STORE_ERR_STATEMENT:
+        return "statement failed";
     case STORE_ERR_SCHEMA:
         return "schema mismatch";
     case STORE_ERR_SHUTDOWN:
@@ -190,6 +202,8 @@ int store_schema_version(void)
 {
     return store_migrations_count;
 }
+
+static struct event *must_event(struct event *ev);
 
 /* ---- ops ---- */
 
@@ -235,6 +249,8 @@ static void op_free(store_op_t *op)
 {
     for (int i = 0; i < op->nparams; i++)
         free(op->values[i]);
+    if (op->deadline_ev)
+        event_free(op->deadline_ev);
     free(op);
 }
 
@@ -325,6 +341,9 @@ static void deliver_later(store_t *s, store_op_t *op, store_status_t st)
 
 void store_op_fail(store_t *s, store_op_t *op, store_status_t st)
 {
+    if (op->deadline_ev)
+        event_del(op->deadline_ev);
+    op->conn = NULL;
     if (op->kind == STORE_OP_FINISH) {
         char h[17];
         key_hash(op->values[0], h);
@@ -395,6 +414,44 @@ void store_pump(store_t *s)
     }
 }
 
+/* Takes op out of the queue; false when it is not there. */
+static bool queue_remove(store_t *s, store_op_t *op)
+{
+    store_op_t **pp = &s->q_head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return false;
+    *pp = op->next;
+    if (s->q_tail == op)
+        s->q_tail = prev;
+    s->q_len--;
+    op->next = NULL;
+    return true;
+}
+
+/* An op missed its client-side deadline. Queued: nothing was sent, it fails. In flight: the
+ * connection has not answered for the whole deadline although the server cancels statements
+ * sooner, so it is treated as gone (closed, its ops failed, reconnected later). */
+static void op_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_op_t *op = arg;
+    store_conn_t *c = op->conn;
+    char h[17];
+    key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
+    log_warn(0, "store: %s of key %s got no answer within %llu ms", store_stmt_name(op->kind), h,
+             (unsigned long long)op->store->op_deadline_ms);
+    if (c) {
+        store_conn_abort(c, "an operation missed its deadline");
+    } else if (queue_remove(op->store, op)) {
+        store_op_fail(op->store, op, STORE_ERR_UNAVAILABLE);
+    }
+}
+
 /* Whether a public call is accepted now: refused at once when nothing can run it. */
 static store_status_t admit(store_t *s)
 {
@@ -418,6 +475,12 @@ static store_status_t submit(store_t *s, store_op_t *op)
         op_free(op);
         return st;
     }
+    op->store = s;
+    op->deadline_wall_ms = util_wall_ms() + s->op_deadline_ms;
+    op->deadline_ev = must_event(evtimer_new(s->base, op_deadline, op));
+    struct timeval tv = {(time_t)(s->op_deadline_ms / 1000),
+                         (suseconds_t)(s->op_deadline_ms % 1000) * 1000};
+    evtimer_add(op->deadline_ev, &tv);
     queue_push(s, op, false);
     store_pump(s);
     return STORE_OK;
@@ -512,13 +575,13 @@ static void claim_done(store_t *s, store_op_t *op, PGresult *res)
         log_error(0, "store: claim of key %s found no stable row after %d tries", h,
                   CLAIM_RETRIES + 1);
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         goto out;
     }
     if (!parse_row(res, &cr.row, &buf)) {
         log_error(0, "store: claim returned an unexpected row");
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         goto out;
     }
     s->stats.claims++;
@@ -539,17 +602,32 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
     ExecStatusType rs = PQresultStatus(res);
     bool ok = rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK;
 
+    const char *sqlstate = ok ? NULL : PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    /* 57014: statement_timeout; 55P03: lock_timeout. The statement was rolled back; the
+     * store did not answer in time, which is "unavailable", not a statement error. */
+    if (sqlstate && (strcmp(sqlstate, "57014") == 0 || strcmp(sqlstate, "55P03") == 0)) {
+        char h[17];
+        key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
+        log_warn(0, "store: %s of key %s missed its deadline (%llu ms, SQLSTATE %s)",
+                 store_stmt_name(op->kind), h, (unsigned long long)s->timeout_ms, sqlstate);
+        PQclear(res);
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_UNAVAILABLE);
+        op_free(op);
+        return;
+    }
     if (!ok) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s",
                  rs == PGRES_PIPELINE_ABORTED ? "skipped after an earlier error in the pipeline"
                                               : PQresultErrorMessage(res));
         msg[strcspn(msg, "\n")] = '\0';
-        log_error(0, "store: %s failed: %s", store_stmt_name(op->kind), msg);
+        log_error(0, "store: %s failed: SQLSTATE %s: %s", store_stmt_name(op->kind),
+                  sqlstate ? sqlstate : "-", msg);
         PQclear(res);
         /* queued work may use the connection before this callback runs */
         store_pump(s);
-        op_callback(s, op, STORE_ERR_QUERY);
+        op_callback(s, op, STORE_ERR_STATEMENT);
         op_free(op);
         return;
     }
@@ -569,7 +647,7 @@ void store_op_done(store_t *s, store_op_t *op, PGresult *res)
             op->cb.get(STORE_OK, &row, op->arg);
         } else {
             log_error(0, "store: get returned an unexpected row");
-            op->cb.get(STORE_ERR_QUERY, NULL, op->arg);
+            op->cb.get(STORE_ERR_STATEMENT, NULL, op->arg);
         }
         free(buf);
     } else {
@@ -757,7 +835,7 @@ static void dup_flush_sync(store_t *s)
 {
     if (s->dups_len == 0 || !s->schema_ok || store_up_count(s) == 0)
         return;
-    const char *kw[8], *val[8];
+    const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char *values[2];
     dup_arrays(s, &values[0], &values[1]);
     store_conn_params(s, kw, val);
@@ -779,6 +857,31 @@ static void dup_flush_sync(store_t *s)
 
 /* ---- public calls ---- */
 
+/* The libpq "options" of every session: the operator's own (from the conninfo, else
+ * PGOPTIONS), then the settings the gateway relies on, which win because a later -c does.
+ * synchronous_commit=on: a claim acknowledged to the caller survives a crash of Postgres,
+ * whatever the server's default. The timeouts: no statement waits without bound (a locked
+ * table, a stalled server). */
+static char *session_options(const char *conninfo, uint64_t timeout_ms)
+{
+    char *theirs = NULL;
+    if (conninfo) {
+        PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+        for (PQconninfoOption *o = opts; o && o->keyword; o++)
+            if (strcmp(o->keyword, "options") == 0 && o->val && o->val[0])
+                theirs = xstrdup(o->val);
+        PQconninfoFree(opts);
+    }
+    if (!theirs && getenv("PGOPTIONS") && getenv("PGOPTIONS")[0])
+        theirs = xstrdup(getenv("PGOPTIONS"));
+    char *out = xasprintf("%s%s-c synchronous_commit=on -c statement_timeout=%llu "
+                          "-c lock_timeout=%llu",
+                          theirs ? theirs : "", theirs ? " " : "", (unsigned long long)timeout_ms,
+                          (unsigned long long)timeout_ms);
+    free(theirs);
+    return out;
+}
+
 static struct event *must_event(struct event *ev)
 {
     if (!ev) {
@@ -794,6 +897,9 @@ store_t *store_new(struct event_base *base, const store_options_t *opt, char *ms
     s->base = base;
     s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
     s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
+    s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
+    s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
+    s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
@@ -858,6 +964,7 @@ void store_free(store_t *s)
     free(s->dups);
     free(s->conns);
     free(s->conninfo);
+    free(s->pg_options);
     free(s);
 }
 
@@ -886,6 +993,7 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
     op_int(op, clamp_ms(req->lease_ms));
     op_int(op, clamp_ms(req->window_ms));
     op_bool(op, req->takeover_lease_expired);
+    op_text(op, NULL); /* the deadline, by the database's clock: set when sent */
     op->cb.claim = cb;
     op->arg = arg;
     return submit(s, op);
@@ -898,7 +1006,7 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
     /* finishing back into in_progress would hold the key with no lease owner */
     if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
         result_len > INT32_MAX)
-        return STORE_ERR_QUERY;
+        return STORE_ERR_STATEMENT;
     store_op_t *op = op_new(STORE_OP_FINISH);
     op_text(op, key);
     op_int(op, fence);
@@ -924,7 +1032,7 @@ store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb
 {
     store_status_t st = admit(s);
     if (st != STORE_OK || !key)
-        return st != STORE_OK ? st : STORE_ERR_QUERY;
+        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
     dup_add(s, key);
     if (s->dups_len >= DUP_FLUSH_KEYS)
         dup_flush(s);

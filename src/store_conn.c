@@ -29,9 +29,18 @@
 /* Serialises migrations between gateways starting together (any constant, fixed forever). */
 #define MIGRATION_LOCK_ID "7310311502647731009"
 
+/* The last step before a connection is ready: what the server does with a commit. */
+static const char settings_sql[] =
+    "SELECT current_setting('fsync'), current_setting('synchronous_commit'),"
+    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+
 /* First migration step: lock, make sure the bookkeeping table exists, read the version. */
 static const char migrate_begin_sql[] = "BEGIN;"
                                         "SET LOCAL client_min_messages = warning;"
+                                        /* the per-operation deadline is not for migrations,
+                                         * which wait for each other and may rewrite tables */
+                                        "SET LOCAL statement_timeout = 0;"
+                                        "SET LOCAL lock_timeout = 0;"
                                         "SELECT pg_advisory_xact_lock(" MIGRATION_LOCK_ID ");"
                                         "CREATE TABLE IF NOT EXISTS schema_migrations ("
                                         " version integer PRIMARY KEY,"
@@ -109,6 +118,8 @@ void store_conn_params(const store_t *s, const char **kw, const char **val)
     kw[i] = "fallback_application_name", val[i++] = "idemgw";
     if (s->conninfo && s->conninfo[0])
         kw[i] = "dbname", val[i++] = s->conninfo;
+    /* after dbname, so it replaces the conninfo's options (which it already contains) */
+    kw[i] = "options", val[i++] = s->pg_options;
     kw[i] = NULL, val[i] = NULL;
 }
 
@@ -153,7 +164,7 @@ static store_status_t migrate_plan(int db_version, bool migrate, char **sql, boo
 
 store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
 {
-    const char *kw[8], *val[8];
+    const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char err[512], *sql = NULL;
     PGresult *r = NULL;
     store_status_t st = STORE_OK;
@@ -170,7 +181,7 @@ store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
     r = PQexec(pg, migrate_begin_sql);
     if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
         snprintf(msg, msglen, "reading schema version: %s", pg_msg(pg, err, sizeof(err)));
-        st = STORE_ERR_QUERY;
+        st = STORE_ERR_STATEMENT;
         goto out;
     }
     db_version = atoi(PQgetvalue(r, 0, 0));
@@ -183,7 +194,7 @@ store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
     r = PQexec(pg, sql);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         snprintf(msg, msglen, "applying migrations: %s", pg_msg(pg, err, sizeof(err)));
-        st = STORE_ERR_QUERY;
+        st = STORE_ERR_STATEMENT;
         goto out;
     }
     if (db_version < store_schema_version())
@@ -319,7 +330,12 @@ static bool conn_send_simple(store_conn_t *c, const char *sql)
 
 static void conn_prepare_next(store_conn_t *c)
 {
-    if (c->step >= STORE_OP_COUNT_) {
+    if (c->step == STORE_OP_COUNT_) {
+        c->settings_sent_ms = util_wall_ms();
+        (void)conn_send_simple(c, settings_sql);
+        return;
+    }
+    if (c->step > STORE_OP_COUNT_) {
         /* every prepare has delivered its NULL, so libpq is idle, as entering requires */
         if (!PQenterPipelineMode(c->pg)) {
             char err[256];
@@ -406,6 +422,40 @@ out:
     PQclear(res);
 }
 
+/* A claim is only as durable as the commit that wrote it: the sessions ask for
+ * synchronous_commit=on (see store_new); a server that does not flush at all is worth a
+ * warning, once. Takes res. */
+static void conn_check_settings(store_conn_t *c, PGresult *res)
+{
+    store_t *s = c->s;
+    if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "reading settings: %s", PQresultErrorMessage(res));
+        msg[strcspn(msg, "\n")] = '\0';
+        PQclear(res);
+        conn_dead(c, msg);
+        return;
+    }
+    /* the claim's deadline is sent by the database's clock: the skew, to half a round trip */
+    uint64_t now = util_wall_ms();
+    int64_t server_ms = strtoll(PQgetvalue(res, 0, 2), NULL, 10);
+    c->clock_offset_ms =
+        server_ms - (int64_t)(c->settings_sent_ms + (now - c->settings_sent_ms) / 2);
+    if (!s->settings_checked) {
+        s->settings_checked = true;
+        if (strcmp(PQgetvalue(res, 0, 0), "off") == 0)
+            log_warn(0, "store: the Postgres server runs with fsync=off: a crash of its host can "
+                        "lose claims and outcomes already acknowledged, and a retry would run "
+                        "again; turn fsync on");
+        if (strcmp(PQgetvalue(res, 0, 1), "on") != 0)
+            log_error(0, "store: synchronous_commit is %s, not on: claims may be lost in a crash",
+                      PQgetvalue(res, 0, 1));
+    }
+    PQclear(res);
+    c->step++;
+    conn_prepare_next(c);
+}
+
 /* The statement in flight has delivered all its results; res is the one that matters. */
 static void conn_statement_done(store_conn_t *c, PGresult *res)
 {
@@ -414,6 +464,10 @@ static void conn_statement_done(store_conn_t *c, PGresult *res)
         conn_migrate_step(c, res);
         break;
     case STORE_CONN_PREPARING:
+        if (c->step == STORE_OP_COUNT_) {
+            conn_check_settings(c, res);
+            break;
+        }
         if (PQresultStatus(res) != PGRES_COMMAND_OK) {
             char msg[512];
             snprintf(msg, sizeof(msg), "prepare %s: %s", store_stmt_name(c->step),
@@ -462,8 +516,9 @@ static void conn_op_complete(store_conn_t *c)
     const char *sqlstate = PQresultErrorField(res, PG_DIAG_SQLSTATE);
     /* classes 08 (connection) and 57 (operator intervention: shutdown, terminate): the server
      * is going away, which is "unavailable" for this op and those behind it, not a failed
-     * statement */
-    if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 || strncmp(sqlstate, "57", 2) == 0)) {
+     * statement. 57014 (canceled: statement_timeout) is this op's deadline only. */
+    if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 ||
+                     (strncmp(sqlstate, "57", 2) == 0 && strcmp(sqlstate, "57014") != 0))) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
         msg[strcspn(msg, "\n")] = '\0';
@@ -476,6 +531,7 @@ static void conn_op_complete(store_conn_t *c)
     if (!c->fl_head)
         c->fl_tail = NULL;
     op->next = NULL;
+    op->conn = NULL;
     c->inflight--;
     if (c->inflight == 0)
         store_conn_set_state(c, STORE_CONN_IDLE);
@@ -602,7 +658,7 @@ static void conn_on_io(evutil_socket_t fd, short what, void *arg)
 void store_conn_start(store_conn_t *c)
 {
     store_t *s = c->s;
-    const char *kw[8], *val[8];
+    const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char err[256];
 
     if (s->closing || c->state == STORE_CONN_CLOSED)
@@ -660,6 +716,12 @@ static void conn_uncork(evutil_socket_t fd, short what, void *arg)
 
 bool store_conn_send(store_conn_t *c, store_op_t *op)
 {
+    if (op->kind == STORE_OP_CLAIM) {
+        /* the last parameter: the op's deadline by this connection's server clock */
+        free(op->values[op->nparams - 1]);
+        op->values[op->nparams - 1] =
+            xasprintf("%lld", (long long)((int64_t)op->deadline_wall_ms + c->clock_offset_ms));
+    }
     conn_cork(c);
     /* a sync per op: its own implicit transaction, so an error aborts only this op. Without
      * the sync the statement never commits, so a failure here means it did not happen. */
@@ -671,6 +733,7 @@ bool store_conn_send(store_conn_t *c, store_op_t *op)
         return false;
     }
     op->next = NULL;
+    op->conn = c;
     if (c->fl_tail)
         c->fl_tail->next = op;
     else
@@ -682,6 +745,12 @@ bool store_conn_send(store_conn_t *c, store_op_t *op)
     /* a flush failure kills the connection, which fails the op: sent or not, it is ours */
     (void)conn_flush(c);
     return true;
+}
+
+void store_conn_abort(store_conn_t *c, const char *why)
+{
+    if (c->state == STORE_CONN_IDLE || c->state == STORE_CONN_BUSY)
+        conn_dead(c, why);
 }
 
 static void conn_on_retry(evutil_socket_t fd, short what, void *arg)

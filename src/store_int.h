@@ -23,7 +23,7 @@ typedef enum {
     STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
-#define STORE_MAX_PARAMS 10
+#define STORE_MAX_PARAMS 12
 /* Ops in flight on one connection in pipeline mode. Enough to hide the round trip at the
  * rates one loop reaches; a dead connection fails at most this many ops as unavailable. */
 #define STORE_PIPELINE_DEPTH 32
@@ -47,13 +47,17 @@ typedef struct store_op {
     bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
     int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
+    store_t *store;             /* set when submitted */
+    struct store_conn *conn;    /* the connection carrying it; NULL while queued */
+    struct event *deadline_ev;  /* the client-side deadline (store_t.op_deadline_ms) */
+    uint64_t deadline_wall_ms;  /* the same deadline by the wall clock, for the claim's own */
 } store_op_t;
 
 typedef enum {
     STORE_CONN_DOWN = 0,   /* no PGconn; the backoff timer starts the next attempt */
     STORE_CONN_CONNECTING, /* PQconnectPoll in progress */
     STORE_CONN_MIGRATING,  /* bringing the schema up to date (only until it is in place) */
-    STORE_CONN_PREPARING,  /* PQsendPrepare, one statement at a time */
+    STORE_CONN_PREPARING,  /* PQsendPrepare, one statement at a time, then the settings check */
     STORE_CONN_IDLE,       /* ready, in pipeline mode, nothing in flight */
     STORE_CONN_BUSY,       /* ready, 1 to STORE_PIPELINE_DEPTH ops in flight */
     STORE_CONN_CLOSED,     /* store closing or schema refused: never reconnects */
@@ -69,6 +73,8 @@ typedef struct store_conn {
     struct event *retry_ev; /* backoff timer */
     uint64_t backoff_ms;    /* next reconnect delay, 100 ms doubling to 5 s */
     int step;               /* progress through migrating / preparing */
+    uint64_t settings_sent_ms; /* wall clock when the settings query left */
+    int64_t clock_offset_ms;   /* the database's clock minus ours, measured at connect */
     PGresult *res;          /* result collected so far for the statement in flight (the head) */
     store_op_t *fl_head, *fl_tail; /* ops in flight when BUSY, in the order they were sent */
     int inflight;                  /* length of that list */
@@ -89,6 +95,10 @@ struct store {
     struct event_base *base;
     char *conninfo; /* NULL = PG* environment */
     int pool_size;
+    char *pg_options;         /* libpq "options": the operator's, then the gateway's settings */
+    uint64_t timeout_ms;      /* server-side statement_timeout and lock_timeout */
+    uint64_t op_deadline_ms;  /* client-side: an op unanswered this long kills its connection */
+    bool settings_checked;    /* fsync / synchronous_commit looked at (logged once) */
     bool migrate;
     uint64_t sweep_interval_ms;
     int sweep_batch;
@@ -121,11 +131,16 @@ bool store_conn_can_send(const store_conn_t *c);
 /* Sends op on a connection that can_send. False: the connection died (op not sent, still the
  * caller's; the ops that were in flight on it have been failed). */
 bool store_conn_send(store_conn_t *c, store_op_t *op);
+/* The connection stopped answering (an op missed its deadline): closes it, fails its ops in
+ * flight as unavailable, reconnects after the backoff. */
+void store_conn_abort(store_conn_t *c, const char *why);
 /* Tears down the connection for store_free; hands back the ops in flight (a list), if any. */
 store_op_t *store_conn_close(store_conn_t *c);
 /* Blocking migration at store_new. UNAVAILABLE: could not connect (retry in the background). */
 store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen);
-/* Connection parameters shared by the blocking and the non-blocking connects. */
+/* Connection parameters shared by the blocking and the non-blocking connects: arrays of
+ * STORE_CONN_PARAMS entries. */
+#define STORE_CONN_PARAMS 12
 void store_conn_params(const store_t *s, const char **kw, const char **val);
 
 /* store.c, called by store_conn.c */

@@ -107,3 +107,56 @@ int util_strncaseeq(const char *a, size_t alen, const char *b)
 {
     return strlen(b) == alen && strncasecmp(a, b, alen) == 0;
 }
+
+size_t util_utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp)
+{
+    if (avail == 0)
+        return 0;
+    unsigned char c = s[0];
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    size_t n;
+    uint32_t v, min;
+    /* 0xC0, 0xC1 and 0xF5..0xFF can only start overlong or out-of-range forms */
+    if (c >= 0xC2 && c <= 0xDF) {
+        n = 2, v = c & 0x1F, min = 0x80;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3, v = c & 0x0F, min = 0x800;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4, v = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    if (avail < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    *cp = v;
+    return n;
+}
+
+size_t util_utf8_valid_prefix(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t len = util_utf8_decode(u + i, n - i, &cp);
+        if (len == 0 || cp == 0)
+            return i;
+        i += len;
+    }
+    return n;
+}
+
+bool util_utf8_valid(const char *s, size_t n)
+{
+    return util_utf8_valid_prefix(s, n) == n;
+}

@@ -328,7 +328,7 @@ static void test_strings(void **state)
     (void)state;
     assert_string_equal(store_status_str(STORE_OK), "ok");
     assert_string_equal(store_status_str(STORE_ERR_UNAVAILABLE), "unavailable");
-    assert_string_equal(store_status_str(STORE_ERR_QUERY), "query failed");
+    assert_string_equal(store_status_str(STORE_ERR_STATEMENT), "statement failed");
     assert_string_equal(store_status_str(STORE_ERR_SCHEMA), "schema mismatch");
     assert_string_equal(store_status_str(STORE_ERR_SHUTDOWN), "shutting down");
     assert_string_equal(store_status_str((store_status_t)99), "unknown status");
@@ -689,7 +689,7 @@ static void test_pipeline_error_fails_one(void **state)
     assert_true(pipe_outs[0].acquired);
     assert_int_equal(pipe_outs[1].st, STORE_OK);
     assert_true(pipe_outs[1].found);
-    assert_int_equal(pipe_outs[2].st, STORE_ERR_QUERY);
+    assert_int_equal(pipe_outs[2].st, STORE_ERR_STATEMENT);
     assert_int_equal(pipe_outs[3].st, STORE_OK);
     assert_true(pipe_outs[3].acquired);
     assert_int_equal(pipe_outs[4].st, STORE_OK);

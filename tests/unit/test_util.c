@@ -1,0 +1,84 @@
+/* The shared primitives of util.c, as tables of cases. */
+#include "util.h"
+
+#include <stdarg.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+typedef struct utf8_case {
+    const char *name;
+    const char *bytes;
+    size_t len;
+    size_t valid_prefix; /* expected util_utf8_valid_prefix */
+} utf8_case_t;
+
+#define CASE(name, lit, prefix)                                                                    \
+    {                                                                                              \
+        name, lit, sizeof(lit) - 1, prefix                                                         \
+    }
+
+static const utf8_case_t utf8_cases[] = {
+    CASE("empty", "", 0),
+    CASE("ascii", "order-42", 8),
+    CASE("two-byte e acute", "Jos\xc3\xa9", 5),
+    CASE("three-byte euro", "\xe2\x82\xac", 3),
+    CASE("four-byte emoji", "\xf0\x9f\x98\x80", 4),
+    CASE("highest code point U+10FFFF", "\xf4\x8f\xbf\xbf", 4),
+    CASE("latin-1 e acute", "Jos\xe9", 3),
+    CASE("lone 0xff", "k\xff", 1),
+    CASE("lone continuation byte",
+         "\x80"
+         "abc",
+         0),
+    CASE("overlong slash (C0 AF)", "\xc0\xaf", 0),
+    CASE("overlong NUL (C0 80)", "a\xc0\x80", 1),
+    CASE("overlong three-byte (E0 80 AF)", "\xe0\x80\xaf", 0),
+    CASE("surrogate U+D800", "\xed\xa0\x80", 0),
+    CASE("past U+10FFFF (F4 90 80 80)", "\xf4\x90\x80\x80", 0),
+    CASE("F5 lead byte", "\xf5\x80\x80\x80", 0),
+    CASE("truncated two-byte at end", "ab\xc3", 2),
+    CASE("truncated four-byte", "\xf0\x9f\x98", 0),
+    CASE("bad continuation", "\xe2\x28\xa1", 0),
+    CASE("NUL inside", "ab\0cd", 2),
+    CASE("valid then invalid", "\xc3\xa9\xc3\xa9\xfe", 4),
+};
+
+static void test_utf8_table(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < ARRAY_LEN(utf8_cases); i++) {
+        const utf8_case_t *c = &utf8_cases[i];
+        size_t got = util_utf8_valid_prefix(c->bytes, c->len);
+        if (got != c->valid_prefix)
+            fail_msg("%s: valid prefix %zu, want %zu", c->name, got, c->valid_prefix);
+        if (util_utf8_valid(c->bytes, c->len) != (c->valid_prefix == c->len))
+            fail_msg("%s: util_utf8_valid disagrees with the prefix", c->name);
+    }
+}
+
+static void test_utf8_decode(void **state)
+{
+    (void)state;
+    uint32_t cp = 0;
+    assert_int_equal(util_utf8_decode((const unsigned char *)"\xc3\xa9", 2, &cp), 2);
+    assert_int_equal(cp, 0xE9);
+    assert_int_equal(util_utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp), 4);
+    assert_int_equal(cp, 0x1F600);
+    assert_int_equal(util_utf8_decode((const unsigned char *)"", 1, &cp), 1);
+    assert_int_equal(cp, 0);
+    assert_int_equal(util_utf8_decode((const unsigned char *)"\xc3\xa9", 1, &cp), 0);
+    assert_int_equal(util_utf8_decode((const unsigned char *)"a", 0, &cp), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_utf8_table),
+        cmocka_unit_test(test_utf8_decode),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
