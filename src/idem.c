@@ -680,7 +680,8 @@ static char *derive_subject(const config_t *cfg, const http_request_t *req, char
         const char *v = http_headers_get(&req->headers, cfg->subject.value);
         if (http_headers_count(&req->headers, cfg->subject.value) > 1) {
             /* which copy is the caller? a proxy before us may have checked another one */
-            *why = "the caller identity header appears more than once";
+            snprintf(why, why_len, "the caller identity header (%s) appears more than once",
+                     cfg->subject.value);
             return NULL;
         }
         if (!v || !*v) {
@@ -1239,8 +1240,9 @@ void idem_cancel_relayed(exchange_t *note)
     if (!session || !server->idem->forwarded)
         return;
     json_t *req_id = note->cancel_id;
-    const char *why = NULL;
-    char *subject = req_id ? derive_subject(server->cfg, note->req, &why) : NULL;
+    char why[200];
+    const char *code = NULL;
+    char *subject = req_id ? derive_subject(server->cfg, note->req, why, sizeof(why), &code) : NULL;
     for (idem_call_t *c = server->idem->forwarded; c && subject;) {
         idem_call_t *next = c->next_fwd;
         exchange_t *ex = c->ex;
