@@ -4,6 +4,9 @@
 #   scripts/pg-cluster.sh stop DIR           fast shutdown
 #   scripts/pg-cluster.sh url DIR            prints the URL of a running cluster
 # initdb and pg_ctl refuse to run as root, so as root they run as the postgres user.
+# The cluster keeps Postgres's durability defaults (fsync, synchronous_commit, full page
+# writes): the gateway's promise rests on a claim surviving a crash. Tests that want speed put
+# DIR in a RAM-backed folder (tests/run-all.sh uses /dev/shm) rather than turning them off.
 set -euo pipefail
 
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
@@ -40,7 +43,7 @@ start)
     echo "$port" | as_pg tee "$dir/port" >/dev/null
     if ! as_pg "$PGBIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
         as_pg "$PGBIN/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-            -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200 -c fsync=off -c synchronous_commit=off -c full_page_writes=off" \
+            -o "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=200" \
             start >/dev/null || { cat "$dir/postgres.log" >&2; exit 1; }
     fi
     echo "postgresql://postgres@127.0.0.1:$port/postgres"
