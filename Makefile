@@ -77,7 +77,7 @@ asan:
 
 unit-bins: $(UNIT_BINS)
 
-# Unit tests only (test_store needs IDEMGW_TEST_PG_URL; make check provides one).
+# Unit tests only (test_store skips without IDEMGW_TEST_PG_URL; make check provides one).
 unit: unit-bins
 	$(Q)for t in $(UNIT_BINS); do $$t || exit 1; done
 

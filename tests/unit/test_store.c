@@ -981,5 +981,13 @@ int main(void)
         cmocka_unit_test(test_free_fails_pending),
         cmocka_unit_test(test_restart_recovers),
     };
+    const char *url = getenv("IDEMGW_TEST_PG_URL");
+    if (!url || !url[0]) {
+        /* `make unit` without a Postgres: say so and skip, rather than fail the run */
+        printf("1..0 # SKIP store: IDEMGW_TEST_PG_URL is not set (make check starts a Postgres; "
+               "or d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh start "
+               "$d/pg))\n");
+        return 0;
+    }
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
