@@ -35,6 +35,8 @@ async function pingUpstream(t) {
 async function keepAlive(port) {
   const sock = net.connect(port, '127.0.0.1');
   await once(sock, 'connect');
+  // a connection the gateway refuses may be reset: that ends it ('close'), it is no crash
+  sock.on('error', () => {});
   sock.setEncoding('utf8');
   let buf = '';
   let waiter = null;
