@@ -836,8 +836,14 @@ void idem_on_head(exchange_t *ex, int status, const http_headers_t *headers)
         }
         return;
     }
-    if (c->state != CALL_FORWARDED || status != 200)
+    if (c->state != CALL_FORWARDED)
         return;
+    if (status != 200) {
+        /* a redirect or a refusal released the claim: the agent learns of it once the release
+         * is written, so a retry sent at once runs instead of hearing "in progress" */
+        ex->holding = true;
+        return;
+    }
     decode_coding_t coding = decode_coding_parse(http_headers_get(headers, "content-encoding"));
     if (coding == DECODE_CODING_UNSUPPORTED)
         c->undecodable = true;
