@@ -47,6 +47,7 @@ test('Postgres killed with kill -9 under load: every executed call is replayed a
   // Protected calls in a loop, each with its own key, from a few concurrent agents.
   const acked = []; // keys whose agent was answered "executed"
   let stop = false;
+  t.after(() => { stop = true; }); // a failed wait must not leave the loop running
   const worker = async (w) => {
     const s = await rawSession(t, gw.url, { headers: { 'X-Subject': SUBJECT } });
     for (let i = 0; !stop; i++) {
