@@ -422,6 +422,16 @@ out:
     PQclear(res);
 }
 
+/* Closes c for a failed result: its first message line, after prefix, says why. Takes res. */
+static void conn_dead_result(store_conn_t *c, const char *prefix, PGresult *res)
+{
+    char msg[512];
+    snprintf(msg, sizeof(msg), "%s%s", prefix, PQresultErrorMessage(res));
+    msg[strcspn(msg, "\n")] = '\0';
+    PQclear(res);
+    conn_dead(c, msg);
+}
+
 /* A claim is only as durable as the commit that wrote it: the sessions ask for
  * synchronous_commit=on (see store_new); a server that does not flush at all is worth a
  * warning, once. Takes res. */
@@ -429,11 +439,7 @@ static void conn_check_settings(store_conn_t *c, PGresult *res)
 {
     store_t *s = c->s;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "reading settings: %s", PQresultErrorMessage(res));
-        msg[strcspn(msg, "\n")] = '\0';
-        PQclear(res);
-        conn_dead(c, msg);
+        conn_dead_result(c, "reading settings: ", res);
         return;
     }
     /* the claim's deadline is sent by the database's clock: the skew, to half a round trip */
@@ -519,11 +525,7 @@ static void conn_op_complete(store_conn_t *c)
      * statement. 57014 (canceled: statement_timeout) is this op's deadline only. */
     if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 ||
                      (strncmp(sqlstate, "57", 2) == 0 && strcmp(sqlstate, "57014") != 0))) {
-        char msg[512];
-        snprintf(msg, sizeof(msg), "%s", PQresultErrorMessage(res));
-        msg[strcspn(msg, "\n")] = '\0';
-        PQclear(res);
-        conn_dead(c, msg);
+        conn_dead_result(c, "", res);
         return;
     }
     store_op_t *op = c->fl_head;
