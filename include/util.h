@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/time.h>
 
 #define MUST_CHECK __attribute__((warn_unused_result))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -46,5 +47,21 @@ size_t util_utf8_decode(const unsigned char *s, size_t avail, uint32_t *cp);
 size_t util_utf8_valid_prefix(const char *s, size_t n);
 /* Whether all n bytes of s are valid UTF-8 text without NUL bytes. */
 bool util_utf8_valid(const char *s, size_t n);
+
+/* Milliseconds as a struct timeval, for libevent timers. */
+struct timeval util_ms_to_tv(uint64_t ms);
+
+/* 64-bit FNV-1a of a NUL-terminated string: the hash of the in-memory tables (not for
+ * anything an attacker could steer into collisions at will to gain more than a slower lookup). */
+uint64_t util_fnv1a64(const char *s);
+
+/* SHA-256 of n bytes into out (32 bytes). OpenSSL fails only when it cannot allocate: the
+ * out-of-memory policy applies. */
+void util_sha256(const void *data, size_t n, unsigned char out[32]);
+/* The same as lower-case hex (65 bytes with the NUL). */
+void util_sha256_hex(const void *data, size_t n, char out[65]);
+
+/* Frees n strings and the array holding them. */
+void util_strv_free(char **v, size_t n);
 
 #endif

@@ -10,7 +10,6 @@
  *   KEY_ERR_BAD_EXPLICIT unless the header supplies the key. */
 #include "key.h"
 
-#include <openssl/evp.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -47,21 +46,9 @@ static key_status_t key_fail(key_status_t st, char *msg, size_t msglen, const ch
     return st;
 }
 
-static void sha256_hex(const char *data, size_t len, char out[65])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int mdlen = 0;
-    /* EVP_Digest fails only when OpenSSL cannot allocate; treat it like our own OOM */
-    if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
-        fprintf(stderr, "idemgw: SHA-256 failed\n");
-        abort();
-    }
-    util_hex(md, 32, out);
-}
-
 void key_hash_hex(const char *key, char out[65])
 {
-    sha256_hex(key, strlen(key), out);
+    util_sha256_hex(key, strlen(key), out);
 }
 
 /* Appends s with ':' and '%' percent-encoded, so the separators stay unambiguous. */
@@ -187,7 +174,7 @@ key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args
             (void)jcs_object_remove(args, key_arg);
         canon = jcs_serialize(args, &canon_len);
     }
-    sha256_hex(canon, canon_len, out->args_digest);
+    util_sha256_hex(canon, canon_len, out->args_digest);
     free(canon);
 
     if (explicit_key) {

@@ -22,14 +22,6 @@ struct replay_cache {
     node_t *oldest, *newest;
 };
 
-static uint64_t hash_str(const char *s)
-{
-    uint64_t h = 1469598103934665603u; /* FNV-1a */
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211u;
-    return h;
-}
-
 replay_cache_t *replay_cache_new(size_t max_entries, size_t max_bytes)
 {
     replay_cache_t *rc = xcalloc(1, sizeof(*rc));
@@ -92,7 +84,7 @@ void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_dige
                       const char *result, size_t result_len, const char *created_at, int attempts,
                       uint64_t expires_ms)
 {
-    uint64_t h = hash_str(key);
+    uint64_t h = util_fnv1a64(key);
     node_t *old = find(rc, key, h);
     if (old)
         unlink_node(rc, old);
@@ -126,7 +118,7 @@ void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_dige
 
 const replay_entry_t *replay_cache_get(replay_cache_t *rc, const char *key, uint64_t now_ms)
 {
-    node_t *n = find(rc, key, hash_str(key));
+    node_t *n = find(rc, key, util_fnv1a64(key));
     if (!n)
         return NULL;
     if (n->expires_ms <= now_ms) {

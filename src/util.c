@@ -8,6 +8,8 @@
 #include <strings.h>
 #include <time.h>
 
+#include <openssl/evp.h>
+
 static void oom(size_t n)
 {
     fprintf(stderr, "idemgw: out of memory allocating %zu bytes\n", n);
@@ -159,4 +161,43 @@ size_t util_utf8_valid_prefix(const char *s, size_t n)
 bool util_utf8_valid(const char *s, size_t n)
 {
     return util_utf8_valid_prefix(s, n) == n;
+}
+
+struct timeval util_ms_to_tv(uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return tv;
+}
+
+uint64_t util_fnv1a64(const char *s)
+{
+    uint64_t h = UINT64_C(1469598103934665603);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        h = (h ^ *p) * UINT64_C(1099511628211);
+    return h;
+}
+
+void util_sha256(const void *data, size_t n, unsigned char out[32])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (!EVP_Digest(data, n, md, &len, EVP_sha256(), NULL) || len != 32) {
+        fprintf(stderr, "idemgw: SHA-256 failed\n");
+        abort();
+    }
+    memcpy(out, md, 32);
+}
+
+void util_sha256_hex(const void *data, size_t n, char out[65])
+{
+    unsigned char md[32];
+    util_sha256(data, n, md);
+    util_hex(md, 32, out);
+}
+
+void util_strv_free(char **v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
 }
