@@ -1,43 +1,46 @@
-/* The idempotency stage: for a non_idempotent tools/call, derive the key, claim it in the
- * store, forward once, capture the final JSON-RPC response (JSON body or the matching SSE
- * message), record it, and answer duplicates from the store.
+/* The idempotency stage: for a non_idempotent tools/call, resolve the caller (subject.h),
+ * derive the key (key.h), claim it in the store (store.h), forward once, watch the upstream's
+ * answer as a response observer (exchange.h), record the outcome, and answer duplicates from
+ * the store. Calls whose stream ended early finish from a GET stream (pending.h).
  *
- * The proxy calls idem_begin instead of proxy_forward for a protected call, and then feeds
- * the upstream response through the idem_on_* hooks while exchange->call is set. */
+ * The stage sees the request only through exchange.h and writes nothing of the proxy's. */
 #ifndef IDEMGW_IDEM_H
 #define IDEMGW_IDEM_H
 
-#include "http_headers.h"
-#include "upstream.h"
+#include "config.h"
+#include "exchange.h"
+#include "stats.h"
 
+#include <jansson.h>
 #include <stdbool.h>
-#include <stddef.h>
 
-struct exchange;
-struct idem_call;
+struct event_base;
+struct store;
+struct replay_cache;
 
-void idem_begin(struct exchange *ex);
-/* A GET stream of a session with calls pending: watch it for their final responses. */
-void idem_watch_begin(struct exchange *ex);
-void idem_on_head(struct exchange *ex, int status, const http_headers_t *headers);
-void idem_on_body(struct exchange *ex, const char *data, size_t len);
-void idem_on_end(struct exchange *ex, upstream_result_t res);
-/* The upstream answered with another request's response: its connection must not be reused. */
-bool idem_answer_foreign(const struct exchange *ex);
-/* The call's final response has reached the agent's connection (false for unprotected
- * exchanges, whose responses are not read). */
-bool idem_answered(const struct exchange *ex);
-/* note, a notifications/cancelled the upstream accepted: a protected call in flight here with
- * the same session, caller and request id is ended now and recorded as cancelled (unknown). */
-void idem_cancel_relayed(struct exchange *note);
-/* A store write for this call is still pending: the exchange must stay. */
-bool idem_busy(const struct exchange *ex);
-/* A protected call of session waits for its result on a resumed GET stream. */
-bool idem_has_pending(const char *session);
-void idem_call_free(struct idem_call *call);
+typedef struct idem idem_t;
 
-/* Process-wide registry of calls in flight (wait mode, GET-resumed responses). */
-struct idem_registry *idem_registry_new(void);
-void idem_registry_free(struct idem_registry *r);
+typedef struct idem_ctx {
+    struct event_base *base;
+    const config_t *cfg;
+    struct store *store; /* NULL when no database is configured */
+    struct replay_cache *cache;
+    server_stats_t *stats;
+    /* a pending call of session finished: the proxy may stop routing its resumes here */
+    void (*session_idle)(void *arg, const char *session);
+    void *arg;
+} idem_ctx_t;
+
+idem_t *idem_new(const idem_ctx_t *ctx);
+void idem_free(idem_t *i);
+/* A reload: the configuration calls started from now on see. */
+void idem_reconfigure(idem_t *i, const config_t *cfg);
+
+/* The proxy_stage_t entry points (arg: the idem_t). */
+void idem_call(void *arg, exchange_t *ex);
+void idem_stream(void *arg, exchange_t *ex);
+void idem_cancelled(void *arg, const http_request_t *note, const char *session,
+                    const json_t *request_id);
+bool idem_session_busy(void *arg, const char *session);
 
 #endif

@@ -54,6 +54,18 @@ const policy_tool_t *policy_lookup(const policy_t *p, const char *tool);
 /* The effective lease: lease_ms, or upstream_timeout_ms + 30s when lease_ms is 0. */
 uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms);
 
+/* What a protected call needs of its tool's entry, by value: a reload may free the policy
+ * while the call runs. */
+typedef struct policy_rules {
+    uint64_t window_ms, lease_ms, wait_ms, max_stored_bytes;
+    on_tool_error_t on_tool_error;
+    on_ambiguous_t on_ambiguous;
+    on_store_down_t on_store_down;
+    bool forward_key;
+} policy_rules_t;
+
+policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms);
+
 const char *tool_class_name(tool_class_t c);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int tool_class_parse(const char *s, tool_class_t *out);

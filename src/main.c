@@ -42,7 +42,12 @@ server_t *server;
 /* A worker's exit status when it could not listen: the supervisor gives up, not retries. */
 #define WORKER_START_FAILED 3
 
-static http_site_t mcp_site = {proxy_handle, "mcp"};
+static void handle_mcp(http_conn_t *conn, http_request_t *req)
+{
+    proxy_handle(server->proxy, conn, req);
+}
+
+static http_site_t mcp_site = {handle_mcp, "mcp"};
 
 static void adopt_mcp(int fd, const char *bytes, size_t len)
 {
@@ -172,7 +177,7 @@ static void print_errors(const config_errors_t *errs)
 
 void server_check_drained(void)
 {
-    if (server->draining && server->open_exchanges == 0 && server->open_conns == 0) {
+    if (server->draining && proxy_exchanges(server->proxy) == 0 && server->open_conns == 0) {
         log_info(0, "drained: exiting");
         event_base_loopexit(server->base, NULL);
     }
@@ -181,7 +186,7 @@ void server_check_drained(void)
 static void drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
     log_warn(0, "drain timeout: %llu requests still in flight, exiting",
-             (unsigned long long)server->open_exchanges);
+             (unsigned long long)proxy_exchanges(server->proxy));
     event_base_loopexit(server->base, NULL);
 }
 
@@ -195,7 +200,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     if (server->listener)
         evconnlistener_disable(server->listener);
     http_conn_close_idle();
-    proxy_drain();
+    proxy_drain(server->proxy);
     upstream_pool_close_idle(server->pool);
     uint64_t ms = server->cfg->drain_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
@@ -247,9 +252,55 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     neu->cache_bytes = old->cache_bytes;
     clamp_connections(neu, true);
     server->cfg = neu;
+    proxy_reconfigure(server->proxy, neu);
+    idem_reconfigure(server->idem, neu);
     log_threshold = (log_level_t)neu->log_level;
     config_free(old);
     log_info(0, "configuration reloaded from %s", path ? path : "the environment");
+}
+
+static void session_idle(void *arg, const char *session)
+{
+    proxy_session_maybe_idle(arg, session);
+}
+
+static void exchange_ended(void *arg)
+{
+    server_check_drained();
+}
+
+/* The proxy and its idempotency stage, each given what it works with. */
+static void wire_stages(server_t *s)
+{
+    proxy_ctx_t pc = {
+        .base = s->base,
+        .cfg = s->cfg,
+        .pool = s->pool,
+        .stats = s->stats,
+        .worker = s->worker,
+        .n_workers = s->n_workers,
+        .draining = &s->draining,
+        .exchange_ended = exchange_ended,
+    };
+    s->proxy = proxy_new(&pc);
+    idem_ctx_t ic = {
+        .base = s->base,
+        .cfg = s->cfg,
+        .store = s->store,
+        .cache = s->cache,
+        .stats = s->stats,
+        .session_idle = session_idle,
+        .arg = s->proxy,
+    };
+    s->idem = idem_new(&ic);
+    proxy_stage_t stage = {
+        .call = idem_call,
+        .stream = idem_stream,
+        .cancelled = idem_cancelled,
+        .session_busy = idem_session_busy,
+        .arg = s->idem,
+    };
+    proxy_set_stage(s->proxy, &stage);
 }
 
 static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site, bool shared)
@@ -298,7 +349,6 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     server->started_ms = util_now_ms();
     accept_resume = evtimer_new(server->base, resume_accepting, NULL);
     clamp_connections(cfg, true);
-    server->idem = idem_registry_new();
     server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     int rc = 1;
     char msg[512] = "";
@@ -338,6 +388,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     } else {
         log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
     }
+    wire_stages(server);
     server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
     if (n_workers > 1)
         handoff_start(server->base, worker, adopt_mcp);
@@ -376,7 +427,8 @@ out:
     if (server->store)
         store_free(server->store);
     upstream_pool_free(server->pool);
-    idem_registry_free(server->idem);
+    proxy_free(server->proxy);
+    idem_free(server->idem);
     replay_cache_free(server->cache);
     if (server->tls)
         SSL_CTX_free(server->tls);

@@ -75,6 +75,20 @@ uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms)
     return upstream_timeout_ms + LEASE_MARGIN_MS;
 }
 
+policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms)
+{
+    return (policy_rules_t){
+        .window_ms = t->window_ms,
+        .lease_ms = policy_lease_ms(t, upstream_timeout_ms),
+        .wait_ms = t->wait_ms,
+        .max_stored_bytes = t->max_stored_bytes,
+        .on_tool_error = t->on_tool_error,
+        .on_ambiguous = t->on_ambiguous,
+        .on_store_down = t->on_store_down,
+        .forward_key = t->forward_key,
+    };
+}
+
 const char *tool_class_name(tool_class_t c)
 {
     if ((unsigned)c >= ARRAY_LEN(class_names))

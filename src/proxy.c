@@ -1,16 +1,14 @@
 #include "proxy.h"
 #include "handoff.h"
-#include "config.h"
-#include "idem.h"
 #include "log.h"
 #include "policy.h"
-#include "server.h"
+#include "sse.h"
+#include "subject.h"
+#include "upstream.h"
 #include "util.h"
 
 #include <event2/buffer.h>
 #include <llhttp.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,38 +19,136 @@
  * this many bytes the gateway stops keeping it and a resume goes to the upstream. */
 #define RESUME_LOG_MAX (1024 * 1024)
 
+/* Above this much unsent output to the agent, reading from the upstream pauses. */
+#define CLIENT_HIGH_WATERMARK (256 * 1024)
+
+/* An exchange's life. The upstream side drives it; the agent side is a pointer that becomes
+ * NULL when the agent leaves (a POST is still read to its end, so its result is recorded).
+ *
+ *   CLASSIFYING --> CLAIMING --> FORWARDING --> STREAMING <--> HOLDING
+ *        |             |             |              |             |
+ *        |             |             +--------------+-------------+--> RECORDING
+ *        +-------------+-------------+--------------+-------------+--------+--> DONE
+ *
+ * CLAIMING: a stage has the request and no upstream request is out. HOLDING: the stage keeps
+ * back the bytes for the agent while the upstream still sends. RECORDING: the upstream has
+ * ended and the stage holds the answer until its write is done. DONE frees the exchange. */
+typedef enum {
+    EX_CLASSIFYING = 0,
+    EX_CLAIMING,
+    EX_FORWARDING,
+    EX_STREAMING,
+    EX_HOLDING,
+    EX_RECORDING,
+    EX_DONE,
+    EX_N_STATES
+} ex_state_t;
+
+static const char *const ex_state_names[EX_N_STATES] = {
+    "classifying", "claiming", "forwarding", "streaming", "holding", "recording", "done",
+};
+
+#define TO(s) (1u << (s))
+static const unsigned ex_transitions[EX_N_STATES] = {
+    [EX_CLASSIFYING] = TO(EX_CLAIMING) | TO(EX_FORWARDING) | TO(EX_DONE),
+    [EX_CLAIMING] = TO(EX_FORWARDING) | TO(EX_DONE),
+    [EX_FORWARDING] = TO(EX_STREAMING) | TO(EX_HOLDING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_STREAMING] = TO(EX_HOLDING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_HOLDING] = TO(EX_STREAMING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_RECORDING] = TO(EX_DONE),
+    [EX_DONE] = 0,
+};
+#undef TO
+
 typedef struct sse_mark {
     char *id;
     size_t end; /* offset in the stream just past the event */
 } sse_mark_t;
 
-/* POST streams kept for resumption (the agent may still be on them, or gone). */
-static exchange_t *tracked_head;
-/* GET streams in flight. */
-static exchange_t *get_head;
+struct exchange {
+    proxy_t *proxy;
+    ex_state_t state;
+    uint64_t conn_id;    /* agent connection id, for logs */
+    http_conn_t *client; /* NULL once the agent has gone or has its whole answer */
+    http_request_t *req; /* owned */
+    mcp_msg_t msg;       /* parsed POST body */
+    bool has_msg;
+    json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
+    upstream_conn_t *up; /* while the upstream exchange runs */
+    upstream_result_t up_result;
+    bool cut;         /* the gateway ended the upstream exchange itself (a cancelled call) */
+    bool discard_up;  /* the upstream connection must not be reused */
+    bool paused;      /* upstream reading paused for backpressure */
+    bool resp_sse;    /* the upstream answered text/event-stream */
+    bool chunked;     /* agent response uses chunked framing */
+    bool keep_alive;  /* agent connection may be reused afterwards */
+    bool head_sent;   /* a response head was produced for the agent (maybe held) */
+    bool relayed;     /* some bytes reached the agent's output, not held */
+    bool answered;    /* the agent's response is complete (or was never to be) */
+    int status;       /* response status sent (or to send) to the agent */
+    struct evbuffer *held;          /* bytes kept back while a stage holds */
+    int deferred_status;            /* an error answer waiting for the hold to end */
+    const char *deferred_message;
+    const response_observer_t *obs; /* the stage watching the response, or NULL */
+    void *obs_arg;
+    /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
+     * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while
+     * the gateway still holds the upstream stream open */
+    struct evbuffer *sse_log;
+    sse_parser_t sse_ids;
+    sse_mark_t *marks; /* event id -> end offset in sse_log */
+    size_t n_marks, cap_marks;
+    size_t sse_total;  /* bytes appended to sse_log */
+    size_t sse_unheld; /* of those, bytes already passed on (not held back) */
+    bool sse_tracking; /* off once the stream outgrows the resumption limit */
+    exchange_t *next_tracked;
+    exchange_t *next_get, *prev_get; /* GET streams, ended by a drain */
+    bool in_get_list;
+    const char *outcome; /* for the log line: "forwarded", "replay", ... */
+    char *log_fields;    /* extra JSON members for the log line */
+    uint64_t start_ms;
+};
 
-static void get_list_remove(exchange_t *ex)
-{
-    if (!ex->in_get_list)
-        return;
-    if (ex->prev_get)
-        ex->prev_get->next_get = ex->next_get;
-    else
-        get_head = ex->next_get;
-    if (ex->next_get)
-        ex->next_get->prev_get = ex->prev_get;
-    ex->in_get_list = false;
-}
-
-/* Above this much unsent output to the agent, reading from the upstream pauses. */
-#define CLIENT_HIGH_WATERMARK (256 * 1024)
+struct proxy {
+    proxy_ctx_t ctx;
+    proxy_stage_t stage;
+    exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
+    exchange_t *gets;    /* GET streams in flight */
+    uint64_t open;       /* exchanges in flight */
+};
 
 static void on_up_head(void *arg, int status, const http_headers_t *headers);
 static void on_up_body(void *arg, const char *data, size_t len);
 static void on_up_end(void *arg, upstream_result_t res);
 static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
-static void respond_error(exchange_t *ex, int status, int code, const char *message,
-                          const char *extra);
+static void exchange_free(exchange_t *ex);
+
+/* --- the state machine --- */
+
+static void set_state(exchange_t *ex, ex_state_t to)
+{
+    if (!(ex_transitions[ex->state] & (1u << to))) {
+        /* a broken invariant: going on could answer an agent twice or free in use */
+        log_error(ex->conn_id, "exchange: no transition from %s to %s",
+                  ex_state_names[ex->state], ex_state_names[to]);
+        abort();
+    }
+    ex->state = to;
+    if (to == EX_DONE)
+        exchange_free(ex);
+}
+
+static bool upstream_running(const exchange_t *ex)
+{
+    return ex->state == EX_FORWARDING || ex->state == EX_STREAMING || ex->state == EX_HOLDING;
+}
+
+static bool holding(const exchange_t *ex)
+{
+    return ex->state == EX_HOLDING || ex->state == EX_RECORDING;
+}
+
+/* --- logging --- */
 
 static void log_exchange(exchange_t *ex)
 {
@@ -67,27 +163,76 @@ static void log_exchange(exchange_t *ex)
     log_json_string(target, sizeof(target), ex->req->target);
     const char *id =
         ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100 ? ex->msg.id_text : "null";
-    char extra[400] = "";
-    if (ex->extra_log)
-        snprintf(extra, sizeof(extra), ",%s", ex->extra_log);
     snprintf(fields, sizeof(fields),
              "\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,\"tool\":%s,"
-             "\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s",
+             "\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s%s",
              ex->req->method_name, target, method, id, tool, ex->status, outcome,
-             (unsigned long long)(util_now_ms() - ex->start_ms), extra);
+             (unsigned long long)(util_now_ms() - ex->start_ms), ex->log_fields ? "," : "",
+             ex->log_fields ? ex->log_fields : "");
     log_emit(LOG_INFO, ex->conn_id, fields, "request");
 }
 
-void proxy_session_maybe_idle(const char *session)
+void exchange_set_outcome(exchange_t *ex, const char *outcome)
 {
-    if (!session || server->n_workers < 2)
+    ex->outcome = outcome;
+}
+
+void exchange_set_log_fields(exchange_t *ex, const char *fields)
+{
+    free(ex->log_fields);
+    ex->log_fields = fields ? xstrdup(fields) : NULL;
+}
+
+/* --- accessors --- */
+
+const http_request_t *exchange_request(const exchange_t *ex)
+{
+    return ex->req;
+}
+
+const mcp_msg_t *exchange_msg(const exchange_t *ex)
+{
+    return ex->has_msg ? &ex->msg : NULL;
+}
+
+uint64_t exchange_conn_id(const exchange_t *ex)
+{
+    return ex->conn_id;
+}
+
+bool exchange_agent_waiting(const exchange_t *ex)
+{
+    return ex->client && !ex->answered;
+}
+
+void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
+{
+    ex->obs = ops;
+    ex->obs_arg = arg;
+}
+
+void exchange_drop_request_header(exchange_t *ex, const char *name)
+{
+    http_headers_remove(&ex->req->headers, name);
+}
+
+/* --- streams kept for resumption --- */
+
+static const char *session_of(const exchange_t *ex)
+{
+    return http_headers_get(&ex->req->headers, "mcp-session-id");
+}
+
+void proxy_session_maybe_idle(proxy_t *p, const char *session)
+{
+    if (!session || p->ctx.n_workers < 2)
         return;
-    for (exchange_t *o = tracked_head; o; o = o->next_tracked) {
-        const char *s2 = http_headers_get(&o->req->headers, "mcp-session-id");
+    for (exchange_t *o = p->tracked; o; o = o->next_tracked) {
+        const char *s2 = session_of(o);
         if (s2 && strcmp(s2, session) == 0)
             return;
     }
-    if (!idem_has_pending(session))
+    if (!p->stage.session_busy || !p->stage.session_busy(p->stage.arg, session))
         handoff_note_stream(session, false);
 }
 
@@ -95,12 +240,12 @@ static void stop_tracking(exchange_t *ex)
 {
     if (!ex->sse_tracking)
         return;
-    exchange_t **pp = &tracked_head;
+    exchange_t **pp = &ex->proxy->tracked;
     while (*pp != ex)
         pp = &(*pp)->next_tracked;
     *pp = ex->next_tracked;
     ex->sse_tracking = false;
-    proxy_session_maybe_idle(http_headers_get(&ex->req->headers, "mcp-session-id"));
+    proxy_session_maybe_idle(ex->proxy, session_of(ex));
     evbuffer_free(ex->sse_log);
     ex->sse_log = NULL;
     sse_free(&ex->sse_ids);
@@ -126,6 +271,17 @@ static int on_stream_event(const sse_event_t *ev, void *arg)
     return 0;
 }
 
+static void start_tracking(exchange_t *ex)
+{
+    proxy_t *p = ex->proxy;
+    ex->sse_tracking = true;
+    ex->next_tracked = p->tracked;
+    p->tracked = ex;
+    handoff_note_stream(session_of(ex), true);
+    ex->sse_log = evbuffer_new();
+    sse_init(&ex->sse_ids, 64 * 1024, on_stream_event, ex);
+}
+
 /* Keeps the raw stream for a possible resume; called before the bytes are passed on. */
 static void track_stream(exchange_t *ex, const char *data, size_t len)
 {
@@ -140,11 +296,38 @@ static void track_stream(exchange_t *ex, const char *data, size_t len)
     ex->sse_total += len;
 }
 
-void proxy_maybe_free(exchange_t *ex)
+static void get_list_add(exchange_t *ex)
 {
-    if (!ex->up_done || (ex->client && !ex->client_done) || idem_busy(ex))
+    proxy_t *p = ex->proxy;
+    ex->in_get_list = true;
+    ex->prev_get = NULL;
+    ex->next_get = p->gets;
+    if (p->gets)
+        p->gets->prev_get = ex;
+    p->gets = ex;
+}
+
+static void get_list_remove(exchange_t *ex)
+{
+    if (!ex->in_get_list)
         return;
+    if (ex->prev_get)
+        ex->prev_get->next_get = ex->next_get;
+    else
+        ex->proxy->gets = ex->next_get;
+    if (ex->next_get)
+        ex->next_get->prev_get = ex->prev_get;
+    ex->in_get_list = false;
+}
+
+/* --- the agent's side --- */
+
+static void exchange_free(exchange_t *ex)
+{
+    proxy_t *p = ex->proxy;
     log_exchange(ex);
+    if (ex->obs && ex->obs->detach)
+        ex->obs->detach(ex->obs_arg);
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
     stop_tracking(ex);
@@ -154,17 +337,18 @@ void proxy_maybe_free(exchange_t *ex)
     json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
-    idem_call_free(ex->call);
+    free(ex->log_fields);
     http_request_free(ex->req);
     free(ex);
-    server->open_exchanges--;
-    server_check_drained();
+    p->open--;
+    if (p->ctx.exchange_ended)
+        p->ctx.exchange_ended(p->ctx.arg);
 }
 
-/* Bytes for the agent: held while a store write is pending, dropped if the agent left. */
+/* Bytes for the agent: held while a stage holds, dropped if the agent left. */
 static void to_client(exchange_t *ex, const char *data, size_t len)
 {
-    if (ex->holding) {
+    if (holding(ex)) {
         if (!ex->held)
             ex->held = evbuffer_new();
         evbuffer_add(ex->held, data, len);
@@ -189,79 +373,36 @@ static void body_to_client(exchange_t *ex, const char *data, size_t len)
     }
 }
 
-/* Ends the agent's response once the upstream has ended and nothing is held. */
-static void complete_client(exchange_t *ex)
+/* The agent's response is complete: the connection goes back to its keep-alive loop. */
+static void finish_client(exchange_t *ex, bool keep)
 {
-    if (ex->client_done || ex->holding || !ex->up_done || !ex->head_sent)
-        return;
-    ex->client_done = true;
+    ex->answered = true;
     if (!ex->client)
         return;
-    bool keep = ex->keep_alive;
-    if (ex->chunked)
-        evbuffer_add(http_conn_output(ex->client), "0\r\n\r\n", 5);
-    else if (ex->up_result != UPSTREAM_OK)
-        keep = false; /* a length-framed body was cut short: only closing tells the agent */
     http_conn_t *c = ex->client;
     http_conn_set_observer(c, NULL, NULL, NULL);
     ex->client = NULL;
     http_conn_response_done(c, keep);
 }
 
-void proxy_release_held(exchange_t *ex)
+/* Ends the agent's relayed response after the upstream's end. */
+static void complete_client(exchange_t *ex)
 {
-    ex->holding = false;
-    if (ex->deferred_status) {
-        int status = ex->deferred_status;
-        ex->deferred_status = 0;
-        if (ex->client && !ex->client_done) {
-            respond_error(ex, status, -32603, ex->deferred_message, NULL);
-            return;
-        }
-        ex->client_done = true;
-        proxy_maybe_free(ex);
+    if (ex->answered || !ex->head_sent)
         return;
-    }
-    ex->sse_unheld = ex->sse_total;
-    if (ex->held) {
-        if (ex->client)
-            evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
-        evbuffer_free(ex->held);
-        ex->held = NULL;
-    }
-    complete_client(ex);
-    proxy_maybe_free(ex);
+    bool keep = ex->keep_alive;
+    if (ex->client && ex->chunked)
+        evbuffer_add(http_conn_output(ex->client), "0\r\n\r\n", 5);
+    else if (ex->up_result != UPSTREAM_OK)
+        keep = false; /* a length-framed body was cut short: only closing tells the agent */
+    finish_client(ex, keep);
 }
 
-void proxy_replace_answer(exchange_t *ex, const char *body)
-{
-    ex->holding = false;
-    ex->deferred_status = 0;
-    if (ex->held) {
-        evbuffer_free(ex->held);
-        ex->held = NULL;
-    }
-    if (!ex->relayed && !ex->client_done) {
-        proxy_respond_json(ex, 200, body, NULL);
-        return;
-    }
-    if (ex->client && !ex->client_done && ex->resp_sse && ex->chunked) {
-        char *event = xasprintf("event: message\ndata: %s\n\n", body);
-        body_to_client(ex, event, strlen(event));
-        free(event);
-    } else {
-        ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
-    }
-    complete_client(ex);
-    proxy_maybe_free(ex);
-}
-
-void proxy_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
+void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
 {
     ex->status = status;
     ex->head_sent = true;
-    ex->up_done = true;
-    ex->client_done = true;
+    ex->answered = true;
     if (ex->client) {
         http_conn_t *c = ex->client;
         http_conn_set_observer(c, NULL, NULL, NULL);
@@ -269,22 +410,90 @@ void proxy_respond_json(exchange_t *ex, int status, const char *body, const char
         http_conn_respond(c, status, "application/json", body, strlen(body), extra,
                           ex->req->keep_alive);
     }
-    proxy_maybe_free(ex);
+    if (ex->up) {
+        /* a drain ends a GET stream that had no head yet */
+        upstream_abandon(ex->up);
+        ex->up = NULL;
+    }
+    set_state(ex, EX_DONE);
 }
 
 static void respond_error(exchange_t *ex, int status, int code, const char *message,
                           const char *extra)
 {
     if (status >= 500)
-        server->stats->upstream_errors++;
+        ex->proxy->ctx.stats->upstream_errors++;
     else
-        server->stats->bad_requests++;
+        ex->proxy->ctx.stats->bad_requests++;
     char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, code, message);
-    proxy_respond_json(ex, status, body, extra);
+    exchange_respond_json(ex, status, body, extra);
     free(body);
 }
 
-/* --- agent side events --- */
+void exchange_end(exchange_t *ex)
+{
+    ex->answered = true;
+    set_state(ex, EX_DONE);
+}
+
+/* After the upstream's end with nothing held: the agent gets the rest, the exchange ends. */
+static void conclude(exchange_t *ex)
+{
+    if (ex->deferred_status && !ex->answered && ex->client) {
+        respond_error(ex, ex->deferred_status, -32603, ex->deferred_message, NULL);
+        return;
+    }
+    if (!ex->head_sent)
+        ex->answered = true;
+    complete_client(ex);
+    set_state(ex, EX_DONE);
+}
+
+void exchange_release(exchange_t *ex)
+{
+    if (!holding(ex))
+        return;
+    ex->sse_unheld = ex->sse_total;
+    if (ex->held) {
+        if (ex->client && !ex->deferred_status) {
+            evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
+            ex->relayed = true;
+        }
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    if (ex->state == EX_HOLDING)
+        set_state(ex, EX_STREAMING);
+    else
+        conclude(ex);
+}
+
+void exchange_replace_answer(exchange_t *ex, const char *body)
+{
+    if (ex->held) {
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    ex->deferred_status = 0;
+    if (!ex->relayed && !ex->answered) {
+        exchange_respond_json(ex, 200, body, NULL);
+        return;
+    }
+    if (ex->client && !ex->answered && ex->resp_sse && ex->chunked) {
+        char *event = xasprintf("event: message\ndata: %s\n\n", body);
+        struct evbuffer *out = http_conn_output(ex->client);
+        evbuffer_add_printf(out, "%zx\r\n", strlen(event));
+        evbuffer_add(out, event, strlen(event));
+        evbuffer_add(out, "\r\n", 2);
+        free(event);
+    } else {
+        ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
+    }
+    if (ex->state == EX_HOLDING)
+        set_state(ex, EX_STREAMING);
+    else if (ex->state == EX_RECORDING)
+        conclude(ex);
+}
 
 static void on_client_drained(void *arg)
 {
@@ -295,38 +504,44 @@ static void on_client_drained(void *arg)
     }
 }
 
+static bool answer_seen(const exchange_t *ex)
+{
+    return ex->obs && ex->obs->answer_seen && ex->obs->answer_seen(ex->obs_arg) && !holding(ex);
+}
+
 static void on_client_gone(void *arg)
 {
     exchange_t *ex = arg;
     ex->client = NULL;
-    if (!ex->up_done && ex->up) {
-        if (ex->req->method == HTTP_POST) {
-            /* not a cancellation: read to the end so a protected result gets stored */
-            if (ex->paused) {
-                ex->paused = false;
-                upstream_pause(ex->up, false);
-            }
-        } else {
-            upstream_abandon(ex->up);
-            ex->up = NULL;
-            ex->up_done = true;
-            ex->up_result = UPSTREAM_ERR_CLOSED;
-        }
-    }
     /* closing a GET stream is how an agent ends it; closing after the call's answer arrived
      * is a normal exit too. Only leaving before the answer is news. */
     if (ex->req->method == HTTP_GET) {
         if (!ex->outcome)
             ex->outcome = "closed_by_agent";
-    } else if (!idem_answered(ex)) {
+    } else if (!answer_seen(ex)) {
         log_info(ex->conn_id, "agent disconnected before its answer was complete");
         if (!ex->outcome)
             ex->outcome = "agent_gone";
     }
-    proxy_maybe_free(ex);
+    if (!upstream_running(ex))
+        return; /* a stage has it: it sees the agent gone at its next step */
+    if (ex->req->method == HTTP_POST) {
+        /* not a cancellation: read to the end so a protected result gets stored */
+        if (ex->paused && ex->up) {
+            ex->paused = false;
+            upstream_pause(ex->up, false);
+        }
+        return;
+    }
+    if (ex->up) {
+        upstream_abandon(ex->up);
+        ex->up = NULL;
+    }
+    ex->answered = true;
+    set_state(ex, EX_DONE);
 }
 
-/* --- upstream side events --- */
+/* --- the upstream's side --- */
 
 static long long header_ll(const http_headers_t *h, const char *name)
 {
@@ -338,6 +553,12 @@ static long long header_ll(const http_headers_t *h, const char *name)
     return *end == '\0' && n >= 0 ? n : -1;
 }
 
+static void observe(exchange_t *ex, observe_t verdict)
+{
+    if (verdict == OBSERVE_HOLD && ex->state == EX_STREAMING)
+        set_state(ex, EX_HOLDING);
+}
+
 static void on_up_head(void *arg, int status, const http_headers_t *headers)
 {
     exchange_t *ex = arg;
@@ -347,26 +568,20 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     long long clen = header_ll(headers, "content-length");
     if (status == 204 || status == 304)
         clen = -2;
-    else if (clen < 0 || (ex->resp_sse && ex->call && status == 200))
-        clen = -1; /* chunked or close-delimited upstream, or a protected stream the gateway
+    else if (clen < 0 || (ex->resp_sse && ex->obs && status == 200))
+        clen = -1; /* chunked or close-delimited upstream, or a watched stream the gateway
                     * may have to end with an answer of its own: chunked to the agent */
     ex->chunked = clen == -1;
     ex->keep_alive = ex->req->keep_alive;
     if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&
-        http_headers_get(&ex->req->headers, "mcp-session-id")) {
-        ex->sse_tracking = true;
-        ex->next_tracked = tracked_head;
-        tracked_head = ex;
-        handoff_note_stream(http_headers_get(&ex->req->headers, "mcp-session-id"), true);
-        ex->sse_log = evbuffer_new();
-        sse_init(&ex->sse_ids, 64 * 1024, on_stream_event, ex);
-    }
-    if (ex->call)
-        idem_on_head(ex, status, headers);
+        session_of(ex))
+        start_tracking(ex);
+    set_state(ex, EX_STREAMING);
+    if (ex->obs && ex->obs->on_head)
+        observe(ex, ex->obs->on_head(ex->obs_arg, status, headers, ex->resp_sse));
     struct evbuffer *head = evbuffer_new();
-    const char *extra = NULL;
-    http_write_response_head(head, status, headers, clen, ex->keep_alive && !server->draining,
-                             extra);
+    bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
+    http_write_response_head(head, status, headers, clen, ex->keep_alive && !draining, NULL);
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
     evbuffer_free(head);
@@ -376,13 +591,14 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
 static void on_up_body(void *arg, const char *data, size_t len)
 {
     exchange_t *ex = arg;
-    if (ex->call)
-        idem_on_body(ex, data, len);
+    if (ex->obs && ex->obs->on_body)
+        observe(ex, ex->obs->on_body(ex->obs_arg, data, len));
     track_stream(ex, data, len);
     body_to_client(ex, data, len);
-    if (ex->resp_sse && ex->client && !ex->holding)
+    bool held = holding(ex);
+    if (ex->resp_sse && ex->client && !held)
         http_conn_flush(ex->client);
-    if (ex->sse_tracking && !ex->holding)
+    if (ex->sse_tracking && !held)
         ex->sse_unheld = ex->sse_total;
     if (ex->client && !ex->paused && ex->up &&
         http_conn_output_len(ex->client) > CLIENT_HIGH_WATERMARK) {
@@ -400,110 +616,80 @@ static bool is_cancel(const exchange_t *ex)
 static void on_up_end(void *arg, upstream_result_t res)
 {
     exchange_t *ex = arg;
+    proxy_t *p = ex->proxy;
     upstream_conn_t *up = ex->up;
     ex->up = NULL;
-    ex->up_done = true;
     ex->up_result = res;
     if (res != UPSTREAM_OK && !ex->cut)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
-    if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex))
-        idem_cancel_relayed(ex);
-    if (ex->call) {
-        idem_on_end(ex, res);
-        if (up && idem_answer_foreign(ex)) {
-            log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
-            upstream_discard(up);
-        }
+    if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
+        p->stage.cancelled)
+        p->stage.cancelled(p->stage.arg, ex->req, session_of(ex), ex->cancel_id);
+    bool hold = holding(ex);
+    if (ex->obs && ex->obs->on_end && ex->obs->on_end(ex->obs_arg, res) == OBSERVE_HOLD)
+        hold = true;
+    if (up && ex->discard_up) {
+        log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
+        upstream_discard(up);
     }
     if (!ex->head_sent) {
-        ex->holding = false;
         if (ex->held) {
             evbuffer_free(ex->held);
             ex->held = NULL;
         }
-        if (ex->client_done || !ex->client) {
-            ex->client_done = true;
-            proxy_maybe_free(ex);
-            return;
+        if (ex->client && !ex->answered) {
+            ex->deferred_status = res == UPSTREAM_ERR_HEAD_TIMEOUT ? 504 : 502;
+            ex->deferred_message = res == UPSTREAM_ERR_CONNECT ? "upstream MCP server unreachable"
+                                   : res == UPSTREAM_ERR_HEAD_TIMEOUT
+                                       ? "upstream MCP server did not answer in time"
+                                       : "upstream MCP server failed to answer";
         }
-        int status = res == UPSTREAM_ERR_HEAD_TIMEOUT ? 504 : 502;
-        const char *msg = res == UPSTREAM_ERR_CONNECT ? "upstream MCP server unreachable"
-                          : res == UPSTREAM_ERR_HEAD_TIMEOUT
-                              ? "upstream MCP server did not answer in time"
-                              : "upstream MCP server failed to answer";
-        if (idem_busy(ex)) {
-            /* answered once the outcome is recorded (proxy_release_held) */
-            ex->deferred_status = status;
-            ex->deferred_message = msg;
-            return;
-        }
-        respond_error(ex, status, -32603, msg, NULL);
+    }
+    if (hold) {
+        /* answered once the stage's write is done (exchange_release) */
+        set_state(ex, EX_RECORDING);
         return;
     }
-    complete_client(ex);
-    proxy_maybe_free(ex);
+    conclude(ex);
 }
 
-void proxy_end_upstream(exchange_t *ex)
+void exchange_end_upstream(exchange_t *ex)
 {
-    if (ex->up_done || !ex->up)
+    if (!ex->up)
         return;
     upstream_abandon(ex->up);
     ex->cut = true;
     on_up_end(ex, UPSTREAM_ERR_CLOSED);
 }
 
-void proxy_forward(exchange_t *ex, const char *extra_headers)
+void exchange_discard_upstream(exchange_t *ex)
 {
-    const config_t *cfg = server->cfg;
+    ex->discard_up = true;
+}
+
+static void forward(exchange_t *ex, const char *extra_headers, bool fresh)
+{
+    proxy_t *p = ex->proxy;
+    set_state(ex, EX_FORWARDING);
     struct evbuffer *out = evbuffer_new();
     size_t blen = evbuffer_get_length(ex->req->body);
     long long body_len = ex->req->method == HTTP_POST || blen > 0 ? (long long)blen : -1;
     http_write_request_head(out, ex->req->method_name, ex->req->target, &ex->req->headers,
-                            cfg->upstream_host_header, ex->req->client_ip, body_len, extra_headers);
+                            p->ctx.cfg->upstream_host_header, ex->req->client_ip, body_len,
+                            extra_headers);
     evbuffer_add_buffer(out, ex->req->body);
-    ex->up_done = false;
-    server->stats->forwarded++;
-    ex->up = upstream_send(server->pool, out, ex->fresh_upstream, &up_cbs, ex);
+    p->ctx.stats->forwarded++;
+    ex->up = upstream_send(p->ctx.pool, out, fresh, &up_cbs, ex);
     evbuffer_free(out);
 }
 
-/* Who is calling, as far as the gateway can tell: the configured subject header (every copy)
- * and the Authorization value, hashed so that comparing two requests leaks nothing by time. */
-static void caller_digest(const http_request_t *req, unsigned char out[EVP_MAX_MD_SIZE])
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
 {
-    const config_t *cfg = server->cfg;
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
-    /* fails only when OpenSSL cannot allocate: the out-of-memory policy applies */
-    if (!md || !EVP_DigestInit_ex(md, EVP_sha256(), NULL)) {
-        fprintf(stderr, "idemgw: SHA-256 failed\n");
-        abort();
-    }
-    for (size_t i = 0; i < req->headers.n; i++) {
-        const char *name = http_headers_name(&req->headers, i);
-        bool subject = cfg->subject.kind == SUBJECT_HEADER && cfg->subject.value &&
-                       strcasecmp(name, cfg->subject.value) == 0;
-        if (!subject && strcasecmp(name, "authorization") != 0)
-            continue;
-        const char *v = http_headers_value(&req->headers, i);
-        /* name and value with their terminating NULs: no two header lists hash alike */
-        EVP_DigestUpdate(md, subject ? "s" : "a", 2);
-        EVP_DigestUpdate(md, v, strlen(v) + 1);
-    }
-    unsigned int len = 0;
-    memset(out, 0, EVP_MAX_MD_SIZE);
-    EVP_DigestFinal_ex(md, out, &len);
-    EVP_MD_CTX_free(md);
+    forward(ex, extra_headers, fresh);
 }
 
-static bool same_caller(const http_request_t *a, const http_request_t *b)
-{
-    unsigned char da[EVP_MAX_MD_SIZE], db[EVP_MAX_MD_SIZE];
-    caller_digest(a, da);
-    caller_digest(b, db);
-    return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
-}
+/* --- GET streams: resumes and the drain --- */
 
 /* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
  * second reader, so the gateway serves the resume itself, from the bytes it kept, and then
@@ -511,17 +697,18 @@ static bool same_caller(const http_request_t *a, const http_request_t *b)
  * not yet seen): resuming says it has left, so that connection is closed. */
 static bool resume_stream(exchange_t *get)
 {
+    proxy_t *p = get->proxy;
     const char *last = http_headers_get(&get->req->headers, "last-event-id");
-    const char *session = http_headers_get(&get->req->headers, "mcp-session-id");
+    const char *session = session_of(get);
     if (!last || !session)
         return false;
-    for (exchange_t *ex = tracked_head; ex; ex = ex->next_tracked) {
-        const char *s2 = http_headers_get(&ex->req->headers, "mcp-session-id");
-        if (!s2 || strcmp(s2, session) != 0 || ex->client_done)
+    for (exchange_t *ex = p->tracked; ex; ex = ex->next_tracked) {
+        const char *s2 = session_of(ex);
+        if (!s2 || strcmp(s2, session) != 0 || ex->answered)
             continue;
         /* a session id and an event id are not credentials: the resume must come from the
          * caller of the stream it resumes, or it is the upstream's to judge */
-        if (!same_caller(ex->req, get->req)) {
+        if (!subject_same_caller(&p->ctx.cfg->subject, ex->req, get->req)) {
             log_info(get->conn_id, "stream resume not served from the gateway: another caller "
                                    "than the stream's");
             return false;
@@ -541,12 +728,10 @@ static bool resume_stream(exchange_t *get)
         /* take the agent's connection over from the GET exchange */
         http_conn_t *conn = get->client;
         get->client = NULL;
-        get->client_done = true;
-        get->up_done = true;
+        get->answered = true;
         get->outcome = "resumed";
         get->status = 200;
         ex->client = conn;
-        ex->client_done = false;
         ex->keep_alive = get->req->keep_alive;
         http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
         struct evbuffer *out = http_conn_output(conn);
@@ -563,9 +748,7 @@ static bool resume_stream(exchange_t *get)
             evbuffer_add(out, "\r\n", 2);
         }
         log_info(get->conn_id, "stream resumed from the gateway after event %s", last);
-        proxy_maybe_free(get);
-        complete_client(ex);
-        proxy_maybe_free(ex);
+        set_state(get, EX_DONE);
         return true;
     }
     return false;
@@ -575,45 +758,54 @@ static bool resume_stream(exchange_t *get)
  * would refuse a second reader of the stream. */
 static bool hand_off_resume(exchange_t *get)
 {
-    if (server->n_workers < 2)
+    proxy_t *p = get->proxy;
+    if (p->ctx.n_workers < 2)
         return false;
-    const char *session = http_headers_get(&get->req->headers, "mcp-session-id");
+    const char *session = session_of(get);
     if (!session || !http_headers_get(&get->req->headers, "last-event-id"))
         return false;
     int owner = handoff_owner(session);
-    if (owner < 0 || owner == server->worker || !http_conn_hand_off(get->client, get->req, owner))
+    if (owner < 0 || owner == p->ctx.worker || !http_conn_hand_off(get->client, get->req, owner))
         return false;
     log_info(get->conn_id, "stream resume handed to worker %d, which reads the stream", owner + 1);
     get->client = NULL;
-    get->client_done = true;
+    get->answered = true;
     get->outcome = "handed_over";
-    proxy_maybe_free(get);
+    set_state(get, EX_DONE);
     return true;
 }
 
-void proxy_drain(void)
+void proxy_drain(proxy_t *p)
 {
-    exchange_t *ex = get_head;
+    exchange_t *ex = p->gets;
     while (ex) {
         exchange_t *next = ex->next_get;
-        if (!ex->up_done && ex->up) {
-            upstream_abandon(ex->up);
-            ex->up = NULL;
-            ex->up_done = true;
-            ex->up_result = UPSTREAM_OK; /* a clean end of the stream for the agent */
+        if (upstream_running(ex)) {
             ex->outcome = "drained";
             if (!ex->head_sent && ex->client) {
                 respond_error(ex, 503, -32000, "the gateway is shutting down", NULL);
             } else {
+                if (ex->up) {
+                    upstream_abandon(ex->up);
+                    ex->up = NULL;
+                }
+                ex->up_result = UPSTREAM_OK; /* a clean end of the stream for the agent */
+                if (ex->state == EX_FORWARDING)
+                    ex->answered = true;
                 complete_client(ex);
-                proxy_maybe_free(ex);
+                set_state(ex, EX_DONE);
             }
         }
         ex = next;
     }
 }
 
-/* --- request validation --- */
+uint64_t proxy_exchanges(const proxy_t *p)
+{
+    return p->open;
+}
+
+/* --- request validation and classification --- */
 
 static bool path_matches(const char *target, const char *path)
 {
@@ -647,69 +839,58 @@ static const char *duplicated_header(const http_headers_t *h)
     return NULL;
 }
 
-static const char *dup_field(exchange_t *ex, const char *name)
+static void refuse(exchange_t *ex, int status, int code, const char *message, const char *extra)
 {
-    snprintf(ex->log_detail, sizeof(ex->log_detail), "\"duplicate_header\":\"%s\"", name);
-    return ex->log_detail;
+    ex->outcome = "refused";
+    respond_error(ex, status, code, message, extra);
 }
 
 /* A 403 for Host or Origin names the header, the value refused and the setting that would
  * allow it, in the log and in the answer. */
 static void forbid(exchange_t *ex, const char *header, const char *value, const char *setting)
 {
-    char shown[200], val[220];
+    char shown[200], val[220], fields[400];
     snprintf(shown, sizeof(shown), "%s", value ? value : "");
-    for (char *p = shown; *p; p++)
-        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f || *p == '"' || *p == '\\')
-            *p = '?';
+    for (char *s = shown; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f || *s == '"' || *s == '\\')
+            *s = '?';
     log_json_string(val, sizeof(val), shown);
-    snprintf(ex->log_detail, sizeof(ex->log_detail),
-             "\"forbidden_header\":\"%s\",\"value\":%s,\"setting\":\"%s\"", header, val, setting);
-    ex->extra_log = ex->log_detail;
+    snprintf(fields, sizeof(fields), "\"forbidden_header\":\"%s\",\"value\":%s,\"setting\":\"%s\"",
+             header, val, setting);
+    exchange_set_log_fields(ex, fields);
     char msg[400];
     snprintf(msg, sizeof(msg),
              "forbidden: %s \"%s\" is not allowed by this gateway; add it to the %s setting to "
              "allow it",
              header, value ? shown : "(missing)", setting);
-    ex->outcome = "refused";
-    respond_error(ex, 403, -32000, msg, NULL);
+    refuse(ex, 403, -32000, msg, NULL);
 }
 
-void proxy_handle(http_conn_t *conn, http_request_t *req)
+/* The request's head: method, path, header copies, Host and Origin. False when refused. */
+static bool head_acceptable(exchange_t *ex)
 {
-    const config_t *cfg = server->cfg;
-    exchange_t *ex = xcalloc(1, sizeof(*ex));
-    ex->conn_id = http_conn_id(conn);
-    ex->client = conn;
-    ex->req = req;
-    ex->up_done = true;
-    ex->start_ms = req->start_ms;
-    server->open_exchanges++;
-    http_conn_fill_client_ip(conn, req);
-    http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
-
+    const config_t *cfg = ex->proxy->ctx.cfg;
+    const http_request_t *req = ex->req;
     if (req->method != HTTP_POST && req->method != HTTP_GET && req->method != HTTP_DELETE) {
-        ex->outcome = "refused";
-        respond_error(ex, 405, -32600, "method not allowed: use POST, GET or DELETE",
-                      "Allow: GET, POST, DELETE\r\n");
-        return;
+        refuse(ex, 405, -32600, "method not allowed: use POST, GET or DELETE",
+               "Allow: GET, POST, DELETE\r\n");
+        return false;
     }
     if (!path_matches(req->target, cfg->upstream_path)) {
-        ex->outcome = "refused";
-        respond_error(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
-        return;
+        refuse(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
+        return false;
     }
     const char *dup = duplicated_header(&req->headers);
     if (dup) {
-        char msg[160];
+        char msg[160], fields[100];
         snprintf(msg, sizeof(msg),
                  "bad request: the %s header appears more than once; send it once. Nothing was "
                  "forwarded.",
                  dup);
-        ex->outcome = "refused";
-        ex->extra_log = dup_field(ex, dup);
-        respond_error(ex, 400, -32600, msg, NULL);
-        return;
+        snprintf(fields, sizeof(fields), "\"duplicate_header\":\"%s\"", dup);
+        exchange_set_log_fields(ex, fields);
+        refuse(ex, 400, -32600, msg, NULL);
+        return false;
     }
     const char *host = http_headers_get(&req->headers, "host");
     const char *origin = http_headers_get(&req->headers, "origin");
@@ -717,55 +898,48 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
     if (!host_ok || !config_origin_allowed(cfg, origin)) {
         forbid(ex, host_ok ? "Origin" : "Host", host_ok ? origin : host,
                host_ok ? "allowed_origins" : "allowed_hosts");
-        return;
+        return false;
     }
-    if (req->method == HTTP_GET && (resume_stream(ex) || hand_off_resume(ex)))
-        return;
-    if (req->method != HTTP_POST) {
-        if (req->method == HTTP_GET) {
-            idem_watch_begin(ex);
-            ex->in_get_list = true;
-            ex->next_get = get_head;
-            if (get_head)
-                get_head->prev_get = ex;
-            get_head = ex;
-        }
-        proxy_forward(ex, NULL);
-        return;
-    }
-    size_t blen = evbuffer_get_length(req->body);
-    const char *body = (const char *)evbuffer_pullup(req->body, -1);
+    return true;
+}
+
+static bool protected_tool(const config_t *cfg, const char *tool)
+{
+    return policy_lookup(&cfg->policy, tool)->cls == TOOL_CLASS_NON_IDEMPOTENT;
+}
+
+/* The POST body: JSON-RPC, headers that agree with it, no protected call inside a batch. False
+ * when refused. */
+static bool body_acceptable(exchange_t *ex)
+{
+    const config_t *cfg = ex->proxy->ctx.cfg;
+    size_t blen = evbuffer_get_length(ex->req->body);
+    const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
     mcp_status_t st = mcp_parse(body ? body : "", blen, &ex->msg);
     if (st == MCP_ERR_PARSE) {
-        ex->outcome = "refused";
-        respond_error(ex, 400, -32700, "parse error: the body is not JSON", NULL);
-        return;
+        refuse(ex, 400, -32700, "parse error: the body is not JSON", NULL);
+        return false;
     }
     if (st != MCP_OK) {
-        ex->outcome = "refused";
-        respond_error(ex, 400, -32600, "invalid request: expected a JSON-RPC object or array",
-                      NULL);
-        return;
+        refuse(ex, 400, -32600, "invalid request: expected a JSON-RPC object or array", NULL);
+        return false;
     }
     ex->has_msg = true;
-    const char *mismatch = header_mismatch(req, &ex->msg);
+    const char *mismatch = header_mismatch(ex->req, &ex->msg);
     if (mismatch) {
-        ex->outcome = "refused";
-        respond_error(ex, 400, -32020, mismatch, NULL);
-        return;
+        refuse(ex, 400, -32020, mismatch, NULL);
+        return false;
     }
     if (ex->msg.kind == MCP_KIND_BATCH) {
         bool protected_inside = ex->msg.batch_bad_tool;
         for (size_t i = 0; i < ex->msg.n_batch_tools && !protected_inside; i++)
-            protected_inside = policy_lookup(&cfg->policy, ex->msg.batch_tools[i])->cls ==
-                               TOOL_CLASS_NON_IDEMPOTENT;
+            protected_inside = protected_tool(cfg, ex->msg.batch_tools[i]);
         if (protected_inside) {
-            ex->outcome = "refused";
-            respond_error(ex, 400, -32600,
-                          "a batch may not contain a non-idempotent tools/call: send each "
-                          "protected call in its own request; nothing was executed",
-                          NULL);
-            return;
+            refuse(ex, 400, -32600,
+                   "a batch may not contain a non-idempotent tools/call: send each protected call "
+                   "in its own request; nothing was executed",
+                   NULL);
+            return false;
         }
     }
     if (is_cancel(ex)) {
@@ -775,11 +949,68 @@ void proxy_handle(http_conn_t *conn, http_request_t *req)
         ex->cancel_id = json_incref(json_object_get(json_object_get(root, "params"), "requestId"));
         json_decref(root);
     }
-    if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool &&
-        policy_lookup(&cfg->policy, ex->msg.tool)->cls == TOOL_CLASS_NON_IDEMPOTENT) {
-        server->stats->protected_calls++;
-        idem_begin(ex);
+    return true;
+}
+
+void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
+{
+    proxy_t *p = arg;
+    exchange_t *ex = xcalloc(1, sizeof(*ex));
+    ex->proxy = p;
+    ex->state = EX_CLASSIFYING;
+    ex->conn_id = http_conn_id(conn);
+    ex->client = conn;
+    ex->req = req;
+    ex->start_ms = req->start_ms;
+    p->open++;
+    http_conn_fill_client_ip(conn, req);
+    http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+
+    if (!head_acceptable(ex))
+        return;
+    if (req->method == HTTP_GET) {
+        if (resume_stream(ex) || hand_off_resume(ex))
+            return;
+        if (p->stage.stream)
+            p->stage.stream(p->stage.arg, ex);
+        get_list_add(ex);
+        forward(ex, NULL, false);
         return;
     }
-    proxy_forward(ex, NULL);
+    if (req->method == HTTP_POST) {
+        if (!body_acceptable(ex))
+            return;
+        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool && p->stage.call &&
+            protected_tool(p->ctx.cfg, ex->msg.tool)) {
+            p->ctx.stats->protected_calls++;
+            set_state(ex, EX_CLAIMING);
+            p->stage.call(p->stage.arg, ex);
+            return;
+        }
+    }
+    forward(ex, NULL, false);
+}
+
+/* --- the proxy --- */
+
+proxy_t *proxy_new(const proxy_ctx_t *ctx)
+{
+    proxy_t *p = xcalloc(1, sizeof(*p));
+    p->ctx = *ctx;
+    return p;
+}
+
+void proxy_free(proxy_t *p)
+{
+    free(p);
+}
+
+void proxy_set_stage(proxy_t *p, const proxy_stage_t *stage)
+{
+    p->stage = *stage;
+}
+
+void proxy_reconfigure(proxy_t *p, const config_t *cfg)
+{
+    p->ctx.cfg = cfg;
 }

@@ -1,0 +1,77 @@
+/* What a stage sees of one agent request: the exchange. The proxy owns it (proxy.c, where its
+ * state machine lives); a stage (the idempotency stage, a watcher of GET streams) gets a
+ * pointer, reads the request through the accessors below, answers or forwards it, and watches
+ * the upstream's response through an observer.
+ *
+ * A stage that took a request (proxy_stage_t.call) owns its next step: it must end in exactly
+ * one of exchange_forward, exchange_respond_json or exchange_end. While its observer holds the
+ * answer (OBSERVE_HOLD), the proxy keeps the bytes meant for the agent until the stage calls
+ * exchange_release or exchange_replace_answer; the exchange lives until then. */
+#ifndef IDEMGW_EXCHANGE_H
+#define IDEMGW_EXCHANGE_H
+
+#include "http_conn.h"
+#include "http_headers.h"
+#include "mcp.h"
+#include "upstream.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct exchange exchange_t;
+
+typedef enum {
+    OBSERVE_PASS = 0, /* relay as usual */
+    OBSERVE_HOLD,     /* keep back this and everything after it for the agent, and do not end
+                       * the agent's response, until exchange_release / exchange_replace_answer */
+} observe_t;
+
+/* Called in order: on_head once, on_body per chunk (the raw bytes as the upstream sent them,
+ * before they go to the agent), on_end once. Any callback may be NULL. A hold, once asked
+ * for, stays until released; the callbacks after it may still say PASS. detach is the last
+ * call the observer gets: the exchange is being freed. */
+typedef struct response_observer {
+    observe_t (*on_head)(void *arg, int status, const http_headers_t *headers, bool sse);
+    observe_t (*on_body)(void *arg, const char *data, size_t len);
+    observe_t (*on_end)(void *arg, upstream_result_t res);
+    /* true once the agent has its final answer: an agent that leaves after that is no news */
+    bool (*answer_seen)(void *arg);
+    void (*detach)(void *arg);
+} response_observer_t;
+
+const http_request_t *exchange_request(const exchange_t *ex);
+/* The parsed JSON-RPC body of a POST (NULL for other methods). */
+const mcp_msg_t *exchange_msg(const exchange_t *ex);
+uint64_t exchange_conn_id(const exchange_t *ex);
+/* The agent is still connected and has no complete answer yet. */
+bool exchange_agent_waiting(const exchange_t *ex);
+
+void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg);
+
+/* A stage's request goes upstream, with extra_headers ("Name: v\r\n"..., may be NULL); fresh:
+ * on a new upstream connection, so no earlier response can reach it. */
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh);
+/* Removes every copy of a request header before forwarding. */
+void exchange_drop_request_header(exchange_t *ex, const char *name);
+/* Answers the agent with a complete response the gateway wrote (replays, refusals). */
+void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra);
+/* The stage is done without an answer (the agent has gone). */
+void exchange_end(exchange_t *ex);
+
+/* Lets held bytes go to the agent and ends the response if the upstream has ended. */
+void exchange_release(exchange_t *ex);
+/* Drops the held bytes and answers with body (a JSON-RPC response) instead: as the whole
+ * response when nothing reached the agent yet, else as a last event of its SSE stream. */
+void exchange_replace_answer(exchange_t *ex, const char *body);
+/* Ends the upstream side now, as if the upstream had closed it (the call was cancelled). */
+void exchange_end_upstream(exchange_t *ex);
+/* From on_end: the upstream connection carried something it should not; never reuse it. */
+void exchange_discard_upstream(exchange_t *ex);
+
+/* For the request's log line: what happened ("replay", "refused", ...; a static string) and
+ * extra JSON members ("\"key_hash\":\"...\""), copied. */
+void exchange_set_outcome(exchange_t *ex, const char *outcome);
+void exchange_set_log_fields(exchange_t *ex, const char *fields);
+
+#endif

@@ -1,0 +1,38 @@
+/* Protected calls whose POST stream ended without their final response (the server ended the
+ * stream early, SSE polling): the response may still arrive on a GET stream the agent resumes
+ * with Last-Event-ID, and it must finish the key. The registry keeps them, per session, until
+ * their lease ends, and watches the session's GET streams for their responses. */
+#ifndef IDEMGW_PENDING_H
+#define IDEMGW_PENDING_H
+
+#include "exchange.h"
+#include "policy.h"
+#include "stats.h"
+#include "store.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct pending_reg pending_reg_t;
+
+typedef struct pending_ctx {
+    store_t *store;
+    server_stats_t *stats;
+    /* a response finished a pending call of session: the session may be idle now */
+    void (*session_idle)(void *arg, const char *session);
+    void *arg;
+} pending_ctx_t;
+
+pending_reg_t *pending_new(const pending_ctx_t *ctx);
+void pending_free(pending_reg_t *r);
+
+/* Remembers a call of session: its JSON-RPC id, key (and its hash, for logs) and fence. */
+void pending_add(pending_reg_t *r, const char *session, const json_t *id, const char *key,
+                 const char *key_hash, int64_t fence, const policy_rules_t *rules);
+/* A call of session is still pending (entries past their lease are dropped first). */
+bool pending_has_session(pending_reg_t *r, const char *session);
+/* A GET stream is about to be forwarded: if its session has calls pending, watch it. */
+void pending_watch(pending_reg_t *r, exchange_t *ex);
+
+#endif

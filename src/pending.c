@@ -1,0 +1,214 @@
+#include "pending.h"
+#include "handoff.h"
+#include "log.h"
+#include "outcome.h"
+#include "sse.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pending {
+    char *session_id;
+    json_t *id; /* the JSON-RPC id the final response will carry */
+    char *key;
+    char key_hash[65];
+    int64_t fence;
+    uint64_t window_ms;
+    on_tool_error_t on_tool_error;
+    uint64_t until_ms; /* forgotten after this: the lease decides the row's fate */
+    struct pending *next;
+} pending_t;
+
+struct pending_reg {
+    pending_ctx_t ctx;
+    pending_t *head;
+};
+
+/* A GET stream of a session with calls pending. */
+typedef struct watcher {
+    pending_reg_t *reg;
+    exchange_t *ex;
+    char *session_id;
+    bool reading;
+    sse_parser_t sse;
+} watcher_t;
+
+pending_reg_t *pending_new(const pending_ctx_t *ctx)
+{
+    pending_reg_t *r = xcalloc(1, sizeof(*r));
+    r->ctx = *ctx;
+    return r;
+}
+
+static void entry_free(pending_t *p)
+{
+    free(p->session_id);
+    json_decref(p->id);
+    free(p->key);
+    free(p);
+}
+
+void pending_free(pending_reg_t *r)
+{
+    if (!r)
+        return;
+    while (r->head) {
+        pending_t *p = r->head;
+        r->head = p->next;
+        entry_free(p);
+    }
+    free(r);
+}
+
+void pending_add(pending_reg_t *r, const char *session, const json_t *id, const char *key,
+                 const char *key_hash, int64_t fence, const policy_rules_t *rules)
+{
+    pending_t *p = xcalloc(1, sizeof(*p));
+    p->session_id = xstrdup(session);
+    p->id = json_deep_copy(id);
+    p->key = xstrdup(key);
+    snprintf(p->key_hash, sizeof(p->key_hash), "%s", key_hash);
+    p->fence = fence;
+    p->window_ms = rules->window_ms;
+    p->on_tool_error = rules->on_tool_error;
+    p->until_ms = util_now_ms() + rules->lease_ms;
+    p->next = r->head;
+    r->head = p;
+    /* the GET that resumes the session may reach another worker: it is handed here */
+    handoff_note_stream(session, true);
+}
+
+bool pending_has_session(pending_reg_t *r, const char *session)
+{
+    uint64_t now = util_now_ms();
+    bool found = false;
+    for (pending_t **pp = &r->head; *pp;) {
+        pending_t *p = *pp;
+        if (p->until_ms <= now) {
+            *pp = p->next;
+            entry_free(p);
+            continue;
+        }
+        if (session && strcmp(p->session_id, session) == 0)
+            found = true;
+        pp = &p->next;
+    }
+    return found;
+}
+
+typedef struct resumed_finish {
+    uint64_t conn_id;
+    char key_hash[65];
+    store_state_t state;
+    outcome_why_t why;
+} resumed_finish_t;
+
+static void on_resumed_finished(store_status_t st, bool fence_matched, void *arg)
+{
+    resumed_finish_t *rf = arg;
+    if (st != STORE_OK)
+        log_error(rf->conn_id, "could not record key %.16s: %s", rf->key_hash,
+                  store_status_str(st));
+    else if (!fence_matched)
+        log_warn(rf->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
+                 rf->key_hash);
+    else
+        log_info(rf->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", rf->key_hash,
+                 store_state_str(rf->state), outcome_why_str(rf->why));
+    free(rf);
+}
+
+/* Finishes p's key with the response at data[off, off+len) of class cls. */
+static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_resp_class_t cls,
+                   const char *data, size_t off, size_t len)
+{
+    outcome_why_t why;
+    store_state_t st = outcome_final_state(cls, p->on_tool_error, &why);
+    if (outcome_executed(why))
+        r->ctx.stats->executions++;
+    bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
+    resumed_finish_t *rf = xcalloc(1, sizeof(*rf));
+    rf->conn_id = conn_id;
+    memcpy(rf->key_hash, p->key_hash, sizeof(rf->key_hash));
+    rf->state = st;
+    rf->why = why;
+    store_status_t ss =
+        store_finish(r->ctx.store, p->key, p->fence, st, store_it ? data + off : NULL,
+                     store_it ? len : 0, false, p->window_ms, on_resumed_finished, rf);
+    if (ss != STORE_OK) {
+        log_error(conn_id, "could not record key %.16s: %s", p->key_hash, store_status_str(ss));
+        free(rf);
+    }
+}
+
+static int on_watch_event(const sse_event_t *ev, void *arg)
+{
+    watcher_t *w = arg;
+    pending_reg_t *r = w->reg;
+    bool finished_one = false;
+    for (pending_t **pp = &r->head; *pp;) {
+        pending_t *p = *pp;
+        size_t off = 0, len = 0;
+        mcp_resp_class_t cls = MCP_RESP_OTHER;
+        if (strcmp(p->session_id, w->session_id) == 0)
+            cls = mcp_classify_response(ev->data, ev->data_len, p->id, &off, &len);
+        if (cls == MCP_RESP_OTHER || cls == MCP_RESP_FOREIGN) {
+            /* a GET stream carries the answers of several calls: another's is no sign */
+            pp = &p->next;
+            continue;
+        }
+        finish(r, exchange_conn_id(w->ex), p, cls, ev->data, off, len);
+        *pp = p->next;
+        entry_free(p);
+        finished_one = true;
+    }
+    if (finished_one && r->ctx.session_idle)
+        r->ctx.session_idle(r->ctx.arg, w->session_id);
+    return 0;
+}
+
+static observe_t watch_head(void *arg, int status, const http_headers_t *headers, bool sse)
+{
+    watcher_t *w = arg;
+    if (status == 200 && sse) {
+        w->reading = true;
+        sse_init(&w->sse, 16 * 1024 * 1024, on_watch_event, w);
+    }
+    return OBSERVE_PASS;
+}
+
+static observe_t watch_body(void *arg, const char *data, size_t len)
+{
+    watcher_t *w = arg;
+    if (w->reading)
+        sse_feed(&w->sse, data, len);
+    return OBSERVE_PASS;
+}
+
+static void watch_detach(void *arg)
+{
+    watcher_t *w = arg;
+    if (w->reading)
+        sse_free(&w->sse);
+    free(w->session_id);
+    free(w);
+}
+
+static const response_observer_t watch_ops = {
+    .on_head = watch_head,
+    .on_body = watch_body,
+    .detach = watch_detach,
+};
+
+void pending_watch(pending_reg_t *r, exchange_t *ex)
+{
+    const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
+    if (!r->ctx.store || !session || !pending_has_session(r, session))
+        return;
+    watcher_t *w = xcalloc(1, sizeof(*w));
+    w->reg = r;
+    w->ex = ex;
+    w->session_id = xstrdup(session);
+    exchange_set_observer(ex, &watch_ops, w);
+}
