@@ -4,6 +4,7 @@
 #include "config.h"
 #include "config_yaml.h"
 #include "log.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -554,13 +555,6 @@ out:
     return c;
 }
 
-static void free_strv(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 void config_free(config_t *c)
 {
     if (!c)
@@ -574,8 +568,8 @@ void config_free(config_t *c)
     free(c->upstream_host_header);
     free(c->database_url);
     free(c->upstream_ca_file);
-    free_strv(c->allowed_hosts, c->n_allowed_hosts);
-    free_strv(c->allowed_origins, c->n_allowed_origins);
+    util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
+    util_strv_free(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);
     policy_free(&c->policy);
     free(c);

@@ -477,9 +477,7 @@ static void fn_exclude_args(ctx_t *cx, struct fy_node *v, int line, const char *
 {
     policy_tool_t *t = base;
     /* A tool's list replaces the inherited one rather than adding to it. */
-    for (size_t i = 0; i < t->n_exclude_args; i++)
-        free(t->exclude_args[i]);
-    free(t->exclude_args);
+    util_strv_free(t->exclude_args, t->n_exclude_args);
     t->exclude_args = NULL;
     t->n_exclude_args = 0;
     walk_list(cx, v, line, path, base, true, exclude_entry);
