@@ -56,7 +56,7 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
     pgdir=$(mktemp -d /dev/shm/idemgw-pg.XXXXXX)
 fi
 cleanup() {
-    scripts/pg-cluster.sh stop "$pgdir" >/dev/null 2>&1 || true
+    scripts/pg-cluster.sh remove "$pgdir" >/dev/null 2>&1 || true
     rm -rf "$tmp" "$pgdir"
 }
 trap cleanup EXIT
