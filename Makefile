@@ -83,10 +83,12 @@ unit: unit-bins
 
 # The test command: installs what is missing (fast when nothing is), builds, runs everything.
 # Recursive make so the build sees libraries the install step just added.
+# `make check TEST=name` runs one test instead, with the same private Postgres: a unit test
+# binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs).
 check:
 	$(Q)scripts/install-deps.sh
-	$(Q)$(MAKE) --no-print-directory all unit-bins fuzz-smoke
-	$(Q)tests/run-all.sh
+	$(Q)$(MAKE) --no-print-directory all unit-bins $(if $(TEST),,fuzz-smoke)
+	$(Q)tests/run-all.sh $(if $(TEST),--only '$(TEST)')
 
 # The same tests against the sanitizer build.
 .PHONY: check-asan

@@ -104,11 +104,29 @@ config_t *config_load(const char *path, config_errors_t *errs) MUST_CHECK;
 config_t *config_load_string(const char *name, const char *yaml, config_errors_t *errs) MUST_CHECK;
 void config_free(config_t *c);
 
-/* Settings that cannot change without a restart (listen, admin_listen, upstream, database_url,
- * store_pool): writes a short description of each difference into out (one per line,
- * truncated to outlen; out may be NULL when outlen is 0) and returns how many differ. The
- * database URL is never written out: it may hold a password. */
-int config_restart_only_diff(const config_t *old, const config_t *neu, char *out, size_t outlen);
+/* What a reload (SIGHUP) does with a key of the file. The key tables of config_yaml.c give
+ * every key one of these; test_config checks that none is left unclassified. */
+typedef enum {
+    CONFIG_KEY_UNCLASSIFIED = 0, /* a table entry that forgot to say: a bug */
+    CONFIG_KEY_RELOADABLE,       /* the reload takes the new value */
+    CONFIG_KEY_RESTART_ONLY,     /* used once at start: a reload keeps the running value */
+} config_key_reload_t;
+
+/* Calls fn for every key of the file, sections walked ("store.pool"). The per-tool keys are
+ * part of the policy and appear as "defaults" and "tools". */
+typedef void (*config_key_fn)(const char *name, config_key_reload_t reload, void *arg);
+void config_keys_each(config_key_fn fn, void *arg);
+
+/* Called with the name of a restart-only key a reload would have changed ("store.pool",
+ * "database_url"). Only the name: a value may hold a password. */
+typedef void (*config_restart_fn)(const char *name, void *arg);
+
+/* Prepares next, a freshly loaded config, to replace running: every restart-only key whose
+ * value differs is reported (report may be NULL) and gets running's value back in next, so
+ * next describes what the process actually runs with. Reloadable keys keep next's values.
+ * Returns how many keys were carried over. running is not changed. */
+int config_reload_merge(const config_t *running, config_t *next, config_restart_fn report,
+                        void *arg);
 
 /* Parses "host:port", "[v6]:port" or ":port" (all IPv4 interfaces: host "0.0.0.0"; write
  * "[::]:port" for IPv6). Port 1-65535. 0 or -1; on success out->host is allocated (free it),

@@ -144,8 +144,17 @@ if [ "$install" = 1 ]; then
     [ "$rc" = 0 ] || die "scripts/install-deps.sh failed; its output:" "$(tail -n 40 "$dir/install-deps.log")"
     ok 'ok'
 else
-    [ -x "$NODE" ] || die "--no-install: $NODE is missing; run scripts/install-deps.sh"
-    ok 'not checked (--no-install)'
+    # Nothing is installed: name everything missing at once rather than fail halfway.
+    missing=()
+    [ -x "$NODE" ] || missing+=("$(rel "$NODE")")
+    for m in @modelcontextprotocol/sdk zod; do
+        [ -d "tests/node_modules/$m" ] || missing+=("tests/node_modules/$m")
+    done
+    command -v psql >/dev/null || missing+=(psql)
+    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || [ -x "${PGBIN:-}/initdb" ] \
+        || missing+=(initdb)
+    [ ${#missing[@]} = 0 ] || die "--no-install: missing ${missing[*]}; run scripts/install-deps.sh"
+    ok 'present (--no-install: nothing installed)'
 fi
 
 if [ -n "${IDEMGW_BIN:-}" ]; then

@@ -1,9 +1,10 @@
 /* The gateway configuration: built-in defaults, file (config_yaml.c), environment overrides,
- * derived settings, and the pure helpers other modules ask about it (Host / Origin checks,
- * restart-only differences). */
+ * derived settings, and the pure helpers other modules ask about it (Host / Origin checks).
+ * Which keys a reload may change is declared with the keys, in config_yaml.c. */
 #include "config.h"
 #include "config_yaml.h"
 #include "log.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -554,13 +555,6 @@ out:
     return c;
 }
 
-static void free_strv(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 void config_free(config_t *c)
 {
     if (!c)
@@ -574,101 +568,9 @@ void config_free(config_t *c)
     free(c->upstream_host_header);
     free(c->database_url);
     free(c->upstream_ca_file);
-    free_strv(c->allowed_hosts, c->n_allowed_hosts);
-    free_strv(c->allowed_origins, c->n_allowed_origins);
+    util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
+    util_strv_free(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);
     policy_free(&c->policy);
     free(c);
-}
-
-/* ---- reload support ---- */
-
-static bool str_eq(const char *a, const char *b)
-{
-    if (!a || !b)
-        return a == b;
-    return strcmp(a, b) == 0;
-}
-
-static void fmt_hp(char *buf, size_t len, const host_port_t *hp)
-{
-    bool v6 = hp->host && strchr(hp->host, ':');
-    snprintf(buf, len, v6 ? "[%s]:%u" : "%s:%u", hp->host ? hp->host : "", (unsigned)hp->port);
-}
-
-/* Appends one line to out, never past outlen (a truncated description is still useful). */
-static void diff_line(char *out, size_t outlen, size_t *used, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void diff_line(char *out, size_t outlen, size_t *used, const char *fmt, ...)
-{
-    va_list ap;
-    if (!out || *used + 1 >= outlen)
-        return;
-    va_start(ap, fmt);
-    int n = vsnprintf(out + *used, outlen - *used, fmt, ap);
-    va_end(ap);
-    if (n < 0)
-        return;
-    *used += (size_t)n;
-    if (*used >= outlen)
-        *used = outlen - 1;
-}
-
-int config_restart_only_diff(const config_t *old, const config_t *neu, char *out, size_t outlen)
-{
-    int count = 0;
-    size_t used = 0;
-    char a[300], b[300];
-    if (out && outlen)
-        out[0] = '\0';
-    const struct {
-        const char *name;
-        const host_port_t *o, *n;
-    } hps[] = {
-        {"listen", &old->listen, &neu->listen},
-        {"admin_listen", &old->admin_listen, &neu->admin_listen},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(hps); i++) {
-        if (str_eq(hps[i].o->host, hps[i].n->host) && hps[i].o->port == hps[i].n->port)
-            continue;
-        fmt_hp(a, sizeof(a), hps[i].o);
-        fmt_hp(b, sizeof(b), hps[i].n);
-        diff_line(out, outlen, &used, "%s: %s -> %s\n", hps[i].name, a, b);
-        count++;
-    }
-    if (!str_eq(old->upstream_url, neu->upstream_url)) {
-        diff_line(out, outlen, &used, "upstream: %s -> %s\n",
-                  old->upstream_url ? old->upstream_url : "(none)",
-                  neu->upstream_url ? neu->upstream_url : "(none)");
-        count++;
-    }
-    if (!str_eq(old->upstream_ca_file, neu->upstream_ca_file)) {
-        diff_line(out, outlen, &used, "upstream_ca_file: %s -> %s\n",
-                  old->upstream_ca_file ? old->upstream_ca_file : "(system store)",
-                  neu->upstream_ca_file ? neu->upstream_ca_file : "(system store)");
-        count++;
-    }
-    if (!str_eq(old->database_url, neu->database_url)) {
-        diff_line(out, outlen, &used, "database_url changed\n");
-        count++;
-    }
-    if (old->workers != neu->workers) {
-        diff_line(out, outlen, &used, "workers: %d -> %d\n", old->workers, neu->workers);
-        count++;
-    }
-    if (old->cache_entries != neu->cache_entries || old->cache_bytes != neu->cache_bytes) {
-        diff_line(out, outlen, &used, "store.cache_entries / store.cache_bytes changed\n");
-        count++;
-    }
-    if (old->store_pool != neu->store_pool) {
-        diff_line(out, outlen, &used, "store.pool: %d -> %d\n", old->store_pool, neu->store_pool);
-        count++;
-    }
-    if (old->store_timeout_ms != neu->store_timeout_ms) {
-        diff_line(out, outlen, &used, "store.timeout: %llu ms -> %llu ms\n",
-                  (unsigned long long)old->store_timeout_ms,
-                  (unsigned long long)neu->store_timeout_ms);
-        count++;
-    }
-    return count;
 }

@@ -59,6 +59,12 @@ struct key_spec {
     const key_spec_t *sub;    /* K_SECTION */
     size_t n_sub;
     int order; /* top level only: sections handled in passes 0, 1, 2 (see walk_root) */
+    /* Every key but a section says what a reload does with it (config_reload_merge). */
+    config_key_reload_t reload;
+    /* restart-only K_FN keys: whether two configs agree, and running's value into next (the
+     * other kinds are compared and copied through kind and off) */
+    bool (*same)(const config_t *a, const config_t *b);
+    void (*carry)(config_t *next, const config_t *running);
 };
 
 /* Enums are written through an int; they must be int-sized. */
@@ -471,9 +477,7 @@ static void fn_exclude_args(ctx_t *cx, struct fy_node *v, int line, const char *
 {
     policy_tool_t *t = base;
     /* A tool's list replaces the inherited one rather than adding to it. */
-    for (size_t i = 0; i < t->n_exclude_args; i++)
-        free(t->exclude_args[i]);
-    free(t->exclude_args);
+    util_strv_free(t->exclude_args, t->n_exclude_args);
     t->exclude_args = NULL;
     t->n_exclude_args = 0;
     walk_list(cx, v, line, path, base, true, exclude_entry);
@@ -683,7 +687,8 @@ static const char *const tool_error_names[] = {"release", "store", NULL};
 static const char *const ambiguous_names[] = {"hold", "release", NULL};
 static const char *const store_down_names[] = {"reject", "passthrough", NULL};
 
-/* Every per-tool setting; `defaults` takes the same keys. */
+/* Every per-tool setting; `defaults` takes the same keys. They say nothing about reloads: they
+ * belong to the policy, which the `defaults` and `tools` keys reload whole. */
 static const key_spec_t tool_keys[] = {
     {.name = "class", .kind = K_ENUM, .off = TOOL(cls), .names = class_names},
     {.name = "window", .kind = K_DUR, .off = TOOL(window_ms), .min = 1, .max = 365 * MS_D},
@@ -704,50 +709,113 @@ static const key_spec_t tool_keys[] = {
      .names = store_down_names},
 };
 
+/* Restart-only keys whose value is not one field of a simple kind. */
+static bool str_same(const char *a, const char *b)
+{
+    if (!a || !b)
+        return a == b;
+    return strcmp(a, b) == 0;
+}
+
+static void str_carry(char **dst, const char *src)
+{
+    free(*dst);
+    *dst = src ? xstrdup(src) : NULL;
+}
+
+static bool upstream_same(const config_t *a, const config_t *b)
+{
+    return str_same(a->upstream_url, b->upstream_url);
+}
+
+/* Everything derived from the URL goes with it. */
+static void upstream_carry(config_t *next, const config_t *running)
+{
+    str_carry(&next->upstream_url, running->upstream_url);
+    str_carry(&next->upstream.host, running->upstream.host);
+    str_carry(&next->upstream_path, running->upstream_path);
+    str_carry(&next->upstream_host_header, running->upstream_host_header);
+    next->upstream.port = running->upstream.port;
+    next->upstream_tls = running->upstream_tls;
+}
+
+static bool ca_file_same(const config_t *a, const config_t *b)
+{
+    return str_same(a->upstream_ca_file, b->upstream_ca_file);
+}
+
+static void ca_file_carry(config_t *next, const config_t *running)
+{
+    str_carry(&next->upstream_ca_file, running->upstream_ca_file);
+}
+
+#define LIVE .reload = CONFIG_KEY_RELOADABLE
+#define RESTART .reload = CONFIG_KEY_RESTART_ONLY
+
+/* The store is opened, its pool filled, its sweep timer armed and the replay cache sized once,
+ * at start. */
 static const key_spec_t store_keys[] = {
-    {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256},
+    {.name = "pool", .kind = K_INT, .off = CFG(store_pool), .min = 1, .max = 256, RESTART},
     {.name = "timeout",
      .kind = K_DUR,
      .off = CFG(store_timeout_ms),
      .min = 100,
-     .max = 5 * 60 * MS_S},
+     .max = 5 * 60 * MS_S,
+     RESTART},
     {.name = "sweep_interval",
      .kind = K_DUR,
      .off = CFG(sweep_interval_ms),
      .min = MS_S,
-     .max = MS_D},
-    {.name = "cache_entries", .kind = K_INT, .off = CFG(cache_entries), .min = 0, .max = 100000000},
-    {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40},
+     .max = MS_D,
+     RESTART},
+    {.name = "cache_entries",
+     .kind = K_INT,
+     .off = CFG(cache_entries),
+     .min = 0,
+     .max = 100000000,
+     RESTART},
+    {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40, RESTART},
 };
 
+/* Read on every use: a reload applies to the next request, connection or drain. */
 static const key_spec_t timeout_keys[] = {
     {.name = "client_header",
      .kind = K_DUR,
      .off = CFG(client_header_timeout_ms),
      .min = 1,
-     .max = MS_H},
+     .max = MS_H,
+     LIVE},
     {.name = "client_body",
      .kind = K_DUR,
      .off = CFG(client_body_timeout_ms),
      .min = 1,
-     .max = MS_D},
+     .max = MS_D,
+     LIVE},
     {.name = "client_idle",
      .kind = K_DUR,
      .off = CFG(client_idle_timeout_ms),
      .min = 1,
-     .max = MS_D},
+     .max = MS_D,
+     LIVE},
     {.name = "upstream_connect",
      .kind = K_DUR,
      .off = CFG(upstream_connect_timeout_ms),
      .min = 1,
-     .max = MS_H},
-    {.name = "upstream", .kind = K_DUR, .off = CFG(upstream_timeout_ms), .min = 1, .max = MS_D},
+     .max = MS_H,
+     LIVE},
+    {.name = "upstream",
+     .kind = K_DUR,
+     .off = CFG(upstream_timeout_ms),
+     .min = 1,
+     .max = MS_D,
+     LIVE},
     {.name = "upstream_idle",
      .kind = K_DUR,
      .off = CFG(upstream_idle_timeout_ms),
      .min = 1,
-     .max = MS_D},
-    {.name = "drain", .kind = K_DUR, .off = CFG(drain_timeout_ms), .min = 1, .max = MS_D},
+     .max = MS_D,
+     LIVE},
+    {.name = "drain", .kind = K_DUR, .off = CFG(drain_timeout_ms), .min = 1, .max = MS_D, LIVE},
 };
 
 static const key_spec_t limit_keys[] = {
@@ -755,47 +823,70 @@ static const key_spec_t limit_keys[] = {
      .kind = K_SIZE,
      .off = CFG(max_body_bytes),
      .min = 1024,
-     .max = 1ULL << 30},
+     .max = 1ULL << 30,
+     LIVE},
     {.name = "max_header",
      .kind = K_SIZE,
      .off = CFG(max_header_bytes),
      .min = 1024,
-     .max = 1ULL << 20},
+     .max = 1ULL << 20,
+     LIVE},
     {.name = "max_connections",
      .kind = K_INT,
      .off = CFG(max_connections),
      .min = 1,
-     .max = 1000000},
-    {.name = "upstream_pool", .kind = K_INT, .off = CFG(upstream_pool), .min = 0, .max = 100000},
+     .max = 1000000,
+     LIVE},
+    {.name = "upstream_pool",
+     .kind = K_INT,
+     .off = CFG(upstream_pool),
+     .min = 0,
+     .max = 100000,
+     LIVE},
 };
 
 static const key_spec_t log_keys[] = {
-    {.name = "level", .kind = K_FN, .fn = fn_log_level},
+    {.name = "level", .kind = K_FN, .fn = fn_log_level, LIVE},
 };
 
 static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 
 /* order: timeouts must be known before leases are checked, and defaults before tools inherit
- * them, whatever order the file lists them in. */
+ * them, whatever order the file lists them in. Sockets, the upstream's TLS context, the store
+ * and the worker processes are made once, at start: their keys are restart-only. The policy
+ * (defaults and tools, with every per-tool key) is replaced whole by a reload. */
 static const key_spec_t top_keys[] = {
-    {.name = "listen", .kind = K_ADDR, .off = CFG(listen)},
-    {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen)},
-    {.name = "workers", .kind = K_INT, .off = CFG(workers), .min = 1, .max = 64},
-    {.name = "upstream", .kind = K_FN, .fn = fn_upstream},
-    {.name = "upstream_ca_file", .kind = K_FN, .fn = fn_upstream_ca_file},
-    {.name = "database_url", .kind = K_STR, .off = CFG(database_url)},
-    {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate)},
+    {.name = "listen", .kind = K_ADDR, .off = CFG(listen), RESTART},
+    {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen), RESTART},
+    {.name = "workers", .kind = K_INT, .off = CFG(workers), .min = 1, .max = 64, RESTART},
+    {.name = "upstream",
+     .kind = K_FN,
+     .fn = fn_upstream,
+     RESTART,
+     .same = upstream_same,
+     .carry = upstream_carry},
+    {.name = "upstream_ca_file",
+     .kind = K_FN,
+     .fn = fn_upstream_ca_file,
+     RESTART,
+     .same = ca_file_same,
+     .carry = ca_file_carry},
+    {.name = "database_url", .kind = K_STR, .off = CFG(database_url), RESTART},
+    {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate), RESTART},
     {.name = "store", .kind = K_SECTION, .sub = store_keys, .n_sub = ARRAY_LEN(store_keys)},
     {.name = "timeouts", .kind = K_SECTION, .sub = timeout_keys, .n_sub = ARRAY_LEN(timeout_keys)},
     {.name = "limits", .kind = K_SECTION, .sub = limit_keys, .n_sub = ARRAY_LEN(limit_keys)},
-    {.name = "allowed_hosts", .kind = K_FN, .fn = fn_allowed_hosts},
-    {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins},
+    {.name = "allowed_hosts", .kind = K_FN, .fn = fn_allowed_hosts, LIVE},
+    {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins, LIVE},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
-    {.name = "subject", .kind = K_FN, .fn = fn_subject},
-    {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1},
-    {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2},
+    {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
+    {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
+    {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},
 };
+
+#undef LIVE
+#undef RESTART
 
 static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
@@ -848,6 +939,120 @@ static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, v
         c->policy.tools[c->policy.n_tools++] = t;
     }
     policy_sort(&c->policy);
+}
+
+/* ---- reload: what the tables say about each key ---- */
+
+static void keys_each(const key_spec_t *specs, size_t n, const char *prefix, config_key_fn fn,
+                      void *arg)
+{
+    char name[PATH_MAX_LEN];
+    for (size_t i = 0; i < n; i++) {
+        child_path(name, prefix, specs[i].name);
+        if (specs[i].kind == K_SECTION)
+            keys_each(specs[i].sub, specs[i].n_sub, name, fn, arg);
+        else
+            fn(name, specs[i].reload, arg);
+    }
+}
+
+void config_keys_each(config_key_fn fn, void *arg)
+{
+    keys_each(top_keys, ARRAY_LEN(top_keys), "", fn, arg);
+}
+
+static bool key_same(const key_spec_t *k, const config_t *a, const config_t *b)
+{
+    const char *fa = (const char *)a + k->off, *fb = (const char *)b + k->off;
+    switch (k->kind) {
+    case K_STR:
+        return str_same(*(char *const *)fa, *(char *const *)fb);
+    case K_BOOL:
+        return *(const bool *)fa == *(const bool *)fb;
+    case K_INT:
+    case K_ENUM:
+        return *(const int *)fa == *(const int *)fb;
+    case K_DUR:
+    case K_SIZE:
+        return *(const uint64_t *)fa == *(const uint64_t *)fb;
+    case K_ADDR: {
+        const host_port_t *x = (const host_port_t *)fa, *y = (const host_port_t *)fb;
+        return x->port == y->port && str_same(x->host, y->host);
+    }
+    case K_FN:
+        if (!k->same)
+            abort(); /* a restart-only custom key without same/carry: fix the table */
+        return k->same(a, b);
+    case K_SECTION:
+        break;
+    }
+    abort();
+}
+
+static void key_carry(const key_spec_t *k, config_t *next, const config_t *running)
+{
+    char *to = (char *)next + k->off;
+    const char *from = (const char *)running + k->off;
+    switch (k->kind) {
+    case K_STR:
+        str_carry((char **)to, *(char *const *)from);
+        return;
+    case K_BOOL:
+        *(bool *)to = *(const bool *)from;
+        return;
+    case K_INT:
+    case K_ENUM:
+        *(int *)to = *(const int *)from;
+        return;
+    case K_DUR:
+    case K_SIZE:
+        *(uint64_t *)to = *(const uint64_t *)from;
+        return;
+    case K_ADDR:
+        str_carry(&((host_port_t *)to)->host, ((const host_port_t *)from)->host);
+        ((host_port_t *)to)->port = ((const host_port_t *)from)->port;
+        return;
+    case K_FN:
+        if (!k->carry)
+            abort();
+        k->carry(next, running);
+        return;
+    case K_SECTION:
+        break;
+    }
+    abort();
+}
+
+static int merge(const key_spec_t *specs, size_t n, const char *prefix, const config_t *running,
+                 config_t *next, config_restart_fn report, void *arg)
+{
+    char name[PATH_MAX_LEN];
+    int count = 0;
+    for (size_t i = 0; i < n; i++) {
+        const key_spec_t *k = &specs[i];
+        child_path(name, prefix, k->name);
+        if (k->kind == K_SECTION) {
+            count += merge(k->sub, k->n_sub, name, running, next, report, arg);
+            continue;
+        }
+        if (k->reload != CONFIG_KEY_RESTART_ONLY || key_same(k, running, next))
+            continue;
+        if (report)
+            report(name, arg);
+        key_carry(k, next, running);
+        count++;
+    }
+    return count;
+}
+
+int config_reload_merge(const config_t *running, config_t *next, config_restart_fn report,
+                        void *arg)
+{
+    int count = merge(top_keys, ARRAY_LEN(top_keys), "", running, next, report, arg);
+    /* Derived from database_url and the PG* environment, neither of which a reload changes:
+     * the store exists or not from the start. */
+    next->store_enabled = running->store_enabled;
+    return count;
 }
 
 /* ---- document ---- */

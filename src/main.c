@@ -209,6 +209,11 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     server_check_drained();
 }
 
+static void report_restart_key(const char *name, void *arg)
+{
+    log_warn(0, "reload: %s needs a restart; the running value stays", name);
+}
+
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
 {
     const char *path = arg;
@@ -221,35 +226,9 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         config_errors_free(&errs);
         return;
     }
-    char diff[1024] = "";
-    if (config_restart_only_diff(server->cfg, neu, diff, sizeof(diff)) > 0) {
-        char *line = strtok(diff, "\n");
-        while (line) {
-            log_warn(0, "reload: %s needs a restart; the running value stays", line);
-            line = strtok(NULL, "\n");
-        }
-    }
-    /* settings that need a restart keep their running values */
+    /* settings that need a restart are named and keep their running values */
+    config_reload_merge(server->cfg, neu, report_restart_key, NULL);
     config_t *old = server->cfg;
-    host_port_t tmp;
-#define KEEP(field) (tmp = neu->field, neu->field = old->field, old->field = tmp)
-    KEEP(listen);
-    KEEP(admin_listen);
-    KEEP(upstream);
-#undef KEEP
-    char *s;
-#define KEEPS(field) (s = neu->field, neu->field = old->field, old->field = s)
-    KEEPS(upstream_url);
-    KEEPS(upstream_path);
-    KEEPS(upstream_host_header);
-    KEEPS(database_url);
-    KEEPS(upstream_ca_file);
-#undef KEEPS
-    neu->upstream_tls = old->upstream_tls;
-    neu->store_enabled = old->store_enabled;
-    neu->store_pool = old->store_pool;
-    neu->cache_entries = old->cache_entries;
-    neu->cache_bytes = old->cache_bytes;
     clamp_connections(neu, true);
     server->cfg = neu;
     proxy_reconfigure(server->proxy, neu);

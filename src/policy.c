@@ -185,19 +185,12 @@ int policy_parse_size(const char *s, uint64_t *out_bytes)
     return parse_with_units(s, units, ARRAY_LEN(units), strcasecmp, out_bytes);
 }
 
-static void free_strv(char **v, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
 void policy_tool_free(policy_tool_t *t)
 {
     if (!t)
         return;
     free(t->name);
-    free_strv(t->exclude_args, t->n_exclude_args);
+    util_strv_free(t->exclude_args, t->n_exclude_args);
     free(t->key_arg);
     t->name = NULL;
     t->exclude_args = NULL;

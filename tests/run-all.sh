@@ -5,9 +5,19 @@
 # "N passed, N failed" and exits non-zero when anything failed.
 #   BUILD=build-asan IDEMGW_BIN=build-asan/idemgw tests/run-all.sh   (what `make check-asan` runs)
 #   tests/run-all.sh tests/integration/proxy.test.mjs                 (only these integration files)
+#   tests/run-all.sh --only NAME       (one test, what `make check TEST=NAME` runs: a unit test
+#                                       binary such as test_jcs, or proxy / proxy.test.mjs)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+
+# --only NAME: one unit test binary (test_jcs) or one integration file (proxy, proxy.test.mjs),
+# and nothing else.
+only=''
+if [ "${1:-}" = --only ]; then
+    only=${2:?usage: run-all.sh --only NAME}
+    shift 2
+fi
 
 BUILD=${BUILD:-build}
 export IDEMGW_BIN=${IDEMGW_BIN:-$BUILD/idemgw}
@@ -17,6 +27,28 @@ JOBS=${TEST_JOBS:-2}
 passed=0
 failed=0
 
+shopt -s nullglob
+unit_bins=("$BUILD"/tests/test_*)
+if [ -n "$only" ]; then
+    name=${only##*/}
+    if [ -x "$BUILD/tests/$name" ]; then
+        unit_bins=("$BUILD/tests/$name")
+        set --
+        no_integration=1
+    else
+        name=${name%.test.mjs}
+        if [ -f "tests/integration/$name.test.mjs" ]; then
+            unit_bins=()
+            set -- "tests/integration/$name.test.mjs"
+        else
+            echo "run-all: no test named '$only': give a unit test binary of $BUILD/tests/" \
+                "(test_jcs) or a file of tests/integration/ (proxy, proxy.test.mjs)" >&2
+            echo "0 passed, 1 failed"
+            exit 1
+        fi
+    fi
+fi
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgw-run.XXXXXX")
 # The cluster keeps fsync on; in RAM its flushes are cheap.
 pgdir=$tmp/pg
@@ -24,7 +56,7 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
     pgdir=$(mktemp -d /dev/shm/idemgw-pg.XXXXXX)
 fi
 cleanup() {
-    scripts/pg-cluster.sh stop "$pgdir" >/dev/null 2>&1 || true
+    scripts/pg-cluster.sh remove "$pgdir" >/dev/null 2>&1 || true
     rm -rf "$tmp" "$pgdir"
 }
 trap cleanup EXIT
@@ -39,8 +71,7 @@ export IDEMGW_TEST_PG_URL=$pg_url
 echo "run-all: Postgres at $pg_url"
 
 # --- unit tests (cmocka, TAP output: one "ok"/"not ok" line per test) ------------------------
-shopt -s nullglob
-for bin in "$BUILD"/tests/test_*; do
+for bin in "${unit_bins[@]}"; do
     [ -x "$bin" ] || continue
     echo "=== $bin"
     log=$tmp/unit.log
@@ -61,6 +92,8 @@ done
 # --- integration tests (node:test, TAP reporter) ---------------------------------------------
 if [ $# -gt 0 ]; then
     files=("$@")
+elif [ -n "${no_integration:-}" ]; then
+    files=()
 else
     files=(tests/integration/*.test.mjs)
 fi

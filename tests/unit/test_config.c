@@ -723,45 +723,156 @@ static void test_origin_allowed(void **state)
     config_free(lists);
 }
 
-static void test_restart_diff(void **state)
+/* ---- reload ---- */
+
+typedef struct key_list {
+    char names[64][64];
+    config_key_reload_t reload[64];
+    size_t n;
+} key_list_t;
+
+static void collect_key(const char *name, config_key_reload_t reload, void *arg)
 {
-    config_t *a = must_load("conf/idemgw.yaml");
-    config_t *b = must_load("conf/idemgw.yaml");
-    char out[512];
-    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 0);
-    assert_string_equal(out, "");
+    key_list_t *l = arg;
+    assert_true(l->n < ARRAY_LEN(l->names));
+    assert_true(strlen(name) < sizeof(l->names[0]));
+    strcpy(l->names[l->n], name);
+    l->reload[l->n++] = reload;
+}
 
-    /* Policy, timeouts and limits are not restart-only. */
-    config_free(b);
-    b = must_load_str("upstream: http://127.0.0.1:3001/mcp\ntimeouts: {upstream: 5m}\n"
-                      "subject: {static: x}\n");
-    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 0);
-    config_free(b);
+static config_key_reload_t key_reload(const key_list_t *l, const char *name)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->names[i], name) == 0)
+            return l->reload[i];
+    fail_msg("key %s is not in the table", name);
+    return CONFIG_KEY_UNCLASSIFIED;
+}
 
-    b = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:8081\n"
-                      "upstream: https://other/mcp\n"
-                      "database_url: postgresql://u:secret@db/x\nstore: {pool: 9}\n");
-    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 4);
-    assert_string_equal(out, "listen: 127.0.0.1:8080 -> [::1]:9000\n"
-                             "upstream: http://127.0.0.1:3001/mcp -> https://other/mcp\n"
-                             "database_url changed\n"
-                             "store.pool: 4 -> 9\n");
-    assert_null(strstr(out, "secret"));
-    /* Truncation keeps a terminated string and the full count. */
-    char small[10];
-    assert_int_equal(config_restart_only_diff(a, b, small, sizeof(small)), 4);
-    assert_int_equal(strlen(small), 9);
-    assert_int_equal(config_restart_only_diff(a, b, NULL, 0), 4);
-    config_free(b);
+/* Every key says what a reload does with it: none may be silently ignored. */
+static void test_keys_classified(void **state)
+{
+    static const char *const restart_only[] = {
+        "listen",
+        "admin_listen",
+        "workers",
+        "upstream",
+        "upstream_ca_file",
+        "database_url",
+        "migrate",
+        "store.pool",
+        "store.timeout",
+        "store.sweep_interval",
+        "store.cache_entries",
+        "store.cache_bytes",
+    };
+    static const char *const reloadable[] = {
+        "timeouts.client_header",
+        "timeouts.upstream",
+        "timeouts.drain",
+        "limits.max_body",
+        "limits.max_connections",
+        "limits.upstream_pool",
+        "allowed_hosts",
+        "allowed_origins",
+        "log.level",
+        "subject",
+        "defaults",
+        "tools",
+    };
+    key_list_t l = {0};
+    config_keys_each(collect_key, &l);
+    assert_true(l.n >= ARRAY_LEN(restart_only) + ARRAY_LEN(reloadable));
+    size_t n_restart = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        if (l.reload[i] != CONFIG_KEY_RELOADABLE && l.reload[i] != CONFIG_KEY_RESTART_ONLY)
+            fail_msg("key %s does not say whether a reload may change it", l.names[i]);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(l.names[i], l.names[j]) == 0)
+                fail_msg("key %s is listed twice", l.names[i]);
+        n_restart += l.reload[i] == CONFIG_KEY_RESTART_ONLY;
+    }
+    for (size_t i = 0; i < ARRAY_LEN(restart_only); i++)
+        if (key_reload(&l, restart_only[i]) != CONFIG_KEY_RESTART_ONLY)
+            fail_msg("%s should be restart-only", restart_only[i]);
+    for (size_t i = 0; i < ARRAY_LEN(reloadable); i++)
+        if (key_reload(&l, reloadable[i]) != CONFIG_KEY_RELOADABLE)
+            fail_msg("%s should be reloadable", reloadable[i]);
+    /* A new restart-only key belongs in the list above, and in the merge test below. */
+    assert_int_equal(n_restart, ARRAY_LEN(restart_only));
+}
 
-    /* The replay cache and the upstream's CA file are sized and loaded once, at start. */
-    b = must_load_str("upstream: http://127.0.0.1:3001/mcp\nstore: {cache_entries: 5}\n"
-                      "upstream_ca_file: conf/idemgw.yaml\n");
-    assert_int_equal(config_restart_only_diff(a, b, out, sizeof(out)), 2);
-    assert_string_equal(out, "upstream_ca_file: (system store) -> conf/idemgw.yaml\n"
-                             "store.cache_entries / store.cache_bytes changed\n");
-    config_free(a);
-    config_free(b);
+typedef struct reported {
+    char text[512]; /* the names, one per line */
+} reported_t;
+
+static void report_key(const char *name, void *arg)
+{
+    reported_t *r = arg;
+    size_t used = strlen(r->text);
+    snprintf(r->text + used, sizeof(r->text) - used, "%s\n", name);
+}
+
+static void test_reload_merge(void **state)
+{
+    config_t *running = must_load("conf/idemgw.yaml");
+    config_t *next = must_load("conf/idemgw.yaml");
+    reported_t r = {""};
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 0);
+    assert_string_equal(r.text, "");
+    config_free(next);
+
+    /* Restart-only keys are named and carried; reloadable ones (a timeout, the policy, the
+     * subject, the log level) are taken. */
+    next = must_load_str("upstream: http://127.0.0.1:3001/mcp\n"
+                         "database_url: postgresql://u:secret@db/x\nmigrate: false\n"
+                         "store: {sweep_interval: 5s}\n"
+                         "timeouts: {upstream: 5m}\nsubject: {static: x}\nlog: {level: debug}\n"
+                         "defaults: {class: read}\ntools: {t: {class: idempotent}}\n");
+    assert_true(next->store_enabled);
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 3);
+    assert_string_equal(r.text, "database_url\nmigrate\nstore.sweep_interval\n");
+    assert_null(strstr(r.text, "secret"));
+    assert_null(next->database_url);
+    assert_false(next->store_enabled);
+    assert_true(next->migrate);
+    assert_int_equal(next->sweep_interval_ms, 60 * 1000);
+    assert_int_equal(next->upstream_timeout_ms, 5 * 60 * 1000);
+    assert_int_equal(next->subject.kind, SUBJECT_STATIC);
+    assert_int_equal(next->log_level, LOG_DEBUG);
+    assert_int_equal(next->policy.defaults.cls, TOOL_CLASS_READ);
+    assert_int_equal(next->policy.n_tools, 1);
+    assert_int_equal(policy_lookup(&next->policy, "t")->cls, TOOL_CLASS_IDEMPOTENT);
+    /* Merging again finds nothing left to carry. */
+    r.text[0] = '\0';
+    assert_int_equal(config_reload_merge(running, next, NULL, NULL), 0);
+    config_free(next);
+
+    /* Every other restart-only key, in table order; the upstream goes with all it derives. */
+    next = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:9001\nworkers: 3\n"
+                         "upstream: https://other:8443/x\nupstream_ca_file: conf/idemgw.yaml\n"
+                         "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n");
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 9);
+    assert_string_equal(r.text, "listen\nadmin_listen\nworkers\nupstream\nupstream_ca_file\n"
+                                "store.pool\nstore.timeout\nstore.cache_entries\n"
+                                "store.cache_bytes\n");
+    assert_string_equal(next->listen.host, "127.0.0.1");
+    assert_int_equal(next->listen.port, 8080);
+    assert_int_equal(next->admin_listen.port, 8081);
+    assert_int_equal(next->workers, 1);
+    assert_string_equal(next->upstream_url, "http://127.0.0.1:3001/mcp");
+    assert_false(next->upstream_tls);
+    assert_string_equal(next->upstream.host, "127.0.0.1");
+    assert_int_equal(next->upstream.port, 3001);
+    assert_string_equal(next->upstream_path, "/mcp");
+    assert_string_equal(next->upstream_host_header, "127.0.0.1:3001");
+    assert_null(next->upstream_ca_file);
+    assert_int_equal(next->store_pool, 4);
+    assert_int_equal(next->store_timeout_ms, 5000);
+    assert_int_equal(next->cache_entries, 100000);
+    assert_int_equal(next->cache_bytes, 64u << 20);
+    config_free(next);
+    config_free(running);
 }
 
 int main(void)
@@ -784,7 +895,8 @@ int main(void)
         cmocka_unit_test_setup(test_loopback, clear_env),
         cmocka_unit_test_setup(test_host_allowed, clear_env),
         cmocka_unit_test_setup(test_origin_allowed, clear_env),
-        cmocka_unit_test_setup(test_restart_diff, clear_env),
+        cmocka_unit_test_setup(test_keys_classified, clear_env),
+        cmocka_unit_test_setup(test_reload_merge, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
