@@ -35,7 +35,9 @@ scenarios['postgres-kill9'] = async (s) => {
   });
   let killed = false;
   const kill9 = async () => {
-    const pm = Number((await fs.readFile(path.join(pg.dir, 'data/postmaster.pid'), 'utf8')).split('\n')[0]);
+    // as root the cluster lives in a folder of its own, named in pg.dir/cluster
+    const home = (await fs.readFile(path.join(pg.dir, 'cluster'), 'utf8').catch(() => pg.dir)).trim();
+    const pm = Number((await fs.readFile(path.join(home, 'data/postmaster.pid'), 'utf8')).split('\n')[0]);
     const kids = (await new Promise((resolve) => {
       const p = spawn('pgrep', ['-P', String(pm)]);
       let out = '';

@@ -26,9 +26,20 @@ async function psql(url, sql) {
   return r.stdout.trim();
 }
 
+/** The folder holding the cluster's data/: dir itself, or (as root) the folder of its own
+ * that scripts/pg-cluster.sh made and named in dir/cluster. */
+async function clusterHome(dir) {
+  try {
+    return (await fs.readFile(path.join(dir, 'cluster'), 'utf8')).trim();
+  } catch (e) {
+    if (e.code === 'ENOENT') return dir;
+    throw e;
+  }
+}
+
 /** Every process of the cluster in dir: the postmaster and its children. */
 async function clusterPids(dir) {
-  const pidFile = await fs.readFile(path.join(dir, 'data/postmaster.pid'), 'utf8');
+  const pidFile = await fs.readFile(path.join(await clusterHome(dir), 'data/postmaster.pid'), 'utf8');
   const postmaster = Number(pidFile.split('\n')[0]);
   const kids = await run('ps', ['-o', 'pid=', '--ppid', String(postmaster)]);
   return [postmaster, ...kids.stdout.split('\n').map((s) => Number(s.trim())).filter(Boolean)];

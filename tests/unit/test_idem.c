@@ -1,0 +1,552 @@
+/* The idempotency stage against a fake exchange and a fake store: this file defines the
+ * exchange_* and store_* functions idem.c calls, so the archive's proxy and Postgres store are
+ * not linked. Each test drives one path the integration tests reach through real processes:
+ * first execution, replay (from the store and from the cache), in progress, unknown, store
+ * down or failing, no subject, a foreign answer, an agent that leaves while waiting. */
+#include "config.h"
+#include "exchange.h"
+#include "http_conn.h"
+#include "idem.h"
+#include "replay_cache.h"
+#include "store.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+/* --- the fake exchange --- */
+
+struct exchange {
+    http_request_t req;
+    mcp_msg_t msg;
+    bool waiting;
+    const response_observer_t *obs;
+    void *obs_arg;
+    bool detached;
+    int forwards;
+    bool fresh;
+    char extra[256];
+    int status;       /* of a response the stage wrote */
+    char *body;       /* that response, or the replacement answer */
+    char rextra[128]; /* its extra headers */
+    bool ended, released, replaced, discarded, cut;
+    const char *outcome;
+    char fields[256];
+};
+
+static void detach(exchange_t *ex)
+{
+    if (ex->obs && !ex->detached && ex->obs->detach)
+        ex->obs->detach(ex->obs_arg);
+    ex->detached = true;
+}
+
+const http_request_t *exchange_request(const exchange_t *ex)
+{
+    return &ex->req;
+}
+const mcp_msg_t *exchange_msg(const exchange_t *ex)
+{
+    return &ex->msg;
+}
+uint64_t exchange_conn_id(const exchange_t *ex)
+{
+    return 1;
+}
+bool exchange_agent_waiting(const exchange_t *ex)
+{
+    return ex->waiting;
+}
+void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
+{
+    ex->obs = ops;
+    ex->obs_arg = arg;
+}
+void exchange_forward(exchange_t *ex, const char *extra, bool fresh)
+{
+    ex->forwards++;
+    ex->fresh = fresh;
+    snprintf(ex->extra, sizeof(ex->extra), "%s", extra ? extra : "");
+}
+void exchange_drop_request_header(exchange_t *ex, const char *name)
+{
+    http_headers_remove(&ex->req.headers, name);
+}
+void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
+{
+    ex->status = status;
+    ex->body = xstrdup(body);
+    snprintf(ex->rextra, sizeof(ex->rextra), "%s", extra ? extra : "");
+    detach(ex);
+}
+void exchange_end(exchange_t *ex)
+{
+    ex->ended = true;
+    detach(ex);
+}
+void exchange_release(exchange_t *ex)
+{
+    ex->released = true;
+}
+void exchange_replace_answer(exchange_t *ex, const char *body)
+{
+    ex->replaced = true;
+    ex->body = xstrdup(body);
+}
+void exchange_end_upstream(exchange_t *ex)
+{
+    ex->cut = true;
+}
+void exchange_discard_upstream(exchange_t *ex)
+{
+    ex->discarded = true;
+}
+void exchange_set_outcome(exchange_t *ex, const char *outcome)
+{
+    ex->outcome = outcome;
+}
+void exchange_set_log_fields(exchange_t *ex, const char *fields)
+{
+    snprintf(ex->fields, sizeof(ex->fields), "%s", fields ? fields : "");
+}
+
+/* --- the fake store: records the last call; the test delivers its answer --- */
+
+static struct {
+    store_status_t fail_next; /* returned by the next call instead of STORE_OK */
+    int claims, finishes, gets, duplicates;
+    store_claim_cb claim_cb;
+    store_finish_cb finish_cb;
+    store_get_cb get_cb;
+    void *arg;
+    char *key, *subject, *result;
+    store_state_t state;
+} fs;
+
+const char *store_status_str(store_status_t st)
+{
+    return st == STORE_OK ? "ok" : "error";
+}
+const char *store_state_str(store_state_t st)
+{
+    static const char *const names[] = {"in_progress", "succeeded", "failed", "unknown"};
+    return names[st];
+}
+store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
+{
+    fs.claims++;
+    if (fs.fail_next)
+        return fs.fail_next;
+    free(fs.key);
+    free(fs.subject);
+    fs.key = xstrdup(req->key);
+    fs.subject = xstrdup(req->subject);
+    fs.claim_cb = cb;
+    fs.arg = arg;
+    return STORE_OK;
+}
+store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
+                            const char *result, size_t len, bool too_large, uint64_t window_ms,
+                            store_finish_cb cb, void *arg)
+{
+    fs.finishes++;
+    fs.state = state;
+    free(fs.result);
+    fs.result = result ? xstrndup(result, len) : NULL;
+    fs.finish_cb = cb;
+    fs.arg = arg;
+    return STORE_OK;
+}
+store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)
+{
+    fs.gets++;
+    fs.get_cb = cb;
+    fs.arg = arg;
+    return STORE_OK;
+}
+store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
+{
+    fs.duplicates++;
+    return STORE_OK;
+}
+int store_pending_duplicates(const store_t *s, const char *key)
+{
+    return 0;
+}
+store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
+                                  store_finish_cb cb, void *arg)
+{
+    return STORE_OK;
+}
+
+/* --- set-up --- */
+
+static const char YAML[] = "upstream: http://127.0.0.1:9/mcp\n"
+                           "subject:\n  header: X-Subject\n"
+                           "tools:\n"
+                           "  refund:\n    class: non_idempotent\n"
+                           "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n";
+
+typedef struct world {
+    struct event_base *base;
+    config_t *cfg;
+    replay_cache_t *cache;
+    server_stats_t stats;
+    idem_t *idem;
+} world_t;
+
+static world_t w;
+
+static int setup(void **state)
+{
+    memset(&w, 0, sizeof(w));
+    memset(&fs, 0, sizeof(fs));
+    config_errors_t errs = {0};
+    w.cfg = config_load_string("t.yaml", YAML, &errs);
+    if (!w.cfg) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "%s\n", errs.msgs[i]);
+        config_errors_free(&errs);
+        return -1;
+    }
+    w.base = event_base_new();
+    w.cache = replay_cache_new(100, 1 << 20);
+    idem_ctx_t ctx = {
+        .base = w.base,
+        .cfg = w.cfg,
+        .store = (store_t *)&fs, /* never dereferenced: the store functions above take it */
+        .cache = w.cache,
+        .stats = &w.stats,
+    };
+    w.idem = idem_new(&ctx);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    idem_free(w.idem);
+    replay_cache_free(w.cache);
+    event_base_free(w.base);
+    config_free(w.cfg);
+    free(fs.key);
+    free(fs.subject);
+    free(fs.result);
+    return 0;
+}
+
+static void add_header(http_headers_t *h, const char *name, const char *value)
+{
+    http_headers_add_name(h, name, strlen(name));
+    http_headers_end_name(h);
+    http_headers_add_value(h, value, strlen(value));
+    http_headers_end_value(h);
+}
+
+/* A tools/call of tool with amount, from subject (NULL: no subject header). */
+static exchange_t *call(const char *tool, int amount, const char *subject)
+{
+    exchange_t *ex = xcalloc(1, sizeof(*ex));
+    ex->waiting = true;
+    http_headers_init(&ex->req.headers);
+    if (subject)
+        add_header(&ex->req.headers, "X-Subject", subject);
+    ex->req.body = evbuffer_new();
+    evbuffer_add_printf(ex->req.body,
+                        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
+                        "{\"name\":\"%s\",\"arguments\":{\"amount\":%d}}}",
+                        tool, amount);
+    size_t len = evbuffer_get_length(ex->req.body);
+    assert_int_equal(mcp_parse((const char *)evbuffer_pullup(ex->req.body, -1), len, &ex->msg),
+                     MCP_OK);
+    idem_call(w.idem, ex);
+    return ex;
+}
+
+static void free_call(exchange_t *ex)
+{
+    detach(ex);
+    mcp_msg_free(&ex->msg);
+    http_headers_free(&ex->req.headers);
+    evbuffer_free(ex->req.body);
+    free(ex->body);
+    free(ex);
+}
+
+static void deliver_acquired(void)
+{
+    store_claim_result_t res = {.acquired = true, .fence = 1, .attempts = 1};
+    fs.claim_cb(STORE_OK, &res, fs.arg);
+}
+
+static void deliver_row(store_state_t state, const char *result)
+{
+    store_claim_result_t res = {.acquired = false};
+    res.row.state = state;
+    res.row.attempts = 1;
+    res.row.result = result;
+    res.row.result_len = result ? strlen(result) : 0;
+    res.row.created_at = "2026-12-03T10:00:00.000Z";
+    res.row.expires_in_ms = 60000;
+    fs.claim_cb(STORE_OK, &res, fs.arg);
+}
+
+/* The upstream answers 200 with a JSON body. */
+static observe_t answer_json(exchange_t *ex, const char *body)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    add_header(&h, "Content-Type", "application/json");
+    assert_int_equal(ex->obs->on_head(ex->obs_arg, 200, &h, false), OBSERVE_HOLD);
+    http_headers_free(&h);
+    ex->obs->on_body(ex->obs_arg, body, strlen(body));
+    return ex->obs->on_end(ex->obs_arg, UPSTREAM_OK);
+}
+
+static const char RESULT[] =
+    "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"ok\"}]}}";
+
+/* --- tests --- */
+
+static void first_execution_forwards_once_and_records(void **state)
+{
+    exchange_t *ex = call("refund", 5, "alice");
+    assert_int_equal(fs.claims, 1);
+    assert_string_equal(fs.subject, "alice"); /* passed as is, not parsed out of the key */
+    assert_int_equal(ex->forwards, 0);
+    deliver_acquired();
+    assert_int_equal(ex->forwards, 1);
+    assert_true(ex->fresh);
+    assert_non_null(strstr(ex->extra, "Accept-Encoding: identity"));
+    assert_int_equal(answer_json(ex, RESULT), OBSERVE_HOLD);
+    assert_int_equal(fs.finishes, 1);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_non_null(strstr(fs.result, "\"text\":\"ok\""));
+    assert_false(ex->released); /* held until the store has it */
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_true(ex->released);
+    assert_string_equal(ex->outcome, "executed");
+    assert_non_null(strstr(ex->fields, "\"recorded\":\"succeeded\""));
+    assert_int_equal(w.stats.executions, 1);
+    free_call(ex);
+
+    /* the same call again: answered from this process's cache, no claim */
+    exchange_t *again = call("refund", 5, "alice");
+    assert_int_equal(fs.claims, 1);
+    assert_int_equal(again->status, 200);
+    assert_non_null(strstr(again->body, "\"replayed\":true"));
+    assert_non_null(strstr(again->body, "\"text\":\"ok\""));
+    assert_string_equal(again->rextra, "Idempotent-Replayed: true\r\n");
+    assert_int_equal(w.stats.cache_replays, 1);
+    free_call(again);
+}
+
+static void replay_from_the_store(void **state)
+{
+    exchange_t *ex = call("refund", 6, "alice");
+    deliver_row(STORE_STATE_SUCCEEDED, "{\"content\":[{\"type\":\"text\",\"text\":\"stored\"}]}");
+    assert_int_equal(ex->forwards, 0);
+    assert_string_equal(ex->outcome, "replay");
+    assert_non_null(strstr(ex->body, "\"text\":\"stored\""));
+    assert_non_null(strstr(ex->body, "\"attempts\":2"));
+    assert_int_equal(fs.duplicates, 1);
+    assert_int_equal(w.stats.replays, 1);
+    free_call(ex);
+}
+
+static void in_progress_is_not_forwarded(void **state)
+{
+    exchange_t *ex = call("refund", 7, "alice");
+    deliver_row(STORE_STATE_IN_PROGRESS, NULL);
+    assert_int_equal(ex->forwards, 0);
+    assert_string_equal(ex->outcome, "in_progress");
+    assert_non_null(strstr(ex->body, "\"code\":\"in_progress\""));
+    assert_non_null(strstr(ex->body, "Do not retry it right now"));
+    assert_int_equal(w.stats.in_progress, 1);
+    free_call(ex);
+}
+
+static void unknown_outcome_is_held(void **state)
+{
+    exchange_t *ex = call("refund", 8, "alice");
+    deliver_row(STORE_STATE_UNKNOWN, NULL);
+    assert_int_equal(ex->forwards, 0);
+    assert_string_equal(ex->outcome, "unknown");
+    assert_non_null(strstr(ex->body, "\"code\":\"outcome_unknown\""));
+    free_call(ex);
+}
+
+static void store_down_refuses_safe_to_retry(void **state)
+{
+    fs.fail_next = STORE_ERR_UNAVAILABLE;
+    exchange_t *ex = call("refund", 9, "alice");
+    assert_int_equal(ex->forwards, 0);
+    assert_string_equal(ex->outcome, "refused");
+    assert_non_null(strstr(ex->body, "\"code\":\"store_unavailable\""));
+    assert_non_null(strstr(ex->body, "safe to retry"));
+    assert_int_equal(w.stats.refused, 1);
+    free_call(ex);
+}
+
+static void statement_error_never_says_retry_later(void **state)
+{
+    exchange_t *ex = call("refund", 10, "alice");
+    fs.claim_cb(STORE_ERR_STATEMENT, NULL, fs.arg);
+    assert_int_equal(ex->forwards, 0);
+    assert_non_null(strstr(ex->body, "\"code\":\"store_error\""));
+    assert_null(strstr(ex->body, "retry the same call later"));
+    assert_int_equal(w.stats.store_errors, 1);
+    free_call(ex);
+}
+
+static void no_subject_refuses_before_the_store(void **state)
+{
+    exchange_t *ex = call("refund", 11, NULL);
+    assert_int_equal(fs.claims, 0);
+    assert_non_null(strstr(ex->body, "\"code\":\"no_subject\""));
+    assert_non_null(strstr(ex->body, "X-Subject"));
+    assert_null(strstr(ex->body, "key_hash")); /* no key was derived */
+    free_call(ex);
+}
+
+static void foreign_answer_is_replaced_and_recorded_unknown(void **state)
+{
+    exchange_t *ex = call("refund", 12, "alice");
+    deliver_acquired();
+    const char *other = "{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{\"content\":[]}}";
+    assert_int_equal(answer_json(ex, other), OBSERVE_HOLD);
+    assert_true(ex->discarded);
+    assert_int_equal(fs.state, STORE_STATE_UNKNOWN);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_true(ex->replaced);
+    assert_false(ex->released);
+    assert_non_null(strstr(ex->body, "a different request"));
+    assert_null(strstr(ex->body, "\"id\":99"));
+    free_call(ex);
+}
+
+static void cut_answer_is_held_as_unknown(void **state)
+{
+    exchange_t *ex = call("refund", 13, "alice");
+    deliver_acquired();
+    assert_int_equal(ex->obs->on_end(ex->obs_arg, UPSTREAM_ERR_CLOSED), OBSERVE_HOLD);
+    assert_int_equal(fs.state, STORE_STATE_UNKNOWN);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_true(ex->released);
+    assert_string_equal(ex->outcome, "unknown");
+    free_call(ex);
+}
+
+static void unreachable_upstream_is_released(void **state)
+{
+    exchange_t *ex = call("refund", 14, "alice");
+    deliver_acquired();
+    assert_int_equal(ex->obs->on_end(ex->obs_arg, UPSTREAM_ERR_CONNECT), OBSERVE_HOLD);
+    assert_int_equal(fs.state, STORE_STATE_FAILED); /* never sent: the next attempt may run */
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_string_equal(ex->outcome, "not_sent");
+    free_call(ex);
+}
+
+static void tool_error_is_released(void **state)
+{
+    exchange_t *ex = call("refund", 15, "alice");
+    deliver_acquired();
+    const char *err = "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"isError\":true,\"content\":[]}}";
+    answer_json(ex, err);
+    assert_int_equal(fs.state, STORE_STATE_FAILED);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_true(ex->released);
+    free_call(ex);
+}
+
+static void failed_write_still_answers_the_agent(void **state)
+{
+    exchange_t *ex = call("refund", 16, "alice");
+    deliver_acquired();
+    answer_json(ex, RESULT);
+    fs.finish_cb(STORE_ERR_UNAVAILABLE, false, fs.arg);
+    assert_true(ex->released);
+    assert_int_equal(w.stats.store_errors, 1);
+    free_call(ex);
+    /* not cached: the store does not have it */
+    exchange_t *again = call("refund", 16, "alice");
+    assert_int_equal(fs.claims, 2);
+    free_call(again);
+}
+
+static void agent_gone_while_waiting_ends_the_call(void **state)
+{
+    exchange_t *ex = call("refund_wait", 17, "alice");
+    deliver_row(STORE_STATE_IN_PROGRESS, NULL);
+    assert_null(ex->body); /* waiting, not answered */
+    ex->waiting = false;   /* the agent leaves */
+    event_base_loop(w.base, EVLOOP_ONCE); /* the first poll */
+    assert_true(ex->ended);
+    assert_int_equal(fs.gets, 0);
+    assert_int_equal(ex->forwards, 0);
+    free_call(ex);
+}
+
+static void waiting_duplicate_gets_the_result(void **state)
+{
+    exchange_t *ex = call("refund_wait", 18, "alice");
+    deliver_row(STORE_STATE_IN_PROGRESS, NULL);
+    event_base_loop(w.base, EVLOOP_ONCE);
+    assert_int_equal(fs.gets, 1);
+    store_row_t row = {.state = STORE_STATE_SUCCEEDED,
+                       .attempts = 1,
+                       .result = "{\"content\":[]}",
+                       .result_len = 14,
+                       .created_at = "2026-12-03T10:00:00.000Z"};
+    fs.get_cb(STORE_OK, &row, fs.arg);
+    assert_string_equal(ex->outcome, "replay");
+    assert_int_equal(ex->forwards, 0);
+    free_call(ex);
+}
+
+static void other_arguments_get_another_key(void **state)
+{
+    exchange_t *a = call("refund", 19, "alice");
+    char *key_a = xstrdup(fs.key);
+    exchange_t *b = call("refund", 20, "alice");
+    exchange_t *c = call("refund", 19, "bob");
+    assert_string_not_equal(key_a, fs.key);
+    deliver_acquired(); /* c's claim */
+    assert_int_equal(c->forwards, 1);
+    free(key_a);
+    free_call(a);
+    free_call(b);
+    free_call(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(first_execution_forwards_once_and_records, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(replay_from_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(in_progress_is_not_forwarded, setup, teardown),
+        cmocka_unit_test_setup_teardown(unknown_outcome_is_held, setup, teardown),
+        cmocka_unit_test_setup_teardown(store_down_refuses_safe_to_retry, setup, teardown),
+        cmocka_unit_test_setup_teardown(statement_error_never_says_retry_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(no_subject_refuses_before_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(foreign_answer_is_replaced_and_recorded_unknown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(cut_answer_is_held_as_unknown, setup, teardown),
+        cmocka_unit_test_setup_teardown(unreachable_upstream_is_released, setup, teardown),
+        cmocka_unit_test_setup_teardown(tool_error_is_released, setup, teardown),
+        cmocka_unit_test_setup_teardown(failed_write_still_answers_the_agent, setup, teardown),
+        cmocka_unit_test_setup_teardown(agent_gone_while_waiting_ends_the_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(waiting_duplicate_gets_the_result, setup, teardown),
+        cmocka_unit_test_setup_teardown(other_arguments_get_another_key, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("idem", tests, NULL, NULL);
+}
