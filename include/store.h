@@ -1,4 +1,5 @@
-/* The key store: PostgreSQL through libpq in non-blocking mode on the libevent loop.
+/* The key store: an interface (store_ops_t) over a backend; Postgres (store_pg.h), through
+ * libpq in non-blocking mode on the libevent loop, is the first.
  *
  * One table (see sql/). A claim is one atomic statement that inserts, takes over (expired,
  * failed, or in progress past its lease when the caller allows it) or returns the existing
@@ -94,11 +95,6 @@ typedef struct store_options {
     int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;
 
-/* Creates the store and starts connecting in the background. When the database is reachable
- * at start, migrations are applied before this returns (blocking, once); when it is not, the
- * store keeps retrying with backoff and migrates on the first successful connection. Returns
- * NULL only for errors that retrying cannot fix (schema newer than known), with msg set. */
-store_t *store_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen);
 /* Fails pending and queued calls with STORE_ERR_SHUTDOWN (callbacks run before it returns,
  * the one exception to the contract above) and frees everything. Must not be called from
  * inside a store callback. */
@@ -150,5 +146,29 @@ typedef struct store_stats {
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);
+
+/* A backend: the operations above, on its own state (impl). Each follows the contract of the
+ * function of the same name. The Postgres backend is store_pg.h. */
+typedef struct store_ops {
+    const char *name; /* "postgres", for logs */
+    store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb,
+                            void *arg);
+    store_status_t (*finish)(void *impl, const char *key, int64_t fence, store_state_t state,
+                             const char *result, size_t result_len, bool too_large,
+                             uint64_t window_ms, store_finish_cb cb, void *arg);
+    store_status_t (*get)(void *impl, const char *key, store_get_cb cb, void *arg);
+    store_status_t (*note_duplicate)(void *impl, const char *key, store_finish_cb cb, void *arg);
+    int (*pending_duplicates)(const void *impl, const char *key);
+    store_status_t (*extend_lease)(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
+                                   store_finish_cb cb, void *arg);
+    store_status_t (*sweep_now)(void *impl, store_finish_cb cb, void *arg);
+    bool (*ready)(const void *impl);
+    void (*get_stats)(const void *impl, store_stats_t *out);
+    void (*free)(void *impl);
+} store_ops_t;
+
+/* A store over a backend's state; store_free frees impl with ops->free. */
+store_t *store_from_ops(const store_ops_t *ops, void *impl);
+const char *store_backend_name(const store_t *s);
 
 #endif

@@ -10,6 +10,7 @@
 #include "replay_cache.h"
 #include "server.h"
 #include "store.h"
+#include "store_pg.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -359,7 +360,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             .sweep_interval_ms = cfg->sweep_interval_ms,
             .sweep_batch = 1000,
         };
-        server->store = store_new(server->base, &so, msg, sizeof(msg));
+        server->store = store_pg_new(server->base, &so, msg, sizeof(msg));
         if (!server->store) {
             fprintf(stderr, "idemgw: store: %s\n", msg);
             goto out;

@@ -2,7 +2,7 @@
  * bring the schema up to date if nobody has yet, prepare the statements, then enter pipeline
  * mode and carry up to STORE_PIPELINE_DEPTH statements at a time. A connection that dies fails
  * its ops in flight, closes, and reconnects after a backoff. Also the blocking migration used
- * once by store_new.
+ * once by store_pg_new.
  *
  * Pipeline mode: with one statement at a time, each connection idles for a full round trip per
  * statement. Each op is sent as its prepared statement followed by its own sync, so every op is
@@ -105,7 +105,7 @@ static const char *pg_msg(PGconn *pg, char *buf, size_t len)
     return buf;
 }
 
-void store_conn_params(const store_t *s, const char **kw, const char **val)
+void store_conn_params(const store_pg_t *s, const char **kw, const char **val)
 {
     /* Defaults first: with expand_dbname the operator's conninfo, expanded from dbname, wins.
      * Keepalives and a TCP user timeout notice a vanished server without a FIN. */
@@ -162,7 +162,7 @@ static store_status_t migrate_plan(int db_version, bool migrate, char **sql, boo
     return STORE_OK;
 }
 
-store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen)
+store_status_t store_migrate_sync(store_pg_t *s, char *msg, size_t msglen)
 {
     const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char err[512], *sql = NULL;
@@ -208,7 +208,7 @@ out:
     return st;
 }
 
-void store_conn_init(store_t *s, store_conn_t *c, int id)
+void store_conn_init(store_pg_t *s, store_conn_t *c, int id)
 {
     memset(c, 0, sizeof(*c));
     c->s = s;
@@ -278,7 +278,7 @@ static store_op_t *conn_take_inflight(store_conn_t *c)
 
 static void conn_dead(store_conn_t *c, const char *why)
 {
-    store_t *s = c->s;
+    store_pg_t *s = c->s;
     bool was_up = c->state == STORE_CONN_IDLE || c->state == STORE_CONN_BUSY;
     store_op_t *op = conn_take_inflight(c);
 
@@ -360,7 +360,7 @@ static void conn_prepare_next(store_conn_t *c)
 
 static void conn_connected(store_conn_t *c)
 {
-    store_t *s = c->s;
+    store_pg_t *s = c->s;
     PQsetNoticeProcessor(c->pg, notice_cb, NULL);
     conn_watch(c, EV_READ, true);
     c->step = 0;
@@ -380,7 +380,7 @@ static void conn_connected(store_conn_t *c)
 /* A migration step's statement finished; res is owned here. */
 static void conn_migrate_step(store_conn_t *c, PGresult *res)
 {
-    store_t *s = c->s;
+    store_pg_t *s = c->s;
     char msg[512];
     char *sql = NULL;
 
@@ -433,11 +433,11 @@ static void conn_dead_result(store_conn_t *c, const char *prefix, PGresult *res)
 }
 
 /* A claim is only as durable as the commit that wrote it: the sessions ask for
- * synchronous_commit=on (see store_new); a server that does not flush at all is worth a
+ * synchronous_commit=on (see store_pg_new); a server that does not flush at all is worth a
  * warning, once. Takes res. */
 static void conn_check_settings(store_conn_t *c, PGresult *res)
 {
-    store_t *s = c->s;
+    store_pg_t *s = c->s;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         conn_dead_result(c, "reading settings: ", res);
         return;
@@ -659,7 +659,7 @@ static void conn_on_io(evutil_socket_t fd, short what, void *arg)
 
 void store_conn_start(store_conn_t *c)
 {
-    store_t *s = c->s;
+    store_pg_t *s = c->s;
     const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char err[256];
 

@@ -13,6 +13,8 @@
 struct event;
 struct event_base;
 
+typedef struct store_pg store_pg_t;
+
 typedef enum {
     STORE_OP_CLAIM = 0,
     STORE_OP_FINISH,
@@ -47,9 +49,9 @@ typedef struct store_op {
     bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
     int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
-    store_t *store;             /* set when submitted */
+    store_pg_t *store;             /* set when submitted */
     struct store_conn *conn;    /* the connection carrying it; NULL while queued */
-    struct event *deadline_ev;  /* the client-side deadline (store_t.op_deadline_ms) */
+    struct event *deadline_ev;  /* the client-side deadline (store_pg_t.op_deadline_ms) */
     uint64_t deadline_wall_ms;  /* the same deadline by the wall clock, for the claim's own */
 } store_op_t;
 
@@ -64,7 +66,7 @@ typedef enum {
 } store_conn_state_t;
 
 typedef struct store_conn {
-    store_t *s;
+    store_pg_t *s;
     int id;                   /* 1-based, for log lines */
     store_conn_state_t state; /* changed only in store_conn_set_state() */
     PGconn *pg;
@@ -91,7 +93,7 @@ typedef struct store_dup {
     int count;
 } store_dup_t;
 
-struct store {
+struct store_pg {
     struct event_base *base;
     char *conninfo; /* NULL = PG* environment */
     int pool_size;
@@ -124,7 +126,7 @@ struct store {
 };
 
 /* store_conn.c */
-void store_conn_init(store_t *s, store_conn_t *c, int id);
+void store_conn_init(store_pg_t *s, store_conn_t *c, int id);
 void store_conn_start(store_conn_t *c);
 /* Room for one more op: ready and fewer than STORE_PIPELINE_DEPTH in flight. */
 bool store_conn_can_send(const store_conn_t *c);
@@ -136,25 +138,25 @@ bool store_conn_send(store_conn_t *c, store_op_t *op);
 void store_conn_abort(store_conn_t *c, const char *why);
 /* Tears down the connection for store_free; hands back the ops in flight (a list), if any. */
 store_op_t *store_conn_close(store_conn_t *c);
-/* Blocking migration at store_new. UNAVAILABLE: could not connect (retry in the background). */
-store_status_t store_migrate_sync(store_t *s, char *msg, size_t msglen);
+/* Blocking migration at store_pg_new. UNAVAILABLE: could not connect (retry in the background). */
+store_status_t store_migrate_sync(store_pg_t *s, char *msg, size_t msglen);
 /* Connection parameters shared by the blocking and the non-blocking connects: arrays of
  * STORE_CONN_PARAMS entries. */
 #define STORE_CONN_PARAMS 12
-void store_conn_params(const store_t *s, const char **kw, const char **val);
+void store_conn_params(const store_pg_t *s, const char **kw, const char **val);
 
 /* store.c, called by store_conn.c */
 const char *store_stmt_name(store_op_kind_t kind);
 const char *store_stmt_sql(store_op_kind_t kind);
 /* A connection became IDLE (or finished an op): hand it queued work. */
-void store_pump(store_t *s);
+void store_pump(store_pg_t *s);
 /* The oldest op in flight on a connection completed with res (owned by the callee). It is off
  * the connection's list already; the callee may send more ops, on any connection. */
-void store_op_done(store_t *s, store_op_t *op, PGresult *res);
+void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res);
 /* The op cannot complete: its callback runs from the loop with st. */
-void store_op_fail(store_t *s, store_op_t *op, store_status_t st);
+void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st);
 /* A connection went down: when none is up, fail what is queued. */
-void store_conn_lost(store_t *s);
-int store_up_count(const store_t *s);
+void store_conn_lost(store_pg_t *s);
+int store_up_count(const store_pg_t *s);
 
 #endif

@@ -119,7 +119,7 @@ def print_table(d):
                       f"p99 {fmt(ms(p['idemgw']['p99_us']), 2)} ms, {fmt(p['rows_finished'])} keys finished)",
                   f"    pgbench ceiling (claim+finish, {p['pgbench'].get('clients')} clients): {fmt(p['pgbench']['tps'])} tps"
                   f"  -> idemgw / ceiling = {fmt(p['ratio_idemgw_pgbench'], 2)}"
-                  + ("" if p.get("sql_matches_store") else "   [WARNING: pgbench SQL differs from src/store.c]")]
+                  + ("" if p.get("sql_matches_store") else "   [WARNING: pgbench SQL differs from src/store_pg.c]")]
     r = d["replay"]
     if r:
         lines += ["", f"(3) replays ({r['conns']} conns): {fmt(r['idemgw']['rps'])} req/s, p99 {fmt(ms(r['idemgw']['p99_us']), 2)} ms"

@@ -3,12 +3,13 @@
  *   make build/obj/store.o build/obj/store_conn.o build/obj/gen/migrations.o build/obj/log.o \
  *        build/obj/util.o
  *   cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude $(pkg-config --cflags libpq) \
- *      tests/bench/bench_store.c build/obj/{store,store_conn,log,util}.o \
+ *      tests/bench/bench_store.c build/obj/{store,store_pg,store_conn,log,util}.o \
  *      build/obj/gen/migrations.o $(pkg-config --libs libevent libpq openssl) -o build/bench_store
  *   build/bench_store URL [count] [pool] [inflight]
  * Uses its own table rows (prefix "bench:<pid>:") and deletes nothing: use a scratch database. */
 #include "log.h"
 #include "store.h"
+#include "store_pg.h"
 #include "util.h"
 
 #include <event2/event.h>
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
     base = event_base_new();
     store_options_t opt = {.conninfo = argv[1], .pool_size = pool, .migrate = true};
     char msg[512];
-    store = store_new(base, &opt, msg, sizeof(msg));
+    store = store_pg_new(base, &opt, msg, sizeof(msg));
     if (!store) {
         fprintf(stderr, "%s\n", msg);
         return 1;

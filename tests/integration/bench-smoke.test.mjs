@@ -53,7 +53,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
 
   assert.ok(doc.protected.idemgw && doc.protected.pgbench && 'ratio_idemgw_pgbench' in doc.protected);
   assert.equal(doc.protected.idemgw.non2xx, 0);
-  assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store.c');
+  assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store_pg.c');
 
   assert.ok(doc.replay.idemgw && doc.replay.passthrough && 'ratio_replay_passthrough' in doc.replay);
   assert.equal(doc.replay.idemgw.non2xx, 0);

@@ -1,6 +1,6 @@
 /* The idempotency stage against a fake exchange and a fake store: this file defines the
- * exchange_* and store_* functions idem.c calls, so the archive's proxy and Postgres store are
- * not linked. Each test drives one path the integration tests reach through real processes:
+ * exchange_* functions idem.c calls (so the archive's proxy is not linked) and a store backend
+ * (store_from_ops) whose calls the test answers itself. Each test drives one path the integration tests reach through real processes:
  * first execution, replay (from the store and from the cache), in progress, unknown, store
  * down or failing, no subject, a foreign answer, an agent that leaves while waiting. */
 #include "config.h"
@@ -131,16 +131,8 @@ static struct {
     store_state_t state;
 } fs;
 
-const char *store_status_str(store_status_t st)
-{
-    return st == STORE_OK ? "ok" : "error";
-}
-const char *store_state_str(store_state_t st)
-{
-    static const char *const names[] = {"in_progress", "succeeded", "failed", "unknown"};
-    return names[st];
-}
-store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
+static store_status_t fake_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
+                                 void *arg)
 {
     fs.claims++;
     if (fs.fail_next)
@@ -153,7 +145,7 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
     fs.arg = arg;
     return STORE_OK;
 }
-store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
+static store_status_t fake_finish(void *impl, const char *key, int64_t fence, store_state_t state,
                             const char *result, size_t len, bool too_large, uint64_t window_ms,
                             store_finish_cb cb, void *arg)
 {
@@ -165,27 +157,49 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
     fs.arg = arg;
     return STORE_OK;
 }
-store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)
+static store_status_t fake_get(void *impl, const char *key, store_get_cb cb, void *arg)
 {
     fs.gets++;
     fs.get_cb = cb;
     fs.arg = arg;
     return STORE_OK;
 }
-store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
+static store_status_t fake_note_duplicate(void *impl, const char *key, store_finish_cb cb,
+                                          void *arg)
 {
     fs.duplicates++;
     return STORE_OK;
 }
-int store_pending_duplicates(const store_t *s, const char *key)
+static int fake_pending_duplicates(const void *impl, const char *key)
 {
     return 0;
 }
-store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
+static store_status_t fake_extend_lease(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
                                   store_finish_cb cb, void *arg)
 {
     return STORE_OK;
 }
+
+static bool fake_ready(const void *impl)
+{
+    return true;
+}
+
+static void fake_free(void *impl)
+{
+}
+
+static const store_ops_t fake_ops = {
+    .name = "fake",
+    .claim = fake_claim,
+    .finish = fake_finish,
+    .get = fake_get,
+    .note_duplicate = fake_note_duplicate,
+    .pending_duplicates = fake_pending_duplicates,
+    .extend_lease = fake_extend_lease,
+    .ready = fake_ready,
+    .free = fake_free,
+};
 
 /* --- set-up --- */
 
@@ -199,6 +213,7 @@ typedef struct world {
     struct event_base *base;
     config_t *cfg;
     replay_cache_t *cache;
+    store_t *store;
     server_stats_t stats;
     idem_t *idem;
 } world_t;
@@ -219,10 +234,11 @@ static int setup(void **state)
     }
     w.base = event_base_new();
     w.cache = replay_cache_new(100, 1 << 20);
+    w.store = store_from_ops(&fake_ops, &fs);
     idem_ctx_t ctx = {
         .base = w.base,
         .cfg = w.cfg,
-        .store = (store_t *)&fs, /* never dereferenced: the store functions above take it */
+        .store = w.store,
         .cache = w.cache,
         .stats = &w.stats,
     };
@@ -233,6 +249,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     idem_free(w.idem);
+    store_free(w.store);
     replay_cache_free(w.cache);
     event_base_free(w.base);
     config_free(w.cfg);

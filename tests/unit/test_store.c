@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "store.h"
+#include "store_pg.h"
 #include "util.h"
 
 #include <event2/event.h>
@@ -145,9 +146,9 @@ static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_
                            .sweep_interval_ms = sweep_ms,
                            .sweep_batch = batch};
     char msg[512] = "";
-    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
     if (!s)
-        fprintf(stderr, "store_new: %s\n", msg);
+        fprintf(stderr, "store_pg_new: %s\n", msg);
     assert_non_null(s);
     assert_true(wait_for(is_ready, s, 10000));
     return s;
@@ -364,7 +365,7 @@ static void test_newer_schema_refused(void **state)
     free(sql);
     store_options_t opt = {.conninfo = db_conninfo, .pool_size = 1, .migrate = true};
     char msg[512] = "";
-    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, "newer"));
     sql = xasprintf("DELETE FROM schema_migrations WHERE version = %d", store_schema_version() + 1);
@@ -383,7 +384,7 @@ static void test_missing_schema_without_migrate_refused(void **state)
     char *ci = conninfo_for(admin_url, other);
     store_options_t opt = {.conninfo = ci, .pool_size = 1, .migrate = false};
     char msg[512] = "";
-    store_t *s = store_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, "migrations are disabled"));
     /* nothing was created behind the operator's back (the check ran in a rolled back txn) */

@@ -1,0 +1,21 @@
+/* The Postgres backend of the store (store.h): a pool of non-blocking libpq connections on the
+ * event loop, migrations, the one-statement claim, fenced finish, sweeper. */
+#ifndef IDEMGW_STORE_PG_H
+#define IDEMGW_STORE_PG_H
+
+#include "store.h"
+
+#include <stddef.h>
+
+struct event_base;
+
+extern const store_ops_t store_pg_ops;
+
+/* Creates the store and starts connecting in the background. When the database is reachable
+ * at start, migrations are applied before this returns (blocking, once); when it is not, the
+ * store keeps retrying with backoff and migrates on the first successful connection. Returns
+ * NULL only for errors that retrying cannot fix (schema newer than known), with msg set. */
+store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg,
+                      size_t msglen);
+
+#endif

@@ -1,0 +1,1148 @@
+/* The key store: public calls, the statements, the FIFO of waiting calls, result parsing and
+ * the sweeper. The connections themselves live in store_conn.c.
+ *
+ * Deadlines: every session runs with statement_timeout and lock_timeout = store.timeout, so a
+ * statement stuck behind a lock is cancelled by the server (rolled back: a claim that missed
+ * its deadline holds nothing) and fails as STORE_ERR_UNAVAILABLE. A server that does not
+ * answer at all is caught by a client-side timer per op, 1.5 times that: the connection
+ * carrying the op is closed and its ops fail as unavailable; an op still queued is failed.
+ *
+ * Failure policy: when no connection is up, calls are refused at once with
+ * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
+ * drains minutes later). Calls already queued when the last connection goes down fail the same
+ * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
+ * not its statement ran.
+ *
+ * Duplicates are counted in memory (a small hash table of key -> count) and written every
+ * DUP_FLUSH_MS in one statement: under many replays of one key, an UPDATE per replay would
+ * queue up on that row's lock. A count is lost if the gateway dies before the flush; attempts
+ * is a statistic, not part of the protocol. */
+#include "store_int.h"
+#include "store_pg.h"
+
+#include "log.h"
+#include "store_migrations.h"
+#include "util.h"
+
+#include <event2/event.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define QUEUE_MAX 10000
+#define DUP_FLUSH_MS 500
+#define DUP_FLUSH_KEYS 4096 /* a flush starts early when this many keys wait */
+#define CLAIM_RETRIES 5
+/* Durations are clamped so now() + interval stays inside timestamptz (~30 years). */
+#define DURATION_MAX_MS UINT64_C(1000000000000)
+
+/* Columns every row-returning statement ends with, parsed by parse_row(); k is idem_keys. */
+#define ROW_COLS                                                                                   \
+    "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                  \
+    "(k.state = 'in_progress' AND k.lease_until <= now()), "                                       \
+    "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "              \
+    "k.first_session_id, k.first_jsonrpc_id, "                                                     \
+    "greatest(0, extract(epoch FROM k.expires_at - now()) * 1000)::bigint"
+enum {
+    COL_ACQUIRED = 0,
+    COL_STALE,
+    COL_STATE,
+    COL_FENCE,
+    COL_ATTEMPTS,
+    COL_DIGEST,
+    COL_RESULT,
+    COL_TOO_LARGE,
+    COL_LEASE_EXPIRED,
+    COL_CREATED,
+    COL_SESSION,
+    COL_JSONRPC,
+    COL_EXPIRES_IN,
+    COL_COUNT_
+};
+
+/* The row may be taken over by this claim ($4 digest, $10 takeover flag). An explicit key
+ * reused with other arguments has a different digest and is never taken over unless expired:
+ * the caller must see it to refuse the call. */
+#define TAKEOVER_COND(k, digest)                                                                   \
+    "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"    \
+    " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND $10::boolean))))"
+
+/* The claim's own deadline ($11: epoch milliseconds by the database's clock). A claim the
+ * gateway gave up on may still reach the database later: a backend that was stopped, or one
+ * still waiting for a lock when its connection was closed, runs it once it can. Past the
+ * deadline it inserts and takes over nothing, so no call the gateway refused holds its key. */
+#define CLAIM_IN_TIME "clock_timestamp() <= to_timestamp($11::bigint / 1000.0)"
+
+/* One round trip: insert, take over, or return the existing row. When the conflicting row was
+ * committed after this statement's snapshot, the fallback SELECT sees nothing (or an older
+ * version that looks claimable, flagged "stale"); the caller re-runs the statement. An expired
+ * row starts a new life (created_at, attempts, first ids) but keeps counting its fence, so a
+ * stalled finish from its previous life cannot match. */
+static const char claim_sql[] =
+    "WITH ins AS ("
+    " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
+    "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
+    "  expires_at)"
+    " SELECT $1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress'::text, 1, 1,"
+    "  $6::text, $7::text, now() + $8::bigint * interval '1 millisecond', now(), now(),"
+    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond'"
+    " WHERE " CLAIM_IN_TIME " ON CONFLICT (key) DO UPDATE SET"
+    "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
+    "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
+    "  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
+    "  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"
+    "  first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"
+    "   ELSE k.first_session_id END,"
+    "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
+    "   ELSE k.first_jsonrpc_id END,"
+    "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
+    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
+    " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
+        "k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
+                                     " SELECT * FROM ins"
+                                     " UNION ALL"
+                                     " SELECT false, " TAKEOVER_COND(
+                                         "k", "$4::text") ", " ROW_COLS " FROM idem_keys k"
+                                                          " WHERE k.key = $1::text AND NOT EXISTS "
+                                                          "(SELECT 1 FROM ins)";
+
+static const char finish_sql[] =
+    "UPDATE idem_keys SET state = $3::text, result = $4::bytea, result_too_large = $5::boolean,"
+    " updated_at = now(), finished_at = now(),"
+    " expires_at = now() + $6::bigint * interval '1 millisecond'"
+    " WHERE key = $1::text AND fence = $2::bigint";
+
+static const char get_sql[] =
+    "SELECT false, false, " ROW_COLS " FROM idem_keys k WHERE k.key = $1::text";
+
+/* Adds the duplicates counted since the last flush: $1 keys (distinct), $2 counts. The rows
+ * are locked in key order first, so two gateways flushing overlapping keys cannot deadlock. A
+ * key whose row is gone (swept) is skipped. */
+static const char dup_sql[] =
+    "WITH d AS (SELECT * FROM unnest($1::text[], $2::integer[]) AS d(key, n)),"
+    " l AS MATERIALIZED (SELECT k.key FROM idem_keys k WHERE k.key IN (SELECT d.key FROM d)"
+    "  ORDER BY k.key FOR UPDATE)"
+    " UPDATE idem_keys k SET attempts = k.attempts + d.n, updated_at = now()"
+    " FROM d JOIN l ON l.key = d.key WHERE k.key = d.key";
+
+/* Keeps a live call's claim from being counted as lost while its stream still runs. */
+static const char extend_sql[] =
+    "UPDATE idem_keys SET lease_until = now() + $3::bigint * interval '1 millisecond',"
+    " expires_at = greatest(expires_at, now() + $3::bigint * interval '1 millisecond'),"
+    " updated_at = now()"
+    " WHERE key = $1::text AND fence = $2::bigint AND state = 'in_progress'";
+
+/* SKIP LOCKED: a row a claim is taking over right now is left for the next sweep. The outer
+ * conditions are re-checked because a row updated between the subselect and the delete is
+ * re-evaluated against its new version only through them. An in-progress row whose lease still
+ * runs is never deleted (its expiry is never before its lease, but be sure). */
+#define SWEEPABLE(k)                                                                               \
+    k ".expires_at < now() AND NOT (" k ".state = 'in_progress' AND " k ".lease_until > now())"
+static const char sweep_sql[] =
+    "DELETE FROM idem_keys d WHERE d.key IN ("
+    " SELECT k.key FROM idem_keys k WHERE " SWEEPABLE(
+        "k") " ORDER BY k.expires_at"
+             " LIMIT $1::integer FOR UPDATE SKIP LOCKED) AND " SWEEPABLE("d");
+
+static const struct {
+    const char *name;
+    const char *sql;
+} stmts[STORE_OP_COUNT_] = {
+    [STORE_OP_CLAIM] = {"idemgw_claim", claim_sql},
+    [STORE_OP_FINISH] = {"idemgw_finish", finish_sql},
+    [STORE_OP_GET] = {"idemgw_get", get_sql},
+    [STORE_OP_DUP] = {"idemgw_dup", dup_sql},
+    [STORE_OP_SWEEP] = {"idemgw_sweep", sweep_sql},
+    [STORE_OP_EXTEND] = {"idemgw_extend", extend_sql},
+};
+
+const char *store_stmt_name(store_op_kind_t kind)
+{
+    return stmts[kind].name;
+}
+
+const char *store_stmt_sql(store_op_kind_t kind)
+{
+    return stmts[kind].sql;
+}
+
+const char *store_status_str(store_status_t st)
+{
+    switch (st) {
+    case STORE_OK:
+        return "ok";
+    case STORE_ERR_UNAVAILABLE:
+        return "unavailable";
+    case STORE_ERR_STATEMENT:
+        return "statement failed";
+    case STORE_ERR_SCHEMA:
+        return "schema mismatch";
+    case STORE_ERR_SHUTDOWN:
+        return "shutting down";
+    }
+    return "unknown status";
+}
+
+static bool pg_ready(const store_pg_t *s);
+static void pg_free(store_pg_t *s);
+
+static const char *const state_names[] = {
+    [STORE_STATE_IN_PROGRESS] = "in_progress",
+    [STORE_STATE_SUCCEEDED] = "succeeded",
+    [STORE_STATE_FAILED] = "failed",
+    [STORE_STATE_UNKNOWN] = "unknown",
+};
+
+const char *store_state_str(store_state_t st)
+{
+    if ((unsigned)st >= ARRAY_LEN(state_names))
+        return "invalid";
+    return state_names[st];
+}
+
+int store_schema_version(void)
+{
+    return store_migrations_count;
+}
+
+static struct event *must_event(struct event *ev);
+
+/* ---- ops ---- */
+
+static store_op_t *op_new(store_op_kind_t kind)
+{
+    store_op_t *op = xcalloc(1, sizeof(*op));
+    op->kind = kind;
+    return op;
+}
+
+static void op_text(store_op_t *op, const char *v)
+{
+    op->values[op->nparams++] = v ? xstrdup(v) : NULL;
+}
+
+static void op_int(store_op_t *op, int64_t v)
+{
+    op->values[op->nparams++] = xasprintf("%" PRId64, v);
+}
+
+static void op_bool(store_op_t *op, bool v)
+{
+    op_text(op, v ? "t" : "f");
+}
+
+static void op_bytes(store_op_t *op, const char *v, size_t len)
+{
+    int i = op->nparams++;
+    if (!v)
+        return;
+    op->values[i] = xmalloc(len ? len : 1);
+    memcpy(op->values[i], v, len);
+    op->lengths[i] = (int)len;
+    op->formats[i] = 1;
+}
+
+static int64_t clamp_ms(uint64_t ms)
+{
+    return (int64_t)(ms > DURATION_MAX_MS ? DURATION_MAX_MS : ms);
+}
+
+static void op_free(store_op_t *op)
+{
+    for (int i = 0; i < op->nparams; i++)
+        free(op->values[i]);
+    if (op->deadline_ev)
+        event_free(op->deadline_ev);
+    free(op);
+}
+
+/* A short hash of the key for log lines: keys carry the subject, which logs must not. */
+static void key_hash(const char *key, char out[17])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!key || !EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n < 8) {
+        snprintf(out, 17, "-");
+        return;
+    }
+    util_hex(md, 8, out);
+}
+
+/* ---- queue and delivery ---- */
+
+static void queue_push(store_pg_t *s, store_op_t *op, bool front)
+{
+    op->next = NULL;
+    if (front) {
+        op->next = s->q_head;
+        s->q_head = op;
+        if (!s->q_tail)
+            s->q_tail = op;
+    } else {
+        if (s->q_tail)
+            s->q_tail->next = op;
+        else
+            s->q_head = op;
+        s->q_tail = op;
+    }
+    s->q_len++;
+}
+
+static store_op_t *queue_pop(store_pg_t *s)
+{
+    store_op_t *op = s->q_head;
+    if (!op)
+        return NULL;
+    s->q_head = op->next;
+    if (!s->q_head)
+        s->q_tail = NULL;
+    s->q_len--;
+    op->next = NULL;
+    return op;
+}
+
+static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
+{
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    if (op->internal) {
+        if (op->kind == STORE_OP_SWEEP)
+            s->sweeping = false;
+        else if (st != STORE_OK)
+            log_warn(0, "store: duplicate counts of %d keys lost: %s", op->dup_keys,
+                     store_status_str(st));
+        return;
+    }
+    switch (op->kind) {
+    case STORE_OP_CLAIM:
+        op->cb.claim(st, NULL, op->arg);
+        break;
+    case STORE_OP_GET:
+        op->cb.get(st, NULL, op->arg);
+        break;
+    default:
+        /* a duplicate is reported once it is counted in memory: matched means accepted */
+        if (op->cb.finish)
+            op->cb.finish(st, st == STORE_OK && op->kind == STORE_OP_DUP, op->arg);
+        break;
+    }
+}
+
+/* Never call back from inside a store call: parks op for deliver_cb, which calls back with st. */
+static void deliver_later(store_pg_t *s, store_op_t *op, store_status_t st)
+{
+    op->fail_status = st;
+    op->next = NULL;
+    if (s->dl_tail)
+        s->dl_tail->next = op;
+    else
+        s->dl_head = op;
+    s->dl_tail = op;
+    event_active(s->deliver_ev, 0, 0);
+}
+
+void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st)
+{
+    if (op->deadline_ev)
+        event_del(op->deadline_ev);
+    op->conn = NULL;
+    if (op->kind == STORE_OP_FINISH) {
+        char h[17];
+        key_hash(op->values[0], h);
+        log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
+                 store_status_str(st));
+    }
+    deliver_later(s, op, st);
+}
+
+static void deliver_all(store_pg_t *s)
+{
+    while (s->dl_head) {
+        store_op_t *op = s->dl_head;
+        s->dl_head = op->next;
+        if (!s->dl_head)
+            s->dl_tail = NULL;
+        op_callback(s, op, op->fail_status);
+        op_free(op);
+    }
+}
+
+static void deliver_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    deliver_all(arg);
+}
+
+int store_up_count(const store_pg_t *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->pool_size; i++)
+        if (s->conns[i].state == STORE_CONN_IDLE || s->conns[i].state == STORE_CONN_BUSY)
+            n++;
+    return n;
+}
+
+void store_conn_lost(store_pg_t *s)
+{
+    if (store_up_count(s) > 0)
+        return;
+    store_op_t *op;
+    while ((op = queue_pop(s)))
+        store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+}
+
+/* Sends queued ops, each to the connection with the fewest in flight, until every connection's
+ * pipeline is full or the queue is empty. */
+void store_pump(store_pg_t *s)
+{
+    while (s->q_head) {
+        store_conn_t *c = NULL;
+        for (int i = 0; i < s->pool_size; i++) {
+            store_conn_t *k = &s->conns[i];
+            if (store_conn_can_send(k) && (!c || k->inflight < c->inflight))
+                c = k;
+        }
+        if (!c)
+            return;
+        store_op_t *op = queue_pop(s);
+        if (!store_conn_send(c, op)) {
+            /* not sent; the connection is gone. Another one may take it, else it fails. */
+            if (store_up_count(s) > 0)
+                queue_push(s, op, true);
+            else
+                store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
+        }
+    }
+}
+
+/* Takes op out of the queue; false when it is not there. */
+static bool queue_remove(store_pg_t *s, store_op_t *op)
+{
+    store_op_t **pp = &s->q_head, *prev = NULL;
+    while (*pp && *pp != op) {
+        prev = *pp;
+        pp = &(*pp)->next;
+    }
+    if (!*pp)
+        return false;
+    *pp = op->next;
+    if (s->q_tail == op)
+        s->q_tail = prev;
+    s->q_len--;
+    op->next = NULL;
+    return true;
+}
+
+/* An op missed its client-side deadline. Queued: nothing was sent, it fails. In flight: the
+ * connection has not answered for the whole deadline although the server cancels statements
+ * sooner, so it is treated as gone (closed, its ops failed, reconnected later). */
+static void op_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_op_t *op = arg;
+    store_conn_t *c = op->conn;
+    char h[17];
+    key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
+    log_warn(0, "store: %s of key %s got no answer within %llu ms", store_stmt_name(op->kind), h,
+             (unsigned long long)op->store->op_deadline_ms);
+    if (c) {
+        store_conn_abort(c, "an operation missed its deadline");
+    } else if (queue_remove(op->store, op)) {
+        store_op_fail(op->store, op, STORE_ERR_UNAVAILABLE);
+    }
+}
+
+/* Whether a public call is accepted now: refused at once when nothing can run it. */
+static store_status_t admit(store_pg_t *s)
+{
+    store_status_t st = STORE_OK;
+    if (s->closing)
+        st = STORE_ERR_SHUTDOWN;
+    else if (s->schema_refused)
+        st = STORE_ERR_SCHEMA;
+    else if (store_up_count(s) == 0 || s->q_len >= QUEUE_MAX)
+        st = STORE_ERR_UNAVAILABLE;
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    return st;
+}
+
+/* Accepts an op from a public call, or frees it when refused. */
+static store_status_t submit(store_pg_t *s, store_op_t *op)
+{
+    store_status_t st = admit(s);
+    if (st != STORE_OK) {
+        op_free(op);
+        return st;
+    }
+    op->store = s;
+    op->deadline_wall_ms = util_wall_ms() + s->op_deadline_ms;
+    op->deadline_ev = must_event(evtimer_new(s->base, op_deadline, op));
+    struct timeval tv = {(time_t)(s->op_deadline_ms / 1000),
+                         (suseconds_t)(s->op_deadline_ms % 1000) * 1000};
+    evtimer_add(op->deadline_ev, &tv);
+    queue_push(s, op, false);
+    store_pump(s);
+    return STORE_OK;
+}
+
+/* ---- results ---- */
+
+/* bytea arrives in text form as "\x" + hex (bytea_output = hex, the default since 9.0). */
+static bool decode_bytea(const char *txt, char **out, size_t *outlen)
+{
+    size_t n = strlen(txt);
+    if (n < 2 || txt[0] != '\\' || txt[1] != 'x' || (n - 2) % 2 != 0)
+        return false;
+    size_t len = (n - 2) / 2;
+    char *buf = xmalloc(len + 1);
+    for (size_t i = 0; i < len; i++) {
+        int hi = util_hexval(txt[2 + 2 * i]), lo = util_hexval(txt[3 + 2 * i]);
+        if (hi < 0 || lo < 0) {
+            free(buf);
+            return false;
+        }
+        buf[i] = (char)(hi << 4 | lo);
+    }
+    buf[len] = '\0'; /* callers treat the result as JSON text */
+    *out = buf;
+    *outlen = len;
+    return true;
+}
+
+static bool parse_state(const char *txt, store_state_t *st)
+{
+    for (unsigned i = 0; i < ARRAY_LEN(state_names); i++) {
+        if (strcmp(txt, state_names[i]) == 0) {
+            *st = (store_state_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+static const char *nullable(const PGresult *r, int col)
+{
+    return PQgetisnull(r, 0, col) ? NULL : PQgetvalue(r, 0, col);
+}
+
+static bool col_bool(const PGresult *r, int col)
+{
+    return !PQgetisnull(r, 0, col) && PQgetvalue(r, 0, col)[0] == 't';
+}
+
+/* Fills row from tuple 0. *buf receives the decoded result (freed by the caller). */
+static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
+{
+    memset(row, 0, sizeof(*row));
+    *buf = NULL;
+    if (PQnfields(r) != COL_COUNT_ || !parse_state(PQgetvalue(r, 0, COL_STATE), &row->state))
+        return false;
+    row->fence = strtoll(PQgetvalue(r, 0, COL_FENCE), NULL, 10);
+    row->attempts = atoi(PQgetvalue(r, 0, COL_ATTEMPTS));
+    row->args_digest = PQgetvalue(r, 0, COL_DIGEST);
+    if (!PQgetisnull(r, 0, COL_RESULT)) {
+        if (!decode_bytea(PQgetvalue(r, 0, COL_RESULT), buf, &row->result_len))
+            return false;
+        row->result = *buf;
+    }
+    row->result_too_large = col_bool(r, COL_TOO_LARGE);
+    row->lease_expired = col_bool(r, COL_LEASE_EXPIRED);
+    row->created_at = PQgetvalue(r, 0, COL_CREATED);
+    row->first_session_id = nullable(r, COL_SESSION);
+    row->first_jsonrpc_id = nullable(r, COL_JSONRPC);
+    row->expires_in_ms = strtoll(PQgetvalue(r, 0, COL_EXPIRES_IN), NULL, 10);
+    return true;
+}
+
+static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
+{
+    store_claim_result_t cr;
+    char *buf = NULL;
+    char h[17];
+
+    memset(&cr, 0, sizeof(cr));
+    bool stale = PQntuples(res) == 0 || (!col_bool(res, COL_ACQUIRED) && col_bool(res, COL_STALE));
+    if (stale) {
+        /* the READ COMMITTED corner: run the statement again with a fresh snapshot */
+        if (op->retries++ < CLAIM_RETRIES) {
+            s->stats.claim_retries++;
+            queue_push(s, op, true);
+            store_pump(s);
+            return;
+        }
+        key_hash(op->values[0], h);
+        log_error(0, "store: claim of key %s found no stable row after %d tries", h,
+                  CLAIM_RETRIES + 1);
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_STATEMENT);
+        goto out;
+    }
+    if (!parse_row(res, &cr.row, &buf)) {
+        log_error(0, "store: claim returned an unexpected row");
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_STATEMENT);
+        goto out;
+    }
+    s->stats.claims++;
+    cr.acquired = col_bool(res, COL_ACQUIRED);
+    cr.fence = cr.row.fence;
+    cr.attempts = cr.row.attempts;
+    /* every takeover increments the fence; only a fresh insert has fence 1 */
+    cr.taken_over = cr.acquired && cr.fence > 1;
+    store_pump(s);
+    op->cb.claim(STORE_OK, &cr, op->arg);
+out:
+    free(buf);
+    op_free(op);
+}
+
+void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
+{
+    ExecStatusType rs = PQresultStatus(res);
+    bool ok = rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK;
+
+    const char *sqlstate = ok ? NULL : PQresultErrorField(res, PG_DIAG_SQLSTATE);
+    /* 57014: statement_timeout; 55P03: lock_timeout. The statement was rolled back; the
+     * store did not answer in time, which is "unavailable", not a statement error. */
+    if (sqlstate && (strcmp(sqlstate, "57014") == 0 || strcmp(sqlstate, "55P03") == 0)) {
+        char h[17];
+        key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
+        log_warn(0, "store: %s of key %s missed its deadline (%llu ms, SQLSTATE %s)",
+                 store_stmt_name(op->kind), h, (unsigned long long)s->timeout_ms, sqlstate);
+        PQclear(res);
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_UNAVAILABLE);
+        op_free(op);
+        return;
+    }
+    if (!ok) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s",
+                 rs == PGRES_PIPELINE_ABORTED ? "skipped after an earlier error in the pipeline"
+                                              : PQresultErrorMessage(res));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_error(0, "store: %s failed: SQLSTATE %s: %s", store_stmt_name(op->kind),
+                  sqlstate ? sqlstate : "-", msg);
+        PQclear(res);
+        /* queued work may use the connection before this callback runs */
+        store_pump(s);
+        op_callback(s, op, STORE_ERR_STATEMENT);
+        op_free(op);
+        return;
+    }
+    if (op->kind == STORE_OP_CLAIM) {
+        claim_done(s, op, res);
+        PQclear(res);
+        return;
+    }
+
+    store_pump(s);
+    if (op->kind == STORE_OP_GET) {
+        store_row_t row;
+        char *buf = NULL;
+        if (PQntuples(res) == 0) {
+            op->cb.get(STORE_OK, NULL, op->arg);
+        } else if (parse_row(res, &row, &buf)) {
+            op->cb.get(STORE_OK, &row, op->arg);
+        } else {
+            log_error(0, "store: get returned an unexpected row");
+            op->cb.get(STORE_ERR_STATEMENT, NULL, op->arg);
+        }
+        free(buf);
+    } else {
+        long rows = strtol(PQcmdTuples(res), NULL, 10);
+        if (op->kind == STORE_OP_SWEEP) {
+            s->stats.swept += (uint64_t)rows;
+            if (rows > 0)
+                log_debug(0, "store: swept %ld expired keys", rows);
+        }
+        if (op->internal && op->kind == STORE_OP_DUP) {
+            log_debug(0, "store: duplicate counts of %d keys written (%ld rows)", op->dup_keys,
+                      rows);
+        } else if (op->internal) {
+            s->sweeping = false;
+            /* a full batch means more may wait: continue after the loop has run once */
+            if (rows >= s->sweep_batch) {
+                struct timeval zero = {0, 0};
+                evtimer_add(s->sweep_more_ev, &zero);
+            }
+        } else if (op->cb.finish) {
+            op->cb.finish(STORE_OK, rows > 0, op->arg);
+        }
+    }
+    PQclear(res);
+    op_free(op);
+}
+
+/* ---- sweeper ---- */
+
+static store_op_t *sweep_op(const store_pg_t *s)
+{
+    store_op_t *op = op_new(STORE_OP_SWEEP);
+    op_int(op, s->sweep_batch);
+    return op;
+}
+
+static void sweep_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_pg_t *s = arg;
+    if (s->sweeping || !pg_ready(s))
+        return;
+    store_op_t *op = sweep_op(s);
+    op->internal = true;
+    s->sweeping = true;
+    if (submit(s, op) != STORE_OK)
+        s->sweeping = false;
+}
+
+/* ---- duplicates counted in memory ---- */
+
+static size_t dup_hash(const char *key)
+{
+    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+        h = (h ^ *p) * UINT64_C(1099511628211);
+    return (size_t)(h ^ (h >> 32));
+}
+
+/* The slot holding key, or the empty slot where it goes (the table is never full). */
+static store_dup_t *dup_slot(store_dup_t *t, size_t cap, const char *key)
+{
+    size_t i = dup_hash(key) & (cap - 1);
+    while (t[i].key && strcmp(t[i].key, key) != 0)
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void dup_grow(store_pg_t *s)
+{
+    size_t cap = s->dups_cap ? s->dups_cap * 2 : 64;
+    store_dup_t *t = xcalloc(cap, sizeof(*t));
+    for (size_t i = 0; i < s->dups_cap; i++)
+        if (s->dups[i].key)
+            *dup_slot(t, cap, s->dups[i].key) = s->dups[i];
+    free(s->dups);
+    s->dups = t;
+    s->dups_cap = cap;
+}
+
+static void dup_add(store_pg_t *s, const char *key)
+{
+    if ((s->dups_len + 1) * 2 > s->dups_cap)
+        dup_grow(s);
+    store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    if (!d->key) {
+        d->key = xstrdup(key);
+        s->dups_len++;
+    }
+    if (d->count < INT32_MAX)
+        d->count++;
+}
+
+static int pg_pending_duplicates(const store_pg_t *s, const char *key)
+{
+    if (!s->dups_len)
+        return 0;
+    const store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    return d->key ? (int)d->count : 0;
+}
+
+static void dup_clear(store_pg_t *s)
+{
+    for (size_t i = 0; i < s->dups_cap; i++)
+        free(s->dups[i].key);
+    /* a burst of distinct keys should not pin its table forever */
+    if (s->dups_cap > 1024) {
+        free(s->dups);
+        s->dups = NULL;
+        s->dups_cap = 0;
+    } else if (s->dups) {
+        memset(s->dups, 0, s->dups_cap * sizeof(*s->dups));
+    }
+    s->dups_len = 0;
+}
+
+/* The table as two array literals, keys ({"k1","k2"}) and counts ({1,2}), in the same order. */
+static void dup_arrays(const store_pg_t *s, char **keys_out, char **counts_out)
+{
+    size_t klen = 3, clen = 3;
+    for (size_t i = 0; i < s->dups_cap; i++) {
+        if (s->dups[i].key) {
+            klen += 2 * strlen(s->dups[i].key) + 3;
+            clen += 12;
+        }
+    }
+    char *keys = xmalloc(klen), *counts = xmalloc(clen);
+    size_t k = 0, c = 0;
+    keys[k++] = '{';
+    counts[c++] = '{';
+    for (size_t i = 0; i < s->dups_cap; i++) {
+        const store_dup_t *d = &s->dups[i];
+        if (!d->key)
+            continue;
+        if (k > 1) {
+            keys[k++] = ',';
+            counts[c++] = ',';
+        }
+        /* a quoted array element: a backslash before each double quote and backslash */
+        keys[k++] = '"';
+        for (const char *p = d->key; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                keys[k++] = '\\';
+            keys[k++] = *p;
+        }
+        keys[k++] = '"';
+        c += (size_t)snprintf(counts + c, clen - c, "%d", d->count);
+    }
+    keys[k++] = '}';
+    keys[k] = '\0';
+    counts[c++] = '}';
+    counts[c] = '\0';
+    *keys_out = keys;
+    *counts_out = counts;
+}
+
+/* Hands the counts to a connection as one statement. When the store cannot take it now, the
+ * counts stay for the next tick. */
+static void dup_flush(store_pg_t *s)
+{
+    /* the conditions of admit(), without counting a refusal nobody asked for */
+    if (s->dups_len == 0 || s->closing || s->schema_refused || store_up_count(s) == 0 ||
+        s->q_len >= QUEUE_MAX)
+        return;
+    store_op_t *op = op_new(STORE_OP_DUP);
+    dup_arrays(s, &op->values[0], &op->values[1]);
+    op->nparams = 2;
+    op->internal = true;
+    op->dup_keys = (int)s->dups_len;
+    dup_clear(s);
+    (void)submit(s, op); /* admitted above: cannot be refused */
+}
+
+static void dup_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dup_flush(arg);
+}
+
+/* store_free cannot run the loop to wait for a pipelined flush: the last counts go over a
+ * short blocking connection, only while the database was reachable a moment ago. */
+static void dup_flush_sync(store_pg_t *s)
+{
+    if (s->dups_len == 0 || !s->schema_ok || store_up_count(s) == 0)
+        return;
+    const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
+    char *values[2];
+    dup_arrays(s, &values[0], &values[1]);
+    store_conn_params(s, kw, val);
+    PGconn *pg = PQconnectdbParams(kw, val, 1);
+    PGresult *r = NULL;
+    if (PQstatus(pg) == CONNECTION_OK)
+        r = PQexecParams(pg, dup_sql, 2, NULL, (const char *const *)values, NULL, NULL, 0);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
+        msg[strcspn(msg, "\n")] = '\0';
+        log_warn(0, "store: duplicate counts of %zu keys lost at close: %s", s->dups_len, msg);
+    }
+    PQclear(r);
+    PQfinish(pg);
+    free(values[0]);
+    free(values[1]);
+}
+
+/* ---- public calls ---- */
+
+/* The libpq "options" of every session: the operator's own (from the conninfo, else
+ * PGOPTIONS), then the settings the gateway relies on, which win because a later -c does.
+ * synchronous_commit=on: a claim acknowledged to the caller survives a crash of Postgres,
+ * whatever the server's default. The timeouts: no statement waits without bound (a locked
+ * table, a stalled server). */
+static char *session_options(const char *conninfo, uint64_t timeout_ms)
+{
+    char *theirs = NULL;
+    if (conninfo) {
+        PQconninfoOption *opts = PQconninfoParse(conninfo, NULL);
+        for (PQconninfoOption *o = opts; o && o->keyword; o++)
+            if (strcmp(o->keyword, "options") == 0 && o->val && o->val[0])
+                theirs = xstrdup(o->val);
+        PQconninfoFree(opts);
+    }
+    if (!theirs && getenv("PGOPTIONS") && getenv("PGOPTIONS")[0])
+        theirs = xstrdup(getenv("PGOPTIONS"));
+    char *out = xasprintf("%s%s-c synchronous_commit=on -c statement_timeout=%llu "
+                          "-c lock_timeout=%llu",
+                          theirs ? theirs : "", theirs ? " " : "", (unsigned long long)timeout_ms,
+                          (unsigned long long)timeout_ms);
+    free(theirs);
+    return out;
+}
+
+static struct event *must_event(struct event *ev)
+{
+    if (!ev) {
+        fprintf(stderr, "idemgw: out of memory creating an event\n");
+        abort();
+    }
+    return ev;
+}
+
+static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
+{
+    store_pg_t *s = xcalloc(1, sizeof(*s));
+    s->base = base;
+    s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
+    s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
+    s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
+    s->pg_options = session_options(s->conninfo, s->timeout_ms);
+    s->migrate = opt->migrate;
+    s->sweep_interval_ms = opt->sweep_interval_ms;
+    s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
+    s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
+    s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
+    s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
+    s->dup_ev = must_event(event_new(base, -1, EV_PERSIST, dup_tick, s));
+    s->conns = xcalloc((size_t)s->pool_size, sizeof(*s->conns));
+    for (int i = 0; i < s->pool_size; i++)
+        store_conn_init(s, &s->conns[i], i + 1);
+
+    char err[512] = "";
+    store_status_t st = store_migrate_sync(s, err, sizeof(err));
+    if (st == STORE_OK) {
+        s->schema_ok = true;
+    } else if (st == STORE_ERR_UNAVAILABLE) {
+        /* not fatal: the pool keeps trying and migrates on its first connection */
+        log_warn(0, "store: %s; retrying in the background", err);
+    } else {
+        log_error(0, "store: %s", err);
+        snprintf(msg, msglen, "%s", err);
+        pg_free(s);
+        return NULL;
+    }
+
+    for (int i = 0; i < s->pool_size; i++)
+        store_conn_start(&s->conns[i]);
+    if (s->sweep_interval_ms > 0) {
+        struct timeval tv = {(time_t)(s->sweep_interval_ms / 1000),
+                             (suseconds_t)(s->sweep_interval_ms % 1000) * 1000};
+        event_add(s->sweep_ev, &tv);
+    }
+    struct timeval dup_tv = {DUP_FLUSH_MS / 1000, (DUP_FLUSH_MS % 1000) * 1000};
+    event_add(s->dup_ev, &dup_tv);
+    return s;
+}
+
+static void pg_free(store_pg_t *s)
+{
+    if (!s)
+        return;
+    dup_flush_sync(s);
+    s->closing = true;
+    for (int i = 0; i < s->pool_size; i++) {
+        store_op_t *op = store_conn_close(&s->conns[i]);
+        while (op) {
+            store_op_t *next = op->next;
+            store_op_fail(s, op, STORE_ERR_SHUTDOWN);
+            op = next;
+        }
+    }
+    store_op_t *op;
+    while ((op = queue_pop(s)))
+        store_op_fail(s, op, STORE_ERR_SHUTDOWN);
+    /* the contract's one exception: these callbacks run before store_free returns */
+    deliver_all(s);
+    event_free(s->deliver_ev);
+    event_free(s->sweep_ev);
+    event_free(s->sweep_more_ev);
+    event_free(s->dup_ev);
+    dup_clear(s);
+    free(s->dups);
+    free(s->conns);
+    free(s->conninfo);
+    free(s->pg_options);
+    free(s);
+}
+
+static bool pg_ready(const store_pg_t *s)
+{
+    return s && !s->closing && s->schema_ok && !s->schema_refused && store_up_count(s) > 0;
+}
+
+static void pg_get_stats(const store_pg_t *s, store_stats_t *out)
+{
+    *out = s->stats;
+    out->queued = s->q_len;
+    out->connections_up = store_up_count(s);
+}
+
+static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_CLAIM);
+    op_text(op, req->key);
+    op_text(op, req->tool);
+    op_text(op, req->subject);
+    op_text(op, req->args_digest);
+    op_bool(op, req->explicit_key);
+    op_text(op, req->session_id);
+    op_text(op, req->jsonrpc_id);
+    op_int(op, clamp_ms(req->lease_ms));
+    op_int(op, clamp_ms(req->window_ms));
+    op_bool(op, req->takeover_lease_expired);
+    op_text(op, NULL); /* the deadline, by the database's clock: set when sent */
+    op->cb.claim = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_finish(store_pg_t *s, const char *key, int64_t fence, store_state_t state,
+                            const char *result, size_t result_len, bool too_large,
+                            uint64_t window_ms, store_finish_cb cb, void *arg)
+{
+    /* finishing back into in_progress would hold the key with no lease owner */
+    if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
+        result_len > INT32_MAX)
+        return STORE_ERR_STATEMENT;
+    store_op_t *op = op_new(STORE_OP_FINISH);
+    op_text(op, key);
+    op_int(op, fence);
+    op_text(op, store_state_str(state));
+    op_bytes(op, result, result_len);
+    op_bool(op, too_large);
+    op_int(op, clamp_ms(window_ms));
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_get(store_pg_t *s, const char *key, store_get_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_GET);
+    op_text(op, key);
+    op->cb.get = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_finish_cb cb, void *arg)
+{
+    store_status_t st = admit(s);
+    if (st != STORE_OK || !key)
+        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
+    dup_add(s, key);
+    if (s->dups_len >= DUP_FLUSH_KEYS)
+        dup_flush(s);
+    if (cb) {
+        store_op_t *op = op_new(STORE_OP_DUP);
+        op->cb.finish = cb;
+        op->arg = arg;
+        deliver_later(s, op, STORE_OK);
+    }
+    return STORE_OK;
+}
+
+static store_status_t pg_extend_lease(store_pg_t *s, const char *key, int64_t fence, uint64_t lease_ms,
+                                  store_finish_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_EXTEND);
+    op_text(op, key);
+    op_int(op, fence);
+    op_int(op, clamp_ms(lease_ms));
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_sweep_now(store_pg_t *s, store_finish_cb cb, void *arg)
+{
+    store_op_t *op = sweep_op(s);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+/* --- the store interface --- */
+
+static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
+                                void *arg)
+{
+    return pg_claim(impl, req, cb, arg);
+}
+
+static store_status_t ops_finish(void *impl, const char *key, int64_t fence, store_state_t state,
+                                 const char *result, size_t result_len, bool too_large,
+                                 uint64_t window_ms, store_finish_cb cb, void *arg)
+{
+    return pg_finish(impl, key, fence, state, result, result_len, too_large, window_ms, cb, arg);
+}
+
+static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void *arg)
+{
+    return pg_get(impl, key, cb, arg);
+}
+
+static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb,
+                                         void *arg)
+{
+    return pg_note_duplicate(impl, key, cb, arg);
+}
+
+static int ops_pending_duplicates(const void *impl, const char *key)
+{
+    return pg_pending_duplicates(impl, key);
+}
+
+static store_status_t ops_extend_lease(void *impl, const char *key, int64_t fence,
+                                       uint64_t lease_ms, store_finish_cb cb, void *arg)
+{
+    return pg_extend_lease(impl, key, fence, lease_ms, cb, arg);
+}
+
+static store_status_t ops_sweep_now(void *impl, store_finish_cb cb, void *arg)
+{
+    return pg_sweep_now(impl, cb, arg);
+}
+
+static bool ops_ready(const void *impl)
+{
+    return pg_ready(impl);
+}
+
+static void ops_get_stats(const void *impl, store_stats_t *out)
+{
+    pg_get_stats(impl, out);
+}
+
+static void ops_free(void *impl)
+{
+    pg_free(impl);
+}
+
+const store_ops_t store_pg_ops = {
+    .name = "postgres",
+    .claim = ops_claim,
+    .finish = ops_finish,
+    .get = ops_get,
+    .note_duplicate = ops_note_duplicate,
+    .pending_duplicates = ops_pending_duplicates,
+    .extend_lease = ops_extend_lease,
+    .sweep_now = ops_sweep_now,
+    .ready = ops_ready,
+    .get_stats = ops_get_stats,
+    .free = ops_free,
+};
+
+store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg,
+                      size_t msglen)
+{
+    store_pg_t *s = pg_open(base, opt, msg, msglen);
+    return s ? store_from_ops(&store_pg_ops, s) : NULL;
+}
