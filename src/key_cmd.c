@@ -10,6 +10,7 @@
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,60 +41,60 @@ static void usage(FILE *f)
           f);
 }
 
-/* Matches "--name VALUE" and "--name=VALUE" (and the short form, if any, as "-c VALUE").
- * Returns 1 when argv[*i] is this option (advancing *i past its value), 0 when it is not,
- * -1 when the value is missing. */
-static int take_opt(int argc, char **argv, int *i, const char *lng, const char *shrt,
-                    const char **val)
-{
-    const char *a = argv[*i];
-    size_t n = strlen(lng);
-    if (strncmp(a, lng, n) == 0 && a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (strcmp(a, lng) != 0 && !(shrt && strcmp(a, shrt) == 0))
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *val = argv[++*i];
-    return 1;
-}
-
 /* 0 when parsed, 1 when help was asked for, -1 on a usage error (already reported). */
 static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
 {
-    static const struct {
-        const char *lng;
-        const char *shrt;
-        size_t off;
-    } table[] = {
-        {"--subject", NULL, offsetof(key_cmd_opts_t, subject)},
-        {"--tool", NULL, offsetof(key_cmd_opts_t, tool)},
-        {"--args", NULL, offsetof(key_cmd_opts_t, args)},
-        {"--header-key", NULL, offsetof(key_cmd_opts_t, header_key)},
-        {"--config", "-c", offsetof(key_cmd_opts_t, config)},
+    enum { OPT_SUBJECT = 256, OPT_TOOL, OPT_ARGS, OPT_HEADER_KEY, OPT_SHOW, OPT_RELEASE };
+    static const struct option longopts[] = {
+        {"subject", required_argument, NULL, OPT_SUBJECT},
+        {"tool", required_argument, NULL, OPT_TOOL},
+        {"args", required_argument, NULL, OPT_ARGS},
+        {"header-key", required_argument, NULL, OPT_HEADER_KEY},
+        {"config", required_argument, NULL, 'c'},
+        {"show", no_argument, NULL, OPT_SHOW},
+        {"release", no_argument, NULL, OPT_RELEASE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0)
+    optind = 0; /* a fresh scan: the command may run more than once in a process (tests) */
+    opterr = 0; /* the messages below name the command */
+    int c;
+    while ((c = getopt_long(argc, argv, ":c:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_SUBJECT:
+            o->subject = optarg;
+            break;
+        case OPT_TOOL:
+            o->tool = optarg;
+            break;
+        case OPT_ARGS:
+            o->args = optarg;
+            break;
+        case OPT_HEADER_KEY:
+            o->header_key = optarg;
+            break;
+        case 'c':
+            o->config = optarg;
+            break;
+        case OPT_SHOW:
+            o->show = true;
+            break;
+        case OPT_RELEASE:
+            o->release = true;
+            break;
+        case 'h':
             return 1;
-        if (strcmp(argv[i], "--show") == 0 || strcmp(argv[i], "--release") == 0) {
-            *(argv[i][2] == 's' ? &o->show : &o->release) = true;
-            continue;
-        }
-        int r = 0;
-        for (size_t t = 0; t < sizeof table / sizeof table[0] && r == 0; t++) {
-            const char **slot = (const char **)((char *)o + table[t].off);
-            r = take_opt(argc, argv, &i, table[t].lng, table[t].shrt, slot);
-            if (r < 0) {
-                fprintf(stderr, "idemgw key: %s needs a value\n", table[t].lng);
-                return -1;
-            }
-        }
-        if (r == 0) {
-            fprintf(stderr, "idemgw key: unexpected argument '%s'\n", argv[i]);
+        case ':':
+            fprintf(stderr, "idemgw key: %s needs a value\n", argv[optind - 1]);
+            return -1;
+        default:
+            fprintf(stderr, "idemgw key: unexpected argument '%s'\n", argv[optind - 1]);
             return -1;
         }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "idemgw key: unexpected argument '%s'\n", argv[optind]);
+        return -1;
     }
     if (!o->subject || !o->tool || !o->args) {
         fprintf(stderr, "idemgw key: --subject, --tool and --args are required\n");
@@ -116,11 +117,11 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
 #define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
 static const char show_sql[] =
-    "SELECT state, attempts, fence, " TS("created_at") ", " TS("finished_at") ", " TS(
-        "expires_at") ", " TS("lease_until") ", first_session_id, first_jsonrpc_id,"
-                                             " octet_length(result), result_too_large,"
-                                             " (state = 'in_progress' AND lease_until <= now())"
-                                             " FROM idem_keys WHERE key = $1";
+    "SELECT state, attempts, fence, " TS("created_at") " AS created_at, " TS("finished_at")
+    " AS finished_at, " TS("expires_at") " AS expires_at, " TS("lease_until")
+    " AS lease_until, first_session_id, first_jsonrpc_id, octet_length(result) AS result_bytes,"
+    " result_too_large, (state = 'in_progress' AND lease_until <= now()) AS lease_expired"
+    " FROM idem_keys WHERE key = $1";
 
 /* An unknown outcome, or a claim whose lease ran out (a gateway died holding it), becomes
  * 'failed': the next identical call takes it over and runs. The fence moves on, so a finish
@@ -131,7 +132,7 @@ static const char release_sql[] =
     "  updated_at = now()"
     " FROM old WHERE k.key = old.key"
     "  AND (k.state = 'unknown' OR (k.state = 'in_progress' AND k.lease_until <= now()))"
-    " RETURNING old.state";
+    " RETURNING old.state AS was";
 
 static PGconn *db_connect(const config_t *cfg, bool have_config)
 {
@@ -171,9 +172,29 @@ static void print_json(json_t *o)
     free(line);
 }
 
-static json_t *text_or_null(const PGresult *r, int col)
+/* Column name of the row's first tuple; every name asked for is in the statement. */
+static const char *col(const PGresult *r, const char *name)
 {
-    return PQgetisnull(r, 0, col) ? json_null() : json_string(PQgetvalue(r, 0, col));
+    int c = PQfnumber(r, name);
+    return c < 0 || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c);
+}
+
+static json_t *text_or_null(const PGresult *r, const char *name)
+{
+    const char *v = col(r, name);
+    return v ? json_string(v) : json_null();
+}
+
+static json_t *int_or_null(const PGresult *r, const char *name)
+{
+    const char *v = col(r, name);
+    return v ? json_integer(strtoll(v, NULL, 10)) : json_null();
+}
+
+static bool col_true(const PGresult *r, const char *name)
+{
+    const char *v = col(r, name);
+    return v && strcmp(v, "t") == 0;
 }
 
 /* The row as one JSON line; KEY_CMD_EXIT_REFUSED when there is none. */
@@ -187,24 +208,20 @@ static int show_row(PGconn *pg, const char *key)
         PQclear(r);
         return KEY_CMD_EXIT_REFUSED;
     }
-    bool lease_over = strcmp(PQgetvalue(r, 0, 11), "t") == 0;
     json_t *o = json_object();
     json_object_set_new(o, "key", json_string(key));
-    json_object_set_new(o, "state", json_string(PQgetvalue(r, 0, 0)));
-    json_object_set_new(o, "attempts", json_integer(strtoll(PQgetvalue(r, 0, 1), NULL, 10)));
-    json_object_set_new(o, "fence", json_integer(strtoll(PQgetvalue(r, 0, 2), NULL, 10)));
-    json_object_set_new(o, "created_at", text_or_null(r, 3));
-    json_object_set_new(o, "finished_at", text_or_null(r, 4));
-    json_object_set_new(o, "expires_at", text_or_null(r, 5));
-    json_object_set_new(o, "lease_until", text_or_null(r, 6));
-    json_object_set_new(o, "lease_expired", json_boolean(lease_over));
-    json_object_set_new(o, "first_session_id", text_or_null(r, 7));
-    json_object_set_new(o, "first_jsonrpc_id", text_or_null(r, 8));
-    json_object_set_new(
-        o, "result_bytes",
-        PQgetisnull(r, 0, 9) ? json_null() : json_integer(strtoll(PQgetvalue(r, 0, 9), NULL, 10)));
-    json_object_set_new(o, "result_too_large",
-                        json_boolean(strcmp(PQgetvalue(r, 0, 10), "t") == 0));
+    json_object_set_new(o, "state", text_or_null(r, "state"));
+    json_object_set_new(o, "attempts", int_or_null(r, "attempts"));
+    json_object_set_new(o, "fence", int_or_null(r, "fence"));
+    json_object_set_new(o, "created_at", text_or_null(r, "created_at"));
+    json_object_set_new(o, "finished_at", text_or_null(r, "finished_at"));
+    json_object_set_new(o, "expires_at", text_or_null(r, "expires_at"));
+    json_object_set_new(o, "lease_until", text_or_null(r, "lease_until"));
+    json_object_set_new(o, "lease_expired", json_boolean(col_true(r, "lease_expired")));
+    json_object_set_new(o, "first_session_id", text_or_null(r, "first_session_id"));
+    json_object_set_new(o, "first_jsonrpc_id", text_or_null(r, "first_jsonrpc_id"));
+    json_object_set_new(o, "result_bytes", int_or_null(r, "result_bytes"));
+    json_object_set_new(o, "result_too_large", json_boolean(col_true(r, "result_too_large")));
     PQclear(r);
     print_json(o);
     return 0;
@@ -218,7 +235,7 @@ static int release_row(PGconn *pg, const char *key)
         return KEY_CMD_EXIT_USAGE;
     if (PQntuples(r) == 1) {
         json_t *o =
-            json_pack("{s:s, s:b, s:s}", "key", key, "released", 1, "was", PQgetvalue(r, 0, 0));
+            json_pack("{s:s, s:b, s:s}", "key", key, "released", 1, "was", col(r, "was"));
         PQclear(r);
         print_json(o);
         return 0;
@@ -228,21 +245,21 @@ static int release_row(PGconn *pg, const char *key)
     r = query_key(pg, show_sql, key, "reading the row");
     if (!r)
         return KEY_CMD_EXIT_USAGE;
-    const char *state = PQntuples(r) == 1 ? PQgetvalue(r, 0, 0) : NULL;
+    const char *state = PQntuples(r) == 1 ? col(r, "state") : NULL;
     if (!state)
         fprintf(stderr, "idemgw key: nothing to release: no row for this key\n");
     else if (strcmp(state, "succeeded") == 0)
         fprintf(stderr,
                 "idemgw key: not released: the call succeeded and its result is replayed until "
                 "%s; release is only for unknown outcomes\n",
-                PQgetvalue(r, 0, 5));
+                col(r, "expires_at"));
     else if (strcmp(state, "failed") == 0)
         fprintf(stderr, "idemgw key: nothing to release: the next identical call runs already\n");
     else
         fprintf(stderr,
                 "idemgw key: not released: a call holds the key (lease until %s); wait for it "
                 "to finish or for the lease to run out\n",
-                PQgetvalue(r, 0, 6));
+                col(r, "lease_until"));
     PQclear(r);
     return KEY_CMD_EXIT_REFUSED;
 }

@@ -492,23 +492,18 @@ static store_status_t submit(store_pg_t *s, store_op_t *op)
 
 /* ---- results ---- */
 
-/* bytea arrives in text form as "\x" + hex (bytea_output = hex, the default since 9.0). */
+/* bytea in text form ("\\x" + hex since 9.0), as a NUL-terminated copy: callers treat the
+ * result as JSON text. */
 static bool decode_bytea(const char *txt, char **out, size_t *outlen)
 {
-    size_t n = strlen(txt);
-    if (n < 2 || txt[0] != '\\' || txt[1] != 'x' || (n - 2) % 2 != 0)
+    size_t len = 0;
+    unsigned char *raw = PQunescapeBytea((const unsigned char *)txt, &len);
+    if (!raw)
         return false;
-    size_t len = (n - 2) / 2;
     char *buf = xmalloc(len + 1);
-    for (size_t i = 0; i < len; i++) {
-        int hi = util_hexval(txt[2 + 2 * i]), lo = util_hexval(txt[3 + 2 * i]);
-        if (hi < 0 || lo < 0) {
-            free(buf);
-            return false;
-        }
-        buf[i] = (char)(hi << 4 | lo);
-    }
-    buf[len] = '\0'; /* callers treat the result as JSON text */
+    memcpy(buf, raw, len);
+    buf[len] = '\0';
+    PQfreemem(raw);
     *out = buf;
     *outlen = len;
     return true;

@@ -130,10 +130,40 @@ static void test_key_cmd_config(void **state)
     assert_true(strlen(last_err) > 0);
 }
 
+/* Usage errors name what is wrong and exit 2; --name=value and --name value both work. */
+static void test_key_cmd_usage(void **state)
+{
+    (void)state;
+    char out[512], first[512];
+    assert_int_equal(run_cmd(out, sizeof out, 5, "key", "--subject=s", "--tool=t", "--args",
+                             "{}"),
+                     0);
+    snprintf(first, sizeof first, "%s", out);
+    assert_int_equal(run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}"),
+                     0);
+    assert_string_equal(first, out);
+    assert_int_equal(run_cmd(out, sizeof out, 4, "key", "--subject", "s", "--tool"), 2);
+    assert_non_null(strstr(last_err, "--tool needs a value"));
+    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "stray"),
+                     2);
+    assert_non_null(strstr(last_err, "unexpected argument 'stray'"));
+    assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--nonsense"), 2);
+    assert_non_null(strstr(last_err, "unexpected argument '--nonsense'"));
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--show", "--release"),
+                     2);
+    assert_non_null(strstr(last_err, "exclude each other"));
+    assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--help"), 0);
+    assert_non_null(strstr(out, "usage: idemgw key"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_cmd),
+        cmocka_unit_test(test_key_cmd_usage),
         cmocka_unit_test(test_key_cmd_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
