@@ -4,7 +4,23 @@
 #define IDEMGW_ADMIN_H
 
 #include "http_conn.h"
+#include "stats.h"
 
-void admin_handle(http_conn_t *conn, http_request_t *req);
+#include <stdbool.h>
+
+struct store;
+struct upstream_pool;
+
+/* What the admin endpoint reports on; owned by main. */
+typedef struct admin_ctx {
+    struct store *store; /* NULL when no database is configured */
+    struct upstream_pool *pool;
+    const server_stats_t *all_stats; /* every worker's counters; /metrics sums them */
+    int n_workers;
+    const bool *draining; /* a draining process is not ready */
+} admin_ctx_t;
+
+/* The admin site's handler (arg: an admin_ctx_t). */
+void admin_handle(void *arg, http_conn_t *conn, http_request_t *req);
 
 #endif

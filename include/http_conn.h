@@ -3,7 +3,7 @@
  * carries the handler's response back.
  *
  * Contract with the handler (proxy or admin):
- * - handler(conn, req) takes ownership of req. The connection reads nothing more until the
+ * - handler(arg, conn, req) takes ownership of req. The connection reads nothing more until the
  *   handler calls http_conn_response_done (or http_conn_respond, which calls it).
  * - While a response is in progress the handler writes through http_conn_output() and may
  *   register a drain callback for backpressure.
@@ -40,7 +40,7 @@ void http_request_free(http_request_t *req);
 
 typedef struct http_conn http_conn_t;
 
-typedef void (*http_handler_fn)(http_conn_t *conn, http_request_t *req);
+typedef void (*http_handler_fn)(void *arg, http_conn_t *conn, http_request_t *req);
 
 typedef enum {
     CONN_IDLE = 0, /* keep-alive, waiting for the next request */
@@ -54,6 +54,7 @@ const char *http_conn_state_str(http_conn_state_t st);
 /* What a listener serves: the handler of its requests. */
 typedef struct http_site {
     http_handler_fn handler;
+    void *arg;        /* the handler's own context (the proxy, the admin context) */
     const char *name; /* "mcp" or "admin", for logs */
 } http_site_t;
 

@@ -35,11 +35,31 @@ typedef struct upstream_cbs {
     void (*on_end)(void *arg, upstream_result_t res);
 } upstream_cbs_t;
 
+struct event_base;
+struct ssl_ctx_st;
+
 typedef struct upstream_conn upstream_conn_t;
 typedef struct upstream_pool upstream_pool_t;
 
+/* What the pool reads at each use, so a reload that changes it takes effect at once. */
+typedef struct upstream_limits {
+    uint64_t connect_timeout_ms; /* connect (and TLS handshake) */
+    uint64_t timeout_ms;         /* request sent -> response head */
+    uint64_t idle_timeout_ms;    /* most silence inside a response, and of an idle connection */
+    int pool;                    /* idle keep-alive connections kept */
+} upstream_limits_t;
+
+typedef struct upstream_opts {
+    struct event_base *base;
+    struct ssl_ctx_st *tls; /* an https upstream (verifying host), else NULL */
+    const char *host;       /* copied */
+    unsigned port;
+    const upstream_limits_t *limits; /* outlives the pool */
+    const bool *draining;            /* when true, connections are not kept; may be NULL */
+} upstream_opts_t;
+
 /* Resolves the upstream address (blocking, at start). NULL with msg on failure. */
-upstream_pool_t *upstream_pool_new(char *msg, size_t msglen);
+upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen);
 void upstream_pool_free(upstream_pool_t *pool);
 /* Closes idle connections (drain, reload). */
 void upstream_pool_close_idle(upstream_pool_t *pool);

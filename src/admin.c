@@ -1,5 +1,4 @@
 #include "admin.h"
-#include "server.h"
 #include "store.h"
 #include "upstream.h"
 #include "util.h"
@@ -11,6 +10,7 @@
 #include <string.h>
 
 typedef struct ready_probe {
+    const admin_ctx_t *ctx;
     http_conn_t *conn; /* NULL once the agent has gone */
     bool keep_alive;
     bool upstream_ok; /* the upstream probe's verdict, while the store is probed */
@@ -26,14 +26,16 @@ static void probe_gone(void *arg)
 
 static void probe_answer(ready_probe_t *p, bool ok, bool store_ok)
 {
+    const admin_ctx_t *ctx = p->ctx;
+    bool draining = ctx->draining && *ctx->draining;
     if (p->conn) {
         char body[200];
         snprintf(body, sizeof(body), "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\"}\n",
-                 ok && store_ok && !server->draining ? "true" : "false", ok ? "true" : "false",
-                 !server->store ? "not configured"
+                 ok && store_ok && !draining ? "true" : "false", ok ? "true" : "false",
+                 !ctx->store ? "not configured"
                  : store_ok     ? "up"
                                 : "down");
-        int status = ok && store_ok && !server->draining ? 200 : 503;
+        int status = ok && store_ok && !draining ? 200 : 503;
         http_conn_set_observer(p->conn, NULL, NULL, NULL);
         http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,
                           p->keep_alive);
@@ -53,21 +55,21 @@ static void probe_store_done(store_status_t st, const store_row_t *row, void *ar
 static void probe_done(bool ok, void *arg)
 {
     ready_probe_t *p = arg;
-    if (!server->store) {
+    store_t *store = p->ctx->store;
+    if (!store) {
         probe_answer(p, ok, true);
         return;
     }
     p->upstream_ok = ok;
-    if (!store_ready(server->store) ||
-        store_get(server->store, READY_PROBE_KEY, probe_store_done, p) != STORE_OK)
+    if (!store_ready(store) || store_get(store, READY_PROBE_KEY, probe_store_done, p) != STORE_OK)
         probe_answer(p, ok, false);
 }
 
-static void metrics(http_conn_t *conn, http_request_t *req)
+static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req)
 {
     server_stats_t sum = {0};
-    for (int w = 0; w < server->n_workers; w++) {
-        const uint64_t *from = (const uint64_t *)&server->all_stats[w];
+    for (int w = 0; w < ctx->n_workers; w++) {
+        const uint64_t *from = (const uint64_t *)&ctx->all_stats[w];
         uint64_t *to = (uint64_t *)&sum;
         for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
             to[i] += from[i];
@@ -103,15 +105,16 @@ static void metrics(http_conn_t *conn, http_request_t *req)
                         "# HELP idemgw_store_up Whether the store is connected.\n"
                         "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
                         (unsigned long long)s->open_conns,
-                        server->store && store_ready(server->store) ? 1 : 0);
+                        ctx->store && store_ready(ctx->store) ? 1 : 0);
     size_t n = evbuffer_get_length(b);
     http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
                       n, NULL, req->keep_alive);
     evbuffer_free(b);
 }
 
-void admin_handle(http_conn_t *conn, http_request_t *req)
+void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)
 {
+    const admin_ctx_t *ctx = arg;
     const char *t = req->target;
     size_t tlen = strcspn(t, "?");
     bool keep = req->keep_alive;
@@ -123,12 +126,13 @@ void admin_handle(http_conn_t *conn, http_request_t *req)
         http_conn_respond(conn, 200, "application/json", b, strlen(b), NULL, keep);
     } else if (tlen == 7 && strncmp(t, "/readyz", 7) == 0) {
         ready_probe_t *p = xcalloc(1, sizeof(*p));
+        p->ctx = ctx;
         p->conn = conn;
         p->keep_alive = keep;
         http_conn_set_observer(conn, NULL, probe_gone, p);
-        upstream_probe(server->pool, probe_done, p);
+        upstream_probe(ctx->pool, probe_done, p);
     } else if (tlen == 8 && strncmp(t, "/metrics", 8) == 0) {
-        metrics(conn, req);
+        metrics(ctx, conn, req);
     } else {
         const char *b = "{\"error\":\"not found\"}\n";
         http_conn_respond(conn, 404, "application/json", b, strlen(b), NULL, keep);

@@ -329,7 +329,7 @@ static void dispatch(http_conn_t *c)
     evtimer_del(c->timer);
     set_state(c, CONN_HANDLING);
     server->stats->requests++;
-    c->site->handler(c, req);
+    c->site->handler(c->site->arg, c, req);
 }
 
 static void process_input(http_conn_t *c)

@@ -43,18 +43,15 @@ server_t *server;
 /* A worker's exit status when it could not listen: the supervisor gives up, not retries. */
 #define WORKER_START_FAILED 3
 
-static void handle_mcp(http_conn_t *conn, http_request_t *req)
-{
-    proxy_handle(server->proxy, conn, req);
-}
-
-static http_site_t mcp_site = {handle_mcp, "mcp"};
+/* The listeners' sites; their handler contexts are set once the worker has made them. */
+static http_site_t mcp_site = {proxy_handle, NULL, "mcp"};
 
 static void adopt_mcp(int fd, const char *bytes, size_t len)
 {
     http_conn_adopt(fd, &mcp_site, bytes, len);
 }
-static http_site_t admin_site = {admin_handle, "admin"};
+static admin_ctx_t admin_ctx;
+static http_site_t admin_site = {admin_handle, &admin_ctx, "admin"};
 static struct event *drain_timer;
 
 /* Descriptors a worker needs besides agent and upstream connections: stdio, epoll, signal and
@@ -215,6 +212,19 @@ static void report_restart_key(const char *name, void *arg)
     log_warn(0, "reload: %s needs a restart; the running value stays", name);
 }
 
+/* What the upstream pool reads at each use; refreshed by a reload. */
+static upstream_limits_t upstream_limits;
+
+static void apply_upstream_limits(const config_t *cfg)
+{
+    upstream_limits = (upstream_limits_t){
+        .connect_timeout_ms = cfg->upstream_connect_timeout_ms,
+        .timeout_ms = cfg->upstream_timeout_ms,
+        .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
+        .pool = cfg->upstream_pool,
+    };
+}
+
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
 {
     const char *path = arg;
@@ -232,6 +242,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     config_t *old = server->cfg;
     clamp_connections(neu, true);
     server->cfg = neu;
+    apply_upstream_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
     log_threshold = (log_level_t)neu->log_level;
@@ -346,7 +357,16 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         }
         SSL_CTX_set_verify(server->tls, SSL_VERIFY_PEER, NULL);
     }
-    server->pool = upstream_pool_new(msg, sizeof(msg));
+    apply_upstream_limits(cfg);
+    upstream_opts_t uo = {
+        .base = server->base,
+        .tls = server->tls,
+        .host = cfg->upstream.host,
+        .port = cfg->upstream.port,
+        .limits = &upstream_limits,
+        .draining = &server->draining,
+    };
+    server->pool = upstream_pool_new(&uo, msg, sizeof(msg));
     if (!server->pool) {
         fprintf(stderr, "idemgw: %s\n", msg);
         goto out;
@@ -369,6 +389,14 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
     }
     wire_stages(server);
+    mcp_site.arg = server->proxy;
+    admin_ctx = (admin_ctx_t){
+        .store = server->store,
+        .pool = server->pool,
+        .all_stats = server->all_stats,
+        .n_workers = server->n_workers,
+        .draining = &server->draining,
+    };
     server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
     if (n_workers > 1)
         handoff_start(server->base, worker, adopt_mcp);

@@ -1,6 +1,5 @@
 #include "upstream.h"
 #include "log.h"
-#include "server.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -52,6 +51,11 @@ struct upstream_conn {
 };
 
 struct upstream_pool {
+    struct event_base *base;
+    struct ssl_ctx_st *tls;
+    char *host;
+    const upstream_limits_t *limits;
+    const bool *draining;
     struct sockaddr_storage addr;
     socklen_t addrlen;
     upstream_conn_t *idle; /* LIFO: the warmest connection first */
@@ -77,20 +81,24 @@ const char *upstream_result_str(upstream_result_t r)
     return "unknown";
 }
 
-upstream_pool_t *upstream_pool_new(char *msg, size_t msglen)
+upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen)
 {
-    const config_t *cfg = server->cfg;
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
     char port[8];
-    snprintf(port, sizeof(port), "%u", cfg->upstream.port);
-    int rc = getaddrinfo(cfg->upstream.host, port, &hints, &res);
+    snprintf(port, sizeof(port), "%u", opts->port);
+    int rc = getaddrinfo(opts->host, port, &hints, &res);
     if (rc != 0 || !res) {
-        snprintf(msg, msglen, "cannot resolve upstream host %s: %s", cfg->upstream.host,
+        snprintf(msg, msglen, "cannot resolve upstream host %s: %s", opts->host,
                  gai_strerror(rc));
         return NULL;
     }
     upstream_pool_t *pool = xcalloc(1, sizeof(*pool));
+    pool->base = opts->base;
+    pool->tls = opts->tls;
+    pool->host = xstrdup(opts->host);
+    pool->limits = opts->limits;
+    pool->draining = opts->draining;
     memcpy(&pool->addr, res->ai_addr, res->ai_addrlen);
     pool->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
@@ -121,7 +129,7 @@ static void kill_conn(upstream_conn_t *up)
     bufferevent_disable(up->bev, EV_READ | EV_WRITE);
     evtimer_del(up->timer);
     struct timeval zero = {0, 0};
-    event_base_once(server->base, -1, EV_TIMEOUT, free_cb, up, &zero);
+    event_base_once(up->pool->base, -1, EV_TIMEOUT, free_cb, up, &zero);
 }
 
 void upstream_pool_close_idle(upstream_pool_t *pool)
@@ -143,6 +151,7 @@ void upstream_pool_free(upstream_pool_t *pool)
         pool->idle = up->next;
         conn_free(up);
     }
+    free(pool->host);
     free(pool);
 }
 
@@ -158,8 +167,8 @@ static bool may_pool(upstream_conn_t *up, upstream_result_t res)
 {
     return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
            llhttp_should_keep_alive(&up->parser) &&
-           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !server->draining &&
-           up->pool->n_idle < server->cfg->upstream_pool;
+           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !(up->pool->draining && *up->pool->draining) &&
+           up->pool->n_idle < up->pool->limits->pool;
 }
 
 /* Ends the exchange for the owner, then pools or closes the connection. The owner hears first,
@@ -269,7 +278,7 @@ static int on_headers_complete(llhttp_t *p)
         return 0; /* interim response: wait for the real one */
     up->state = UP_READ_BODY;
     if (up->timer)
-        arm(up, server->cfg->upstream_idle_timeout_ms);
+        arm(up, up->pool->limits->idle_timeout_ms);
     if (up->cbs)
         up->cbs->on_head(up->arg, up->status, &up->headers);
     return 0;
@@ -348,7 +357,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
             return;
         }
         if (up->state == UP_READ_BODY)
-            arm(up, server->cfg->upstream_idle_timeout_ms);
+            arm(up, up->pool->limits->idle_timeout_ms);
         if (!(bufferevent_get_enabled(bev) & EV_READ))
             return; /* paused by the owner: leave the rest for later */
     }
@@ -367,7 +376,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     upstream_conn_t *up = arg;
     if (what & BEV_EVENT_CONNECTED) {
         up->state = UP_WAIT_HEAD;
-        arm(up, server->cfg->upstream_timeout_ms);
+        arm(up, up->pool->limits->timeout_ms);
         return;
     }
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
@@ -375,7 +384,7 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
     up->eof = true;
     switch (up->state) {
     case UP_CONNECTING: {
-        unsigned long tls_err = server->tls ? bufferevent_get_openssl_error(bev) : 0;
+        unsigned long tls_err = up->pool->tls ? bufferevent_get_openssl_error(bev) : 0;
         if (tls_err) {
             char why[256];
             ERR_error_string_n(tls_err, why, sizeof(why));
@@ -433,12 +442,12 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static struct bufferevent *new_bev(void)
+static struct bufferevent *new_bev(const upstream_pool_t *pool)
 {
-    if (!server->tls)
-        return bufferevent_socket_new(server->base, -1, BEV_OPT_CLOSE_ON_FREE);
-    SSL *ssl = SSL_new(server->tls);
-    const char *host = server->cfg->upstream.host;
+    if (!pool->tls)
+        return bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE);
+    SSL *ssl = SSL_new(pool->tls);
+    const char *host = pool->host;
     unsigned char addr[16];
     if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
         /* an address: the certificate must name it; SNI never carries one (RFC 6066) */
@@ -447,7 +456,7 @@ static struct bufferevent *new_bev(void)
         SSL_set_tlsext_host_name(ssl, host);
         SSL_set1_host(ssl, host);
     }
-    return bufferevent_openssl_socket_new(server->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
+    return bufferevent_openssl_socket_new(pool->base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
                                           BEV_OPT_CLOSE_ON_FREE);
 }
 
@@ -465,7 +474,7 @@ static bool idle_is_clean(upstream_conn_t *up)
 {
     if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
         return false;
-    if (server->tls && SSL_pending(bufferevent_openssl_get_ssl(up->bev)) > 0)
+    if (up->pool->tls && SSL_pending(bufferevent_openssl_get_ssl(up->bev)) > 0)
         return false;
     int fd = bufferevent_getfd(up->bev);
     if (fd < 0)
@@ -496,25 +505,25 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, 
     upstream_conn_t *up = fresh ? NULL : take_idle(pool);
     if (up) {
         up->state = UP_WAIT_HEAD;
-        arm(up, server->cfg->upstream_timeout_ms);
+        arm(up, up->pool->limits->timeout_ms);
     } else {
         up = xcalloc(1, sizeof(*up));
         up->pool = pool;
         http_headers_init(&up->headers);
         llhttp_init(&up->parser, HTTP_RESPONSE, &parser_settings);
         up->parser.data = up;
-        up->timer = evtimer_new(server->base, timer_cb, up);
-        up->bev = new_bev();
+        up->timer = evtimer_new(pool->base, timer_cb, up);
+        up->bev = new_bev(pool);
         up->state = UP_CONNECTING;
         bufferevent_setcb(up->bev, read_cb, NULL, event_cb, up);
-        arm(up, server->cfg->upstream_connect_timeout_ms);
+        arm(up, up->pool->limits->connect_timeout_ms);
         if (bufferevent_socket_connect(up->bev, (struct sockaddr *)&pool->addr,
                                        (int)pool->addrlen) != 0) {
             up->cbs = cbs;
             up->arg = arg;
             struct timeval zero = {0, 0};
             evtimer_del(up->timer);
-            event_base_once(server->base, -1, EV_TIMEOUT, connect_failed_cb, up, &zero);
+            event_base_once(pool->base, -1, EV_TIMEOUT, connect_failed_cb, up, &zero);
             evbuffer_drain(request, evbuffer_get_length(request));
             return up;
         }
@@ -528,7 +537,7 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, 
      * bufferevent would cost a loop pass and two epoll_ctl calls to switch EPOLLOUT on and
      * off. What the socket does not take (or an error, which the bufferevent then sees and
      * reports) is left to the bufferevent. */
-    if (up->state == UP_WAIT_HEAD && !server->tls)
+    if (up->state == UP_WAIT_HEAD && !up->pool->tls)
         (void)evbuffer_write(request, bufferevent_getfd(up->bev));
     if (evbuffer_get_length(request) > 0) {
         bufferevent_write_buffer(up->bev, request);
@@ -617,10 +626,10 @@ void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void 
     probe_t *pr = xcalloc(1, sizeof(*pr));
     pr->cb = cb;
     pr->arg = arg;
-    pr->bev = new_bev(); /* an https upstream is ready once its certificate verifies */
-    pr->timer = evtimer_new(server->base, probe_timeout, pr);
+    pr->bev = new_bev(pool); /* an https upstream is ready once its certificate verifies */
+    pr->timer = evtimer_new(pool->base, probe_timeout, pr);
     bufferevent_setcb(pr->bev, NULL, NULL, probe_event, pr);
-    uint64_t ms = server->cfg->upstream_connect_timeout_ms;
+    uint64_t ms = pool->limits->connect_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     evtimer_add(pr->timer, &tv);
     if (bufferevent_socket_connect(pr->bev, (struct sockaddr *)&pool->addr, (int)pool->addrlen) !=

@@ -20,13 +20,13 @@ void server_check_drained(void)
 {
 }
 
-static void answer(http_conn_t *conn, http_request_t *req)
+static void answer(void *arg, http_conn_t *conn, http_request_t *req)
 {
     http_conn_respond(conn, 200, "text/plain", "ok", 2, NULL, req->keep_alive);
     http_request_free(req);
 }
 
-static http_site_t site = {answer, "fuzz"};
+static http_site_t site = {answer, NULL, "fuzz"};
 
 static void setup(void)
 {
