@@ -14,6 +14,7 @@
 #define IDEMGW_HTTP_CONN_H
 
 #include "http_headers.h"
+#include "stats.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -51,11 +52,40 @@ typedef enum {
 
 const char *http_conn_state_str(http_conn_state_t st);
 
+/* What a connection reads at each use, so a reload that changes it takes effect at once. */
+typedef struct http_limits {
+    uint64_t max_header_bytes;  /* request head -> 431 */
+    uint64_t max_body_bytes;    /* request body -> 413 */
+    uint64_t header_timeout_ms; /* the whole head must arrive within */
+    uint64_t body_timeout_ms;   /* the whole body must arrive within */
+    uint64_t idle_timeout_ms;   /* keep-alive idle before close */
+    int max_connections;
+} http_limits_t;
+
+/* The connections of one process (every site): made by main, outliving them. */
+typedef struct http_context {
+    struct event_base *base;
+    const http_limits_t *limits;
+    server_stats_t *stats;
+    const bool *draining; /* no new connections or requests; idle ones close */
+    void (*on_close)(void *arg); /* a connection closed (a drain may be finished); may be NULL */
+    void *arg;
+    uint64_t next_id;      /* the last connection id given */
+    uint64_t open;         /* connections open now */
+    bool refusing;         /* an episode of refused connections is on (logged once) */
+    struct http_conn *all; /* every open connection */
+} http_context_t;
+
 /* What a listener serves: the handler of its requests. */
 typedef struct http_site {
+    http_context_t *ctx;
     http_handler_fn handler;
     void *arg;        /* the handler's own context (the proxy, the admin context) */
     const char *name; /* "mcp" or "admin", for logs */
+    /* the body of an error the connection answers itself (431, 413, 408...), malloc'd; NULL:
+     * the message as plain text */
+    char *(*error_body)(const char *message);
+    const char *error_type; /* its Content-Type */
 } http_site_t;
 
 /* Accept callback for evconnlistener_new_bind; arg is an http_site_t that outlives it. */
@@ -66,10 +96,13 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
  * of it, parsed here as if just received. Takes fd. */
 void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t len);
 
-/* Hands the agent's socket and req (re-serialised, with any input read after it) to worker,
- * and closes this worker's copy without writing to it. False when it cannot: a connection
- * that was itself handed over, one with output pending, or the send failed. */
-bool http_conn_hand_off(http_conn_t *conn, const http_request_t *req, int worker);
+/* Hands the agent's socket and req (re-serialised, with any input read after it) to another
+ * process with send(arg, fd, bytes, len), and closes this copy without writing to it. False
+ * when it cannot: a connection that was itself handed over, one with output pending, more
+ * than max_bytes to pass on, or the send failed. */
+typedef bool (*http_send_fd_fn)(void *arg, int fd, const char *bytes, size_t len);
+bool http_conn_hand_off(http_conn_t *conn, const http_request_t *req, size_t max_bytes,
+                        http_send_fd_fn send, void *arg);
 
 uint64_t http_conn_id(const http_conn_t *conn);
 struct evbuffer *http_conn_output(http_conn_t *conn);
@@ -91,14 +124,10 @@ void http_conn_response_done(http_conn_t *conn, bool keep_alive);
 void http_conn_respond(http_conn_t *conn, int status, const char *content_type, const char *body,
                        size_t len, const char *extra, bool keep_alive);
 
-/* A gateway error as a JSON-RPC error body (id_text may be NULL). */
-void http_conn_respond_error(http_conn_t *conn, int status, const char *id_text, int code,
-                             const char *message, bool keep_alive);
-
 /* Fills req->client_ip from the connection's peer address. */
 void http_conn_fill_client_ip(http_conn_t *conn, http_request_t *req);
 
 /* Closes every idle keep-alive connection (drain). */
-void http_conn_close_idle(void);
+void http_conn_close_idle(http_context_t *ctx);
 
 #endif

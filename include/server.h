@@ -31,8 +31,6 @@ typedef struct server {
     struct evconnlistener *admin_listener;
     struct ssl_ctx_st *tls; /* for an https upstream, else NULL */
     bool draining;          /* SIGTERM seen: no new connections or requests */
-    uint64_t next_conn_id;
-    uint64_t open_conns;       /* agent connections open now */
     server_stats_t *stats;     /* this worker's counters (a slot of all_stats) */
     server_stats_t *all_stats; /* every worker's counters, shared memory; /metrics sums them */
     int worker;                /* 0-based worker number */

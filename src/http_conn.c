@@ -1,8 +1,5 @@
 #include "http_conn.h"
-#include "handoff.h"
 #include "log.h"
-#include "mcp.h"
-#include "server.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -50,7 +47,6 @@ struct http_conn {
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
 
-static http_conn_t *all_conns;
 
 const char *http_conn_state_str(http_conn_state_t st)
 {
@@ -77,6 +73,12 @@ void http_request_free(http_request_t *req)
     if (req->body)
         evbuffer_free(req->body);
     free(req);
+}
+
+
+static bool draining(const http_context_t *ctx)
+{
+    return ctx->draining && *ctx->draining;
 }
 
 static void set_state(http_conn_t *c, http_conn_state_t st)
@@ -115,7 +117,7 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
     if (c->prev)
         c->prev->next = c->next;
     else
-        all_conns = c->next;
+        c->site->ctx->all = c->next;
     if (c->next)
         c->next->prev = c->prev;
     bufferevent_free(c->bev);
@@ -124,10 +126,12 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
     event_free(c->flush_ev);
     http_request_free(c->req);
     log_debug(c->id, "connection closed");
+    http_context_t *ctx = c->site->ctx;
     free(c);
-    server->open_conns--;
-    server->stats->open_conns = server->open_conns;
-    server_check_drained();
+    ctx->open--;
+    ctx->stats->open_conns = ctx->open;
+    if (ctx->on_close)
+        ctx->on_close(ctx->arg);
 }
 
 /* Closing is deferred to the loop so no caller up the stack holds a freed connection. */
@@ -141,7 +145,7 @@ static void schedule_free(http_conn_t *c)
     bufferevent_disable(c->bev, EV_READ | EV_WRITE);
     evtimer_del(c->timer);
     struct timeval zero = {0, 0};
-    event_base_once(server->base, -1, EV_TIMEOUT, free_now, c, &zero);
+    event_base_once(c->site->ctx->base, -1, EV_TIMEOUT, free_now, c, &zero);
 }
 
 /* Stops reading and closes once the output is flushed. */
@@ -178,7 +182,7 @@ static void close_after_flush(http_conn_t *c)
 static int head_limit(http_conn_t *c, size_t len)
 {
     c->head_bytes += len;
-    if (c->head_bytes > server->cfg->max_header_bytes) {
+    if (c->head_bytes > c->site->ctx->limits->max_header_bytes) {
         c->fail_status = 431;
         return -1;
     }
@@ -199,7 +203,7 @@ static int on_message_begin(llhttp_t *p)
     c->req->target = xstrdup("");
     c->head_bytes = 0;
     c->req_complete = false;
-    arm_timer(c, server->cfg->client_header_timeout_ms);
+    arm_timer(c, c->site->ctx->limits->header_timeout_ms);
     return 0;
 }
 
@@ -260,18 +264,18 @@ static int on_headers_complete(llhttp_t *p)
     c->req->method = llhttp_get_method(p);
     c->req->method_name = xstrdup(llhttp_method_name((llhttp_method_t)c->req->method));
     c->req->keep_alive = llhttp_should_keep_alive(p);
-    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > server->cfg->max_body_bytes) {
+    if ((p->flags & F_CONTENT_LENGTH) && p->content_length > c->site->ctx->limits->max_body_bytes) {
         c->fail_status = 413;
         return -1;
     }
-    arm_timer(c, server->cfg->client_body_timeout_ms);
+    arm_timer(c, c->site->ctx->limits->body_timeout_ms);
     return 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
 {
     http_conn_t *c = p->data;
-    if (evbuffer_get_length(c->req->body) + len > server->cfg->max_body_bytes) {
+    if (evbuffer_get_length(c->req->body) + len > c->site->ctx->limits->max_body_bytes) {
         c->fail_status = 413;
         return -1;
     }
@@ -304,9 +308,10 @@ static const llhttp_settings_t parser_settings = {
 
 static void refuse(http_conn_t *c, int status, const char *message)
 {
-    server->stats->bad_requests++;
+    c->site->ctx->stats->bad_requests++;
     log_info(c->id, "request refused: %d %s", status, message);
-    char *body = mcp_error_body(NULL, -32600, message);
+    const http_site_t *site = c->site;
+    char *body = site->error_body ? site->error_body(message) : xstrdup(message);
     if (c->state == CONN_IDLE)
         set_state(c, CONN_READING);
     evbuffer_drain(bufferevent_get_input(c->bev),
@@ -314,9 +319,11 @@ static void refuse(http_conn_t *c, int status, const char *message)
     struct evbuffer *out = bufferevent_get_output(c->bev);
     evbuffer_add_printf(
         out,
-        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+        "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
         "Connection: close\r\n\r\n%s",
-        status, http_status_reason(status), strlen(body), body);
+        status, http_status_reason(status),
+        site->error_body && site->error_type ? site->error_type : "text/plain", strlen(body),
+        body);
     free(body);
     close_after_flush(c);
 }
@@ -328,7 +335,7 @@ static void dispatch(http_conn_t *c)
     c->req_complete = false;
     evtimer_del(c->timer);
     set_state(c, CONN_HANDLING);
-    server->stats->requests++;
+    c->site->ctx->stats->requests++;
     c->site->handler(c->site->arg, c, req);
 }
 
@@ -340,7 +347,7 @@ static void process_input(http_conn_t *c)
         return;
     }
     while ((c->state == CONN_IDLE || c->state == CONN_READING) && evbuffer_get_length(in) > 0) {
-        if (server->draining && c->state == CONN_IDLE) {
+        if (draining(c->site->ctx) && c->state == CONN_IDLE) {
             close_after_flush(c);
             return;
         }
@@ -454,13 +461,14 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
 static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_t *site)
 {
     http_conn_t *c = xcalloc(1, sizeof(*c));
-    c->id = ++server->next_conn_id;
+    http_context_t *ctx = site->ctx;
+    c->id = ++ctx->next_id;
     c->site = site;
     c->state = CONN_IDLE;
-    c->bev = bufferevent_socket_new(server->base, fd, BEV_OPT_CLOSE_ON_FREE);
-    c->timer = evtimer_new(server->base, timer_cb, c);
-    c->resume = event_new(server->base, -1, 0, resume_cb, c);
-    c->flush_ev = event_new(server->base, -1, 0, flush_cb, c);
+    c->bev = bufferevent_socket_new(ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->timer = evtimer_new(ctx->base, timer_cb, c);
+    c->resume = event_new(ctx->base, -1, 0, resume_cb, c);
+    c->flush_ev = event_new(ctx->base, -1, 0, flush_cb, c);
     /* strict: no llhttp_set_lenient_* here. Smuggling hides in what a lenient parser accepts
      * (bare LF, chunk extensions, Transfer-Encoding with Content-Length). */
     llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
@@ -473,15 +481,15 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     bufferevent_disable(c->bev, EV_WRITE); /* a new bufferevent starts write-enabled */
     bufferevent_enable(c->bev, EV_READ);
     evbuffer_add_cb(bufferevent_get_output(c->bev), output_added, c);
-    arm_timer(c, server->cfg->client_idle_timeout_ms);
-    c->next = all_conns;
-    if (all_conns)
-        all_conns->prev = c;
-    all_conns = c;
+    arm_timer(c, c->site->ctx->limits->idle_timeout_ms);
+    c->next = ctx->all;
+    if (ctx->all)
+        ctx->all->prev = c;
+    ctx->all = c;
     format_peer(sa, c->peer, sizeof(c->peer));
-    server->open_conns++;
-    server->stats->open_conns = server->open_conns;
-    server->stats->connections++;
+    ctx->open++;
+    ctx->stats->open_conns = ctx->open;
+    ctx->stats->connections++;
     return c;
 }
 
@@ -489,20 +497,22 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
 {
     (void)l;
     (void)socklen;
+    const http_site_t *site = arg;
+    http_context_t *ctx = site->ctx;
     /* one line per episode of refusals: under a flood, one per connection would be the flood */
-    static bool refusing;
-    if (server->draining || (int)server->open_conns >= server->cfg->max_connections) {
-        if (!refusing)
+    bool full = (long long)ctx->open >= (long long)ctx->limits->max_connections;
+    if (draining(ctx) || full) {
+        if (!ctx->refusing)
             log_warn(0, "refusing new connections: %s (%llu open)",
-                     server->draining ? "draining" : "max_connections reached",
-                     (unsigned long long)server->open_conns);
-        refusing = true;
+                     draining(ctx) ? "draining" : "max_connections reached",
+                     (unsigned long long)ctx->open);
+        ctx->refusing = true;
         evutil_closesocket(fd);
         return;
     }
-    if (refusing)
+    if (ctx->refusing)
         log_debug(0, "accepting connections again");
-    refusing = false;
+    ctx->refusing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     conn_new(fd, sa, arg);
@@ -524,7 +534,8 @@ void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t 
     event_active(c->resume, 0, 0);
 }
 
-bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, int worker)
+bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, size_t max_bytes,
+                        http_send_fd_fn send, void *arg)
 {
     if (c->adopted || c->free_scheduled || evbuffer_get_length(bufferevent_get_output(c->bev)))
         return false;
@@ -540,8 +551,8 @@ bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, int worker)
     evbuffer_add(b, "\r\n", 2);
     evbuffer_add_buffer(b, bufferevent_get_input(c->bev));
     size_t len = evbuffer_get_length(b);
-    bool sent = len <= HANDOFF_MAX_BYTES && handoff_send(worker, bufferevent_getfd(c->bev),
-                                                         (const char *)evbuffer_pullup(b, -1), len);
+    bool sent = len <= max_bytes &&
+                send(arg, bufferevent_getfd(c->bev), (const char *)evbuffer_pullup(b, -1), len);
     evbuffer_free(b);
     if (!sent)
         return false;
@@ -604,12 +615,12 @@ void http_conn_response_done(http_conn_t *c, bool keep_alive)
     c->obs_arg = NULL;
     if (c->free_scheduled)
         return;
-    if (!keep_alive || server->draining) {
+    if (!keep_alive || draining(c->site->ctx)) {
         close_after_flush(c);
         return;
     }
     set_state(c, CONN_IDLE);
-    arm_timer(c, server->cfg->client_idle_timeout_ms);
+    arm_timer(c, c->site->ctx->limits->idle_timeout_ms);
     event_active(c->resume, 0, 0);
 }
 
@@ -621,7 +632,7 @@ void http_conn_respond(http_conn_t *c, int status, const char *content_type, con
     if (content_type)
         evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
     evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
-    if (!keep_alive || server->draining)
+    if (!keep_alive || draining(c->site->ctx))
         evbuffer_add(out, "Connection: close\r\n", 19);
     if (extra)
         evbuffer_add(out, extra, strlen(extra));
@@ -632,22 +643,14 @@ void http_conn_respond(http_conn_t *c, int status, const char *content_type, con
     http_conn_response_done(c, keep_alive);
 }
 
-void http_conn_respond_error(http_conn_t *c, int status, const char *id_text, int code,
-                             const char *message, bool keep_alive)
-{
-    char *body = mcp_error_body(id_text, code, message);
-    http_conn_respond(c, status, "application/json", body, strlen(body), NULL, keep_alive);
-    free(body);
-}
-
 void http_conn_fill_client_ip(http_conn_t *c, http_request_t *req)
 {
     memcpy(req->client_ip, c->peer, sizeof(req->client_ip));
 }
 
-void http_conn_close_idle(void)
+void http_conn_close_idle(http_context_t *ctx)
 {
-    for (http_conn_t *c = all_conns; c; c = c->next)
+    for (http_conn_t *c = ctx->all; c; c = c->next)
         if (c->state == CONN_IDLE)
             schedule_free(c);
 }

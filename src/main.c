@@ -6,6 +6,7 @@
 #include "handoff.h"
 #include "key_cmd.h"
 #include "log.h"
+#include "mcp.h"
 #include "proxy.h"
 #include "replay_cache.h"
 #include "server.h"
@@ -44,14 +45,39 @@ server_t *server;
 #define WORKER_START_FAILED 3
 
 /* The listeners' sites; their handler contexts are set once the worker has made them. */
-static http_site_t mcp_site = {proxy_handle, NULL, "mcp"};
+static http_limits_t http_limits;
+static http_context_t conns;
+
+static void conn_closed(void *arg)
+{
+    server_check_drained();
+}
+
+/* Errors the MCP listener's connections answer themselves are JSON-RPC errors. */
+static char *mcp_error_writer(const char *message)
+{
+    return mcp_error_body(NULL, -32600, message);
+}
+
+static http_site_t mcp_site = {
+    .ctx = &conns,
+    .handler = proxy_handle,
+    .name = "mcp",
+    .error_body = mcp_error_writer,
+    .error_type = "application/json",
+};
 
 static void adopt_mcp(int fd, const char *bytes, size_t len)
 {
     http_conn_adopt(fd, &mcp_site, bytes, len);
 }
 static admin_ctx_t admin_ctx;
-static http_site_t admin_site = {admin_handle, &admin_ctx, "admin"};
+static http_site_t admin_site = {
+    .ctx = &conns,
+    .handler = admin_handle,
+    .arg = &admin_ctx,
+    .name = "admin",
+};
 static struct event *drain_timer;
 
 /* Descriptors a worker needs besides agent and upstream connections: stdio, epoll, signal and
@@ -127,7 +153,7 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
         log_warn(0,
                  "out of file descriptors (%s): pausing new connections; %llu agent connections "
                  "open, open file limit %llu",
-                 evutil_socket_error_to_string(err), (unsigned long long)server->open_conns,
+                 evutil_socket_error_to_string(err), (unsigned long long)conns.open,
                  (unsigned long long)fd_limit);
     accept_paused = true;
     evconnlistener_disable(l);
@@ -175,7 +201,7 @@ static void print_errors(const config_errors_t *errs)
 
 void server_check_drained(void)
 {
-    if (server->draining && proxy_exchanges(server->proxy) == 0 && server->open_conns == 0) {
+    if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0) {
         log_info(0, "drained: exiting");
         event_base_loopexit(server->base, NULL);
     }
@@ -197,7 +223,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     server->draining = true;
     if (server->listener)
         evconnlistener_disable(server->listener);
-    http_conn_close_idle();
+    http_conn_close_idle(&conns);
     proxy_drain(server->proxy);
     upstream_pool_close_idle(server->pool);
     uint64_t ms = server->cfg->drain_timeout_ms;
@@ -214,6 +240,18 @@ static void report_restart_key(const char *name, void *arg)
 
 /* What the upstream pool reads at each use; refreshed by a reload. */
 static upstream_limits_t upstream_limits;
+
+static void apply_http_limits(const config_t *cfg)
+{
+    http_limits = (http_limits_t){
+        .max_header_bytes = cfg->max_header_bytes,
+        .max_body_bytes = cfg->max_body_bytes,
+        .header_timeout_ms = cfg->client_header_timeout_ms,
+        .body_timeout_ms = cfg->client_body_timeout_ms,
+        .idle_timeout_ms = cfg->client_idle_timeout_ms,
+        .max_connections = cfg->max_connections,
+    };
+}
 
 static void apply_upstream_limits(const config_t *cfg)
 {
@@ -243,6 +281,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     clamp_connections(neu, true);
     server->cfg = neu;
     apply_upstream_limits(neu);
+    apply_http_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
     log_threshold = (log_level_t)neu->log_level;
@@ -390,6 +429,14 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     }
     wire_stages(server);
     mcp_site.arg = server->proxy;
+    apply_http_limits(cfg);
+    conns = (http_context_t){
+        .base = server->base,
+        .limits = &http_limits,
+        .stats = server->stats,
+        .draining = &server->draining,
+        .on_close = conn_closed,
+    };
     admin_ctx = (admin_ctx_t){
         .store = server->store,
         .pool = server->pool,

@@ -754,6 +754,11 @@ static bool resume_stream(exchange_t *get)
     return false;
 }
 
+static bool send_to_worker(void *arg, int fd, const char *bytes, size_t len)
+{
+    return handoff_send(*(const int *)arg, fd, bytes, len);
+}
+
 /* A resume of a stream another worker reads goes to that worker, socket and all: the upstream
  * would refuse a second reader of the stream. */
 static bool hand_off_resume(exchange_t *get)
@@ -765,7 +770,8 @@ static bool hand_off_resume(exchange_t *get)
     if (!session || !http_headers_get(&get->req->headers, "last-event-id"))
         return false;
     int owner = handoff_owner(session);
-    if (owner < 0 || owner == p->ctx.worker || !http_conn_hand_off(get->client, get->req, owner))
+    if (owner < 0 || owner == p->ctx.worker ||
+        !http_conn_hand_off(get->client, get->req, HANDOFF_MAX_BYTES, send_to_worker, &owner))
         return false;
     log_info(get->conn_id, "stream resume handed to worker %d, which reads the stream", owner + 1);
     get->client = NULL;

@@ -1,9 +1,7 @@
 /* libFuzzer driver for the agent side of the gateway: arbitrary bytes on a real connection
  * (a socketpair on a real event loop), through llhttp, the limits and the refusals. The
  * handler answers every request, so pipelined requests are exercised too. */
-#include "config.h"
 #include "http_conn.h"
-#include "server.h"
 
 #include <event2/event.h>
 #include <stdint.h>
@@ -14,11 +12,16 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-server_t *server;
-
-void server_check_drained(void)
-{
-}
+static server_stats_t stats;
+static const http_limits_t limits = {
+    .max_header_bytes = 2048,
+    .max_body_bytes = 4096,
+    .header_timeout_ms = 10000,
+    .body_timeout_ms = 30000,
+    .idle_timeout_ms = 60000,
+    .max_connections = 100,
+};
+static http_context_t ctx = {.limits = &limits, .stats = &stats};
 
 static void answer(void *arg, http_conn_t *conn, http_request_t *req)
 {
@@ -26,28 +29,12 @@ static void answer(void *arg, http_conn_t *conn, http_request_t *req)
     http_request_free(req);
 }
 
-static http_site_t site = {answer, NULL, "fuzz"};
-
-static void setup(void)
-{
-    config_errors_t errs = {0};
-    server = calloc(1, sizeof(*server));
-    server->base = event_base_new();
-    server->stats = calloc(1, sizeof(*server->stats));
-    server->all_stats = server->stats;
-    server->n_workers = 1;
-    server->cfg = config_load_string("fuzz.yaml",
-                                     "upstream: http://127.0.0.1:9/mcp\n"
-                                     "limits: {max_body: 4KiB, max_header: 2KiB}\n",
-                                     &errs);
-    if (!server->cfg)
-        abort();
-}
+static http_site_t site = {.ctx = &ctx, .handler = answer, .name = "fuzz"};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    if (!server)
-        setup();
+    if (!ctx.base)
+        ctx.base = event_base_new();
     int fds[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, fds) != 0)
         return 0;
@@ -57,13 +44,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         /* the socket buffer holds far more than -max_len allows */
     }
     shutdown(fds[1], SHUT_WR);
-    for (int i = 0; i < 1000 && server->open_conns > 0; i++)
-        event_base_loop(server->base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    for (int i = 0; i < 1000 && ctx.open > 0; i++)
+        event_base_loop(ctx.base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     char sink[4096];
     while (read(fds[1], sink, sizeof(sink)) > 0) {
     }
     close(fds[1]);
-    for (int i = 0; i < 100 && server->open_conns > 0; i++)
-        event_base_loop(server->base, EVLOOP_ONCE);
+    for (int i = 0; i < 100 && ctx.open > 0; i++)
+        event_base_loop(ctx.base, EVLOOP_ONCE);
     return 0;
 }

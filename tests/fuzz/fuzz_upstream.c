@@ -5,7 +5,6 @@
  * body than the server sent. */
 #include "decode.h"
 #include "mcp.h"
-#include "server.h"
 #include "sse.h"
 #include "upstream.h"
 
@@ -20,7 +19,6 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 /* upstream.c links against the process; the socketless parser never reaches it */
-server_t *server;
 
 #define CAPTURE_MAX 65536
 

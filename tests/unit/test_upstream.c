@@ -7,13 +7,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "server.h"
 #include "upstream.h"
 
 #include <string.h>
 
 /* upstream.c links against the process; the socketless parser never reaches it */
-server_t *server;
 
 typedef struct seen {
     int status, heads;
