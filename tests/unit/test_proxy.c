@@ -1,0 +1,264 @@
+/* The proxy on a real event loop: an agent on a socketpair through a real http_conn, a real
+ * upstream pool towards a small upstream listening on loopback in the same loop, and a fake
+ * stage. Covers the refusals the proxy writes itself, forwarding, the hand-over of a protected
+ * call to the stage, and an unreachable upstream. */
+#include "config.h"
+#include "exchange.h"
+#include "http_conn.h"
+#include "proxy.h"
+#include "upstream.h"
+#include "util.h"
+
+#include <arpa/inet.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+static struct event_base *base;
+static struct evconnlistener *up_listener;
+static int up_port;
+static int up_requests; /* requests the upstream saw */
+static config_t *cfg;
+static server_stats_t stats;
+static upstream_limits_t up_limits = {1000, 2000, 2000, 4};
+static upstream_pool_t *pool;
+static proxy_t *proxy;
+static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
+static http_context_t conns;
+static http_site_t site;
+static int stage_calls;
+
+/* --- the upstream: answers every request head with one JSON body and closes --- */
+
+static void up_written(struct bufferevent *bev, void *arg)
+{
+    bufferevent_free(bev);
+}
+
+static void up_event(struct bufferevent *bev, short what, void *arg);
+
+static void up_read(struct bufferevent *bev, void *arg)
+{
+    struct evbuffer *in = bufferevent_get_input(bev);
+    struct evbuffer_ptr p = evbuffer_search(in, "\r\n\r\n", 4, NULL);
+    if (p.pos < 0)
+        return;
+    up_requests++;
+    evbuffer_drain(in, evbuffer_get_length(in));
+    const char *body = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"from\":\"upstream\"}}";
+    evbuffer_add_printf(bufferevent_get_output(bev),
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                        strlen(body), body);
+    bufferevent_setcb(bev, NULL, up_written, up_event, NULL); /* closes once it is sent */
+}
+
+static void up_event(struct bufferevent *bev, short what, void *arg)
+{
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+        bufferevent_free(bev);
+}
+
+static void up_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int len,
+                      void *arg)
+{
+    struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
+    bufferevent_setcb(bev, up_read, NULL, up_event, NULL);
+    bufferevent_enable(bev, EV_READ | EV_WRITE);
+}
+
+/* --- the fake stage --- */
+
+static void stage_call(void *arg, exchange_t *ex)
+{
+    stage_calls++;
+    assert_string_equal(exchange_msg(ex)->tool, "refund");
+    exchange_respond_json(ex, 200, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"from\":\"stage\"}}",
+                          NULL);
+}
+
+/* --- set-up --- */
+
+static int setup(void **state)
+{
+    base = event_base_new();
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    up_listener = evconnlistener_new_bind(base, up_accept, NULL,
+                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
+                                          (struct sockaddr *)&sin, sizeof(sin));
+    assert_non_null(up_listener);
+    struct sockaddr_in bound;
+    socklen_t bl = sizeof(bound);
+    getsockname(evconnlistener_get_fd(up_listener), (struct sockaddr *)&bound, &bl);
+    up_port = ntohs(bound.sin_port);
+    char yaml[512];
+    snprintf(yaml, sizeof(yaml),
+             "upstream: http://127.0.0.1:%d/mcp\n"
+             "subject: {static: me}\n"
+             "tools:\n  refund:\n    class: non_idempotent\n  lookup:\n    class: read\n",
+             up_port);
+    config_errors_t errs = {0};
+    cfg = config_load_string("t.yaml", yaml, &errs);
+    if (!cfg) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "%s\n", errs.msgs[i]);
+        return -1;
+    }
+    upstream_opts_t uo = {.base = base, .host = "127.0.0.1", .port = (unsigned)up_port,
+                          .limits = &up_limits};
+    char msg[200];
+    pool = upstream_pool_new(&uo, msg, sizeof(msg));
+    assert_non_null(pool);
+    proxy_ctx_t pc = {.base = base, .cfg = cfg, .pool = pool, .stats = &stats, .n_workers = 1};
+    proxy = proxy_new(&pc);
+    proxy_stage_t stage = {.call = stage_call};
+    proxy_set_stage(proxy, &stage);
+    conns = (http_context_t){.base = base, .limits = &limits, .stats = &stats};
+    site = (http_site_t){.ctx = &conns, .handler = proxy_handle, .arg = proxy, .name = "mcp"};
+    up_requests = 0;
+    stage_calls = 0;
+    memset(&stats, 0, sizeof(stats));
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    for (int i = 0; i < 200 && (conns.open > 0 || proxy_exchanges(proxy) > 0); i++)
+        event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
+    proxy_free(proxy);
+    upstream_pool_free(pool);
+    if (up_listener)
+        evconnlistener_free(up_listener);
+    event_base_loop(base, EVLOOP_NONBLOCK);
+    event_base_free(base);
+    config_free(cfg);
+    return 0;
+}
+
+/* Sends one request (with Connection: close) as an agent and returns the whole response. */
+static char *exchange(const char *method, const char *target, const char *extra_headers,
+                      const char *body)
+{
+    int fds[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    evutil_make_socket_nonblocking(fds[0]);
+    evutil_make_socket_nonblocking(fds[1]);
+    http_conn_accept(NULL, fds[0], NULL, 0, &site);
+    char req[2048];
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\n"
+                     "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
+                     method, target, extra_headers ? extra_headers : "", body ? strlen(body) : 0,
+                     body ? body : "");
+    assert_int_equal(write(fds[1], req, (size_t)n), n);
+    struct evbuffer *got = evbuffer_new();
+    for (int i = 0; i < 5000; i++) {
+        char buf[4096];
+        ssize_t r = read(fds[1], buf, sizeof(buf));
+        if (r == 0)
+            break;
+        if (r > 0) {
+            evbuffer_add(got, buf, (size_t)r);
+            continue;
+        }
+        event_base_loop(base, EVLOOP_ONCE);
+    }
+    close(fds[1]);
+    size_t len = evbuffer_get_length(got);
+    char *out = xstrndup((const char *)evbuffer_pullup(got, -1), len);
+    evbuffer_free(got);
+    return out;
+}
+
+static void refusals_are_written_by_the_proxy(void **state)
+{
+    char *r = exchange("PUT", "/mcp", NULL, "{}");
+    assert_non_null(strstr(r, "HTTP/1.1 405"));
+    assert_non_null(strstr(r, "Allow: GET, POST, DELETE"));
+    free(r);
+    r = exchange("POST", "/elsewhere", NULL, "{}");
+    assert_non_null(strstr(r, "HTTP/1.1 404"));
+    free(r);
+    r = exchange("POST", "/mcp", "Authorization: a\r\nAuthorization: b\r\n", "{}");
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "Authorization header appears more than once"));
+    free(r);
+    r = exchange("POST", "/mcp", NULL, "{not json");
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "-32700"));
+    free(r);
+    r = exchange("POST", "/mcp", "Origin: http://evil.example\r\n",
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    assert_non_null(strstr(r, "HTTP/1.1 403"));
+    assert_non_null(strstr(r, "allowed_origins"));
+    free(r);
+    r = exchange("POST", "/mcp", NULL,
+                 "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+                 "\"params\":{\"name\":\"refund\",\"arguments\":{}}}]");
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "batch may not contain"));
+    free(r);
+    assert_int_equal(up_requests, 0); /* nothing refused went upstream */
+    assert_int_equal(stage_calls, 0);
+}
+
+static void reads_are_forwarded(void **state)
+{
+    char *r = exchange("POST", "/mcp", NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+                       "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}");
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "\"from\":\"upstream\""));
+    free(r);
+    assert_int_equal(up_requests, 1);
+    assert_int_equal(stage_calls, 0);
+    assert_int_equal(stats.forwarded, 1);
+}
+
+static void protected_calls_go_to_the_stage(void **state)
+{
+    char *r = exchange("POST", "/mcp", NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+                       "\"params\":{\"name\":\"refund\",\"arguments\":{\"amount\":5}}}");
+    assert_non_null(strstr(r, "\"from\":\"stage\""));
+    free(r);
+    assert_int_equal(stage_calls, 1);
+    assert_int_equal(up_requests, 0);
+}
+
+static void unreachable_upstream_is_a_502(void **state)
+{
+    /* the upstream's port closes: connecting is refused */
+    evconnlistener_free(up_listener);
+    up_listener = NULL;
+    char *r = exchange("POST", "/mcp", NULL, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    assert_non_null(strstr(r, "HTTP/1.1 502"));
+    assert_non_null(strstr(r, "upstream MCP server unreachable"));
+    free(r);
+    assert_int_equal(stats.upstream_errors, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(refusals_are_written_by_the_proxy, setup, teardown),
+        cmocka_unit_test_setup_teardown(reads_are_forwarded, setup, teardown),
+        cmocka_unit_test_setup_teardown(protected_calls_go_to_the_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(unreachable_upstream_is_a_502, setup, teardown),
+    };
+    return cmocka_run_group_tests_name("proxy", tests, NULL, NULL);
+}
