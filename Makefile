@@ -40,7 +40,7 @@ $(BUILD)/idemgw: $(OBJS) $(LLHTTP_OBJS)
 
 $(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h) | $(BUILD)/obj
 	@echo "  CC      $<"
-	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -MMD -c -o $@ $<
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
 # llhttp ships as generated C sources in Debian's node-llhttp; compiled as is, without our -Werror.
 $(BUILD)/obj/llhttp/%.o: $(LLHTTP_SRC)/%.c | $(BUILD)/obj/llhttp

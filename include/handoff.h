@@ -19,10 +19,13 @@ struct event_base;
  * 0, or -1 after a message on stderr. */
 int handoff_setup(int n_workers);
 
+/* What a worker does with a socket handed to it: bytes are what the other worker had read of
+ * it. Takes fd. */
+typedef void (*handoff_adopt_fn)(void *arg, int fd, const char *bytes, size_t len);
+
 /* In a worker: receive handed-over sockets from now on; each becomes a connection of its own
- * through adopt(fd, bytes, len), which takes the fd. */
-void handoff_start(struct event_base *base, int worker,
-                   void (*adopt)(int fd, const char *bytes, size_t len));
+ * through adopt(arg, fd, bytes, len), from the loop of base. */
+void handoff_start(struct event_base *base, int worker, handoff_adopt_fn adopt, void *arg);
 void handoff_stop(void);
 
 /* This worker reads (on) or no longer reads (off) a stream of session. */

@@ -23,7 +23,8 @@ static int (*pairs)[2];  /* per worker: [0] is written by the others, [1] read b
 static int n_pairs;
 static int self = -1;
 static struct event *rx_ev;
-static void (*adopt_fn)(int fd, const char *bytes, size_t len);
+static handoff_adopt_fn adopt_fn;
+static void *adopt_arg;
 
 static uint64_t session_hash(const char *s)
 {
@@ -82,17 +83,17 @@ static void on_handoff(evutil_socket_t sock, short what, void *arg)
             close(fd);
             continue;
         }
-        adopt_fn(fd, buf, (size_t)n);
+        adopt_fn(adopt_arg, fd, buf, (size_t)n);
     }
 }
 
-void handoff_start(struct event_base *base, int worker,
-                   void (*adopt)(int fd, const char *bytes, size_t len))
+void handoff_start(struct event_base *base, int worker, handoff_adopt_fn adopt, void *arg)
 {
     if (!owners || worker >= n_pairs)
         return;
     self = worker;
     adopt_fn = adopt;
+    adopt_arg = arg;
     rx_ev = event_new(base, pairs[worker][1], EV_READ | EV_PERSIST, on_handoff, NULL);
     event_add(rx_ev, NULL);
 }

@@ -9,7 +9,7 @@
 #include "mcp.h"
 #include "proxy.h"
 #include "replay_cache.h"
-#include "server.h"
+#include "stats.h"
 #include "store.h"
 #include "store_pg.h"
 #include "upstream.h"
@@ -37,7 +37,32 @@
 #define IDEMGW_VERSION "0.1.0"
 #endif
 
-server_t *server;
+/* The worker's runtime state: the event loop, the live configuration, the store, the upstream
+ * pool and the counters /metrics reports. Only main sees it whole; every module gets what it
+ * needs from it when it is made. */
+typedef struct server {
+    struct event_base *base;
+    config_t *cfg;              /* live config; replaced on SIGHUP */
+    struct store *store;        /* NULL when no database is configured */
+    struct upstream_pool *pool; /* keep-alive upstream connections */
+    struct proxy *proxy;        /* the MCP listener's requests */
+    struct idem *idem;          /* the idempotency stage */
+    struct replay_cache *cache; /* finished results, so replays skip the store */
+    struct evconnlistener *listener;
+    struct evconnlistener *admin_listener;
+    struct ssl_ctx_st *tls;    /* for an https upstream, else NULL */
+    bool draining;             /* SIGTERM seen: no new connections or requests */
+    server_stats_t *stats;     /* this worker's counters (a slot of all_stats) */
+    server_stats_t *all_stats; /* every worker's counters, shared memory; /metrics sums them */
+    int worker;                /* 0-based worker number */
+    int n_workers;
+    uint64_t started_ms;
+} server_t;
+
+static server_t *server;
+
+/* Called whenever in-flight work ends; finishes a drain when nothing is left. */
+static void server_check_drained(void);
 
 /* Finished results kept in memory for replays; bounded both ways. */
 
@@ -67,9 +92,10 @@ static http_site_t mcp_site = {
     .error_type = "application/json",
 };
 
-static void adopt_mcp(int fd, const char *bytes, size_t len)
+/* A connection another worker handed over (arg: the site it belongs to). */
+static void adopt_conn(void *arg, int fd, const char *bytes, size_t len)
 {
-    http_conn_adopt(fd, &mcp_site, bytes, len);
+    http_conn_adopt(fd, arg, bytes, len);
 }
 static admin_ctx_t admin_ctx;
 static http_site_t admin_site = {
@@ -199,7 +225,7 @@ static void print_errors(const config_errors_t *errs)
         fprintf(stderr, "%s\n", errs->msgs[i]);
 }
 
-void server_check_drained(void)
+static void server_check_drained(void)
 {
     if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0) {
         log_info(0, "drained: exiting");
@@ -446,7 +472,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     };
     server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
     if (n_workers > 1)
-        handoff_start(server->base, worker, adopt_mcp);
+        handoff_start(server->base, worker, adopt_conn, &mcp_site);
     /* one admin endpoint; /metrics sums every worker's counters from shared memory */
     if (worker == 0)
         server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
