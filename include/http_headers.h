@@ -57,11 +57,15 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
                              const http_headers_t *in, const char *host, const char *client_ip,
                              long long body_len, const char *extra);
 
-/* Writes a response head for the agent from an upstream head: end-to-end headers, and the
- * framing the gateway chose (content_length >= 0, or chunked when -1, or none when -2 for
- * bodiless statuses). keep_alive false adds Connection: close. extra as above. */
-void http_write_response_head(struct evbuffer *out, int status, const http_headers_t *in,
-                              long long content_length, bool keep_alive, const char *extra);
+/* The one writer of a response head to the agent, in this order: the status line (HTTP/1.1),
+ * Content-Type when content_type is not NULL, the end-to-end headers of in (an upstream's
+ * response head being relayed; NULL for an answer of the gateway's own) except its
+ * Content-Length, the framing the gateway chose (Content-Length when content_length >= 0,
+ * Transfer-Encoding: chunked when -1, nothing when -2, for a bodiless status or a body that
+ * ends at the close), Connection: close when keep_alive is false, then extra as above. */
+void http_write_response_head(struct evbuffer *out, int status, const char *content_type,
+                              const http_headers_t *in, long long content_length, bool keep_alive,
+                              const char *extra);
 
 const char *http_status_reason(int status);
 

@@ -317,13 +317,11 @@ static void refuse(http_conn_t *c, int status, const char *message)
     evbuffer_drain(bufferevent_get_input(c->bev),
                    evbuffer_get_length(bufferevent_get_input(c->bev)));
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    evbuffer_add_printf(
-        out,
-        "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-        "Connection: close\r\n\r\n%s",
-        status, http_status_reason(status),
-        site->error_body && site->error_type ? site->error_type : "text/plain", strlen(body),
-        body);
+    size_t len = strlen(body);
+    http_write_response_head(out, status,
+                             site->error_body && site->error_type ? site->error_type : "text/plain",
+                             NULL, (long long)len, false, NULL);
+    evbuffer_add(out, body, len);
     free(body);
     close_after_flush(c);
 }
@@ -628,15 +626,8 @@ void http_conn_respond(http_conn_t *c, int status, const char *content_type, con
                        size_t len, const char *extra, bool keep_alive)
 {
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
-    if (content_type)
-        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
-    evbuffer_add_printf(out, "Content-Length: %zu\r\n", len);
-    if (!keep_alive || draining(c->site->ctx))
-        evbuffer_add(out, "Connection: close\r\n", 19);
-    if (extra)
-        evbuffer_add(out, extra, strlen(extra));
-    evbuffer_add(out, "\r\n", 2);
+    http_write_response_head(out, status, content_type, NULL, (long long)len,
+                             keep_alive && !draining(c->site->ctx), extra);
     if (len)
         evbuffer_add(out, body, len);
     http_conn_flush(c);

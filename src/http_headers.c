@@ -234,10 +234,13 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
     evbuffer_add(out, "\r\n", 2);
 }
 
-void http_write_response_head(struct evbuffer *out, int status, const http_headers_t *in,
-                              long long content_length, bool keep_alive, const char *extra)
+void http_write_response_head(struct evbuffer *out, int status, const char *content_type,
+                              const http_headers_t *in, long long content_length, bool keep_alive,
+                              const char *extra)
 {
     evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    if (content_type)
+        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
     if (in) {
         const char *conn = http_headers_get(in, "connection");
         for (size_t i = 0; i < in->n; i++) {

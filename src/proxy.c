@@ -581,7 +581,7 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         observe(ex, ex->obs->on_head(ex->obs_arg, status, headers, ex->resp_sse));
     struct evbuffer *head = evbuffer_new();
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
-    http_write_response_head(head, status, headers, clen, ex->keep_alive && !draining, NULL);
+    http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, NULL);
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
     evbuffer_free(head);
@@ -735,11 +735,9 @@ static bool resume_stream(exchange_t *get)
         ex->keep_alive = get->req->keep_alive;
         http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
         struct evbuffer *out = http_conn_output(conn);
-        evbuffer_add_printf(out,
-                            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                            "Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n"
-                            "Transfer-Encoding: chunked\r\n%s\r\n",
-                            session, ex->keep_alive ? "" : "Connection: close\r\n");
+        char *extra = xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n", session);
+        http_write_response_head(out, 200, "text/event-stream", NULL, -1, ex->keep_alive, extra);
+        free(extra);
         if (ex->sse_unheld > from) {
             size_t n = ex->sse_unheld - from;
             const char *bytes = (const char *)evbuffer_pullup(ex->sse_log, -1) + from;

@@ -171,15 +171,25 @@ static void test_response_head(void **state)
     add(&h, "Connection", "keep-alive");
     add(&h, "mcp-session-id", "s9");
     struct evbuffer *b = evbuffer_new();
-    http_write_response_head(b, 200, &h, -1, true, NULL);
+    http_write_response_head(b, 200, NULL, &h, -1, true, NULL);
     char *s = drain(b);
     assert_string_equal(s, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                            "mcp-session-id: s9\r\nTransfer-Encoding: chunked\r\n\r\n");
     free(s);
-    http_write_response_head(b, 202, NULL, 0, false, "X-A: b\r\n");
+    http_write_response_head(b, 202, NULL, NULL, 0, false, "X-A: b\r\n");
     s = drain(b);
     assert_string_equal(s, "HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nConnection: close\r\n"
                            "X-A: b\r\n\r\n");
+    free(s);
+    /* an answer of the gateway's own: its type first; -2 writes no framing at all */
+    http_write_response_head(b, 413, "application/json", NULL, 12, true, NULL);
+    s = drain(b);
+    assert_string_equal(s, "HTTP/1.1 413 Content Too Large\r\nContent-Type: application/json\r\n"
+                           "Content-Length: 12\r\n\r\n");
+    free(s);
+    http_write_response_head(b, 304, NULL, NULL, -2, true, NULL);
+    s = drain(b);
+    assert_string_equal(s, "HTTP/1.1 304 Not Modified\r\n\r\n");
     free(s);
     evbuffer_free(b);
     http_headers_free(&h);
