@@ -1,4 +1,5 @@
 #include "http_conn.h"
+#include "http_parse.h"
 #include "log.h"
 #include "util.h"
 
@@ -7,7 +8,6 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/listener.h>
-#include <llhttp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdlib.h>
@@ -25,12 +25,10 @@ struct http_conn {
     uint64_t id;
     http_conn_state_t state;
     struct bufferevent *bev;
-    llhttp_t parser;
+    http_parser_t parser;
     const http_site_t *site;
     http_request_t *req;    /* the request being read */
-    size_t head_bytes;      /* request line and headers so far */
-    int fail_status;        /* set by a parser callback that refuses the request */
-    const char *fail_why;   /* its reason, for the error body; NULL for the status's default */
+    int fail_status;        /* set by a parser callback that refuses the request (413) */
     bool req_complete;      /* on_message_complete seen for req */
     struct event *timer;    /* idle, header or body deadline, by state */
     struct event *resume;   /* processes pipelined input after a response */
@@ -46,7 +44,6 @@ struct http_conn {
     char peer[64];                 /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
-
 
 const char *http_conn_state_str(http_conn_state_t st)
 {
@@ -74,7 +71,6 @@ void http_request_free(http_request_t *req)
         evbuffer_free(req->body);
     free(req);
 }
-
 
 static bool draining(const http_context_t *ctx)
 {
@@ -177,41 +173,29 @@ static void close_after_flush(http_conn_t *c)
         arm_timer(c, 5000); /* an agent that never reads its answer does not pin us */
 }
 
-/* --- llhttp callbacks (the parser's data is the connection) --- */
+/* --- parser callbacks (arg is the connection) --- */
 
-static int head_limit(http_conn_t *c, size_t len)
+static int on_message_begin(void *arg)
 {
-    c->head_bytes += len;
-    if (c->head_bytes > c->site->ctx->limits->max_header_bytes) {
-        c->fail_status = 431;
-        return -1;
-    }
-    return 0;
-}
-
-static int on_message_begin(llhttp_t *p)
-{
-    http_conn_t *c = p->data;
+    http_conn_t *c = arg;
     if (c->state == CONN_IDLE)
         set_state(c, CONN_READING);
     http_request_free(c->req);
     c->req = xcalloc(1, sizeof(*c->req));
     http_headers_init(&c->req->headers);
+    c->parser.headers = &c->req->headers;
     c->req->conn_id = c->id;
     c->req->start_ms = util_now_ms();
     c->req->body = evbuffer_new();
     c->req->target = xstrdup("");
-    c->head_bytes = 0;
     c->req_complete = false;
     arm_timer(c, c->site->ctx->limits->header_timeout_ms);
     return 0;
 }
 
-static int on_url(llhttp_t *p, const char *at, size_t len)
+static int on_url(void *arg, const char *at, size_t len)
 {
-    http_conn_t *c = p->data;
-    if (head_limit(c, len))
-        return -1;
+    http_conn_t *c = arg;
     size_t old = strlen(c->req->target);
     c->req->target = xrealloc(c->req->target, old + len + 1);
     memcpy(c->req->target + old, at, len);
@@ -219,48 +203,10 @@ static int on_url(llhttp_t *p, const char *at, size_t len)
     return 0;
 }
 
-static int on_header_field(llhttp_t *p, const char *at, size_t len)
+static int on_headers_complete(void *arg)
 {
-    http_conn_t *c = p->data;
-    if (head_limit(c, len))
-        return -1;
-    http_headers_add_name(&c->req->headers, at, len);
-    return 0;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t len)
-{
-    http_conn_t *c = p->data;
-    if (head_limit(c, len))
-        return -1;
-    http_headers_add_value(&c->req->headers, at, len);
-    return 0;
-}
-
-static int on_header_field_complete(llhttp_t *p)
-{
-    http_conn_t *c = p->data;
-    http_headers_t *h = &c->req->headers;
-    http_headers_end_name(h);
-    /* llhttp takes "Name : value" with the space in the name; RFC 9112 5.1 says refuse it */
-    if (h->n && !http_header_name_is_token(http_headers_name(h, h->n - 1))) {
-        c->fail_status = 400;
-        c->fail_why = "malformed HTTP request: a header name is not a token (whitespace before "
-                      "the colon?)";
-        return -1;
-    }
-    return 0;
-}
-
-static int on_header_value_complete(llhttp_t *p)
-{
-    http_headers_end_value(&((http_conn_t *)p->data)->req->headers);
-    return 0;
-}
-
-static int on_headers_complete(llhttp_t *p)
-{
-    http_conn_t *c = p->data;
+    http_conn_t *c = arg;
+    llhttp_t *p = &c->parser.llhttp;
     c->req->method = llhttp_get_method(p);
     c->req->method_name = xstrdup(llhttp_method_name((llhttp_method_t)c->req->method));
     c->req->keep_alive = llhttp_should_keep_alive(p);
@@ -272,9 +218,9 @@ static int on_headers_complete(llhttp_t *p)
     return 0;
 }
 
-static int on_body(llhttp_t *p, const char *at, size_t len)
+static int on_body(void *arg, const char *at, size_t len)
 {
-    http_conn_t *c = p->data;
+    http_conn_t *c = arg;
     if (evbuffer_get_length(c->req->body) + len > c->site->ctx->limits->max_body_bytes) {
         c->fail_status = 413;
         return -1;
@@ -283,25 +229,21 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     return 0;
 }
 
-static int on_message_complete(llhttp_t *p)
+static int on_message_complete(void *arg)
 {
-    http_conn_t *c = p->data;
+    http_conn_t *c = arg;
     if (!c->req || c->state != CONN_READING)
         return -1; /* a message end without a beginning: stray bytes after a request */
     c->req_complete = true;
-    return HPE_PAUSED;
+    return HTTP_PARSE_STOP;
 }
 
-static const llhttp_settings_t parser_settings = {
-    .on_message_begin = on_message_begin,
+static const http_parse_cbs_t parse_cbs = {
+    .on_begin = on_message_begin,
     .on_url = on_url,
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_header_field_complete = on_header_field_complete,
-    .on_header_value_complete = on_header_value_complete,
-    .on_headers_complete = on_headers_complete,
+    .on_head = on_headers_complete,
     .on_body = on_body,
-    .on_message_complete = on_message_complete,
+    .on_end = on_message_complete,
 };
 
 /* --- reading --- */
@@ -324,6 +266,31 @@ static void refuse(http_conn_t *c, int status, const char *message)
     evbuffer_add(out, body, len);
     free(body);
     close_after_flush(c);
+}
+
+/* The parser stopped on an error: the status and words the agent gets for it. */
+static void refuse_unparsed(http_conn_t *c)
+{
+    switch (c->parser.error) {
+    case HTTP_PARSE_ERR_HEAD_TOO_LARGE:
+        refuse(c, 431, "request headers too large");
+        return;
+    case HTTP_PARSE_ERR_BAD_HEADER_NAME:
+        refuse(c, 400,
+               "malformed HTTP request: a header name is not a token (whitespace before "
+               "the colon?)");
+        return;
+    case HTTP_PARSE_ERR_REFUSED:
+        if (c->fail_status == 413) {
+            refuse(c, 413, "request body too large");
+            return;
+        }
+        break;
+    case HTTP_PARSE_ERR_NONE:
+    case HTTP_PARSE_ERR_INVALID:
+        break;
+    }
+    refuse(c, 400, "malformed HTTP request");
 }
 
 static void dispatch(http_conn_t *c)
@@ -349,23 +316,10 @@ static void process_input(http_conn_t *c)
             close_after_flush(c);
             return;
         }
-        size_t len = evbuffer_get_contiguous_space(in);
-        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
-        enum llhttp_errno err = llhttp_execute(&c->parser, data, len);
-        size_t used = len;
-        if (err == HPE_PAUSED) {
-            used = (size_t)(llhttp_get_error_pos(&c->parser) - data);
-            llhttp_resume(&c->parser);
-        } else if (err != HPE_OK) {
-            int status = c->fail_status ? c->fail_status : 400;
-            const char *msg = c->fail_why     ? c->fail_why
-                              : status == 413 ? "request body too large"
-                              : status == 431 ? "request headers too large"
-                                              : "malformed HTTP request";
-            refuse(c, status, msg);
+        if (http_parse_chunk(&c->parser, in) == HTTP_PARSE_FAILED) {
+            refuse_unparsed(c);
             return;
         }
-        evbuffer_drain(in, used);
         if (c->req_complete) {
             dispatch(c);
             return;
@@ -467,10 +421,8 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     c->timer = evtimer_new(ctx->base, timer_cb, c);
     c->resume = event_new(ctx->base, -1, 0, resume_cb, c);
     c->flush_ev = event_new(ctx->base, -1, 0, flush_cb, c);
-    /* strict: no llhttp_set_lenient_* here. Smuggling hides in what a lenient parser accepts
-     * (bare LF, chunk extensions, Transfer-Encoding with Content-Length). */
-    llhttp_init(&c->parser, HTTP_REQUEST, &parser_settings);
-    c->parser.data = c;
+    http_parse_init(&c->parser, HTTP_REQUEST, &parse_cbs, c, NULL, &ctx->limits->max_header_bytes,
+                    true);
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, IN_HIGH_WATERMARK);
     bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATERMARK, 0);

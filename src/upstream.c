@@ -1,4 +1,5 @@
 #include "upstream.h"
+#include "http_parse.h"
 #include "log.h"
 #include "util.h"
 
@@ -7,7 +8,6 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
-#include <llhttp.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -36,11 +36,10 @@ struct upstream_conn {
     upstream_pool_t *pool;
     up_state_t state;
     struct bufferevent *bev;
-    llhttp_t parser;
+    http_parser_t parser;
     http_headers_t headers;
     int status;
     bool msg_done; /* on_message_complete seen */
-    bool parse_failed;
     const upstream_cbs_t *cbs;
     void *arg;
     struct event *timer;
@@ -89,8 +88,7 @@ upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_
     snprintf(port, sizeof(port), "%u", opts->port);
     int rc = getaddrinfo(opts->host, port, &hints, &res);
     if (rc != 0 || !res) {
-        snprintf(msg, msglen, "cannot resolve upstream host %s: %s", opts->host,
-                 gai_strerror(rc));
+        snprintf(msg, msglen, "cannot resolve upstream host %s: %s", opts->host, gai_strerror(rc));
         return NULL;
     }
     upstream_pool_t *pool = xcalloc(1, sizeof(*pool));
@@ -166,8 +164,9 @@ static void arm(upstream_conn_t *up, uint64_t ms)
 static bool may_pool(upstream_conn_t *up, upstream_result_t res)
 {
     return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
-           llhttp_should_keep_alive(&up->parser) &&
-           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 && !(up->pool->draining && *up->pool->draining) &&
+           llhttp_should_keep_alive(&up->parser.llhttp) &&
+           evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
+           !(up->pool->draining && *up->pool->draining) &&
            up->pool->n_idle < up->pool->limits->pool;
 }
 
@@ -195,7 +194,7 @@ static void finish(upstream_conn_t *up, upstream_result_t res)
     }
     up->state = UP_IDLE;
     up->reused = true;
-    llhttp_reset(&up->parser);
+    http_parse_reset(&up->parser);
     http_headers_reset(&up->headers);
     up->msg_done = false;
     up->status = 0;
@@ -238,42 +237,12 @@ static void unlink_idle(upstream_conn_t *up)
     up->next = NULL;
 }
 
-/* --- llhttp --- */
+/* --- parser callbacks (arg is the connection) --- */
 
-static int on_header_field(llhttp_t *p, const char *at, size_t len)
+static int on_headers_complete(void *arg)
 {
-    upstream_conn_t *up = p->data;
-    if (up->headers.len + len > 64 * 1024)
-        return -1;
-    http_headers_add_name(&up->headers, at, len);
-    return 0;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t len)
-{
-    upstream_conn_t *up = p->data;
-    if (up->headers.len + len > 64 * 1024)
-        return -1;
-    http_headers_add_value(&up->headers, at, len);
-    return 0;
-}
-
-static int on_field_done(llhttp_t *p)
-{
-    http_headers_end_name(&((upstream_conn_t *)p->data)->headers);
-    return 0;
-}
-
-static int on_value_done(llhttp_t *p)
-{
-    http_headers_end_value(&((upstream_conn_t *)p->data)->headers);
-    return 0;
-}
-
-static int on_headers_complete(llhttp_t *p)
-{
-    upstream_conn_t *up = p->data;
-    up->status = p->status_code;
+    upstream_conn_t *up = arg;
+    up->status = up->parser.llhttp.status_code;
     if (up->status < 200)
         return 0; /* interim response: wait for the real one */
     up->state = UP_READ_BODY;
@@ -284,50 +253,42 @@ static int on_headers_complete(llhttp_t *p)
     return 0;
 }
 
-static int on_body(llhttp_t *p, const char *at, size_t len)
+static int on_body(void *arg, const char *at, size_t len)
 {
-    upstream_conn_t *up = p->data;
+    upstream_conn_t *up = arg;
     if (up->cbs)
         up->cbs->on_body(up->arg, at, len);
     return 0;
 }
 
-static int on_message_complete(llhttp_t *p)
+static int on_message_complete(void *arg)
 {
-    upstream_conn_t *up = p->data;
+    upstream_conn_t *up = arg;
     if (up->status < 200) {
         http_headers_reset(&up->headers);
         return 0;
     }
     up->msg_done = true;
-    return HPE_PAUSED;
+    return HTTP_PARSE_STOP;
 }
 
-static const llhttp_settings_t parser_settings = {
-    .on_header_field = on_header_field,
-    .on_header_value = on_header_value,
-    .on_header_field_complete = on_field_done,
-    .on_header_value_complete = on_value_done,
-    .on_headers_complete = on_headers_complete,
+static const http_parse_cbs_t parse_cbs = {
+    .on_head = on_headers_complete,
     .on_body = on_body,
-    .on_message_complete = on_message_complete,
+    .on_end = on_message_complete,
 };
 
-/* --- events --- */
+/* A response head larger than this is not one an MCP server sends. */
+static const uint64_t max_head_bytes = 64 * 1024;
 
-/* Runs the parser over len bytes and returns how many belong to the current response; the
- * parser stops at the end of a response so what follows is never taken for part of it. */
-static size_t parse_bytes(upstream_conn_t *up, const char *data, size_t len, bool *bad)
+static void parser_init(upstream_conn_t *up)
 {
-    enum llhttp_errno err = llhttp_execute(&up->parser, data, len);
-    if (err == HPE_PAUSED)
-        return (size_t)(llhttp_get_error_pos(&up->parser) - data);
-    if (err != HPE_OK) {
-        *bad = true;
-        up->parse_failed = true;
-    }
-    return len;
+    http_headers_init(&up->headers);
+    http_parse_init(&up->parser, HTTP_RESPONSE, &parse_cbs, up, &up->headers, &max_head_bytes,
+                    false);
 }
+
+/* --- events --- */
 
 static void read_cb(struct bufferevent *bev, void *arg)
 {
@@ -341,14 +302,9 @@ static void read_cb(struct bufferevent *bev, void *arg)
     }
     while (evbuffer_get_length(in) > 0 &&
            (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
-        size_t len = evbuffer_get_contiguous_space(in);
-        const char *data = (const char *)evbuffer_pullup(in, (ev_ssize_t)len);
-        bool bad = false;
-        size_t used = parse_bytes(up, data, len, &bad);
-        evbuffer_drain(in, used);
-        if (bad) {
-            log_warn(0, "upstream response unparseable: %s",
-                     llhttp_errno_name(llhttp_get_errno(&up->parser)));
+        if (http_parse_chunk(&up->parser, in) == HTTP_PARSE_FAILED) {
+            log_warn(0, "upstream response unparseable: %s (%s)",
+                     http_parse_error_str(up->parser.error), http_parse_errno_name(&up->parser));
             finish(up, UPSTREAM_ERR_PROTOCOL);
             return;
         }
@@ -363,12 +319,10 @@ static void read_cb(struct bufferevent *bev, void *arg)
     }
 }
 
-/* A close-delimited body (HTTP/1.0, or no length) is complete when the server closes.
- * on_message_complete pauses the parser, so llhttp_finish reports HPE_PAUSED on success. */
+/* A close-delimited body (HTTP/1.0, or no length) is complete when the server closes. */
 static bool body_ends_at_close(upstream_conn_t *up)
 {
-    enum llhttp_errno err = llhttp_finish(&up->parser);
-    return (err == HPE_OK || err == HPE_PAUSED) && up->msg_done;
+    return http_parse_finish(&up->parser) && up->msg_done;
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -509,9 +463,7 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, 
     } else {
         up = xcalloc(1, sizeof(*up));
         up->pool = pool;
-        http_headers_init(&up->headers);
-        llhttp_init(&up->parser, HTTP_RESPONSE, &parser_settings);
-        up->parser.data = up;
+        parser_init(up);
         up->timer = evtimer_new(pool->base, timer_cb, up);
         up->bev = new_bev(pool);
         up->state = UP_CONNECTING;
@@ -579,11 +531,9 @@ upstream_result_t upstream_parse_response(const char *data, size_t len, const up
                                           void *arg, size_t *rest)
 {
     upstream_conn_t up = {.state = UP_WAIT_HEAD, .cbs = cbs, .arg = arg};
-    http_headers_init(&up.headers);
-    llhttp_init(&up.parser, HTTP_RESPONSE, &parser_settings);
-    up.parser.data = &up;
-    bool bad = false;
-    size_t used = parse_bytes(&up, data, len, &bad);
+    parser_init(&up);
+    size_t used = 0;
+    bool bad = http_parse_feed(&up.parser, data, len, &used) == HTTP_PARSE_FAILED;
     upstream_result_t res = bad                                      ? UPSTREAM_ERR_PROTOCOL
                             : up.msg_done || body_ends_at_close(&up) ? UPSTREAM_OK
                                                                      : UPSTREAM_ERR_CLOSED;
