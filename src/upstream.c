@@ -352,7 +352,6 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         }
         finish(up, UPSTREAM_ERR_CONNECT);
     } break;
-        break;
     case UP_IDLE:
         unlink_idle(up);
         kill_conn(up);
