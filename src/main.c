@@ -69,9 +69,15 @@ static void server_check_drained(void);
 /* A worker's exit status when it could not listen: the supervisor gives up, not retries. */
 #define WORKER_START_FAILED 3
 
-/* The listeners' sites; their handler contexts are set once the worker has made them. */
-static http_limits_t http_limits;
-static http_context_t conns;
+/* Admin connections open at once (probes and scrapers), apart from max_connections. */
+#define ADMIN_MAX_CONNECTIONS 16
+
+/* The listeners' sites; their handler contexts are set once the worker has made them. The
+ * admin listener has connections of its own, so agents at max_connections never lock out a
+ * health check, and /metrics counts agents only. */
+static http_limits_t http_limits, admin_limits;
+static http_context_t conns, admin_conns;
+static server_stats_t admin_stats; /* the admin connections' counters, reported nowhere */
 
 static void conn_closed(void *arg)
 {
@@ -99,7 +105,7 @@ static void adopt_conn(void *arg, int fd, const char *bytes, size_t len)
 }
 static admin_ctx_t admin_ctx;
 static http_site_t admin_site = {
-    .ctx = &conns,
+    .ctx = &admin_conns,
     .handler = admin_handle,
     .arg = &admin_ctx,
     .name = "admin",
@@ -227,7 +233,8 @@ static void print_errors(const config_errors_t *errs)
 
 static void server_check_drained(void)
 {
-    if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0) {
+    if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0 &&
+        admin_conns.open == 0) {
         log_info(0, "drained: exiting");
         event_base_loopexit(server->base, NULL);
     }
@@ -250,6 +257,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     if (server->listener)
         evconnlistener_disable(server->listener);
     http_conn_close_idle(&conns);
+    http_conn_close_idle(&admin_conns);
     proxy_drain(server->proxy);
     upstream_pool_close_idle(server->pool);
     uint64_t ms = server->cfg->drain_timeout_ms;
@@ -277,6 +285,8 @@ static void apply_http_limits(const config_t *cfg)
         .idle_timeout_ms = cfg->client_idle_timeout_ms,
         .max_connections = cfg->max_connections,
     };
+    admin_limits = http_limits;
+    admin_limits.max_connections = ADMIN_MAX_CONNECTIONS;
 }
 
 static void apply_upstream_limits(const config_t *cfg)
@@ -460,6 +470,13 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .base = server->base,
         .limits = &http_limits,
         .stats = server->stats,
+        .draining = &server->draining,
+        .on_close = conn_closed,
+    };
+    admin_conns = (http_context_t){
+        .base = server->base,
+        .limits = &admin_limits,
+        .stats = &admin_stats,
         .draining = &server->draining,
         .on_close = conn_closed,
     };
