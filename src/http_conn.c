@@ -144,7 +144,6 @@ static void schedule_free(http_conn_t *c)
     event_base_once(c->site->ctx->base, -1, EV_TIMEOUT, free_now, c, &zero);
 }
 
-/* Stops reading and closes once the output is flushed. */
 /* Once the answer is out: half-close and discard what the agent still sends for a moment.
  * Closing a socket with unread input makes the kernel send a reset, which can destroy the
  * answer (a 413 to an agent still uploading) before the agent reads it. */
