@@ -7,6 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A caller that cannot be identified, whether the identity is missing or unusable. */
+#define SUBJECT_REFUSED                                                                            \
+    "Refused: this tool is protected against duplicate execution, and %s, so the call cannot be " \
+    "attributed to a caller. Nothing was executed. Retrying will be refused the same way until "  \
+    "the caller is identified."
+
 static const struct {
     const char *code;
     const char *executed; /* JSON: false or "unknown" */
@@ -57,16 +63,8 @@ static const struct {
                             "it could not be protected against running twice. Nothing was "
                             "executed. Repeating the same call will fail the same way; the "
                             "gateway's operator has the error in the gateway's log."},
-    [ANSWER_NO_SUBJECT] = {"no_subject", "false", "refused",
-                           "Refused: this tool is protected against duplicate execution, and %s, "
-                           "so the call cannot be attributed to a caller. Nothing was executed. "
-                           "Retrying will be refused the same way until the caller is "
-                           "identified."},
-    [ANSWER_BAD_SUBJECT] = {"bad_subject", "false", "refused",
-                            "Refused: this tool is protected against duplicate execution, and "
-                            "%s, so the call cannot be attributed to a caller. Nothing was "
-                            "executed. Retrying will be refused the same way until the caller is "
-                            "identified."},
+    [ANSWER_NO_SUBJECT] = {"no_subject", "false", "refused", SUBJECT_REFUSED},
+    [ANSWER_BAD_SUBJECT] = {"bad_subject", "false", "refused", SUBJECT_REFUSED},
     [ANSWER_BAD_ARGUMENTS] = {"bad_arguments", "false", "refused",
                               "Refused: the call's arguments cannot be put in canonical form "
                               "(%s), so duplicates could not be recognised. Nothing was "

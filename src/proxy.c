@@ -668,7 +668,7 @@ void exchange_discard_upstream(exchange_t *ex)
     ex->discard_up = true;
 }
 
-static void forward(exchange_t *ex, const char *extra_headers, bool fresh)
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
 {
     proxy_t *p = ex->proxy;
     set_state(ex, EX_FORWARDING);
@@ -684,10 +684,6 @@ static void forward(exchange_t *ex, const char *extra_headers, bool fresh)
     evbuffer_free(out);
 }
 
-void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
-{
-    forward(ex, extra_headers, fresh);
-}
 
 /* --- GET streams: resumes and the drain --- */
 
@@ -978,7 +974,7 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
         if (p->stage.stream)
             p->stage.stream(p->stage.arg, ex);
         get_list_add(ex);
-        forward(ex, NULL, false);
+        exchange_forward(ex, NULL, false);
         return;
     }
     if (req->method == HTTP_POST) {
@@ -992,7 +988,7 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
             return;
         }
     }
-    forward(ex, NULL, false);
+    exchange_forward(ex, NULL, false);
 }
 
 /* --- the proxy --- */
