@@ -192,6 +192,14 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
     else
         stats->unknown++;
     char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2);
+    /* the log line says why, with the code the agent got */
+    char fields[128];
+    if (c->key)
+        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.16s\",\"code\":\"%s\"", c->key_hash,
+                 answer_code(a));
+    else
+        snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
+    exchange_set_log_fields(c->ex, fields);
     exchange_set_outcome(c->ex, answer_outcome(a));
     set_state(c, CALL_DONE);
     exchange_respond_json(c->ex, 200, body, NULL);

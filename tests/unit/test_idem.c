@@ -385,6 +385,7 @@ static void in_progress_is_not_forwarded(void **state)
     assert_int_equal(ex->forwards, 0);
     assert_string_equal(ex->outcome, "in_progress");
     assert_non_null(strstr(ex->body, "\"code\":\"in_progress\""));
+    assert_non_null(strstr(ex->fields, "\"code\":\"in_progress\""));
     assert_non_null(strstr(ex->body, "Do not retry it right now"));
     assert_int_equal(w.stats.in_progress, 1);
     free_call(ex);
@@ -430,6 +431,7 @@ static void no_subject_refuses_before_the_store(void **state)
     assert_non_null(strstr(ex->body, "\"code\":\"no_subject\""));
     assert_non_null(strstr(ex->body, "X-Subject"));
     assert_null(strstr(ex->body, "key_hash")); /* no key was derived */
+    assert_string_equal(ex->fields, "\"code\":\"no_subject\""); /* the log line says why */
     free_call(ex);
 }
 
