@@ -67,7 +67,9 @@ typedef struct http_context {
     struct event_base *base;
     const http_limits_t *limits;
     server_stats_t *stats;
-    const bool *draining; /* no new connections or requests; idle ones close */
+    const bool *draining;        /* no new connections or requests; idle ones close */
+    bool serve_while_draining;   /* a drain still accepts, and answers each request then closes
+                                    (the admin port: /readyz must say 503, not refuse) */
     void (*on_close)(void *arg); /* a connection closed (a drain may be finished); may be NULL */
     void *arg;
     uint64_t next_id;      /* the last connection id given */

@@ -311,7 +311,8 @@ static void process_input(http_conn_t *c)
         return;
     }
     while ((c->state == CONN_IDLE || c->state == CONN_READING) && evbuffer_get_length(in) > 0) {
-        if (draining(c->site->ctx) && c->state == CONN_IDLE) {
+        if (draining(c->site->ctx) && !c->site->ctx->serve_while_draining &&
+            c->state == CONN_IDLE) {
             close_after_flush(c);
             return;
         }
@@ -450,10 +451,11 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     http_context_t *ctx = site->ctx;
     /* one line per episode of refusals: under a flood, one per connection would be the flood */
     bool full = (long long)ctx->open >= (long long)ctx->limits->max_connections;
-    if (draining(ctx) || full) {
+    bool closed = draining(ctx) && !ctx->serve_while_draining;
+    if (closed || full) {
         if (!ctx->refusing)
             log_warn(0, "refusing new connections: %s (%llu open)",
-                     draining(ctx) ? "draining" : "max_connections reached",
+                     closed ? "draining" : "max_connections reached",
                      (unsigned long long)ctx->open);
         ctx->refusing = true;
         evutil_closesocket(fd);

@@ -254,8 +254,15 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     log_info(0, "signal %d: draining (up to %llu ms)", (int)sig,
              (unsigned long long)server->cfg->drain_timeout_ms);
     server->draining = true;
-    if (server->listener)
-        evconnlistener_disable(server->listener);
+    /* Close the agent port at once, so a replacement process can take it (it binds with
+     * SO_REUSEPORT too) and new connections go there, not into a backlog nobody serves. The
+     * admin port stays open: /readyz answers 503 from now on, /healthz still 200. */
+    if (server->listener) {
+        evconnlistener_free(server->listener);
+        server->listener = NULL;
+        log_info(0, "stopped listening on %s:%u", server->cfg->listen.host,
+                 server->cfg->listen.port);
+    }
     http_conn_close_idle(&conns);
     http_conn_close_idle(&admin_conns);
     proxy_drain(server->proxy);
@@ -369,7 +376,10 @@ static void wire_stages(server_t *s)
     proxy_set_stage(s->proxy, &stage);
 }
 
-static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site, bool shared)
+/* Every listener binds with SO_REUSEPORT: workers share the agent port, and a replacement
+ * process binds both ports while this one drains (the kernel then spreads new connections
+ * over every open socket; this process closes its agent socket at SIGTERM). */
+static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
@@ -381,10 +391,10 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
         fprintf(stderr, "idemgw: cannot resolve %s: %s\n", hp->host, gai_strerror(rc));
         return NULL;
     }
-    struct evconnlistener *l = evconnlistener_new_bind(server->base, on_accept, site,
-                                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
-                                                           (shared ? LEV_OPT_REUSEABLE_PORT : 0),
-                                                       1024, res->ai_addr, (int)res->ai_addrlen);
+    struct evconnlistener *l =
+        evconnlistener_new_bind(server->base, on_accept, site,
+                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE_PORT,
+                                1024, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (l)
         evconnlistener_set_error_cb(l, on_accept_error);
@@ -394,7 +404,7 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
     return l;
 }
 
-/* One worker: its own event loop, listener (SO_REUSEPORT when there are several), upstream
+/* One worker: its own event loop, listener, upstream
  * pool, store connections and caches. Takes ownership of cfg. */
 static int run_worker(config_t *cfg, const char *path, int worker, int n_workers,
                       server_stats_t *all_stats)
@@ -478,6 +488,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .limits = &admin_limits,
         .stats = &admin_stats,
         .draining = &server->draining,
+        .serve_while_draining = true,
         .on_close = conn_closed,
     };
     admin_ctx = (admin_ctx_t){
@@ -487,12 +498,12 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .n_workers = server->n_workers,
         .draining = &server->draining,
     };
-    server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
+    server->listener = listen_on(&cfg->listen, &mcp_site);
     if (n_workers > 1)
         handoff_start(server->base, worker, adopt_conn, &mcp_site);
     /* one admin endpoint; /metrics sums every worker's counters from shared memory */
     if (worker == 0)
-        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
+        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site);
     if (!server->listener || (worker == 0 && !server->admin_listener)) {
         rc = WORKER_START_FAILED;
         goto out;

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { mcpClient, startEverything, startGateway, toYaml } from './lib/harness.mjs';
+import { mcpClient, startEverything, startGateway, toYaml, waitForLog } from './lib/harness.mjs';
 
 const PASSTHROUGH = { defaults: { class: 'read' } };
 
@@ -91,4 +91,43 @@ test('SIGTERM drains: an in-flight call finishes, new connections are refused, e
   const { code } = await gw.exited;
   assert.equal(code, 0);
   assert.match(gw.logs(), /drained: exiting/);
+});
+
+test('a replacement binds both ports while the old process drains; /readyz of the old says 503', async (t) => {
+  const upstream = await startEverything(t);
+  const old = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+  const client = await mcpClient(t, old.url);
+  let progressed;
+  const firstProgress = new Promise((resolve) => { progressed = resolve; });
+  const call = client.request(
+    { method: 'tools/call', params: { name: 'trigger-long-running-operation', arguments: { duration: 3, steps: 6 } } },
+    CallToolResultSchema,
+    { onprogress: () => progressed() },
+  );
+  await firstProgress;
+  // Before SIGTERM only the old process serves /readyz; a draining one answers 503.
+  old.proc.kill('SIGTERM');
+  await waitFor(() => old.logs().includes('stopped listening'));
+  const ready = await fetch(`${old.adminUrl}/readyz`);
+  assert.equal(ready.status, 503, 'a draining gateway is not ready');
+  await assert.rejects(fetch(old.url, { method: 'POST', body: '{}' }), 'the agent port is closed at once');
+
+  // The same ports, while the old process still runs its call.
+  const next = await startGateway(t, {
+    upstream: upstream.url,
+    config: PASSTHROUGH,
+    port: old.port,
+    adminPort: old.adminPort,
+  });
+  assert.equal(old.proc.exitCode, null, 'the old process is still draining');
+  // Its /healthz may have been answered by the old process (they share the admin port).
+  await waitForLog(next, /listening on/);
+  const fresh = await mcpClient(t, next.url);
+  const echoed = await fresh.callTool({ name: 'echo', arguments: { message: 'after restart' } });
+  assert.match(echoed.content[0].text, /after restart/, 'the replacement serves agents on the same port');
+  const result = await call;
+  assert.match(result.content[0].text, /Long running operation completed/, 'the old process finished its call');
+  await client.close().catch(() => {});
+  const { code } = await old.exited;
+  assert.equal(code, 0);
 });

@@ -199,13 +199,14 @@ export function toYaml(value, indent = '') {
  * given), then every field of `config` (top-level keys override the defaults). Waits until
  * GET /healthz on the admin listener answers 200; with a databaseUrl, until GET /readyz does
  * (store connected: before that, protected calls are refused as store_unavailable), unless
- * waitStore is false (a test of a store that is down).
+ * waitStore is false (a test of a store that is down). port and adminPort choose the ports
+ * (default: free ones).
  * Returns {url, adminUrl, port, adminPort, configPath, dir, proc, logs(), exited}.
  */
-export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [], waitStore = true } = {}) {
+export async function startGateway(t, { upstream, databaseUrl, config = {}, env = {}, args = [], waitStore = true, port, adminPort } = {}) {
   const dir = await tempDir(t, 'idemgw-gw-');
-  const port = await freePort();
-  const adminPort = await freePort();
+  port ??= await freePort();
+  adminPort ??= await freePort();
   const cfg = {
     listen: `127.0.0.1:${port}`,
     admin_listen: `127.0.0.1:${adminPort}`,
