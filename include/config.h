@@ -21,6 +21,11 @@ typedef struct subject_conf {
     char *value; /* header name for SUBJECT_HEADER, the name for SUBJECT_STATIC, else NULL */
 } subject_conf_t;
 
+typedef enum {
+    CORS_MIRROR = 0, /* the gateway's own answers carry the CORS headers the upstream gives */
+    CORS_OFF,        /* they carry none */
+} cors_mode_t;
+
 typedef struct host_port {
     char *host;    /* numeric address or name, no brackets */
     uint16_t port; /* TCP port */
@@ -77,6 +82,9 @@ typedef struct config {
     size_t n_allowed_hosts;
     char **allowed_origins;
     size_t n_allowed_origins;
+
+    bool forward_other_paths; /* other paths than upstream_path: plain reverse proxy (true) */
+    cors_mode_t cors;         /* CORS headers on answers the gateway writes (mirror) */
 
     int log_level; /* log_level_t */
 

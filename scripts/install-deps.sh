@@ -26,6 +26,7 @@ apt_packages=(
     nginx-light wrk            # benchmarks (scripts/bench.sh): nginx baseline, load generator
     ca-certificates            # npm talks https to its registry
     openssl                    # test certificates for the https-upstream tests
+    chromium                   # a real browser for the CORS test (headless)
 )
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

@@ -397,6 +397,7 @@ static void config_defaults(config_t *c)
     c->admin_listen.host = xstrdup("127.0.0.1");
     c->admin_listen.port = 8081;
     c->migrate = true;
+    c->forward_other_paths = true;
     c->store_pool = 4;
     c->store_timeout_ms = 5 * 1000;
     c->workers = 1;

@@ -856,6 +856,8 @@ static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, v
  * them, whatever order the file lists them in. Sockets, the upstream's TLS context, the store
  * and the worker processes are made once, at start: their keys are restart-only. The policy
  * (defaults and tools, with every per-tool key) is replaced whole by a reload. */
+static const char *const cors_names[] = {"mirror", "off", NULL};
+
 static const key_spec_t top_keys[] = {
     {.name = "listen", .kind = K_ADDR, .off = CFG(listen), RESTART},
     {.name = "admin_listen", .kind = K_ADDR, .off = CFG(admin_listen), RESTART},
@@ -879,6 +881,8 @@ static const key_spec_t top_keys[] = {
     {.name = "limits", .kind = K_SECTION, .sub = limit_keys, .n_sub = ARRAY_LEN(limit_keys)},
     {.name = "allowed_hosts", .kind = K_FN, .fn = fn_allowed_hosts, LIVE},
     {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins, LIVE},
+    {.name = "forward_other_paths", .kind = K_BOOL, .off = CFG(forward_other_paths), LIVE},
+    {.name = "cors", .kind = K_ENUM, .off = CFG(cors), .names = cors_names, LIVE},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
     {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},

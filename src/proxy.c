@@ -1,4 +1,5 @@
 #include "proxy.h"
+#include "cors.h"
 #include "handoff.h"
 #include "log.h"
 #include "policy.h"
@@ -76,18 +77,18 @@ struct exchange {
     json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
     upstream_conn_t *up; /* while the upstream exchange runs */
     upstream_result_t up_result;
-    bool cut;         /* the gateway ended the upstream exchange itself (a cancelled call) */
-    bool discard_up;  /* the upstream connection must not be reused */
-    bool paused;      /* upstream reading paused for backpressure */
-    bool resp_sse;    /* the upstream answered text/event-stream */
-    bool chunked;     /* agent response uses chunked framing */
-    bool keep_alive;  /* agent connection may be reused afterwards */
-    bool head_sent;   /* a response head was produced for the agent (maybe held) */
-    bool relayed;     /* some bytes reached the agent's output, not held */
-    bool answered;    /* the agent's response is complete (or was never to be) */
-    int status;       /* response status sent (or to send) to the agent */
-    struct evbuffer *held;          /* bytes kept back while a stage holds */
-    int deferred_status;            /* an error answer waiting for the hold to end */
+    bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */
+    bool discard_up;       /* the upstream connection must not be reused */
+    bool paused;           /* upstream reading paused for backpressure */
+    bool resp_sse;         /* the upstream answered text/event-stream */
+    bool chunked;          /* agent response uses chunked framing */
+    bool keep_alive;       /* agent connection may be reused afterwards */
+    bool head_sent;        /* a response head was produced for the agent (maybe held) */
+    bool relayed;          /* some bytes reached the agent's output, not held */
+    bool answered;         /* the agent's response is complete (or was never to be) */
+    int status;            /* response status sent (or to send) to the agent */
+    struct evbuffer *held; /* bytes kept back while a stage holds */
+    int deferred_status;   /* an error answer waiting for the hold to end */
     const char *deferred_message;
     const response_observer_t *obs; /* the stage watching the response, or NULL */
     void *obs_arg;
@@ -115,6 +116,7 @@ struct proxy {
     exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
     exchange_t *gets;    /* GET streams in flight */
     uint64_t open;       /* exchanges in flight */
+    cors_table_t cors;   /* the upstream's CORS answers, mirrored on the gateway's own */
 };
 
 static void on_up_head(void *arg, int status, const http_headers_t *headers);
@@ -129,8 +131,8 @@ static void set_state(exchange_t *ex, ex_state_t to)
 {
     if (!(ex_transitions[ex->state] & (1u << to))) {
         /* a broken invariant: going on could answer an agent twice or free in use */
-        log_error(ex->conn_id, "exchange: no transition from %s to %s",
-                  ex_state_names[ex->state], ex_state_names[to]);
+        log_error(ex->conn_id, "exchange: no transition from %s to %s", ex_state_names[ex->state],
+                  ex_state_names[to]);
         abort();
     }
     ex->state = to;
@@ -398,6 +400,19 @@ static void complete_client(exchange_t *ex)
     finish_client(ex, keep);
 }
 
+static const char *origin_of(const exchange_t *ex)
+{
+    return http_headers_get(&ex->req->headers, "origin");
+}
+
+/* CORS lines for an answer the gateway writes itself, or NULL. */
+static char *own_cors_headers(const exchange_t *ex)
+{
+    if (ex->proxy->ctx.cfg->cors == CORS_OFF)
+        return NULL;
+    return cors_headers(&ex->proxy->cors, origin_of(ex));
+}
+
 void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
 {
     ex->status = status;
@@ -407,8 +422,12 @@ void exchange_respond_json(exchange_t *ex, int status, const char *body, const c
         http_conn_t *c = ex->client;
         http_conn_set_observer(c, NULL, NULL, NULL);
         ex->client = NULL;
-        http_conn_respond(c, status, "application/json", body, strlen(body), extra,
+        char *cors = own_cors_headers(ex);
+        char *all = cors ? xasprintf("%s%s", extra ? extra : "", cors) : NULL;
+        http_conn_respond(c, status, "application/json", body, strlen(body), all ? all : extra,
                           ex->req->keep_alive);
+        free(all);
+        free(cors);
     }
     if (ex->up) {
         /* a drain ends a GET stream that had no head yet */
@@ -568,6 +587,8 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     long long clen = header_ll(headers, "content-length");
     if (status == 204 || status == 304)
         clen = -2;
+    else if (ex->req->method == HTTP_HEAD)
+        clen = clen >= 0 ? clen : -2; /* no body follows, whatever the head says */
     else if (clen < 0 || (ex->resp_sse && ex->obs && status == 200))
         clen = -1; /* chunked or close-delimited upstream, or a watched stream the gateway
                     * may have to end with an answer of its own: chunked to the agent */
@@ -579,9 +600,15 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     set_state(ex, EX_STREAMING);
     if (ex->obs && ex->obs->on_head)
         observe(ex, ex->obs->on_head(ex->obs_arg, status, headers, ex->resp_sse));
+    cors_learn(&ex->proxy->cors, origin_of(ex), headers);
+    char *extra = NULL;
+    if (ex->req->method == HTTP_OPTIONS)
+        extra = cors_preflight_extra(
+            http_headers_get(&ex->req->headers, "access-control-request-headers"), headers);
     struct evbuffer *head = evbuffer_new();
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
-    http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, NULL);
+    http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
+    free(extra);
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
     evbuffer_free(head);
@@ -684,7 +711,6 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
     evbuffer_free(out);
 }
 
-
 /* --- GET streams: resumes and the drain --- */
 
 /* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
@@ -731,7 +757,10 @@ static bool resume_stream(exchange_t *get)
         ex->keep_alive = get->req->keep_alive;
         http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
         struct evbuffer *out = http_conn_output(conn);
-        char *extra = xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n", session);
+        char *cors = own_cors_headers(get);
+        char *extra = xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n%s", session,
+                                cors ? cors : "");
+        free(cors);
         http_write_response_head(out, 200, "text/event-stream", NULL, -1, ex->keep_alive, extra);
         free(extra);
         if (ex->sse_unheld > from) {
@@ -871,13 +900,13 @@ static bool head_acceptable(exchange_t *ex)
 {
     const config_t *cfg = ex->proxy->ctx.cfg;
     const http_request_t *req = ex->req;
-    if (req->method != HTTP_POST && req->method != HTTP_GET && req->method != HTTP_DELETE) {
-        refuse(ex, 405, -32600, "method not allowed: use POST, GET or DELETE",
-               "Allow: GET, POST, DELETE\r\n");
+    if (req->method == HTTP_CONNECT) {
+        refuse(ex, 405, -32600, "method not allowed: CONNECT is not proxied", NULL);
         return false;
     }
-    if (!path_matches(req->target, cfg->upstream_path)) {
-        refuse(ex, 404, -32600, "not found: the MCP endpoint is elsewhere", NULL);
+    if (!path_matches(req->target, cfg->upstream_path) && !cfg->forward_other_paths) {
+        refuse(ex, 404, -32600,
+               "not found: the MCP endpoint is elsewhere (forward_other_paths is off)", NULL);
         return false;
     }
     const char *dup = duplicated_header(&req->headers);
@@ -952,6 +981,41 @@ static bool body_acceptable(exchange_t *ex)
     return true;
 }
 
+/* A request the MCP rules do not apply to (another path: OAuth metadata, health, a legacy
+ * SSE stream; or OPTIONS, HEAD, DELETE...): relayed as a plain reverse proxy would. A body
+ * holding a protected tools/call (the legacy HTTP+SSE transport posts its messages to another
+ * path) is refused: forwarding it would execute it unprotected. */
+static void forward_plain(exchange_t *ex)
+{
+    const config_t *cfg = ex->proxy->ctx.cfg;
+    size_t blen = evbuffer_get_length(ex->req->body);
+    if (blen > 0) {
+        const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
+        if (mcp_parse(body, blen, &ex->msg) == MCP_OK) {
+            ex->has_msg = true; /* the log line names the method and tool */
+            const mcp_msg_t *m = &ex->msg;
+            bool protected_inside =
+                (m->kind == MCP_KIND_REQUEST && m->tool && protected_tool(cfg, m->tool)) ||
+                (m->kind == MCP_KIND_BATCH && m->batch_bad_tool);
+            for (size_t i = 0; i < m->n_batch_tools && !protected_inside; i++)
+                protected_inside = protected_tool(cfg, m->batch_tools[i]);
+            if (protected_inside) {
+                char msg[400];
+                snprintf(msg, sizeof(msg),
+                         "a non-idempotent tools/call is only accepted as a POST to the MCP "
+                         "endpoint %s (Streamable HTTP), where it is protected; nothing was "
+                         "executed",
+                         cfg->upstream_path);
+                refuse(ex, 400, -32600, msg, NULL);
+                return;
+            }
+        }
+    }
+    if (ex->req->method == HTTP_GET)
+        get_list_add(ex); /* a stream (legacy SSE): the drain ends it */
+    exchange_forward(ex, NULL, false);
+}
+
 void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
 {
     proxy_t *p = arg;
@@ -968,6 +1032,11 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
 
     if (!head_acceptable(ex))
         return;
+    bool mcp_path = path_matches(req->target, p->ctx.cfg->upstream_path);
+    if (!mcp_path || (req->method != HTTP_GET && req->method != HTTP_POST)) {
+        forward_plain(ex);
+        return;
+    }
     if (req->method == HTTP_GET) {
         if (resume_stream(ex) || hand_off_resume(ex))
             return;
@@ -1002,6 +1071,7 @@ proxy_t *proxy_new(const proxy_ctx_t *ctx)
 
 void proxy_free(proxy_t *p)
 {
+    cors_table_free(&p->cors);
     free(p);
 }
 

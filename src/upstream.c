@@ -45,8 +45,9 @@ struct upstream_conn {
     struct event *timer;
     struct upstream_conn *next; /* in the idle list */
     bool reused;
-    bool discard; /* the owner saw a response that was not its own: never pool this one */
-    bool eof;     /* the server closed or reset: nothing more can be asked on it */
+    bool discard;   /* the owner saw a response that was not its own: never pool this one */
+    bool eof;       /* the server closed or reset: nothing more can be asked on it */
+    bool head_only; /* the request is a HEAD: its response has no body, whatever it says */
 };
 
 struct upstream_pool {
@@ -250,7 +251,7 @@ static int on_headers_complete(void *arg)
         arm(up, up->pool->limits->idle_timeout_ms);
     if (up->cbs)
         up->cbs->on_head(up->arg, up->status, &up->headers);
-    return 0;
+    return up->head_only ? 1 : 0; /* 1: llhttp reads no body */
 }
 
 static int on_body(void *arg, const char *at, size_t len)
@@ -484,6 +485,10 @@ upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, 
     }
     up->cbs = cbs;
     up->arg = arg;
+    char method[5] = "";
+    up->head_only =
+        evbuffer_copyout(request, method, sizeof(method)) == (ev_ssize_t)sizeof(method) &&
+        memcmp(method, "HEAD ", sizeof(method)) == 0;
     /* On a pooled plain connection the request goes out now, from here: handing it to the
      * bufferevent would cost a loop pass and two epoll_ctl calls to switch EPOLLOUT on and
      * off. What the socket does not take (or an error, which the bufferevent then sees and

@@ -242,12 +242,18 @@ test('a non-JSON body gets 400 with -32700 and is not forwarded', async (t) => {
 });
 
 for (const method of ['PUT', 'PATCH']) {
-  test(`method ${method} gets 405`, async (t) => {
+  test(`method ${method} is the upstream's to judge, but a protected call in it is refused`, async (t) => {
     const up = await countingUpstream(t);
-    const gw = await startGateway(t, { upstream: up.url, config: CONFIG });
-    const res = await request(gw.port, { method, headers: MCP_HEADERS, body: ping() });
-    assertJsonRpcError(res, 405);
-    assert.equal(up.seen.length, 0);
+    const gw = await startGateway(t, { upstream: up.url, config: { ...CONFIG, subject: { static: 'a' }, tools: { refund: { class: 'non_idempotent' } } } });
+    const res = await request(gw.port, { method, headers: MCP_HEADERS, body: ping(3) });
+    assert.equal(res.status, 200, res.body);
+    assert.equal(up.seen.length, 1);
+    assert.equal(up.seen[0].method, method);
+    const call = JSON.stringify({ jsonrpc: '2.0', id: 4, method: 'tools/call', params: { name: 'refund', arguments: {} } });
+    const refused = await request(gw.port, { method, headers: MCP_HEADERS, body: call });
+    assertJsonRpcError(refused, 400, { id: 4 });
+    assert.match(refused.body, /only accepted as a POST to the MCP endpoint/);
+    assert.equal(up.seen.length, 1, 'the protected call never reached the upstream');
   });
 }
 

@@ -40,6 +40,8 @@ static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
 static http_context_t conns;
 static http_site_t site;
 static int stage_calls;
+static const char *up_extra = ""; /* header lines the upstream adds to its answers */
+static char up_last_head[1024];   /* the request head the upstream saw last */
 
 /* --- the upstream: answers every request head with one JSON body and closes --- */
 
@@ -57,12 +59,17 @@ static void up_read(struct bufferevent *bev, void *arg)
     if (p.pos < 0)
         return;
     up_requests++;
+    size_t head =
+        (size_t)p.pos < sizeof(up_last_head) - 1 ? (size_t)p.pos : sizeof(up_last_head) - 1;
+    evbuffer_copyout(in, up_last_head, head);
+    up_last_head[head] = '\0';
     evbuffer_drain(in, evbuffer_get_length(in));
+    /* a body even for HEAD: the gateway must not relay it */
     const char *body = "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"from\":\"upstream\"}}";
     evbuffer_add_printf(bufferevent_get_output(bev),
-                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n%s"
                         "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-                        strlen(body), body);
+                        up_extra, strlen(body), body);
     bufferevent_setcb(bev, NULL, up_written, up_event, NULL); /* closes once it is sent */
 }
 
@@ -96,9 +103,9 @@ static int setup(void **state)
 {
     base = event_base_new();
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    up_listener = evconnlistener_new_bind(base, up_accept, NULL,
-                                          LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 16,
-                                          (struct sockaddr *)&sin, sizeof(sin));
+    up_listener =
+        evconnlistener_new_bind(base, up_accept, NULL, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE,
+                                16, (struct sockaddr *)&sin, sizeof(sin));
     assert_non_null(up_listener);
     struct sockaddr_in bound;
     socklen_t bl = sizeof(bound);
@@ -117,8 +124,8 @@ static int setup(void **state)
             fprintf(stderr, "%s\n", errs.msgs[i]);
         return -1;
     }
-    upstream_opts_t uo = {.base = base, .host = "127.0.0.1", .port = (unsigned)up_port,
-                          .limits = &up_limits};
+    upstream_opts_t uo = {
+        .base = base, .host = "127.0.0.1", .port = (unsigned)up_port, .limits = &up_limits};
     char msg[200];
     pool = upstream_pool_new(&uo, msg, sizeof(msg));
     assert_non_null(pool);
@@ -130,6 +137,8 @@ static int setup(void **state)
     site = (http_site_t){.ctx = &conns, .handler = proxy_handle, .arg = proxy, .name = "mcp"};
     up_requests = 0;
     stage_calls = 0;
+    up_extra = "";
+    up_last_head[0] = '\0';
     memset(&stats, 0, sizeof(stats));
     return 0;
 }
@@ -158,12 +167,13 @@ static char *exchange(const char *method, const char *target, const char *extra_
     evutil_make_socket_nonblocking(fds[1]);
     http_conn_accept(NULL, fds[0], NULL, 0, &site);
     char req[2048];
-    int n = snprintf(req, sizeof(req),
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\n"
-                     "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
-                     method, target, extra_headers ? extra_headers : "", body ? strlen(body) : 0,
-                     body ? body : "");
+    int n =
+        snprintf(req, sizeof(req),
+                 "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                 "Content-Type: application/json\r\n"
+                 "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n\r\n%s",
+                 method, target, extra_headers ? extra_headers : "", body ? strlen(body) : 0,
+                 body ? body : "");
     assert_int_equal(write(fds[1], req, (size_t)n), n);
     struct evbuffer *got = evbuffer_new();
     for (int i = 0; i < 5000; i++) {
@@ -184,14 +194,20 @@ static char *exchange(const char *method, const char *target, const char *extra_
     return out;
 }
 
+#define REFUND_CALL                                                                                \
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","                                     \
+    "\"params\":{\"name\":\"refund\",\"arguments\":{}}}"
+
 static void refusals_are_written_by_the_proxy(void **state)
 {
-    char *r = exchange("PUT", "/mcp", NULL, "{}");
-    assert_non_null(strstr(r, "HTTP/1.1 405"));
-    assert_non_null(strstr(r, "Allow: GET, POST, DELETE"));
+    /* a protected call anywhere but a POST to the MCP endpoint would run unprotected */
+    char *r = exchange("PUT", "/mcp", NULL, REFUND_CALL);
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "only accepted as a POST to the MCP endpoint /mcp"));
     free(r);
-    r = exchange("POST", "/elsewhere", NULL, "{}");
-    assert_non_null(strstr(r, "HTTP/1.1 404"));
+    r = exchange("POST", "/messages?sessionId=1", NULL, REFUND_CALL);
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "nothing was executed"));
     free(r);
     r = exchange("POST", "/mcp", "Authorization: a\r\nAuthorization: b\r\n", "{}");
     assert_non_null(strstr(r, "HTTP/1.1 400"));
@@ -240,6 +256,81 @@ static void protected_calls_go_to_the_stage(void **state)
     assert_int_equal(up_requests, 0);
 }
 
+static void other_paths_and_methods_are_relayed(void **state)
+{
+    char *r = exchange("GET", "/.well-known/oauth-protected-resource/mcp", NULL, NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "\"from\":\"upstream\""));
+    assert_non_null(strstr(up_last_head, "GET /.well-known/oauth-protected-resource/mcp HTTP/1.1"));
+    free(r);
+    /* a body on another path that is no protected call goes up as it is */
+    r = exchange("POST", "/token", NULL, "grant_type=client_credentials");
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    r = exchange("OPTIONS", "/mcp", "Origin: http://localhost:5173\r\n", NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(up_last_head, "OPTIONS /mcp HTTP/1.1"));
+    free(r);
+    /* HEAD: the head only, even when the upstream wrongly sends a body */
+    r = exchange("HEAD", "/health", NULL, NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "Content-Length: "));
+    assert_null(strstr(r, "\"from\""));
+    free(r);
+    assert_int_equal(up_requests, 4);
+    assert_int_equal(stage_calls, 0);
+
+    cfg->forward_other_paths = false;
+    r = exchange("GET", "/health", NULL, NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 404"));
+    assert_non_null(strstr(r, "forward_other_paths"));
+    free(r);
+    assert_int_equal(up_requests, 4);
+}
+
+static void own_answers_carry_cors(void **state)
+{
+    const char *batch = "[" REFUND_CALL "]";
+    /* nothing learned yet: the origin (allowed by allowed_origins) is named */
+    char *r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "Access-Control-Allow-Origin: http://localhost:5173\r\n"));
+    assert_non_null(strstr(r, "Vary: Origin\r\n"));
+    assert_non_null(
+        strstr(r, "Access-Control-Expose-Headers: Mcp-Session-Id, Idempotent-Replayed\r\n"));
+    free(r);
+    /* no Origin, no CORS */
+    r = exchange("POST", "/mcp", NULL, batch);
+    assert_null(strstr(r, "Access-Control-"));
+    free(r);
+    /* the upstream answers this origin with "*": the gateway's own answers say the same */
+    up_extra =
+        "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: mcp-session-id\r\n";
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n",
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    assert_non_null(strstr(r, "Access-Control-Allow-Origin: *\r\n"));
+    free(r);
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
+    assert_non_null(strstr(r, "Access-Control-Allow-Origin: *\r\n"));
+    assert_null(strstr(r, "Vary: Origin"));
+    assert_non_null(
+        strstr(r, "Access-Control-Expose-Headers: mcp-session-id, Idempotent-Replayed\r\n"));
+    free(r);
+    /* a preflight asking for Idempotency-Key gets it allowed when the upstream forgot it */
+    up_extra = "Access-Control-Allow-Origin: *\r\nAccess-Control-Allow-Headers: content-type\r\n";
+    r = exchange("OPTIONS", "/mcp",
+                 "Origin: http://localhost:5173\r\n"
+                 "Access-Control-Request-Headers: content-type, idempotency-key\r\n",
+                 NULL);
+    assert_non_null(strstr(r, "Access-Control-Allow-Headers: content-type\r\n"));
+    assert_non_null(strstr(r, "Access-Control-Allow-Headers: Idempotency-Key\r\n"));
+    free(r);
+    cfg->cors = CORS_OFF;
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
+    assert_null(strstr(r, "Access-Control-"));
+    free(r);
+}
+
 static void unreachable_upstream_is_a_502(void **state)
 {
     /* the upstream's port closes: connecting is refused */
@@ -258,6 +349,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(refusals_are_written_by_the_proxy, setup, teardown),
         cmocka_unit_test_setup_teardown(reads_are_forwarded, setup, teardown),
         cmocka_unit_test_setup_teardown(protected_calls_go_to_the_stage, setup, teardown),
+        cmocka_unit_test_setup_teardown(other_paths_and_methods_are_relayed, setup, teardown),
+        cmocka_unit_test_setup_teardown(own_answers_carry_cors, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_upstream_is_a_502, setup, teardown),
     };
     return cmocka_run_group_tests_name("proxy", tests, NULL, NULL);
