@@ -11,6 +11,10 @@
 
 struct evbuffer;
 
+/* Most decoded bytes one read of a compressed SSE answer may expand to (a stream's events are
+ * bounded by the SSE parser, not its whole length). */
+#define SSE_DECODED_PER_READ (16 * 1024 * 1024)
+
 typedef enum {
     DECODE_CODING_IDENTITY = 0, /* no Content-Encoding, or identity */
     DECODE_CODING_GZIP,

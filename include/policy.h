@@ -31,6 +31,8 @@ typedef struct policy_tool {
     uint64_t max_stored_bytes;     /* larger results are not stored (default 1 MiB) */
     bool forward_key;              /* send Idempotency-Key: sha256(key) upstream */
     on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
+    bool trust_annotations;        /* defaults only: classify unlisted tools from the server's
+                                      annotations (default true) */
     int line;                      /* line in the config file, for messages; 0 when built in */
 } policy_tool_t;
 
@@ -47,6 +49,9 @@ void policy_defaults_init(policy_tool_t *out);
 /* Sorts tools by name so policy_lookup can binary-search; config.c calls it after parsing.
  * Anyone building a policy_t by hand must call it too. */
 void policy_sort(policy_t *p);
+
+/* The entry naming tool, or NULL when the policy does not name it. */
+const policy_tool_t *policy_find(const policy_t *p, const char *tool);
 
 /* The policy for tool name (never NULL: falls back to the defaults entry; NULL name too). */
 const policy_tool_t *policy_lookup(const policy_t *p, const char *tool);

@@ -41,6 +41,7 @@ typedef struct proxy_ctx {
     const config_t *cfg;
     struct upstream_pool *pool;
     server_stats_t *stats;
+    struct catalog *catalog; /* the upstream's tools, learned from tools/list; NULL: policy only */
     int worker, n_workers;
     const bool *draining; /* the process is shutting down: agent connections are not kept */
     /* an exchange was freed (a drain may be finished) */

@@ -707,7 +707,11 @@ static const key_spec_t tool_keys[] = {
      .kind = K_ENUM,
      .off = TOOL(on_store_down),
      .names = store_down_names},
+    /* last, as `defaults` alone takes it: whether unlisted tools follow their annotations */
+    {.name = "trust_annotations", .kind = K_BOOL, .off = TOOL(trust_annotations)},
 };
+#define N_DEFAULT_KEYS ARRAY_LEN(tool_keys)
+#define N_TOOL_KEYS (ARRAY_LEN(tool_keys) - 1)
 
 /* Restart-only keys whose value is not one field of a simple kind. */
 static bool str_same(const char *a, const char *b)
@@ -896,7 +900,7 @@ static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path
 {
     config_t *c = base;
     c->policy.defaults.line = line;
-    walk_map(cx, v, line, path, tool_keys, ARRAY_LEN(tool_keys), &c->policy.defaults, -1);
+    walk_map(cx, v, line, path, tool_keys, N_DEFAULT_KEYS, &c->policy.defaults, -1);
 }
 
 static bool tool_name_valid(const char *s)
@@ -938,7 +942,7 @@ static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, v
         policy_tool_copy(&t, &c->policy.defaults);
         t.name = xstrdup(name);
         t.line = kline;
-        walk_map(cx, vn, kline, cpath, tool_keys, ARRAY_LEN(tool_keys), &t, -1);
+        walk_map(cx, vn, kline, cpath, tool_keys, N_TOOL_KEYS, &t, -1);
         c->policy.tools = xrealloc(c->policy.tools, (c->policy.n_tools + 1) * sizeof(t));
         c->policy.tools[c->policy.n_tools++] = t;
     }

@@ -24,8 +24,6 @@
 #define WAIT_POLL_FIRST_MS 25
 #define WAIT_POLL_MAX_MS 250
 
-/* Most decoded bytes one read of a compressed SSE answer may expand to. */
-#define SSE_DECODED_PER_READ (16 * 1024 * 1024)
 
 /* Stored as the result of an unknown row whose call its caller cancelled: another process
  * answering a duplicate can then say so. Unknown rows carry no result otherwise. */

@@ -1,10 +1,13 @@
 /* idemgw: the process. Command line, configuration, listeners, signals, drain and reload. */
 #include "admin.h"
+#include "catalog.h"
+#include "catalog_fetch.h"
 #include "config.h"
 #include "http_conn.h"
 #include "idem.h"
 #include "handoff.h"
 #include "key_cmd.h"
+#include "tools_cmd.h"
 #include "log.h"
 #include "mcp.h"
 #include "proxy.h"
@@ -46,6 +49,11 @@ typedef struct server {
     struct store *store;        /* NULL when no database is configured */
     struct upstream_pool *pool; /* keep-alive upstream connections */
     struct proxy *proxy;        /* the MCP listener's requests */
+    catalog_t *catalog;         /* the upstream's tools and their annotations */
+    catalog_fetch_t *fetch;     /* the gateway's own tools/list in progress, or NULL */
+    struct event *fetch_retry;  /* the next try after a failed one */
+    uint64_t fetch_backoff_ms;
+    bool catalog_fetched;       /* the upstream's tools/list was read once */
     struct idem *idem;          /* the idempotency stage */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct evconnlistener *listener;
@@ -218,6 +226,8 @@ static void usage(FILE *f)
                "       idemgw --check-config -c FILE    validate the configuration and exit\n"
                "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
                "                                        print the idempotency key of a call\n"
+               "       idemgw tools [-c FILE] [-H 'Name: value']...\n"
+               "                                        the upstream's tools and their classes\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -247,6 +257,65 @@ static void drain_timeout(evutil_socket_t fd, short what, void *arg)
     event_base_loopexit(server->base, NULL);
 }
 
+/* --- the upstream's tool catalogue, read at start --- */
+
+#define FETCH_BACKOFF_FIRST_MS 1000
+#define FETCH_BACKOFF_MAX_MS 60000
+
+static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg);
+
+static void catalog_fetched(void *arg, int n_tools, const char *error)
+{
+    server->fetch = NULL;
+    if (!error) {
+        server->catalog_fetched = true;
+        log_info(0, "tool catalogue: %d tools listed by the upstream", n_tools);
+        return;
+    }
+    uint64_t ms = server->fetch_backoff_ms;
+    log_warn(0,
+             "tool catalogue: the upstream's tools/list could not be read (%s); tools the "
+             "policy does not name get defaults.class until it is, or until an agent's "
+             "tools/list passes; trying again in %llu ms",
+             error, (unsigned long long)ms);
+    server->fetch_backoff_ms = ms * 2 > FETCH_BACKOFF_MAX_MS ? FETCH_BACKOFF_MAX_MS : ms * 2;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    evtimer_add(server->fetch_retry, &tv);
+}
+
+/* The catalogue can change what is protected only when unlisted tools default to
+ * non_idempotent and their annotations are trusted: then the gateway asks for it itself
+ * (tools/list answers passing through are learned in any case). */
+static bool catalog_wanted(const config_t *cfg)
+{
+    return cfg->policy.defaults.trust_annotations &&
+           cfg->policy.defaults.cls == TOOL_CLASS_NON_IDEMPOTENT;
+}
+
+static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
+{
+    if (server->draining || server->fetch || server->catalog_fetched ||
+        !catalog_wanted(server->cfg))
+        return;
+    catalog_fetch_opts_t o = {
+        .base = server->base,
+        .pool = server->pool,
+        .target = server->cfg->upstream_path,
+        .host = server->cfg->upstream_host_header,
+        .catalog = server->catalog,
+        .done = catalog_fetched,
+    };
+    server->fetch = catalog_fetch_start(&o);
+}
+
+static void stop_catalog_fetch(void)
+{
+    catalog_fetch_cancel(server->fetch);
+    server->fetch = NULL;
+    if (server->fetch_retry)
+        evtimer_del(server->fetch_retry);
+}
+
 static void on_sigterm(evutil_socket_t sig, short what, void *arg)
 {
     if (server->draining)
@@ -263,6 +332,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
         log_info(0, "stopped listening on %s:%u", server->cfg->listen.host,
                  server->cfg->listen.port);
     }
+    stop_catalog_fetch();
     http_conn_close_idle(&conns);
     http_conn_close_idle(&admin_conns);
     proxy_drain(server->proxy);
@@ -327,6 +397,9 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     apply_http_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
+    catalog_set_policy(server->catalog, &neu->policy);
+    if (!evtimer_pending(server->fetch_retry, NULL))
+        start_catalog_fetch(-1, 0, NULL); /* the new policy may want the catalogue */
     log_threshold = (log_level_t)neu->log_level;
     config_free(old);
     log_info(0, "configuration reloaded from %s", path ? path : "the environment");
@@ -345,11 +418,14 @@ static void exchange_ended(void *arg)
 /* The proxy and its idempotency stage, each given what it works with. */
 static void wire_stages(server_t *s)
 {
+    s->catalog = catalog_new();
+    catalog_set_policy(s->catalog, &s->cfg->policy);
     proxy_ctx_t pc = {
         .base = s->base,
         .cfg = s->cfg,
         .pool = s->pool,
         .stats = s->stats,
+        .catalog = s->catalog,
         .worker = s->worker,
         .n_workers = s->n_workers,
         .draining = &s->draining,
@@ -430,17 +506,11 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     char msg[512] = "";
 
     if (cfg->upstream_tls) {
-        server->tls = SSL_CTX_new(TLS_client_method());
-        if (cfg->upstream_ca_file) {
-            if (SSL_CTX_load_verify_locations(server->tls, cfg->upstream_ca_file, NULL) != 1) {
-                fprintf(stderr, "idemgw: upstream_ca_file %s: no usable certificate in it\n",
-                        cfg->upstream_ca_file);
-                goto out;
-            }
-        } else {
-            SSL_CTX_set_default_verify_paths(server->tls);
+        server->tls = upstream_tls_new(cfg->upstream_ca_file, msg, sizeof(msg));
+        if (!server->tls) {
+            fprintf(stderr, "idemgw: %s\n", msg);
+            goto out;
         }
-        SSL_CTX_set_verify(server->tls, SSL_VERIFY_PEER, NULL);
     }
     apply_upstream_limits(cfg);
     upstream_opts_t uo = {
@@ -515,6 +585,9 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     evsignal_add(ev_term, NULL);
     evsignal_add(ev_int, NULL);
     evsignal_add(ev_hup, NULL);
+    server->fetch_retry = evtimer_new(server->base, start_catalog_fetch, NULL);
+    server->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
+    start_catalog_fetch(-1, 0, NULL);
 
     log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s", IDEMGW_VERSION,
              cfg->listen.host, cfg->listen.port, cfg->admin_listen.host, cfg->admin_listen.port,
@@ -526,6 +599,9 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     event_free(ev_int);
     event_free(ev_hup);
 out:
+    stop_catalog_fetch();
+    if (server->fetch_retry)
+        event_free(server->fetch_retry);
     if (drain_timer)
         event_free(drain_timer);
     event_free(accept_resume);
@@ -538,6 +614,7 @@ out:
     upstream_pool_free(server->pool);
     proxy_free(server->proxy);
     idem_free(server->idem);
+    catalog_free(server->catalog);
     replay_cache_free(server->cache);
     if (server->tls)
         SSL_CTX_free(server->tls);
@@ -679,6 +756,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
         return key_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "tools") == 0)
+        return tools_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

@@ -32,6 +32,7 @@ void policy_defaults_init(policy_tool_t *out)
     out->max_stored_bytes = 1024 * 1024;
     out->forward_key = false;
     out->on_store_down = ON_STORE_DOWN_REJECT;
+    out->trust_annotations = true;
     out->line = 0;
 }
 
@@ -49,8 +50,14 @@ void policy_sort(policy_t *p)
 
 const policy_tool_t *policy_lookup(const policy_t *p, const char *tool)
 {
+    const policy_tool_t *t = policy_find(p, tool);
+    return t ? t : &p->defaults;
+}
+
+const policy_tool_t *policy_find(const policy_t *p, const char *tool)
+{
     if (!tool)
-        return &p->defaults;
+        return NULL;
     /* Hot path (every tools/call): binary search over the names sorted at parse time. */
     size_t lo = 0, hi = p->n_tools;
     while (lo < hi) {
@@ -63,7 +70,7 @@ const policy_tool_t *policy_lookup(const policy_t *p, const char *tool)
         else
             lo = mid + 1;
     }
-    return &p->defaults;
+    return NULL;
 }
 
 uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms)

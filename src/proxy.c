@@ -1,4 +1,5 @@
 #include "proxy.h"
+#include "catalog.h"
 #include "cors.h"
 #include "handoff.h"
 #include "log.h"
@@ -932,16 +933,17 @@ static bool head_acceptable(exchange_t *ex)
     return true;
 }
 
-static bool protected_tool(const config_t *cfg, const char *tool)
+static bool protected_tool(proxy_t *p, const char *tool)
 {
-    return policy_lookup(&cfg->policy, tool)->cls == TOOL_CLASS_NON_IDEMPOTENT;
+    if (p->ctx.catalog)
+        return catalog_classify_call(p->ctx.catalog, tool) == TOOL_CLASS_NON_IDEMPOTENT;
+    return policy_lookup(&p->ctx.cfg->policy, tool)->cls == TOOL_CLASS_NON_IDEMPOTENT;
 }
 
 /* The POST body: JSON-RPC, headers that agree with it, no protected call inside a batch. False
  * when refused. */
 static bool body_acceptable(exchange_t *ex)
 {
-    const config_t *cfg = ex->proxy->ctx.cfg;
     size_t blen = evbuffer_get_length(ex->req->body);
     const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
     mcp_status_t st = mcp_parse(body ? body : "", blen, &ex->msg);
@@ -962,7 +964,7 @@ static bool body_acceptable(exchange_t *ex)
     if (ex->msg.kind == MCP_KIND_BATCH) {
         bool protected_inside = ex->msg.batch_bad_tool;
         for (size_t i = 0; i < ex->msg.n_batch_tools && !protected_inside; i++)
-            protected_inside = protected_tool(cfg, ex->msg.batch_tools[i]);
+            protected_inside = protected_tool(ex->proxy, ex->msg.batch_tools[i]);
         if (protected_inside) {
             refuse(ex, 400, -32600,
                    "a batch may not contain a non-idempotent tools/call: send each protected call "
@@ -995,10 +997,10 @@ static void forward_plain(exchange_t *ex)
             ex->has_msg = true; /* the log line names the method and tool */
             const mcp_msg_t *m = &ex->msg;
             bool protected_inside =
-                (m->kind == MCP_KIND_REQUEST && m->tool && protected_tool(cfg, m->tool)) ||
+                (m->kind == MCP_KIND_REQUEST && m->tool && protected_tool(ex->proxy, m->tool)) ||
                 (m->kind == MCP_KIND_BATCH && m->batch_bad_tool);
             for (size_t i = 0; i < m->n_batch_tools && !protected_inside; i++)
-                protected_inside = protected_tool(cfg, m->batch_tools[i]);
+                protected_inside = protected_tool(ex->proxy, m->batch_tools[i]);
             if (protected_inside) {
                 char msg[400];
                 snprintf(msg, sizeof(msg),
@@ -1050,12 +1052,15 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
         if (!body_acceptable(ex))
             return;
         if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool && p->stage.call &&
-            protected_tool(p->ctx.cfg, ex->msg.tool)) {
+            protected_tool(p, ex->msg.tool)) {
             p->ctx.stats->protected_calls++;
             set_state(ex, EX_CLAIMING);
             p->stage.call(p->stage.arg, ex);
             return;
         }
+        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->ctx.catalog &&
+            strcmp(ex->msg.method, "tools/list") == 0)
+            catalog_observe(p->ctx.catalog, ex);
     }
     exchange_forward(ex, NULL, false);
 }

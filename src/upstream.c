@@ -546,6 +546,28 @@ upstream_result_t upstream_parse_response(const char *data, size_t len, const up
     return res;
 }
 
+/* --- TLS --- */
+
+struct ssl_ctx_st *upstream_tls_new(const char *ca_file, char *msg, size_t msglen)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    if (!ctx) {
+        snprintf(msg, msglen, "TLS: cannot make a client context");
+        return NULL;
+    }
+    if (ca_file) {
+        if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
+            snprintf(msg, msglen, "upstream_ca_file %s: no usable certificate in it", ca_file);
+            SSL_CTX_free(ctx);
+            return NULL;
+        }
+    } else {
+        SSL_CTX_set_default_verify_paths(ctx);
+    }
+    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    return ctx;
+}
+
 /* --- readiness probe --- */
 
 typedef struct probe {

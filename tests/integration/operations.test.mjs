@@ -46,7 +46,8 @@ test('SIGHUP reloads the policy; a bad file keeps the running one', async (t) =>
 
   const base = toYaml({ listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url });
   // Without a store, a non_idempotent tool is refused as "store unavailable": a visible switch.
-  await fs.writeFile(gw.configPath, base + toYaml({ subject: { static: 'ops' }, defaults: { class: 'non_idempotent' } }));
+  // (echo is annotated readOnlyHint: the annotations must not count for this switch.)
+  await fs.writeFile(gw.configPath, base + toYaml({ subject: { static: 'ops' }, defaults: { class: 'non_idempotent', trust_annotations: false } }));
   const reloaded = gw.logs().length;
   gw.proc.kill('SIGHUP');
   await waitFor(() => gw.logs().slice(reloaded).includes('configuration reloaded'));

@@ -1,0 +1,61 @@
+/* The upstream's tool catalogue: what each tool's annotations say, learned from the tools/list
+ * answers passing through (every page) and from the gateway's own tools/list at start
+ * (catalog_fetch.h). A tool the policy does not name is classified from them when the
+ * operator trusts annotations (defaults.trust_annotations, on by default): readOnlyHint →
+ * read, idempotentHint → idempotent, else defaults.class. One catalogue per process, bounded. */
+#ifndef IDEMGW_CATALOG_H
+#define IDEMGW_CATALOG_H
+
+#include "exchange.h"
+#include "policy.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define CATALOG_MAX_TOOLS 4096 /* tools (and unknown names called) remembered */
+
+typedef enum { HINT_UNSET = 0, HINT_FALSE, HINT_TRUE } hint_t;
+
+typedef struct catalog_tool {
+    char *name;
+    bool listed; /* the server listed it (else: only seen called) */
+    hint_t read_only, idempotent, destructive;
+    bool logged; /* its class was logged */
+} catalog_tool_t;
+
+typedef struct catalog catalog_t;
+
+typedef enum {
+    CLASS_FROM_POLICY = 0, /* the policy names the tool */
+    CLASS_FROM_ANNOTATION, /* the server's readOnlyHint / idempotentHint */
+    CLASS_FROM_DEFAULT,    /* defaults.class */
+} class_source_t;
+
+const char *class_source_name(class_source_t s);
+
+catalog_t *catalog_new(void);
+void catalog_free(catalog_t *c);
+/* The policy classifications follow (the running one: set again after a reload). */
+void catalog_set_policy(catalog_t *c, const policy_t *p);
+
+/* Learns the tools of one tools/list result (the "result" value's JSON text); logs each new
+ * or changed tool's class once. Returns the tools it held, or -1 when the text is not a
+ * tools/list result. */
+int catalog_learn(catalog_t *c, const char *result, size_t len);
+
+/* The tool's class and where it came from (source may be NULL). */
+tool_class_t catalog_classify(const catalog_t *c, const char *tool, class_source_t *source);
+
+/* Like catalog_classify, for a call: a tool neither the policy nor the server named is logged
+ * once ("not in the policy nor in the server's tools/list"). */
+tool_class_t catalog_classify_call(catalog_t *c, const char *tool);
+
+const catalog_tool_t *catalog_find(const catalog_t *c, const char *tool);
+/* The tools, sorted by name; i < catalog_size. */
+size_t catalog_size(const catalog_t *c);
+const catalog_tool_t *catalog_at(const catalog_t *c, size_t i);
+
+/* Watches the upstream's answer to a tools/list request and learns from it. */
+void catalog_observe(catalog_t *c, exchange_t *ex);
+
+#endif

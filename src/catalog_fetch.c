@@ -1,0 +1,263 @@
+/* Reading the upstream's tool catalogue as an MCP client (see include/catalog_fetch.h). */
+#include "catalog_fetch.h"
+
+#include "http_headers.h"
+#include "log.h"
+#include "rpc_reader.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define FETCH_MAX_ANSWER (8u * 1024 * 1024)
+#define FETCH_MAX_PAGES 100 /* a server whose cursor never ends */
+#define FETCH_PROTOCOL "2025-06-18"
+
+typedef enum { STEP_INITIALIZE, STEP_INITIALIZED, STEP_LIST, STEP_DELETE } step_t;
+
+struct catalog_fetch {
+    catalog_fetch_opts_t o;
+    step_t step;
+    upstream_conn_t *up;
+    rpc_reader_t reader;
+    int status;
+    char *session;  /* Mcp-Session-Id the server gave, or NULL */
+    char *protocol; /* the version it chose */
+    char *cursor;   /* the next page's */
+    int pages, tools;
+    int next_id;
+    struct event *later; /* ends the fetch from the loop, never inside a callback chain */
+    char error[256];
+    bool finished;
+};
+
+static void send_step(catalog_fetch_t *f);
+
+static void finish_cb(evutil_socket_t fd, short what, void *arg)
+{
+    catalog_fetch_t *f = arg;
+    if (f->o.done)
+        f->o.done(f->o.arg, f->error[0] ? -1 : f->tools, f->error[0] ? f->error : NULL);
+    catalog_fetch_cancel(f);
+}
+
+/* Ends the fetch: with error (printf-style) unless fmt is NULL. */
+static void finish(catalog_fetch_t *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void finish(catalog_fetch_t *f, const char *fmt, ...)
+{
+    if (f->finished)
+        return;
+    f->finished = true;
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(f->error, sizeof(f->error), fmt, ap);
+        va_end(ap);
+    }
+    struct timeval zero = {0, 0};
+    evtimer_add(f->later, &zero);
+}
+
+static void on_head(void *arg, int status, const http_headers_t *headers)
+{
+    catalog_fetch_t *f = arg;
+    f->status = status;
+    const char *session = http_headers_get(headers, "mcp-session-id");
+    if (f->step == STEP_INITIALIZE && session) {
+        free(f->session);
+        f->session = xstrdup(session);
+    }
+    const char *ct = http_headers_get(headers, "content-type");
+    bool sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+    if (f->step == STEP_INITIALIZE || f->step == STEP_LIST)
+        rpc_reader_head(&f->reader, status, headers, sse);
+}
+
+static void on_body(void *arg, const char *data, size_t len)
+{
+    catalog_fetch_t *f = arg;
+    if (f->step == STEP_INITIALIZE || f->step == STEP_LIST)
+        rpc_reader_body(&f->reader, data, len);
+}
+
+/* The result of this step's request, or NULL after finishing with why not. */
+static json_t *step_result(catalog_fetch_t *f, upstream_result_t res, const char *what)
+{
+    if (res != UPSTREAM_OK) {
+        finish(f, "%s: %s", what, upstream_result_str(res));
+        return NULL;
+    }
+    if (f->status != 200) {
+        finish(f, "%s: HTTP %d", what, f->status);
+        return NULL;
+    }
+    if (!rpc_reader_end(&f->reader)) {
+        finish(f, "%s: no JSON-RPC response in the answer", what);
+        return NULL;
+    }
+    if (f->reader.cls != MCP_RESP_RESULT) {
+        finish(f, "%s: the server answered with an error: %.120s", what, f->reader.result);
+        return NULL;
+    }
+    json_t *r = json_loadb(f->reader.result, f->reader.result_len, 0, NULL);
+    if (!r)
+        finish(f, "%s: the result is not a JSON object", what);
+    return r;
+}
+
+static void on_end(void *arg, upstream_result_t res)
+{
+    catalog_fetch_t *f = arg;
+    f->up = NULL;
+    switch (f->step) {
+    case STEP_INITIALIZE: {
+        json_t *r = step_result(f, res, "initialize");
+        if (!r)
+            return;
+        const char *v = json_string_value(json_object_get(r, "protocolVersion"));
+        f->protocol = xstrdup(v ? v : FETCH_PROTOCOL);
+        bool has_tools = json_object_get(json_object_get(r, "capabilities"), "tools") != NULL;
+        json_decref(r);
+        if (!has_tools) {
+            finish(f, "the server declares no tools capability");
+            return;
+        }
+        f->step = STEP_INITIALIZED;
+        break;
+    }
+    case STEP_INITIALIZED:
+        if (res != UPSTREAM_OK || f->status < 200 || f->status >= 300) {
+            finish(f, "notifications/initialized: %s",
+                   res != UPSTREAM_OK ? upstream_result_str(res) : "refused");
+            return;
+        }
+        f->step = STEP_LIST;
+        break;
+    case STEP_LIST: {
+        json_t *r = step_result(f, res, "tools/list");
+        if (!r)
+            return;
+        int n = catalog_learn(f->o.catalog, f->reader.result, f->reader.result_len);
+        const char *next = json_string_value(json_object_get(r, "nextCursor"));
+        free(f->cursor);
+        f->cursor = next && *next ? xstrdup(next) : NULL;
+        json_decref(r);
+        if (n < 0) {
+            finish(f, "tools/list: the result has no tools array");
+            return;
+        }
+        f->tools += n;
+        f->pages++;
+        if (f->cursor && f->pages >= FETCH_MAX_PAGES) {
+            finish(f, "tools/list: more than %d pages", FETCH_MAX_PAGES);
+            return;
+        }
+        if (!f->cursor)
+            f->step = STEP_DELETE;
+        if (!f->cursor && !f->session) {
+            finish(f, NULL);
+            return;
+        }
+        break;
+    }
+    case STEP_DELETE:
+        finish(f, NULL); /* the session's end is a courtesy: its answer does not matter */
+        return;
+    }
+    send_step(f);
+}
+
+static const upstream_cbs_t fetch_cbs = {on_head, on_body, on_end};
+
+static void send_step(catalog_fetch_t *f)
+{
+    char body[1024] = "";
+    const char *method = "POST";
+    switch (f->step) {
+    case STEP_INITIALIZE:
+        snprintf(body, sizeof(body),
+                 "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"initialize\",\"params\":{"
+                 "\"protocolVersion\":\"" FETCH_PROTOCOL "\",\"capabilities\":{},"
+                 "\"clientInfo\":{\"name\":\"idemgw\",\"version\":\"catalogue\"}}}",
+                 ++f->next_id);
+        break;
+    case STEP_INITIALIZED:
+        snprintf(body, sizeof(body),
+                 "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+        break;
+    case STEP_LIST: {
+        json_t *params = json_object();
+        if (f->cursor)
+            json_object_set_new(params, "cursor", json_string(f->cursor));
+        json_t *req = json_pack("{s:s, s:i, s:s, s:o}", "jsonrpc", "2.0", "id", ++f->next_id,
+                                "method", "tools/list", "params", params);
+        char *text = json_dumps(req, JSON_COMPACT);
+        json_decref(req);
+        if (!text || strlen(text) >= sizeof(body)) {
+            free(text);
+            finish(f, "tools/list: the server's cursor is too long");
+            return;
+        }
+        snprintf(body, sizeof(body), "%s", text);
+        free(text);
+        break;
+    }
+    case STEP_DELETE:
+        method = "DELETE";
+        break;
+    }
+    rpc_reader_free(&f->reader);
+    json_t *id = json_integer(f->next_id);
+    rpc_reader_init(&f->reader, id, FETCH_MAX_ANSWER);
+    json_decref(id);
+    f->status = 0;
+
+    char *session = f->session ? xasprintf("Mcp-Session-Id: %s\r\n", f->session) : NULL;
+    char *version = f->protocol ? xasprintf("MCP-Protocol-Version: %s\r\n", f->protocol) : NULL;
+    char *extra =
+        xasprintf("%sAccept: application/json, text/event-stream\r\n%s%s%s",
+                  body[0] ? "Content-Type: application/json\r\n" : "", session ? session : "",
+                  version ? version : "", f->o.headers ? f->o.headers : "");
+    free(session);
+    free(version);
+    http_headers_t none;
+    http_headers_init(&none);
+    struct evbuffer *out = evbuffer_new();
+    http_write_request_head(out, method, f->o.target, &none, f->o.host, NULL,
+                            body[0] ? (long long)strlen(body) : -1, extra);
+    evbuffer_add(out, body, strlen(body));
+    free(extra);
+    http_headers_free(&none);
+    f->up = upstream_send(f->o.pool, out, false, &fetch_cbs, f);
+    evbuffer_free(out);
+}
+
+catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
+{
+    catalog_fetch_t *f = xcalloc(1, sizeof(*f));
+    f->o = *opts;
+    f->later = evtimer_new(opts->base, finish_cb, f);
+    f->step = STEP_INITIALIZE;
+    send_step(f);
+    return f;
+}
+
+void catalog_fetch_cancel(catalog_fetch_t *f)
+{
+    if (!f)
+        return;
+    if (f->up)
+        upstream_abandon(f->up);
+    rpc_reader_free(&f->reader);
+    event_free(f->later);
+    free(f->session);
+    free(f->protocol);
+    free(f->cursor);
+    free(f);
+}
