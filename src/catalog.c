@@ -222,7 +222,18 @@ int catalog_learn(catalog_t *c, const char *result, size_t len)
 typedef struct list_watch {
     catalog_t *catalog;
     rpc_reader_t reader;
+    bool learned;
 } list_watch_t;
+
+/* Learns as soon as the answer is known: for a stream, in the same turn of the loop as its
+ * event goes to the agent, so a tools/call the agent sends next is classified by it. */
+static void learn_once(list_watch_t *w)
+{
+    if (w->learned || !w->reader.result || w->reader.cls != MCP_RESP_RESULT)
+        return;
+    w->learned = true;
+    (void)catalog_learn(w->catalog, w->reader.result, w->reader.result_len);
+}
 
 static observe_t watch_head(void *arg, int status, const http_headers_t *headers, bool sse)
 {
@@ -235,14 +246,15 @@ static observe_t watch_body(void *arg, const char *data, size_t len)
 {
     list_watch_t *w = arg;
     rpc_reader_body(&w->reader, data, len);
+    learn_once(w);
     return OBSERVE_PASS;
 }
 
 static observe_t watch_end(void *arg, upstream_result_t res)
 {
     list_watch_t *w = arg;
-    if (res == UPSTREAM_OK && rpc_reader_end(&w->reader) && w->reader.cls == MCP_RESP_RESULT)
-        (void)catalog_learn(w->catalog, w->reader.result, w->reader.result_len);
+    if (res == UPSTREAM_OK && rpc_reader_end(&w->reader))
+        learn_once(w);
     return OBSERVE_PASS;
 }
 

@@ -333,12 +333,13 @@ export function waitForLog(handle, re, { timeoutMs = 10000 } = {}) {
 
 /**
  * tests/fixtures/refund-server.mjs with its ledger in a fresh temp folder (or opts.ledger).
- * opts.jsonResponse answers with single JSON bodies instead of SSE streams.
+ * opts.jsonResponse answers with single JSON bodies instead of SSE streams; opts.requireBearer
+ * answers 401 to requests without that bearer token.
  * Returns {url, port, ledger, proc, logs, exited}.
  */
-export async function startRefundServer(t, { jsonResponse = false, ledger, tls } = {}) {
+export async function startRefundServer(t, { jsonResponse = false, ledger, tls, requireBearer } = {}) {
   const ledgerPath = ledger ?? path.join(await tempDir(t, 'idemgw-ledger-'), 'ledger.jsonl');
-  const env = { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '' };
+  const env = { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '', REQUIRE_BEARER: requireBearer ?? '' };
   if (tls) Object.assign(env, { TLS_CERT: tls.cert, TLS_KEY: tls.key });
   const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/refund-server.mjs'), '0'], {
     env,
