@@ -18,6 +18,9 @@ typedef struct admin_ctx {
     const server_stats_t *all_stats; /* every worker's counters; /metrics sums them */
     int n_workers;
     const bool *draining; /* a draining process is not ready */
+    /* no store, and the policy protects some tool with on_store_down: reject, so those calls
+     * could only be refused: not ready (main keeps it current across reloads) */
+    bool store_missing;
 } admin_ctx_t;
 
 /* The admin site's handler (arg: an admin_ctx_t). */

@@ -11,6 +11,7 @@ typedef enum {
     ANSWER_FOREIGN,         /* the upstream answered with another request's response */
     ANSWER_KEY_REUSED,
     ANSWER_STORE_DOWN,
+    ANSWER_NO_STORE, /* the gateway has no store configured at all */
     ANSWER_SHUTTING_DOWN,
     ANSWER_STORE_ERROR,
     ANSWER_NO_SUBJECT,    /* detail: why there is no caller identity */

@@ -10,11 +10,16 @@
 #include <stdint.h>
 
 typedef enum {
-    SUBJECT_NONE = 0,      /* not configured: protected calls are refused */
+    SUBJECT_DEFAULT = 0,   /* not configured: the bearer token's SHA-256 when the request has
+                              one, else the one shared subject SUBJECT_SHARED_NAME */
     SUBJECT_HEADER,        /* a trusted header set by an auth proxy in front */
     SUBJECT_BEARER_SHA256, /* sha256 of the bearer token, hex */
     SUBJECT_STATIC,        /* one fixed name, for a single-tenant sidecar */
 } subject_kind_t;
+
+/* The subject of every caller without a bearer token when no subject source is configured:
+ * on a server without authentication its callers are all the same caller to it, too. */
+#define SUBJECT_SHARED_NAME "anonymous"
 
 typedef struct subject_conf {
     subject_kind_t kind;

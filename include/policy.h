@@ -71,6 +71,10 @@ typedef struct policy_rules {
 
 policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms);
 
+/* Whether some call could need the store and be refused without it: the defaults or a named
+ * tool is non_idempotent with on_store_down: reject. */
+bool policy_needs_store(const policy_t *p);
+
 const char *tool_class_name(tool_class_t c);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int tool_class_parse(const char *s, tool_class_t *out);

@@ -30,12 +30,16 @@ static void probe_answer(ready_probe_t *p, bool ok, bool store_ok)
     bool draining = ctx->draining && *ctx->draining;
     if (p->conn) {
         char body[200];
-        snprintf(body, sizeof(body), "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\"}\n",
-                 ok && store_ok && !draining ? "true" : "false", ok ? "true" : "false",
-                 !ctx->store ? "not configured"
-                 : store_ok     ? "up"
-                                : "down");
-        int status = ok && store_ok && !draining ? 200 : 503;
+        bool ready = ok && store_ok && !draining;
+        snprintf(body, sizeof(body),
+                 "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\",\"draining\":%s}\n",
+                 ready ? "true" : "false", ok ? "true" : "false",
+                 !ctx->store && ctx->store_missing ? "not configured, but the policy needs one"
+                 : !ctx->store                     ? "not configured"
+                 : store_ok                        ? "up"
+                                                   : "down",
+                 draining ? "true" : "false");
+        int status = ready ? 200 : 503;
         http_conn_set_observer(p->conn, NULL, NULL, NULL);
         http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,
                           p->keep_alive);
@@ -57,7 +61,7 @@ static void probe_done(bool ok, void *arg)
     ready_probe_t *p = arg;
     store_t *store = p->ctx->store;
     if (!store) {
-        probe_answer(p, ok, true);
+        probe_answer(p, ok, !p->ctx->store_missing);
         return;
     }
     p->upstream_ok = ok;

@@ -9,8 +9,8 @@
 
 /* A caller that cannot be identified, whether the identity is missing or unusable. */
 #define SUBJECT_REFUSED                                                                            \
-    "Refused: this tool is protected against duplicate execution, and %s, so the call cannot be " \
-    "attributed to a caller. Nothing was executed. Retrying will be refused the same way until "  \
+    "Refused: this tool is protected against duplicate execution, and %s, so the call cannot be "  \
+    "attributed to a caller. Nothing was executed. Retrying will be refused the same way until "   \
     "the caller is identified."
 
 static const struct {
@@ -54,6 +54,11 @@ static const struct {
                            "Not executed: the gateway's idempotency store is unavailable, so this "
                            "call could not be protected against running twice. Nothing was "
                            "executed. It is safe to retry the same call later."},
+    [ANSWER_NO_STORE] = {"store_not_configured", "false", "refused",
+                         "Not executed: this tool is protected against duplicate execution, but "
+                         "the gateway in front of it has no idempotency store configured, so it "
+                         "refuses such calls. Nothing was executed. Retrying will be refused the "
+                         "same way until the gateway's operator configures a store."},
     [ANSWER_SHUTTING_DOWN] = {"store_unavailable", "false", "refused",
                               "Not executed: the gateway is shutting down, so this call could not "
                               "be protected against running twice. Nothing was executed. It is "
@@ -92,9 +97,9 @@ char *answer_body(answer_t a, const char *id_text, const char *key_hash, const c
     snprintf(text, sizeof(text), answers[a].text, detail ? detail : "an earlier time",
              detail2 ? detail2 : "");
     if (answers[a].executed)
-        snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":%s%s%s%s}",
-                 answers[a].code, answers[a].executed, key_hash ? ",\"key_hash\":\"" : "",
-                 key_hash ? key_hash : "", key_hash ? "\"" : "");
+        snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":%s%s%s%s}", answers[a].code,
+                 answers[a].executed, key_hash ? ",\"key_hash\":\"" : "", key_hash ? key_hash : "",
+                 key_hash ? "\"" : "");
     else
         snprintf(status, sizeof(status), "{\"code\":\"%s\"%s%s%s}", answers[a].code,
                  key_hash ? ",\"key_hash\":\"" : "", key_hash ? key_hash : "",

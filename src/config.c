@@ -416,7 +416,7 @@ static void config_defaults(config_t *c)
     c->max_connections = 10000;
     c->upstream_pool = 64;
     c->log_level = LOG_INFO;
-    c->subject.kind = SUBJECT_NONE;
+    c->subject.kind = SUBJECT_DEFAULT;
     policy_defaults_init(&c->policy.defaults);
 }
 

@@ -506,6 +506,10 @@ static void claim(call_t *c)
     idem_t *i = c->idem;
     if (replay_from_cache(c))
         return;
+    if (!i->ctx.store && c->rules.on_store_down != ON_STORE_DOWN_PASSTHROUGH) {
+        answer(c, ANSWER_NO_STORE, NULL, NULL); /* no store will come: retrying cannot help */
+        return;
+    }
     if (!i->ctx.store) {
         answer_store_down(c);
         return;

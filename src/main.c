@@ -398,6 +398,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
     catalog_set_policy(server->catalog, &neu->policy);
+    admin_ctx.store_missing = !server->store && policy_needs_store(&neu->policy);
     if (!evtimer_pending(server->fetch_retry, NULL))
         start_catalog_fetch(-1, 0, NULL); /* the new policy may want the catalogue */
     log_threshold = (log_level_t)neu->log_level;
@@ -540,8 +541,13 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             fprintf(stderr, "idemgw: store: %s\n", msg);
             goto out;
         }
+    } else if (policy_needs_store(&cfg->policy)) {
+        log_warn(0, "no database configured: calls to non_idempotent tools are refused "
+                    "(store_not_configured) and /readyz says not ready; set database_url, or "
+                    "on_store_down: passthrough to forward them unprotected");
     } else {
-        log_warn(0, "no database configured: non_idempotent tools follow on_store_down");
+        log_info(0, "no database configured: no tool needs it (none is non_idempotent with "
+                    "on_store_down: reject)");
     }
     wire_stages(server);
     mcp_site.arg = server->proxy;
@@ -567,6 +573,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .all_stats = server->all_stats,
         .n_workers = server->n_workers,
         .draining = &server->draining,
+        .store_missing = !server->store && policy_needs_store(&cfg->policy),
     };
     server->listener = listen_on(&cfg->listen, &mcp_site);
     if (n_workers > 1)
@@ -589,6 +596,11 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     server->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
 
+    if (cfg->subject.kind == SUBJECT_DEFAULT)
+        log_info(0, "subject not configured: callers are told apart by the SHA-256 of their "
+                    "Authorization header (a bearer token's, as subject bearer-...); requests "
+                    "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
+                    "subject when an auth proxy in front names the caller");
     log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s", IDEMGW_VERSION,
              cfg->listen.host, cfg->listen.port, cfg->admin_listen.host, cfg->admin_listen.port,
              cfg->upstream_url, server->store ? "postgres" : "not configured");

@@ -73,6 +73,21 @@ const policy_tool_t *policy_find(const policy_t *p, const char *tool)
     return NULL;
 }
 
+static bool needs_store(const policy_tool_t *t)
+{
+    return t->cls == TOOL_CLASS_NON_IDEMPOTENT && t->on_store_down == ON_STORE_DOWN_REJECT;
+}
+
+bool policy_needs_store(const policy_t *p)
+{
+    if (needs_store(&p->defaults))
+        return true;
+    for (size_t i = 0; i < p->n_tools; i++)
+        if (needs_store(&p->tools[i]))
+            return true;
+    return false;
+}
+
 uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms)
 {
     if (t->lease_ms)

@@ -20,8 +20,8 @@ static void accept_subject(subject_done_fn done, void *arg, const char *subject)
     done(arg, &res);
 }
 
-static void from_header(const subject_conf_t *conf, const http_request_t *req,
-                        subject_done_fn done, void *arg)
+static void from_header(const subject_conf_t *conf, const http_request_t *req, subject_done_fn done,
+                        void *arg)
 {
     char why[300];
     const char *v = http_headers_get(&req->headers, conf->value);
@@ -33,8 +33,7 @@ static void from_header(const subject_conf_t *conf, const http_request_t *req,
         return;
     }
     if (!v || !*v) {
-        snprintf(why, sizeof(why), "the request has no caller identity header (%s)",
-                 conf->value);
+        snprintf(why, sizeof(why), "the request has no caller identity header (%s)", conf->value);
         refuse(done, arg, ANSWER_NO_SUBJECT, why);
         return;
     }
@@ -49,17 +48,34 @@ static void from_header(const subject_conf_t *conf, const http_request_t *req,
     accept_subject(done, arg, v);
 }
 
-static void from_bearer(const http_request_t *req, subject_done_fn done, void *arg)
+static bool has_bearer(const http_request_t *req)
 {
     const char *v = http_headers_get(&req->headers, "authorization");
-    if (!v || strncasecmp(v, "bearer ", 7) != 0 || !v[7]) {
+    return v && strncasecmp(v, "bearer ", 7) == 0 && v[7];
+}
+
+static void from_bearer(const http_request_t *req, subject_done_fn done, void *arg)
+{
+    if (!has_bearer(req)) {
         refuse(done, arg, ANSWER_NO_SUBJECT, "the request has no bearer token");
         return;
     }
+    const char *v = http_headers_get(&req->headers, "authorization");
     unsigned char md[32];
     util_sha256(v + 7, strlen(v + 7), md);
     char subject[7 + 33] = "bearer-";
     util_hex(md, 16, subject + 7);
+    accept_subject(done, arg, subject);
+}
+
+/* Another Authorization scheme (Basic, ...): the hash of the whole value tells callers apart. */
+static void from_credentials(const http_request_t *req, subject_done_fn done, void *arg)
+{
+    const char *v = http_headers_get(&req->headers, "authorization");
+    unsigned char md[32];
+    util_sha256(v, strlen(v), md);
+    char subject[12 + 33] = "credentials-";
+    util_hex(md, 16, subject + 12);
     accept_subject(done, arg, subject);
 }
 
@@ -76,8 +92,14 @@ void subject_resolve(const subject_conf_t *conf, const http_request_t *req, subj
     case SUBJECT_BEARER_SHA256:
         from_bearer(req, done, arg);
         return;
-    case SUBJECT_NONE:
-        break;
+    case SUBJECT_DEFAULT:
+        if (has_bearer(req))
+            from_bearer(req, done, arg);
+        else if (http_headers_get(&req->headers, "authorization"))
+            from_credentials(req, done, arg);
+        else
+            accept_subject(done, arg, SUBJECT_SHARED_NAME);
+        return;
     }
     refuse(done, arg, ANSWER_NO_SUBJECT, "the gateway has no subject source configured");
 }
@@ -93,8 +115,8 @@ static void caller_digest(const subject_conf_t *conf, const http_request_t *req,
     }
     for (size_t i = 0; i < req->headers.n; i++) {
         const char *name = http_headers_name(&req->headers, i);
-        bool subject = conf->kind == SUBJECT_HEADER && conf->value &&
-                       strcasecmp(name, conf->value) == 0;
+        bool subject =
+            conf->kind == SUBJECT_HEADER && conf->value && strcasecmp(name, conf->value) == 0;
         if (!subject && strcasecmp(name, "authorization") != 0)
             continue;
         const char *v = http_headers_value(&req->headers, i);

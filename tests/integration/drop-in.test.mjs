@@ -6,7 +6,9 @@ import http from 'node:http';
 import { once } from 'node:events';
 import { spawn } from 'node:child_process';
 import { discoverOAuthProtectedResourceMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
-import { createDatabase, freePort, startEverything, startGateway, tempDir } from './lib/harness.mjs';
+import {
+  createDatabase, idemStatus, mcpClient, startEverything, startGateway, startRefundServer, tempDir, toolText, waitForLog,
+} from './lib/harness.mjs';
 
 // An OAuth-protected MCP server as the authorization spec shapes it: /mcp answers 401 with
 // WWW-Authenticate pointing at its protected-resource metadata; it also has a health check.
@@ -133,4 +135,26 @@ test('a page on another origin in headless Chromium calls a tool twice and reads
   assert.equal(out.second.replayed, 'true', 'the page reads Idempotent-Replayed on the replay');
   assert.equal(out.second.text, out.first.text, 'the replay is the first result');
   assert.ok(out.second.marker, 'the replay marker is in the result');
+});
+
+test('only the upstream configured: reads work, protected calls are refused store_not_configured, /readyz says why', async (t) => {
+  const upstream = await startRefundServer(t);
+  // no subject, no database, no policy: what a new user starts with
+  const gw = await startGateway(t, { upstream: upstream.url });
+  assert.match(gw.logs(), /subject not configured/);
+  assert.match(gw.logs(), /no database configured: calls to non_idempotent tools are refused/);
+  const ready = await fetch(`${gw.adminUrl}/readyz`);
+  assert.equal(ready.status, 503);
+  assert.match(await ready.text(), /"store":"not configured, but the policy needs one"/);
+
+  const c = await mcpClient(t, gw.url);
+  await c.listTools();
+  const read = await c.callTool({ name: 'get_ledger', arguments: {} });
+  assert.notEqual(read.isError, true, 'a read-only tool (by its annotation) runs');
+  const r = await c.callTool({ name: 'issue_refund', arguments: { order_id: 'o', amount_cents: 1 } });
+  assert.equal(r.isError, true);
+  assert.equal(idemStatus(r).code, 'store_not_configured');
+  assert.match(toolText(r), /Retrying will be refused the same way/);
+  assert.doesNotMatch(toolText(r), /safe to retry/);
+  await waitForLog(gw, /"outcome":"refused".*"code":"store_not_configured"/);
 });

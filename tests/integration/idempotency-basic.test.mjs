@@ -115,14 +115,19 @@ test('no subject: protected calls are refused and nothing is executed', async (t
     assert.notEqual(read.message.result.isError, true);
     assert.deepEqual(await readLedger(upstream.ledger), [], 'nothing reached the upstream');
   });
-  await t.test('no subject source configured', async (t) => {
+  await t.test('no subject source configured: the bearer token\'s hash, else one shared subject', async (t) => {
     const { upstream, gw } = await setup(t, { config: { subject: undefined } });
-    const client = await mcpClient(t, gw.url);
-    const r = await client.callTool({ name: 'issue_refund', arguments: { order_id: 'ord-anon', amount_cents: 1 } });
-    assert.equal(r.isError, true);
-    assert.equal(idemStatus(r)?.code, 'no_subject');
-    assert.match(toolText(r), /Nothing was executed/);
-    assert.deepEqual(await readLedger(upstream.ledger), []);
+    assert.match(gw.logs(), /subject not configured/, 'said at start');
+    const args = { order_id: 'ord-anon', amount_cents: 1 };
+    const anon = await mcpClient(t, gw.url);
+    assert.match(toolText(await anon.callTool({ name: 'issue_refund', arguments: args })), REFUND);
+    const other = await mcpClient(t, gw.url); // another caller without a token: the same subject
+    assert.ok(replayMarker(await other.callTool({ name: 'issue_refund', arguments: args })));
+    const alice = await mcpClient(t, gw.url, { headers: { Authorization: 'Bearer alice-token' } });
+    const a1 = await alice.callTool({ name: 'issue_refund', arguments: args });
+    assert.equal(replayMarker(a1), undefined, 'a bearer token is another caller');
+    assert.ok(replayMarker(await alice.callTool({ name: 'issue_refund', arguments: args })));
+    assert.equal((await readLedger(upstream.ledger)).length, 2);
   });
 });
 

@@ -45,7 +45,7 @@ test('SIGHUP reloads the policy; a bad file keeps the running one', async (t) =>
   assert.equal((await echo()).isError, undefined, 'echo is forwarded while it is class read');
 
   const base = toYaml({ listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url });
-  // Without a store, a non_idempotent tool is refused as "store unavailable": a visible switch.
+  // Without a store, a non_idempotent tool is refused as "store not configured": a visible switch.
   // (echo is annotated readOnlyHint: the annotations must not count for this switch.)
   await fs.writeFile(gw.configPath, base + toYaml({ subject: { static: 'ops' }, defaults: { class: 'non_idempotent', trust_annotations: false } }));
   const reloaded = gw.logs().length;
@@ -53,7 +53,7 @@ test('SIGHUP reloads the policy; a bad file keeps the running one', async (t) =>
   await waitFor(() => gw.logs().slice(reloaded).includes('configuration reloaded'));
   const refused = await echo();
   assert.equal(refused.isError, true);
-  assert.equal(refused._meta['idemgw/status'].code, 'store_unavailable');
+  assert.equal(refused._meta['idemgw/status'].code, 'store_not_configured');
 
   await fs.writeFile(gw.configPath, base + 'defaults: {class: sometimes}\n');
   const bad = gw.logs().length;

@@ -146,7 +146,7 @@ static void test_minimal(void **state)
     config_t *c = must_load("tests/data/config/good/minimal.yaml");
     assert_string_equal(c->listen.host, "127.0.0.1");
     assert_int_equal(c->listen.port, 8080);
-    assert_int_equal(c->subject.kind, SUBJECT_NONE);
+    assert_int_equal(c->subject.kind, SUBJECT_DEFAULT);
     assert_null(c->subject.value);
     assert_int_equal(c->policy.n_tools, 0);
     assert_int_equal(c->policy.defaults.cls, TOOL_CLASS_NON_IDEMPOTENT);
@@ -453,7 +453,7 @@ static void test_env_only(void **state)
     assert_null(c->path);
     assert_string_equal(c->upstream_path, "/mcp");
     assert_false(c->store_enabled);
-    assert_int_equal(c->subject.kind, SUBJECT_NONE);
+    assert_int_equal(c->subject.kind, SUBJECT_DEFAULT);
     assert_int_equal(c->n_allowed_hosts, 3);
     config_free(c);
 
