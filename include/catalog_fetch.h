@@ -23,6 +23,9 @@ typedef struct catalog_fetch_opts {
     const char *host;    /* the Host header */
     const char *headers; /* extra request header lines ("Name: v\r\n"...), may be NULL */
     catalog_t *catalog;  /* learns every page */
+    /* each page's result JSON text as it arrives (may be NULL), with page_arg */
+    void (*on_page)(void *page_arg, const char *result, size_t len);
+    void *page_arg;
     catalog_fetch_done_fn done;
     void *arg;
 } catalog_fetch_opts_t;
@@ -30,5 +33,17 @@ typedef struct catalog_fetch_opts {
 catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts);
 /* Stops a fetch in progress; done is not called. */
 void catalog_fetch_cancel(catalog_fetch_t *f);
+
+struct config;
+/* For the command line: reads cfg's upstream's catalogue into catalog (with its own event
+ * loop, TLS as the gateway would), headers as in the options. Returns the tools read, or -1
+ * with the reason in err. */
+int catalog_fetch_now(const struct config *cfg, const char *headers, catalog_t *catalog,
+                      void (*on_page)(void *arg, const char *result, size_t len), void *arg,
+                      char *err, size_t errlen);
+
+/* Appends a command line's -H 'Name: value' to headers (a buffer of size bytes) as a header
+ * line. false when it is not one header on one line or does not fit. */
+bool catalog_fetch_add_header(char *headers, size_t size, const char *arg);
 
 #endif

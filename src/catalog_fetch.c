@@ -1,6 +1,8 @@
 /* Reading the upstream's tool catalogue as an MCP client (see include/catalog_fetch.h). */
 #include "catalog_fetch.h"
 
+#include "config.h"
+
 #include "http_headers.h"
 #include "log.h"
 #include "rpc_reader.h"
@@ -8,6 +10,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <openssl/ssl.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -143,6 +146,8 @@ static void on_end(void *arg, upstream_result_t res)
         json_t *r = step_result(f, res, "tools/list");
         if (!r)
             return;
+        if (f->o.on_page)
+            f->o.on_page(f->o.page_arg, f->reader.result, f->reader.result_len);
         int n = catalog_learn(f->o.catalog, f->reader.result, f->reader.result_len);
         const char *next = json_string_value(json_object_get(r, "nextCursor"));
         free(f->cursor);
@@ -260,4 +265,83 @@ void catalog_fetch_cancel(catalog_fetch_t *f)
     free(f->protocol);
     free(f->cursor);
     free(f);
+}
+
+/* --- from the command line --- */
+
+typedef struct fetch_run {
+    struct event_base *base;
+    int n_tools;
+    char *err;
+    size_t errlen;
+} fetch_run_t;
+
+static void run_done(void *arg, int n_tools, const char *error)
+{
+    fetch_run_t *r = arg;
+    r->n_tools = n_tools;
+    if (error)
+        snprintf(r->err, r->errlen, "%s", error);
+    event_base_loopbreak(r->base);
+}
+
+int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catalog,
+                      void (*on_page)(void *arg, const char *result, size_t len), void *arg,
+                      char *err, size_t errlen)
+{
+    fetch_run_t run = {.base = event_base_new(), .n_tools = -1, .err = err, .errlen = errlen};
+    snprintf(err, errlen, "no answer");
+    struct ssl_ctx_st *tls = NULL;
+    upstream_pool_t *pool = NULL;
+    upstream_limits_t limits = {
+        .connect_timeout_ms = cfg->upstream_connect_timeout_ms,
+        .timeout_ms = cfg->upstream_timeout_ms,
+        .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
+        .pool = 1,
+    };
+    if (cfg->upstream_tls && !(tls = upstream_tls_new(cfg->upstream_ca_file, err, errlen)))
+        goto out;
+    upstream_opts_t uo = {
+        .base = run.base,
+        .tls = tls,
+        .host = cfg->upstream.host,
+        .port = cfg->upstream.port,
+        .limits = &limits,
+    };
+    if (!(pool = upstream_pool_new(&uo, err, errlen)))
+        goto out;
+    catalog_fetch_opts_t fo = {
+        .base = run.base,
+        .pool = pool,
+        .target = cfg->upstream_path,
+        .host = cfg->upstream_host_header,
+        .headers = headers && *headers ? headers : NULL,
+        .catalog = catalog,
+        .on_page = on_page,
+        .page_arg = arg,
+        .done = run_done,
+        .arg = &run,
+    };
+    catalog_fetch_start(&fo);
+    event_base_dispatch(run.base);
+out:
+    if (pool)
+        upstream_pool_free(pool);
+    event_base_loop(run.base, EVLOOP_NONBLOCK);
+    event_base_free(run.base);
+    if (tls)
+        SSL_CTX_free(tls);
+    return run.n_tools;
+}
+
+bool catalog_fetch_add_header(char *headers, size_t size, const char *arg)
+{
+    const char *colon = strchr(arg, ':');
+    if (!colon || colon == arg || strpbrk(arg, "\r\n") || memchr(arg, ' ', (size_t)(colon - arg)))
+        return false;
+    size_t used = strlen(headers);
+    if (used + strlen(arg) + 3 > size)
+        return false;
+    snprintf(headers + used, size - used, "%s\r\n", arg);
+    return true;
 }

@@ -7,6 +7,7 @@
 #include "idem.h"
 #include "handoff.h"
 #include "key_cmd.h"
+#include "policy_cmd.h"
 #include "tools_cmd.h"
 #include "log.h"
 #include "mcp.h"
@@ -228,6 +229,8 @@ static void usage(FILE *f)
                "                                        print the idempotency key of a call\n"
                "       idemgw tools [-c FILE] [-H 'Name: value']...\n"
                "                                        the upstream's tools and their classes\n"
+               "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
+               "                                        a policy from the server; its drift\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -770,6 +773,8 @@ int main(int argc, char **argv)
         return key_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "tools") == 0)
         return tools_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "policy") == 0)
+        return policy_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

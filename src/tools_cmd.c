@@ -5,12 +5,8 @@
 #include "catalog_fetch.h"
 #include "config.h"
 #include "log.h"
-#include "upstream.h"
-#include "util.h"
 
-#include <event2/event.h>
 #include <getopt.h>
-#include <openssl/ssl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,28 +24,6 @@ static void usage(FILE *f)
           "  -c FILE   the config (else IDEMGW_UPSTREAM and the other IDEMGW_* variables)\n"
           "  -H HEADER a header for the upstream, e.g. 'Authorization: Bearer ...' (repeatable)\n",
           f);
-}
-
-typedef struct tools_run {
-    struct event_base *base;
-    int n_tools;
-    char error[300];
-} tools_run_t;
-
-static void fetched(void *arg, int n_tools, const char *error)
-{
-    tools_run_t *r = arg;
-    r->n_tools = n_tools;
-    if (error)
-        snprintf(r->error, sizeof(r->error), "%s", error);
-    event_base_loopbreak(r->base);
-}
-
-/* A header line the upstream may get: "Name: value", no line breaks. */
-static bool header_ok(const char *h)
-{
-    const char *colon = strchr(h, ':');
-    return colon && colon > h && !strpbrk(h, "\r\n") && !memchr(h, ' ', (size_t)(colon - h));
 }
 
 static const char *hint(hint_t h)
@@ -118,16 +92,13 @@ int tools_cmd_main(int argc, char **argv)
         case 'c':
             path = optarg;
             break;
-        case 'H': {
-            size_t used = strlen(headers);
-            if (!header_ok(optarg) || used + strlen(optarg) + 3 > sizeof(headers)) {
+        case 'H':
+            if (!catalog_fetch_add_header(headers, sizeof(headers), optarg)) {
                 fprintf(stderr, "idemgw tools: -H %s: expected 'Name: value' on one line\n",
                         optarg);
                 return TOOLS_EXIT_USAGE;
             }
-            snprintf(headers + used, sizeof(headers) - used, "%s\r\n", optarg);
             break;
-        }
         case 'h':
             usage(stdout);
             return 0;
@@ -156,56 +127,16 @@ int tools_cmd_main(int argc, char **argv)
 
     int rc = TOOLS_EXIT_FAILED;
     char msg[300] = "";
-    tools_run_t run = {.base = event_base_new(), .n_tools = -1};
-    SSL_CTX *tls = NULL;
-    upstream_pool_t *pool = NULL;
     catalog_t *catalog = catalog_new();
     catalog_set_policy(catalog, &cfg->policy);
-    upstream_limits_t limits = {
-        .connect_timeout_ms = cfg->upstream_connect_timeout_ms,
-        .timeout_ms = cfg->upstream_timeout_ms,
-        .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
-        .pool = 1,
-    };
-    if (cfg->upstream_tls && !(tls = upstream_tls_new(cfg->upstream_ca_file, msg, sizeof(msg))))
+    if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, msg, sizeof(msg)) < 0)
         goto out;
-    upstream_opts_t uo = {
-        .base = run.base,
-        .tls = tls,
-        .host = cfg->upstream.host,
-        .port = cfg->upstream.port,
-        .limits = &limits,
-    };
-    if (!(pool = upstream_pool_new(&uo, msg, sizeof(msg))))
-        goto out;
-    catalog_fetch_opts_t fo = {
-        .base = run.base,
-        .pool = pool,
-        .target = cfg->upstream_path,
-        .host = cfg->upstream_host_header,
-        .headers = headers[0] ? headers : NULL,
-        .catalog = catalog,
-        .done = fetched,
-        .arg = &run,
-    };
-    catalog_fetch_start(&fo);
-    event_base_dispatch(run.base);
-    if (run.n_tools < 0) {
-        snprintf(msg, sizeof(msg), "%s", run.error[0] ? run.error : "no answer");
-        goto out;
-    }
     print_table(catalog, cfg);
     rc = fflush(stdout) == 0 ? 0 : TOOLS_EXIT_FAILED;
 out:
     if (rc != 0 && msg[0])
         fprintf(stderr, "idemgw tools: %s: %s\n", cfg->upstream_url, msg);
     catalog_free(catalog);
-    if (pool)
-        upstream_pool_free(pool);
-    event_base_loop(run.base, EVLOOP_NONBLOCK);
-    event_base_free(run.base);
-    if (tls)
-        SSL_CTX_free(tls);
     config_free(cfg);
     return rc;
 }

@@ -1,11 +1,14 @@
 // The upstream's own catalogue: a tool the policy does not name is classified from the
 // server's annotations (readOnlyHint → read), so a read is never replayed stale; the class of
-// every tool and its source are logged; `idemgw tools` prints them.
+// every tool and its source are logged; `idemgw tools` prints them; `idemgw policy` writes a
+// starter policy from the catalogue and reports a policy's drift from it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import {
   IDEMGW_BIN, createDatabase, mcpClient, readLedger, replayMarker, run, startGateway, startRefundServer,
-  toolText, waitForLog,
+  tempDir, toolText, waitForLog,
 } from './lib/harness.mjs';
 
 const REFUND = { order_id: 'ord-7', amount_cents: 700 };
@@ -96,4 +99,37 @@ test('idemgw tools prints every tool with its class, source and window', async (
   assert.match(down.stderr, /connect failed/);
   const bad = await run(IDEMGW_BIN, ['tools', '-H', 'no colon here']);
   assert.equal(bad.code, 2);
+});
+
+test('idemgw policy init writes a config that loads; policy diff reports drift', async (t) => {
+  const upstream = await startRefundServer(t, { requireBearer: 'op-token' });
+  const refused = await run(IDEMGW_BIN, ['policy', 'init', '--upstream', upstream.url]);
+  assert.equal(refused.code, 1, 'without the token the server refuses');
+  assert.match(refused.stderr, /HTTP 401/);
+
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--upstream', upstream.url, '-H', 'Authorization: Bearer op-token']);
+  assert.equal(init.code, 0, init.stderr);
+  assert.match(init.stdout, /# Lists every execution recorded so far/);
+  assert.match(init.stdout, /# annotations: readOnlyHint: true\n  get_ledger:\n    class: read\n/);
+  assert.match(init.stdout, /issue_refund:\n    class: non_idempotent\n/);
+  const dir = await tempDir(t, 'idemgw-policy-');
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, init.stdout);
+  const check = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.equal(check.code, 0, check.stderr);
+  const same = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file, '-H', 'Authorization: Bearer op-token']);
+  assert.equal(same.code, 0, `a fresh policy has no drift: ${same.stdout}`);
+  assert.equal(same.stdout, '');
+
+  await fs.writeFile(file, init.stdout
+    .replace('issue_refund:\n    class: non_idempotent', 'issue_refund:\n    class: read')
+    .replace('  get_ledger:\n', '  retired_tool:\n    class: read\n  get_ledger:\n')
+    .replace(/  slow_refund:\n    class: non_idempotent\n/, ''));
+  const drift = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file, '-H', 'Authorization: Bearer op-token']);
+  assert.equal(drift.code, 1);
+  assert.match(drift.stdout, /warning: issue_refund is read in the policy, but the server says it is destructive/);
+  assert.match(drift.stdout, /not on the server: retired_tool/);
+  assert.match(drift.stdout, /not in the policy: slow_refund \(gets non_idempotent, from default\)/);
+  const usage = await run(IDEMGW_BIN, ['policy', 'init']);
+  assert.equal(usage.code, 2);
 });

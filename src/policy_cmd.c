@@ -1,0 +1,303 @@
+/* The `idemgw policy` subcommand (see include/policy_cmd.h). */
+#include "policy_cmd.h"
+
+#include "catalog.h"
+#include "catalog_fetch.h"
+#include "config.h"
+#include "log.h"
+#include "util.h"
+
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define EXIT_FOUND 1
+#define EXIT_USAGE 2
+#define MAX_HEADERS_BYTES 8192
+#define DESCRIPTION_MAX 110 /* characters of a description shown in a comment */
+
+static void usage(FILE *f)
+{
+    fputs("usage: idemgw policy init --upstream URL [-H 'Name: value']...\n"
+          "       idemgw policy diff [-c FILE] [-H 'Name: value']...\n"
+          "  init  prints a starter config: every tool the server lists, with the class its\n"
+          "        annotations suggest and its description as a comment\n"
+          "  diff  tools in the policy but not on the server, on the server but not in the\n"
+          "        policy, and classes the server's annotations contradict (exit 1 if any)\n"
+          "  -H    a header for the upstream, e.g. 'Authorization: Bearer ...' (repeatable)\n",
+          f);
+}
+
+/* --- init --- */
+
+/* The tools of every page, in the server's order. */
+typedef struct pages {
+    json_t *tools;
+} pages_t;
+
+static void keep_page(void *arg, const char *result, size_t len)
+{
+    pages_t *p = arg;
+    json_t *r = json_loadb(result, len, 0, NULL);
+    json_t *tools = json_object_get(r, "tools");
+    if (json_is_array(tools))
+        json_array_extend(p->tools, tools);
+    json_decref(r);
+}
+
+/* A one-line comment text: control characters as spaces, cut at max characters (UTF-8 kept
+ * whole). */
+static void comment_text(const char *in, char *out, size_t outlen, size_t max)
+{
+    size_t o = 0, chars = 0;
+    for (const unsigned char *s = (const unsigned char *)(in ? in : ""); *s && o + 5 < outlen;) {
+        if ((*s & 0xc0) != 0x80 && ++chars > max) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        out[o++] = *s < 0x20 || *s == 0x7f ? ' ' : (char)*s;
+        s++;
+    }
+    out[o] = '\0';
+}
+
+/* A tool name as a YAML key: plain when it is safe so, else double-quoted (JSON escaping). */
+static void yaml_key(const char *name, char *out, size_t outlen)
+{
+    bool plain = *name && strchr("-?:,[]{}#&*!|>'\"%@`", *name) == NULL;
+    for (const char *s = name; *s && plain; s++)
+        plain = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+                *s == '_' || *s == '-' || *s == '.' || *s == '/';
+    if (plain) {
+        snprintf(out, outlen, "%s", name);
+        return;
+    }
+    json_t *j = json_string(name);
+    char *q = j ? json_dumps(j, JSON_ENCODE_ANY | JSON_ENSURE_ASCII) : NULL;
+    snprintf(out, outlen, "%s", q ? q : "\"\"");
+    free(q);
+    json_decref(j);
+}
+
+static void hints_text(const json_t *ann, char *out, size_t outlen)
+{
+    static const char *const names[] = {"readOnlyHint", "destructiveHint", "idempotentHint",
+                                        "openWorldHint"};
+    size_t o = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < ARRAY_LEN(names); i++) {
+        const json_t *v = json_object_get(ann, names[i]);
+        if (!json_is_boolean(v))
+            continue;
+        o += (size_t)snprintf(out + o, outlen - o, "%s%s: %s", o ? ", " : "", names[i],
+                              json_is_true(v) ? "true" : "false");
+        if (o >= outlen)
+            break;
+    }
+    if (!out[0])
+        snprintf(out, outlen, "none (MCP reads that as: may write, may destroy, not idempotent)");
+}
+
+static int init(const char *url, const char *headers)
+{
+    json_t *u = json_string(url);
+    char *quoted = u ? json_dumps(u, JSON_ENCODE_ANY) : NULL;
+    json_decref(u);
+    char *yaml = xasprintf("upstream: %s\n", quoted ? quoted : "\"\"");
+    free(quoted);
+    config_errors_t errs = {0};
+    config_t *cfg = config_load_string("--upstream", yaml, &errs);
+    free(yaml);
+    if (!cfg) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "idemgw policy init: %s\n", errs.msgs[i]);
+        config_errors_free(&errs);
+        return EXIT_USAGE;
+    }
+    config_errors_free(&errs);
+
+    pages_t pages = {.tools = json_array()};
+    catalog_t *catalog = catalog_new();
+    catalog_set_policy(catalog, &cfg->policy);
+    char err[300];
+    int rc = EXIT_FOUND;
+    if (catalog_fetch_now(cfg, headers, catalog, keep_page, &pages, err, sizeof(err)) < 0) {
+        fprintf(stderr, "idemgw policy init: %s: %s\n", url, err);
+        goto out;
+    }
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof(when), "%Y-%m-%d", gmtime(&now));
+    printf("# idemgw policy for %s, from its tools/list (idemgw policy init, %s).\n"
+           "# Each class below is what the tool's annotations suggest. Review every one: a tool\n"
+           "# with a side effect that must not happen twice (a payment, a message, an append)\n"
+           "# belongs in non_idempotent, whatever the server says. The full reference of every\n"
+           "# setting is conf/idemgw.yaml; check this file with: idemgw --check-config -c FILE\n"
+           "upstream: %s\n"
+           "\n"
+           "defaults:\n"
+           "  # A tool not listed below: non_idempotent, unless its annotations say otherwise.\n"
+           "  class: non_idempotent\n"
+           "  window: 10m\n"
+           "\n"
+           "tools:\n",
+           url, when, url);
+    size_t i;
+    json_t *t;
+    size_t listed = 0;
+    json_array_foreach(pages.tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!name || !*name)
+            continue;
+        class_source_t src;
+        tool_class_t cls = catalog_classify(catalog, name, &src);
+        char key[400], desc[600], hints[300], shown[200];
+        yaml_key(name, key, sizeof(key));
+        comment_text(json_string_value(json_object_get(t, "description")), desc, sizeof(desc),
+                     DESCRIPTION_MAX);
+        hints_text(json_object_get(t, "annotations"), hints, sizeof(hints));
+        comment_text(name, shown, sizeof(shown), 100);
+        bool usable = strlen(name) <= 256 && !strpbrk(name, " \t\r\n");
+        if (desc[0])
+            printf("  # %s\n", desc);
+        printf("  # annotations: %s\n", hints);
+        if (!usable) {
+            printf("  # (\"%s\" cannot be named in a policy: a tool name has no spaces)\n\n",
+                   shown);
+            continue;
+        }
+        printf("  %s:\n    class: %s\n\n", key, tool_class_name(cls));
+        listed++;
+    }
+    if (listed == 0)
+        printf("  {}\n");
+    rc = fflush(stdout) == 0 ? 0 : EXIT_FOUND;
+out:
+    json_decref(pages.tools);
+    catalog_free(catalog);
+    config_free(cfg);
+    return rc;
+}
+
+/* --- diff --- */
+
+static int diff(const char *path, const char *headers)
+{
+    config_errors_t errs = {0};
+    config_t *cfg = config_load(path, &errs);
+    if (!cfg) {
+        for (size_t i = 0; i < errs.n; i++)
+            fprintf(stderr, "%s\n", errs.msgs[i]);
+        config_errors_free(&errs);
+        return EXIT_USAGE;
+    }
+    config_errors_free(&errs);
+    catalog_t *catalog = catalog_new();
+    catalog_set_policy(catalog, &cfg->policy);
+    char err[300];
+    int found = 0;
+    if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, err, sizeof(err)) < 0) {
+        fprintf(stderr, "idemgw policy diff: %s: %s\n", cfg->upstream_url, err);
+        found = 1;
+        goto out;
+    }
+    for (size_t i = 0; i < cfg->policy.n_tools; i++) {
+        const policy_tool_t *t = &cfg->policy.tools[i];
+        const catalog_tool_t *k = catalog_find(catalog, t->name);
+        if (!k) {
+            printf("not on the server: %s (policy: %s)\n", t->name, tool_class_name(t->cls));
+            found++;
+            continue;
+        }
+        /* a read the server says writes, or an idempotent write it says is not idempotent:
+         * the policy would forward repeats of it unprotected */
+        if (t->cls == TOOL_CLASS_READ &&
+            (k->read_only == HINT_FALSE || k->destructive == HINT_TRUE)) {
+            printf("warning: %s is read in the policy, but the server says it %s\n", t->name,
+                   k->destructive == HINT_TRUE ? "is destructive (destructiveHint: true)"
+                                               : "writes (readOnlyHint: false)");
+            found++;
+        } else if (t->cls == TOOL_CLASS_IDEMPOTENT && k->idempotent == HINT_FALSE &&
+                   k->read_only != HINT_TRUE) {
+            printf("warning: %s is idempotent in the policy, but the server says it is not "
+                   "(idempotentHint: false)\n",
+                   t->name);
+            found++;
+        }
+    }
+    for (size_t i = 0; i < catalog_size(catalog); i++) {
+        const catalog_tool_t *k = catalog_at(catalog, i);
+        if (policy_find(&cfg->policy, k->name))
+            continue;
+        class_source_t src;
+        tool_class_t cls = catalog_classify(catalog, k->name, &src);
+        printf("not in the policy: %s (gets %s, from %s)\n", k->name, tool_class_name(cls),
+               class_source_name(src));
+        found++;
+    }
+out:
+    catalog_free(catalog);
+    config_free(cfg);
+    if (fflush(stdout) != 0)
+        return EXIT_FOUND;
+    return found ? EXIT_FOUND : 0;
+}
+
+int policy_cmd_main(int argc, char **argv)
+{
+    if (argc < 2 || (strcmp(argv[1], "init") != 0 && strcmp(argv[1], "diff") != 0)) {
+        bool help = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0);
+        usage(help ? stdout : stderr);
+        return help ? 0 : EXIT_USAGE;
+    }
+    bool is_init = strcmp(argv[1], "init") == 0;
+    static const struct option longopts[] = {
+        {"upstream", required_argument, NULL, 'u'},
+        {"config", required_argument, NULL, 'c'},
+        {"header", required_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *url = NULL, *path = NULL;
+    char headers[MAX_HEADERS_BYTES] = "";
+    optind = 0;
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc - 1, argv + 1, "u:c:H:h", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'u':
+            url = optarg;
+            break;
+        case 'c':
+            path = optarg;
+            break;
+        case 'H':
+            if (!catalog_fetch_add_header(headers, sizeof(headers), optarg)) {
+                fprintf(stderr, "idemgw policy: -H %s: expected 'Name: value' on one line\n",
+                        optarg);
+                return EXIT_USAGE;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        default:
+            fprintf(stderr, "idemgw policy: unknown or incomplete option %s\n", argv[optind]);
+            usage(stderr);
+            return EXIT_USAGE;
+        }
+    }
+    if (optind + 1 < argc || (is_init && (!url || path)) || (!is_init && url)) {
+        fprintf(stderr, "idemgw policy %s: %s\n", argv[1],
+                is_init ? "needs --upstream URL (and no -c)" : "takes -c FILE, not --upstream");
+        usage(stderr);
+        return EXIT_USAGE;
+    }
+    log_threshold = LOG_OFF; /* the output is the answer */
+    return is_init ? init(url, headers) : diff(path, headers);
+}
