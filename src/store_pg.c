@@ -20,13 +20,13 @@
 #include "store_int.h"
 #include "store_pg.h"
 
+#include "key.h"
 #include "log.h"
 #include "store_migrations.h"
 #include "util.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -289,16 +289,16 @@ static void op_free(store_op_t *op)
     free(op);
 }
 
-/* A short hash of the key for log lines: keys carry the subject, which logs must not. */
-static void key_hash(const char *key, char out[17])
+/* The key as log lines show it (key.h): keys carry the subject, which logs must not. */
+static void key_hash(const char *key, char out[KEY_HASH_LOG_LEN + 1])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (!key || !EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n < 8) {
-        snprintf(out, 17, "-");
+    char hex[65];
+    if (!key) {
+        snprintf(out, KEY_HASH_LOG_LEN + 1, "-");
         return;
     }
-    util_hex(md, 8, out);
+    key_hash_hex(key, hex);
+    snprintf(out, KEY_HASH_LOG_LEN + 1, "%.*s", KEY_HASH_LOG_LEN, hex);
 }
 
 /* ---- queue and delivery ---- */
@@ -384,7 +384,7 @@ void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st)
         event_del(op->deadline_ev);
     op->conn = NULL;
     if (op->kind == STORE_OP_FINISH) {
-        char h[17];
+        char h[KEY_HASH_LOG_LEN + 1];
         key_hash(op->values[0], h);
         log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
                  store_status_str(st));
@@ -480,7 +480,7 @@ static void op_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     store_op_t *op = arg;
     store_conn_t *c = op->conn;
-    char h[17];
+    char h[KEY_HASH_LOG_LEN + 1];
     key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
     log_warn(0, "store: %s of key %s got no answer within %llu ms", store_stmt_name(op->kind), h,
              (unsigned long long)op->store->op_deadline_ms);
@@ -596,7 +596,7 @@ static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
 {
     store_claim_result_t cr;
     char *buf = NULL;
-    char h[17];
+    char h[KEY_HASH_LOG_LEN + 1];
 
     memset(&cr, 0, sizeof(cr));
     bool stale = PQntuples(res) == 0 || (!col_bool(res, COL_ACQUIRED) && col_bool(res, COL_STALE));
@@ -643,7 +643,7 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     /* 57014: statement_timeout; 55P03: lock_timeout. The statement was rolled back; the
      * store did not answer in time, which is "unavailable", not a statement error. */
     if (sqlstate && (strcmp(sqlstate, "57014") == 0 || strcmp(sqlstate, "55P03") == 0)) {
-        char h[17];
+        char h[KEY_HASH_LOG_LEN + 1];
         key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
         log_warn(0, "store: %s of key %s missed its deadline (%llu ms, SQLSTATE %s)",
                  store_stmt_name(op->kind), h, (unsigned long long)s->timeout_ms, sqlstate);
