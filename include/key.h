@@ -40,5 +40,7 @@ void key_hash_hex(const char *key, char out[65]);
 /* Characters of key_hash_hex that log lines show as "key_hash" (and `idemgw key` prints):
  * enough to find a key's lines, without the key (it carries the subject). */
 #define KEY_HASH_LOG_LEN 16
+/* key_hash_hex cut to what log lines show. */
+void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1]);
 
 #endif

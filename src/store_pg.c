@@ -292,13 +292,10 @@ static void op_free(store_op_t *op)
 /* The key as log lines show it (key.h): keys carry the subject, which logs must not. */
 static void key_hash(const char *key, char out[KEY_HASH_LOG_LEN + 1])
 {
-    char hex[65];
-    if (!key) {
+    if (key)
+        key_hash_log(key, out);
+    else
         snprintf(out, KEY_HASH_LOG_LEN + 1, "-");
-        return;
-    }
-    key_hash_hex(key, hex);
-    snprintf(out, KEY_HASH_LOG_LEN + 1, "%.*s", KEY_HASH_LOG_LEN, hex);
 }
 
 /* ---- queue and delivery ---- */
