@@ -716,6 +716,7 @@ static void test_forget(void **state)
     assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_SUCCEEDED, "{\"n\":7}", 600000));
     claim_out_t b = do_claim(st_main, &req);
     assert_false(b.acquired);
+    free(b.result);
     op_row_t f = do_forget(st_main, req.key);
     assert_true(f.found);
     assert_int_equal(f.state, STORE_STATE_SUCCEEDED);
