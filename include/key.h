@@ -34,7 +34,13 @@ key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args
                         char *msg, size_t msglen) MUST_CHECK;
 void key_result_free(key_result_t *r);
 
-/* Hex SHA-256 of the key, for the Idempotency-Key sent upstream and for log lines. */
+/* Hex SHA-256 of the key, for the Idempotency-Key sent upstream, the replay marker and log
+ * lines. */
 void key_hash_hex(const char *key, char out[65]);
+/* Characters of key_hash_hex that log lines show as "key_hash" (and `idemgw key` prints):
+ * enough to find a key's lines, without the key (it carries the subject). */
+#define KEY_HASH_LOG_LEN 16
+/* key_hash_hex cut to what log lines show. */
+void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1]);
 
 #endif

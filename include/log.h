@@ -1,4 +1,4 @@
-/* Leveled JSON log lines on stdout, one object per line.
+/* Leveled JSON log lines on stdout (or log_stream), one object per line.
  *
  * The macros skip all formatting when the level is off. Never pass a bearer token, a stored
  * result or raw arguments: log hashes. */
@@ -7,12 +7,16 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF } log_level_t;
 
 extern log_level_t log_threshold;
 /* 1-based worker number added to every line when several workers run; 0 = none. */
 extern int log_worker;
+/* Where lines go; NULL = stdout. A command whose stdout is its answer (idemgw key) sends them
+ * to stderr. */
+extern FILE *log_stream;
 
 const char *log_level_name(log_level_t level);
 /* Parses "debug", "info", "warn", "error", "off"; returns -1 when unknown. */

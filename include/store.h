@@ -58,13 +58,20 @@ typedef struct store_claim_req {
 typedef struct store_row {
     store_state_t state;
     int64_t fence;
-    int attempts; /* claims and takeovers so far, plus duplicates seen */
+    /* Calls with this key that ran or were replayed in the row's life: the first call, each
+     * takeover, and each replay once written (store_note_duplicate batches them). Calls
+     * answered "in progress", "outcome unknown" or refused are not counted. The replay
+     * marker's attempts is the same count, that replay included. */
+    int attempts;
     const char *args_digest;
     const char *result; /* stored response result JSON (succeeded), else NULL */
     size_t result_len;
-    bool result_too_large;  /* ran, but the result was over max_stored_bytes */
-    bool lease_expired;     /* in progress and past its lease (by the database clock) */
-    const char *created_at; /* first seen, ISO 8601 UTC */
+    bool result_too_large;   /* ran, but the result was over max_stored_bytes */
+    bool lease_expired;      /* in progress and past its lease (by the database clock) */
+    const char *created_at;  /* first seen, ISO 8601 UTC */
+    const char *finished_at; /* outcome recorded, ISO 8601 UTC; NULL while in progress */
+    const char *lease_until; /* ISO 8601 UTC */
+    const char *expires_at;  /* ISO 8601 UTC */
     const char *first_session_id;
     const char *first_jsonrpc_id;
     int64_t expires_in_ms; /* until the row expires, by the database clock */
@@ -83,6 +90,9 @@ typedef void (*store_claim_cb)(store_status_t st, const store_claim_result_t *re
 typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg);
 typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
                              void *arg);
+/* row: the row as it was before the call (NULL: no row); released: it was changed. */
+typedef void (*store_release_cb)(store_status_t st, bool released, const store_row_t *row,
+                                 void *arg);
 
 #define STORE_TIMEOUT_DEFAULT_MS 5000
 
@@ -128,6 +138,20 @@ int store_pending_duplicates(const store_t *s, const char *key);
 store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
                                   store_finish_cb cb, void *arg) MUST_CHECK;
 
+/* For operators (`idemgw key --release`), after checking what the call did: an UNKNOWN row,
+ * or one IN_PROGRESS past its lease (a gateway died holding it), becomes FAILED, so the next
+ * identical call takes it over and runs. The fence moves on, so a finish still on its way
+ * from the old claim cannot land. Any other row is left as it is (released = false). */
+store_status_t store_release(store_t *s, const char *key, store_release_cb cb,
+                             void *arg) MUST_CHECK;
+/* For operators (`idemgw key --forget`): deletes the row, whatever its state; cb gets the row
+ * as it was (NULL: there was none). The next identical call runs as if never seen, except
+ * where a gateway still holds a success in its replay cache (until the window ends). Meant
+ * for finished rows: a call still in progress keeps running, an identical one may start
+ * beside it, and the fence starts again at 1, so the first call's outcome may land on the
+ * second's row. */
+store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
+
 /* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
 
@@ -151,8 +175,7 @@ void store_get_stats(const store_t *s, store_stats_t *out);
  * function of the same name. The Postgres backend is store_pg.h. */
 typedef struct store_ops {
     const char *name; /* "postgres", for logs */
-    store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb,
-                            void *arg);
+    store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb, void *arg);
     store_status_t (*finish)(void *impl, const char *key, int64_t fence, store_state_t state,
                              const char *result, size_t result_len, bool too_large,
                              uint64_t window_ms, store_finish_cb cb, void *arg);
@@ -162,6 +185,8 @@ typedef struct store_ops {
     store_status_t (*extend_lease)(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
                                    store_finish_cb cb, void *arg);
     store_status_t (*sweep_now)(void *impl, store_finish_cb cb, void *arg);
+    store_status_t (*release)(void *impl, const char *key, store_release_cb cb, void *arg);
+    store_status_t (*forget)(void *impl, const char *key, store_get_cb cb, void *arg);
     bool (*ready)(const void *impl);
     void (*get_stats)(const void *impl, store_stats_t *out);
     void (*free)(void *impl);

@@ -86,6 +86,7 @@ typedef struct call {
     char args_digest[65];
     bool explicit_key;
     int64_t fence;
+    int attempts;                   /* the row's attempts when this call claimed it */
     char claimed_at[32];            /* wall clock at the claim, ISO 8601, for the cache's marker */
     store_status_t deferred_status; /* a finish that failed before it was sent */
     store_state_t recorded;         /* the outcome being written */
@@ -193,8 +194,8 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
     /* the log line says why, with the code the agent got */
     char fields[128];
     if (c->key)
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.16s\",\"code\":\"%s\"", c->key_hash,
-                 answer_code(a));
+        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"", KEY_HASH_LOG_LEN,
+                 c->key_hash, answer_code(a));
     else
         snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
     exchange_set_log_fields(c->ex, fields);
@@ -231,8 +232,8 @@ static void answer_store_failed(call_t *c, store_status_t st)
         answer(c, ANSWER_SHUTTING_DOWN, NULL, NULL);
         return;
     }
-    log_error(exchange_conn_id(c->ex), "store refused the call to %s (key %.16s): %s; not forwarded",
-              msg_of(c)->tool, c->key_hash, store_status_str(st));
+    log_error(exchange_conn_id(c->ex), "store refused the call to %s (key %.*s): %s; not forwarded",
+              msg_of(c)->tool, KEY_HASH_LOG_LEN, c->key_hash, store_status_str(st));
     answer(c, ANSWER_STORE_ERROR, NULL, NULL);
 }
 
@@ -249,7 +250,14 @@ static void answer_in_progress(call_t *c, const store_row_t *row)
     answer(c, ANSWER_IN_PROGRESS, row ? row->created_at : NULL, NULL);
 }
 
-/* Attempts a row read from the store stands for: its count plus the duplicates this process
+/* The replay marker's attempts and `idemgw key --show`'s are one count (store_row_t): calls
+ * with this key that ran or were replayed, the first call and each takeover and replay, this
+ * replay included. Every replay is counted in the store, from the cache too, so once the
+ * batched counts are written (within DUP_FLUSH_MS) --show prints what the last marker said.
+ * A process knows only its own unwritten counts: with several gateways (or workers), a
+ * marker may be lower than --show, never higher.
+ *
+ * Attempts a row read from the store stands for: its count plus the duplicates this process
  * counted and has not written yet (they are batched). */
 static int row_attempts(const call_t *c, const store_row_t *row)
 {
@@ -274,10 +282,10 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
         return;
     }
     i->ctx.stats->replays++;
-    if (from_cache) {
+    if (from_cache)
         i->ctx.stats->cache_replays++;
-    } else if (i->ctx.store) {
-        /* counted for --show; a lost count loses nothing else */
+    if (i->ctx.store) {
+        /* counted for --show, from the cache too; a lost count loses nothing else */
         store_status_t st = store_note_duplicate(i->ctx.store, c->key, NULL, NULL);
         (void)st;
     }
@@ -373,7 +381,8 @@ static void renew_lease(evutil_socket_t fd, short what, void *arg)
     if (c->state != CALL_FORWARDED || !store)
         return;
     if (store_extend_lease(store, c->key, c->fence, c->rules.lease_ms, NULL, NULL) != STORE_OK)
-        log_warn(exchange_conn_id(c->ex), "could not renew the lease of key %.16s", c->key_hash);
+        log_warn(exchange_conn_id(c->ex), "could not renew the lease of key %.*s", KEY_HASH_LOG_LEN,
+                 c->key_hash);
     struct timeval tv;
     lease_interval(c, &tv);
     evtimer_add(c->lease_timer, &tv);
@@ -411,6 +420,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     }
     if (res->acquired) {
         c->fence = res->fence;
+        c->attempts = res->attempts;
         log_debug(exchange_conn_id(c->ex), "claimed key %s fence %lld", c->key_hash,
                   (long long)c->fence);
         forward_claimed(c);
@@ -424,9 +434,9 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
     switch (row->state) {
     case STORE_STATE_SUCCEEDED:
         /* another process (or an earlier life of this one) recorded it: keep it for the
-         * next replay, no longer than the row itself lives */
+         * next replay, no longer than the row itself lives; its attempts include this replay */
         replay_cache_put(i->ctx.cache, c->key, row->args_digest, row->result, row->result_len,
-                         row->created_at, row_attempts(c, row),
+                         row->created_at, row_attempts(c, row) + 1,
                          util_now_ms() + (uint64_t)row->expires_in_ms);
         answer_replay(c, row, false);
         return;
@@ -580,7 +590,7 @@ static void on_subject(void *arg, const subject_result_t *res)
     key_result_free(&kr);
     key_hash_hex(c->key, c->key_hash);
     char fields[64];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.16s\"", c->key_hash);
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"", KEY_HASH_LOG_LEN, c->key_hash);
     exchange_set_log_fields(c->ex, fields);
     set_state(c, CALL_CLAIMING);
     claim(c);
@@ -594,8 +604,7 @@ static int on_sse_event(const sse_event_t *ev, void *arg)
     if (c->final_seen || ev->data_len == 0)
         return 0;
     size_t off = 0, len = 0;
-    mcp_resp_class_t cls =
-        mcp_classify_response(ev->data, ev->data_len, msg_of(c)->id, &off, &len);
+    mcp_resp_class_t cls = mcp_classify_response(ev->data, ev->data_len, msg_of(c)->id, &off, &len);
     if (cls == MCP_RESP_OTHER)
         return 0;
     c->final_seen = true;
@@ -666,8 +675,8 @@ static void decode_failed(call_t *c, decode_status_t st)
         c->too_large = true;
     } else {
         c->undecodable = true;
-        log_warn(exchange_conn_id(c->ex), "compressed answer for key %.16s unreadable: %s",
-                 c->key_hash, decode_status_str(st));
+        log_warn(exchange_conn_id(c->ex), "compressed answer for key %.*s unreadable: %s",
+                 KEY_HASH_LOG_LEN, c->key_hash, decode_status_str(st));
     }
     decoder_free(c->decoder);
     c->decoder = NULL;
@@ -710,18 +719,18 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     uint64_t conn_id = exchange_conn_id(c->ex);
     if (st != STORE_OK) {
         i->ctx.stats->store_errors++;
-        log_error(conn_id, "could not record the outcome of key %.16s: %s", c->key_hash,
-                  store_status_str(st));
+        log_error(conn_id, "could not record the outcome of key %.*s: %s", KEY_HASH_LOG_LEN,
+                  c->key_hash, store_status_str(st));
     } else if (!fence_matched) {
-        log_warn(conn_id, "outcome of key %.16s not recorded: the claim was taken over",
-                 c->key_hash);
+        log_warn(conn_id, "outcome of key %.*s not recorded: the claim was taken over",
+                 KEY_HASH_LOG_LEN, c->key_hash);
     } else {
         /* logged once the store has it: a retry sent after this line sees the outcome */
-        log_info(conn_id, "key %.16s recorded as %s (%s)", c->key_hash,
+        log_info(conn_id, "key %.*s recorded as %s (%s)", KEY_HASH_LOG_LEN, c->key_hash,
                  store_state_str(c->recorded), outcome_why_str(c->why));
         if (c->recorded == STORE_STATE_SUCCEEDED)
             replay_cache_put(i->ctx.cache, c->key, c->args_digest, c->result, c->result_len,
-                             c->claimed_at, 1, util_now_ms() + c->rules.window_ms);
+                             c->claimed_at, c->attempts, util_now_ms() + c->rules.window_ms);
     }
     set_state(c, CALL_DONE);
     if (c->foreign) {
@@ -751,8 +760,8 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     if (outcome_executed(why))
         i->ctx.stats->executions++;
     char fields[160];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.16s\",\"recorded\":\"%s\",\"why\":\"%s\"",
-             c->key_hash, store_state_str(state), outcome_why_str(why));
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"",
+             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(state), outcome_why_str(why));
     exchange_set_log_fields(c->ex, fields);
     c->why = why;
     c->recorded = state;
@@ -780,8 +789,7 @@ static void read_json_answer(call_t *c)
     size_t len = evbuffer_get_length(c->json_body);
     const char *text = (const char *)evbuffer_pullup(c->json_body, -1);
     size_t off = 0, rlen = 0;
-    mcp_resp_class_t cls =
-        mcp_classify_response(text ? text : "", len, msg_of(c)->id, &off, &rlen);
+    mcp_resp_class_t cls = mcp_classify_response(text ? text : "", len, msg_of(c)->id, &off, &rlen);
     if (cls == MCP_RESP_FOREIGN) {
         c->foreign = true;
         return;
@@ -870,8 +878,8 @@ void idem_call(void *arg, exchange_t *ex)
     c->idem = i;
     c->ex = ex;
     c->state = CALL_RESOLVING;
-    c->rules = policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool),
-                            cfg->upstream_timeout_ms);
+    c->rules =
+        policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool), cfg->upstream_timeout_ms);
     exchange_set_observer(ex, &call_ops, c);
     subject_resolve(&cfg->subject, exchange_request(ex), on_subject, c);
 }
@@ -904,8 +912,8 @@ static void on_cancel_subject(void *arg, const subject_result_t *res)
         /* the session, the caller and the request id must all be the call's */
         if (!c->final_seen && s2 && strcmp(s2, k->session) == 0 &&
             strcmp(c->subject, res->subject) == 0 && json_equal(msg_of(c)->id, k->request_id)) {
-            log_info(exchange_conn_id(c->ex), "key %.16s: its caller cancelled the call; ending it",
-                     c->key_hash);
+            log_info(exchange_conn_id(c->ex), "key %.*s: its caller cancelled the call; ending it",
+                     KEY_HASH_LOG_LEN, c->key_hash);
             c->cancelled = true;
             exchange_end_upstream(c->ex);
         }

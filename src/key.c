@@ -10,7 +10,6 @@
  *   KEY_ERR_BAD_EXPLICIT unless the header supplies the key. */
 #include "key.h"
 
-
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +48,14 @@ static key_status_t key_fail(key_status_t st, char *msg, size_t msglen, const ch
 void key_hash_hex(const char *key, char out[65])
 {
     util_sha256_hex(key, strlen(key), out);
+}
+
+void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1])
+{
+    char hex[65];
+    key_hash_hex(key, hex);
+    memcpy(out, hex, KEY_HASH_LOG_LEN);
+    out[KEY_HASH_LOG_LEN] = '\0';
 }
 
 /* Appends s with ':' and '%' percent-encoded, so the separators stay unambiguous. */

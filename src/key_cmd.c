@@ -4,10 +4,14 @@
 #include "config.h"
 #include "jcs.h"
 #include "key.h"
+#include "log.h"
 #include "policy.h"
+#include "store.h"
+#include "store_pg.h"
+#include "util.h"
 
+#include <event2/event.h>
 #include <jansson.h>
-#include <libpq-fe.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <getopt.h>
@@ -16,7 +20,15 @@
 #include <string.h>
 
 #define KEY_CMD_EXIT_USAGE 2
-#define KEY_CMD_EXIT_REFUSED 1 /* --show: no row; --release: nothing to release */
+#define KEY_CMD_EXIT_FAILED 2  /* no database, or the store failed */
+#define KEY_CMD_EXIT_REFUSED 1 /* --show, --forget: no row; --release: nothing to release */
+
+typedef enum {
+    KEY_CMD_PRINT = 0, /* the key only */
+    KEY_CMD_SHOW,      /* and its row */
+    KEY_CMD_RELEASE,   /* make a held (unknown) outcome runnable again */
+    KEY_CMD_FORGET,    /* delete the row, printing what it was */
+} key_cmd_action_t;
 
 typedef struct key_cmd_opts {
     const char *subject;
@@ -24,19 +36,22 @@ typedef struct key_cmd_opts {
     const char *args;
     const char *header_key;
     const char *config;
-    bool show;    /* print the key's row from Postgres */
-    bool release; /* make a held (unknown) outcome runnable again */
+    bool hash;               /* also print the key_hash of log lines */
+    key_cmd_action_t action; /* at most one of --show, --release, --forget */
 } key_cmd_opts_t;
 
 static void usage(FILE *f)
 {
     fputs("usage: idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-          "                  [--show | --release]\n"
+          "                  [--hash] [--show | --release | --forget]\n"
           "  prints the idempotency key for a tools/call of T with arguments JSON by S;\n"
           "  -c FILE applies the tool's exclude_args and key_arg from the config\n"
-          "  --show     also prints the key's row in Postgres as one JSON line\n"
+          "  --hash     also prints the key's key_hash, as the gateway's log lines show it\n"
+          "  --show     also prints the key's row in Postgres as one JSON line (with key_hash)\n"
           "  --release  lets the next identical call run after an unknown outcome (held by\n"
           "             on_ambiguous: hold); only for outcomes that are unknown\n"
+          "  --forget   deletes the key's row, whatever its state, and prints it as --show\n"
+          "             does (with \"forgotten\": true): the next identical call runs as new\n"
           "  Postgres: database_url from -c FILE, else IDEMGW_DATABASE_URL, else PG* variables\n",
           f);
 }
@@ -44,21 +59,32 @@ static void usage(FILE *f)
 /* 0 when parsed, 1 when help was asked for, -1 on a usage error (already reported). */
 static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
 {
-    enum { OPT_SUBJECT = 256, OPT_TOOL, OPT_ARGS, OPT_HEADER_KEY, OPT_SHOW, OPT_RELEASE };
+    enum {
+        OPT_SUBJECT = 256,
+        OPT_TOOL,
+        OPT_ARGS,
+        OPT_HEADER_KEY,
+        OPT_HASH,
+        OPT_SHOW,
+        OPT_RELEASE,
+        OPT_FORGET
+    };
     static const struct option longopts[] = {
         {"subject", required_argument, NULL, OPT_SUBJECT},
         {"tool", required_argument, NULL, OPT_TOOL},
         {"args", required_argument, NULL, OPT_ARGS},
         {"header-key", required_argument, NULL, OPT_HEADER_KEY},
         {"config", required_argument, NULL, 'c'},
+        {"hash", no_argument, NULL, OPT_HASH},
         {"show", no_argument, NULL, OPT_SHOW},
         {"release", no_argument, NULL, OPT_RELEASE},
+        {"forget", no_argument, NULL, OPT_FORGET},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     optind = 0; /* a fresh scan: the command may run more than once in a process (tests) */
     opterr = 0; /* the messages below name the command */
-    int c;
+    int c, actions = 0;
     while ((c = getopt_long(argc, argv, ":c:h", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_SUBJECT:
@@ -76,11 +102,16 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         case 'c':
             o->config = optarg;
             break;
-        case OPT_SHOW:
-            o->show = true;
+        case OPT_HASH:
+            o->hash = true;
             break;
+        case OPT_SHOW:
         case OPT_RELEASE:
-            o->release = true;
+        case OPT_FORGET:
+            o->action = c == OPT_SHOW      ? KEY_CMD_SHOW
+                        : c == OPT_RELEASE ? KEY_CMD_RELEASE
+                                           : KEY_CMD_FORGET;
+            actions++;
             break;
         case 'h':
             return 1;
@@ -105,63 +136,27 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         fprintf(stderr, "idemgw key: --subject and --tool must not be empty\n");
         return -1;
     }
-    if (o->show && o->release) {
-        fprintf(stderr, "idemgw key: --show and --release exclude each other\n");
+    if (actions > 1) {
+        fprintf(stderr, "idemgw key: --show, --release and --forget exclude each other\n");
         return -1;
     }
     return 0;
 }
 
-/* ---- the key's row in Postgres (blocking libpq: this is a one-shot command) ---- */
+/* ---- the key's row, through the store on a loop of its own ---- */
 
-#define TS(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
-
-static const char show_sql[] =
-    "SELECT state, attempts, fence, " TS("created_at") " AS created_at, " TS("finished_at")
-    " AS finished_at, " TS("expires_at") " AS expires_at, " TS("lease_until")
-    " AS lease_until, first_session_id, first_jsonrpc_id, octet_length(result) AS result_bytes,"
-    " result_too_large, (state = 'in_progress' AND lease_until <= now()) AS lease_expired"
-    " FROM idem_keys WHERE key = $1";
-
-/* An unknown outcome, or a claim whose lease ran out (a gateway died holding it), becomes
- * 'failed': the next identical call takes it over and runs. The fence moves on, so a finish
- * still on its way from the old claim cannot land. */
-static const char release_sql[] =
-    "WITH old AS (SELECT key, state FROM idem_keys WHERE key = $1 FOR UPDATE)"
-    " UPDATE idem_keys k SET state = 'failed', fence = k.fence + 1, lease_until = now(),"
-    "  updated_at = now()"
-    " FROM old WHERE k.key = old.key"
-    "  AND (k.state = 'unknown' OR (k.state = 'in_progress' AND k.lease_until <= now()))"
-    " RETURNING old.state AS was";
-
-static PGconn *db_connect(const config_t *cfg, bool have_config)
-{
-    const char *conninfo = have_config ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
-    if (!conninfo && !getenv("PGHOST") && !getenv("PGDATABASE") && !getenv("PGSERVICE")) {
-        fprintf(stderr, "idemgw key: no database: give database_url in -c FILE, or set "
-                        "IDEMGW_DATABASE_URL or PGHOST\n");
-        return NULL;
-    }
-    PGconn *pg = PQconnectdb(conninfo ? conninfo : "");
-    if (PQstatus(pg) != CONNECTION_OK) {
-        fprintf(stderr, "idemgw key: cannot connect to Postgres: %s", PQerrorMessage(pg));
-        PQfinish(pg);
-        return NULL;
-    }
-    return pg;
-}
-
-/* Runs sql with the key as $1; NULL after a message when it fails. */
-static PGresult *query_key(PGconn *pg, const char *sql, const char *key, const char *what)
-{
-    const char *params[1] = {key};
-    PGresult *r = PQexecParams(pg, sql, 1, NULL, params, NULL, NULL, 0);
-    if (PQresultStatus(r) == PGRES_TUPLES_OK)
-        return r;
-    fprintf(stderr, "idemgw key: %s failed: %s", what, PQresultErrorMessage(r));
-    PQclear(r);
-    return NULL;
-}
+/* One store call, from waiting for the store to the printed answer. */
+typedef struct key_run {
+    struct event_base *base;
+    store_t *store;
+    const char *key;
+    char key_hash[KEY_HASH_LOG_LEN + 1];
+    key_cmd_action_t action;
+    uint64_t timeout_ms;  /* the store's: how long to wait for it to be ready */
+    uint64_t deadline_ms; /* util_now_ms() when waiting for it ends */
+    struct event *tick;   /* polls store_ready until the call is made */
+    int rc;
+} key_run_t;
 
 /* Prints o as one compact JSON line and frees it. */
 static void print_json(json_t *o)
@@ -172,96 +167,203 @@ static void print_json(json_t *o)
     free(line);
 }
 
-/* Column name of the row's first tuple; every name asked for is in the statement. */
-static const char *col(const PGresult *r, const char *name)
+static json_t *text_or_null(const char *v)
 {
-    int c = PQfnumber(r, name);
-    return c < 0 || PQgetisnull(r, 0, c) ? NULL : PQgetvalue(r, 0, c);
-}
-
-static json_t *text_or_null(const PGresult *r, const char *name)
-{
-    const char *v = col(r, name);
     return v ? json_string(v) : json_null();
 }
 
-static json_t *int_or_null(const PGresult *r, const char *name)
+/* The row as --show has always printed it, key_hash added; more fields may follow. */
+static json_t *row_json(const key_run_t *r, const store_row_t *row)
 {
-    const char *v = col(r, name);
-    return v ? json_integer(strtoll(v, NULL, 10)) : json_null();
-}
-
-static bool col_true(const PGresult *r, const char *name)
-{
-    const char *v = col(r, name);
-    return v && strcmp(v, "t") == 0;
-}
-
-/* The row as one JSON line; KEY_CMD_EXIT_REFUSED when there is none. */
-static int show_row(PGconn *pg, const char *key)
-{
-    PGresult *r = query_key(pg, show_sql, key, "reading the row");
-    if (!r)
-        return KEY_CMD_EXIT_USAGE;
-    if (PQntuples(r) == 0) {
-        fprintf(stderr, "idemgw key: no row for this key: never called, or expired and swept\n");
-        PQclear(r);
-        return KEY_CMD_EXIT_REFUSED;
-    }
     json_t *o = json_object();
-    json_object_set_new(o, "key", json_string(key));
-    json_object_set_new(o, "state", text_or_null(r, "state"));
-    json_object_set_new(o, "attempts", int_or_null(r, "attempts"));
-    json_object_set_new(o, "fence", int_or_null(r, "fence"));
-    json_object_set_new(o, "created_at", text_or_null(r, "created_at"));
-    json_object_set_new(o, "finished_at", text_or_null(r, "finished_at"));
-    json_object_set_new(o, "expires_at", text_or_null(r, "expires_at"));
-    json_object_set_new(o, "lease_until", text_or_null(r, "lease_until"));
-    json_object_set_new(o, "lease_expired", json_boolean(col_true(r, "lease_expired")));
-    json_object_set_new(o, "first_session_id", text_or_null(r, "first_session_id"));
-    json_object_set_new(o, "first_jsonrpc_id", text_or_null(r, "first_jsonrpc_id"));
-    json_object_set_new(o, "result_bytes", int_or_null(r, "result_bytes"));
-    json_object_set_new(o, "result_too_large", json_boolean(col_true(r, "result_too_large")));
-    PQclear(r);
-    print_json(o);
-    return 0;
+    json_object_set_new(o, "key", json_string(r->key));
+    json_object_set_new(o, "key_hash", json_string(r->key_hash));
+    json_object_set_new(o, "state", json_string(store_state_str(row->state)));
+    json_object_set_new(o, "attempts", json_integer(row->attempts));
+    json_object_set_new(o, "fence", json_integer(row->fence));
+    json_object_set_new(o, "created_at", text_or_null(row->created_at));
+    json_object_set_new(o, "finished_at", text_or_null(row->finished_at));
+    json_object_set_new(o, "expires_at", text_or_null(row->expires_at));
+    json_object_set_new(o, "lease_until", text_or_null(row->lease_until));
+    json_object_set_new(o, "lease_expired", json_boolean(row->lease_expired));
+    json_object_set_new(o, "first_session_id", text_or_null(row->first_session_id));
+    json_object_set_new(o, "first_jsonrpc_id", text_or_null(row->first_jsonrpc_id));
+    json_object_set_new(o, "result_bytes",
+                        row->result ? json_integer((json_int_t)row->result_len) : json_null());
+    json_object_set_new(o, "result_too_large", json_boolean(row->result_too_large));
+    return o;
 }
 
-/* Releases a held outcome, or says why there is nothing to release. */
-static int release_row(PGconn *pg, const char *key)
+/* A store call failed: says which and why. */
+static bool store_failed(key_run_t *r, store_status_t st, const char *what)
 {
-    PGresult *r = query_key(pg, release_sql, key, "release");
-    if (!r)
-        return KEY_CMD_EXIT_USAGE;
-    if (PQntuples(r) == 1) {
-        json_t *o =
-            json_pack("{s:s, s:b, s:s}", "key", key, "released", 1, "was", col(r, "was"));
-        PQclear(r);
-        print_json(o);
-        return 0;
+    if (st == STORE_OK)
+        return false;
+    fprintf(stderr, "idemgw key: %s failed: store %s\n", what, store_status_str(st));
+    r->rc = KEY_CMD_EXIT_FAILED;
+    return true;
+}
+
+static void on_show(store_status_t st, const store_row_t *row, void *arg)
+{
+    key_run_t *r = arg;
+    event_base_loopbreak(r->base);
+    if (store_failed(r, st, "reading the row"))
+        return;
+    if (!row) {
+        fprintf(stderr, "idemgw key: no row for this key: never called, or expired and swept\n");
+        r->rc = KEY_CMD_EXIT_REFUSED;
+        return;
     }
-    PQclear(r);
-    /* say why: read what is there */
-    r = query_key(pg, show_sql, key, "reading the row");
-    if (!r)
-        return KEY_CMD_EXIT_USAGE;
-    const char *state = PQntuples(r) == 1 ? col(r, "state") : NULL;
-    if (!state)
+    print_json(row_json(r, row));
+    r->rc = 0;
+}
+
+static void on_forget(store_status_t st, const store_row_t *row, void *arg)
+{
+    key_run_t *r = arg;
+    event_base_loopbreak(r->base);
+    if (store_failed(r, st, "forget"))
+        return;
+    if (!row) {
+        fprintf(stderr, "idemgw key: nothing to forget: no row for this key\n");
+        r->rc = KEY_CMD_EXIT_REFUSED;
+        return;
+    }
+    json_t *o = row_json(r, row);
+    json_object_set_new(o, "forgotten", json_true());
+    print_json(o);
+    if (row->state == STORE_STATE_IN_PROGRESS && !row->lease_expired)
+        fprintf(stderr,
+                "idemgw key: warning: a call was running with this key (lease until %s); it "
+                "goes on, and an identical call may now run beside it\n",
+                row->lease_until);
+    r->rc = 0;
+}
+
+/* Released, or why not from the row as it was. */
+static void on_release(store_status_t st, bool released, const store_row_t *row, void *arg)
+{
+    key_run_t *r = arg;
+    event_base_loopbreak(r->base);
+    if (store_failed(r, st, "release"))
+        return;
+    r->rc = KEY_CMD_EXIT_REFUSED;
+    if (!row) {
         fprintf(stderr, "idemgw key: nothing to release: no row for this key\n");
-    else if (strcmp(state, "succeeded") == 0)
+    } else if (released) {
+        print_json(json_pack("{s:s, s:s, s:b, s:s}", "key", r->key, "key_hash", r->key_hash,
+                             "released", 1, "was", store_state_str(row->state)));
+        r->rc = 0;
+    } else if (row->state == STORE_STATE_SUCCEEDED) {
         fprintf(stderr,
                 "idemgw key: not released: the call succeeded and its result is replayed until "
                 "%s; release is only for unknown outcomes\n",
-                col(r, "expires_at"));
-    else if (strcmp(state, "failed") == 0)
+                row->expires_at);
+    } else if (row->state == STORE_STATE_FAILED) {
         fprintf(stderr, "idemgw key: nothing to release: the next identical call runs already\n");
-    else
+    } else {
         fprintf(stderr,
                 "idemgw key: not released: a call holds the key (lease until %s); wait for it "
                 "to finish or for the lease to run out\n",
-                col(r, "lease_until"));
-    PQclear(r);
-    return KEY_CMD_EXIT_REFUSED;
+                row->lease_until);
+    }
+}
+
+/* Makes the one call once the store is ready, or gives up after the store's timeout. */
+static void key_run_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    key_run_t *r = arg;
+    if (!store_ready(r->store)) {
+        if (util_now_ms() < r->deadline_ms)
+            return;
+        fprintf(stderr,
+                "idemgw key: Postgres is not reachable (no connection ready within %llu ms, "
+                "store.timeout)\n",
+                (unsigned long long)r->timeout_ms);
+        r->rc = KEY_CMD_EXIT_FAILED;
+        event_base_loopbreak(r->base);
+        return;
+    }
+    event_del(r->tick);
+    store_status_t st = STORE_OK;
+    switch (r->action) {
+    case KEY_CMD_SHOW:
+        st = store_get(r->store, r->key, on_show, r);
+        break;
+    case KEY_CMD_RELEASE:
+        st = store_release(r->store, r->key, on_release, r);
+        break;
+    case KEY_CMD_FORGET:
+        st = store_forget(r->store, r->key, on_forget, r);
+        break;
+    case KEY_CMD_PRINT:
+        break;
+    }
+    if (store_failed(r, st, "the store call"))
+        event_base_loopbreak(r->base);
+}
+
+/* Runs the action on the key's row; the exit code. */
+static int run_on_row(const config_t *cfg, key_cmd_action_t action, const char *key)
+{
+    const char *conninfo = cfg ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
+    if (!conninfo && !getenv("PGHOST") && !getenv("PGDATABASE") && !getenv("PGSERVICE")) {
+        fprintf(stderr, "idemgw key: no database: give database_url in -c FILE, or set "
+                        "IDEMGW_DATABASE_URL or PGHOST\n");
+        return KEY_CMD_EXIT_FAILED;
+    }
+    key_run_t r = {
+        .key = key,
+        .action = action,
+        .timeout_ms = cfg ? cfg->store_timeout_ms : STORE_TIMEOUT_DEFAULT_MS,
+        .rc = KEY_CMD_EXIT_FAILED,
+    };
+    key_hash_log(key, r.key_hash);
+    /* stdout is the answer: the store's log lines (warnings and errors, such as why it
+     * cannot connect) go to stderr */
+    FILE *saved_stream = log_stream;
+    log_level_t saved_threshold = log_threshold;
+    log_stream = stderr;
+    log_threshold = LOG_WARN;
+
+    store_options_t so = {
+        .conninfo = conninfo,
+        .pool_size = 1,
+        .timeout_ms = r.timeout_ms,
+        .migrate = false, /* an operator's look must not change the schema */
+    };
+    char msg[512] = "";
+    r.base = event_base_new();
+    if (!r.base) {
+        fprintf(stderr, "idemgw key: cannot create an event loop\n");
+        goto out;
+    }
+    r.store = store_pg_new(r.base, &so, msg, sizeof msg);
+    if (!r.store) {
+        fprintf(stderr, "idemgw key: store: %s\n", msg);
+        goto out;
+    }
+    r.deadline_ms = util_now_ms() + r.timeout_ms;
+    r.tick = event_new(r.base, -1, EV_PERSIST, key_run_tick, &r);
+    if (!r.tick) {
+        fprintf(stderr, "idemgw key: cannot create an event\n");
+        goto out;
+    }
+    struct timeval tv = {0, 10 * 1000};
+    event_add(r.tick, &tv);
+    event_base_dispatch(r.base); /* until a callback or the deadline breaks it */
+out:
+    if (r.tick)
+        event_free(r.tick);
+    store_free(r.store); /* out of every store callback: the loop has returned */
+    if (r.base)
+        event_base_free(r.base);
+    log_stream = saved_stream;
+    log_threshold = saved_threshold;
+    return r.rc;
 }
 
 int key_cmd_main(int argc, char **argv)
@@ -305,16 +407,13 @@ int key_cmd_main(int argc, char **argv)
         goto out;
     }
     printf("%s\n", kr.key);
-    rc = 0;
-    if (o.show || o.release) {
-        PGconn *pg = db_connect(cfg, o.config != NULL);
-        if (!pg) {
-            rc = KEY_CMD_EXIT_USAGE;
-            goto out;
-        }
-        rc = o.show ? show_row(pg, kr.key) : release_row(pg, kr.key);
-        PQfinish(pg);
+    if (o.hash) {
+        char h[KEY_HASH_LOG_LEN + 1];
+        key_hash_log(kr.key, h);
+        printf("%s\n", h);
     }
+    fflush(stdout); /* before the store's lines on stderr */
+    rc = o.action == KEY_CMD_PRINT ? 0 : run_on_row(cfg, o.action, kr.key);
     if (fflush(stdout) != 0 && rc == 0)
         rc = 1;
 out:

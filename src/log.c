@@ -9,6 +9,7 @@
 
 log_level_t log_threshold = LOG_INFO;
 int log_worker;
+FILE *log_stream;
 
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
@@ -73,7 +74,8 @@ void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *
     if (conn)
         snprintf(connf + n2, sizeof(connf) - (size_t)n2, ",\"conn\":%llu",
                  (unsigned long long)conn);
-    fprintf(stdout, "{\"time\":\"%s\",\"level\":\"%s\"%s,\"msg\":%s%s%s}\n", ts,
-            log_level_name(level), connf, esc, fields && *fields ? "," : "", fields ? fields : "");
-    fflush(stdout);
+    FILE *out = log_stream ? log_stream : stdout;
+    fprintf(out, "{\"time\":\"%s\",\"level\":\"%s\"%s,\"msg\":%s%s%s}\n", ts, log_level_name(level),
+            connf, esc, fields && *fields ? "," : "", fields ? fields : "");
+    fflush(out);
 }

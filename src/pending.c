@@ -1,5 +1,6 @@
 #include "pending.h"
 #include "handoff.h"
+#include "key.h"
 #include "log.h"
 #include "outcome.h"
 #include "sse.h"
@@ -108,14 +109,15 @@ static void on_resumed_finished(store_status_t st, bool fence_matched, void *arg
 {
     resumed_finish_t *rf = arg;
     if (st != STORE_OK)
-        log_error(rf->conn_id, "could not record key %.16s: %s", rf->key_hash,
+        log_error(rf->conn_id, "could not record key %.*s: %s", KEY_HASH_LOG_LEN, rf->key_hash,
                   store_status_str(st));
     else if (!fence_matched)
-        log_warn(rf->conn_id, "outcome of key %.16s not recorded: the claim was taken over",
-                 rf->key_hash);
+        log_warn(rf->conn_id, "outcome of key %.*s not recorded: the claim was taken over",
+                 KEY_HASH_LOG_LEN, rf->key_hash);
     else
-        log_info(rf->conn_id, "key %.16s recorded as %s from a resumed stream (%s)", rf->key_hash,
-                 store_state_str(rf->state), outcome_why_str(rf->why));
+        log_info(rf->conn_id, "key %.*s recorded as %s from a resumed stream (%s)",
+                 KEY_HASH_LOG_LEN, rf->key_hash, store_state_str(rf->state),
+                 outcome_why_str(rf->why));
     free(rf);
 }
 
@@ -137,7 +139,8 @@ static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_r
         store_finish(r->ctx.store, p->key, p->fence, st, store_it ? data + off : NULL,
                      store_it ? len : 0, false, p->window_ms, on_resumed_finished, rf);
     if (ss != STORE_OK) {
-        log_error(conn_id, "could not record key %.16s: %s", p->key_hash, store_status_str(ss));
+        log_error(conn_id, "could not record key %.*s: %s", KEY_HASH_LOG_LEN, p->key_hash,
+                  store_status_str(ss));
         free(rf);
     }
 }

@@ -48,8 +48,8 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
                             const char *result, size_t result_len, bool too_large,
                             uint64_t window_ms, store_finish_cb cb, void *arg)
 {
-    return s->ops->finish(s->impl, key, fence, state, result, result_len, too_large, window_ms,
-                          cb, arg);
+    return s->ops->finish(s->impl, key, fence, state, result, result_len, too_large, window_ms, cb,
+                          arg);
 }
 
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)
@@ -76,4 +76,14 @@ store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, ui
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg)
 {
     return s->ops->sweep_now(s->impl, cb, arg);
+}
+
+store_status_t store_release(store_t *s, const char *key, store_release_cb cb, void *arg)
+{
+    return s->ops->release(s->impl, key, cb, arg);
+}
+
+store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *arg)
+{
+    return s->ops->forget(s->impl, key, cb, arg);
 }

@@ -22,6 +22,8 @@ typedef enum {
     STORE_OP_DUP,
     STORE_OP_SWEEP,
     STORE_OP_EXTEND,
+    STORE_OP_RELEASE,
+    STORE_OP_FORGET,
     STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
@@ -43,13 +45,14 @@ typedef struct store_op {
         store_claim_cb claim;
         store_finish_cb finish;
         store_get_cb get;
+        store_release_cb release;
     } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */
     bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
     int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
-    store_pg_t *store;             /* set when submitted */
+    store_pg_t *store;          /* set when submitted */
     struct store_conn *conn;    /* the connection carrying it; NULL while queued */
     struct event *deadline_ev;  /* the client-side deadline (store_pg_t.op_deadline_ms) */
     uint64_t deadline_wall_ms;  /* the same deadline by the wall clock, for the claim's own */
@@ -70,14 +73,14 @@ typedef struct store_conn {
     int id;                   /* 1-based, for log lines */
     store_conn_state_t state; /* changed only in store_conn_set_state() */
     PGconn *pg;
-    struct event *rd_ev;    /* socket readable (persistent once connected) */
-    struct event *wr_ev;    /* socket writable: connect steps and PQflush backlog */
-    struct event *retry_ev; /* backoff timer */
-    uint64_t backoff_ms;    /* next reconnect delay, 100 ms doubling to 5 s */
-    int step;               /* progress through migrating / preparing */
+    struct event *rd_ev;       /* socket readable (persistent once connected) */
+    struct event *wr_ev;       /* socket writable: connect steps and PQflush backlog */
+    struct event *retry_ev;    /* backoff timer */
+    uint64_t backoff_ms;       /* next reconnect delay, 100 ms doubling to 5 s */
+    int step;                  /* progress through migrating / preparing */
     uint64_t settings_sent_ms; /* wall clock when the settings query left */
     int64_t clock_offset_ms;   /* the database's clock minus ours, measured at connect */
-    PGresult *res;          /* result collected so far for the statement in flight (the head) */
+    PGresult *res;             /* result collected so far for the statement in flight (the head) */
     store_op_t *fl_head, *fl_tail; /* ops in flight when BUSY, in the order they were sent */
     int inflight;                  /* length of that list */
     bool await_sync;               /* the head op's results ended: its sync result comes next */
@@ -97,10 +100,10 @@ struct store_pg {
     struct event_base *base;
     char *conninfo; /* NULL = PG* environment */
     int pool_size;
-    char *pg_options;         /* libpq "options": the operator's, then the gateway's settings */
-    uint64_t timeout_ms;      /* server-side statement_timeout and lock_timeout */
-    uint64_t op_deadline_ms;  /* client-side: an op unanswered this long kills its connection */
-    bool settings_checked;    /* fsync / synchronous_commit looked at (logged once) */
+    char *pg_options;        /* libpq "options": the operator's, then the gateway's settings */
+    uint64_t timeout_ms;     /* server-side statement_timeout and lock_timeout */
+    uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
+    bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
     bool migrate;
     uint64_t sweep_interval_ms;
     int sweep_batch;

@@ -20,13 +20,13 @@
 #include "store_int.h"
 #include "store_pg.h"
 
+#include "key.h"
 #include "log.h"
 #include "store_migrations.h"
 #include "util.h"
 
 #include <event2/event.h>
 #include <inttypes.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,13 +38,18 @@
 /* Durations are clamped so now() + interval stays inside timestamptz (~30 years). */
 #define DURATION_MAX_MS UINT64_C(1000000000000)
 
+/* A timestamptz as ISO 8601 UTC text (2025-01-01T00:00:00.000Z). */
+#define ISO_UTC(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 /* Columns every row-returning statement ends with, parsed by parse_row(); k is idem_keys. */
+/* clang-format off */
 #define ROW_COLS                                                                                   \
     "k.state, k.fence, k.attempts, k.args_digest, k.result, k.result_too_large, "                  \
     "(k.state = 'in_progress' AND k.lease_until <= now()), "                                       \
-    "to_char(k.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"'), "              \
+    ISO_UTC("k.created_at") ", "                                                                   \
     "k.first_session_id, k.first_jsonrpc_id, "                                                     \
-    "greatest(0, extract(epoch FROM k.expires_at - now()) * 1000)::bigint"
+    "greatest(0, extract(epoch FROM k.expires_at - now()) * 1000)::bigint, "                       \
+    ISO_UTC("k.finished_at") ", " ISO_UTC("k.lease_until") ", " ISO_UTC("k.expires_at")
+/* clang-format on */
 enum {
     COL_ACQUIRED = 0,
     COL_STALE,
@@ -59,6 +64,9 @@ enum {
     COL_SESSION,
     COL_JSONRPC,
     COL_EXPIRES_IN,
+    COL_FINISHED,
+    COL_LEASE_UNTIL,
+    COL_EXPIRES_AT,
     COL_COUNT_
 };
 
@@ -134,6 +142,27 @@ static const char extend_sql[] =
     " updated_at = now()"
     " WHERE key = $1::text AND fence = $2::bigint AND state = 'in_progress'";
 
+/* An operator's release: an unknown outcome, or a claim whose lease ran out, becomes 'failed'
+ * (store.h). The row is locked first and returned as it was, its first column saying whether
+ * it was released; the update applies the same condition to the same locked version. */
+#define RELEASABLE(k)                                                                              \
+    "(" k ".state = 'unknown' OR (" k ".state = 'in_progress' AND " k ".lease_until <= now()))"
+/* clang-format off */
+static const char release_sql[] =
+    "WITH old AS MATERIALIZED ("
+    " SELECT " RELEASABLE("k") ", false, " ROW_COLS
+    " FROM idem_keys k WHERE k.key = $1::text FOR UPDATE),"
+    " upd AS ("
+    " UPDATE idem_keys k SET state = 'failed', fence = k.fence + 1, lease_until = now(),"
+    "  updated_at = now()"
+    " FROM old WHERE k.key = $1::text AND " RELEASABLE("k") " RETURNING 1)"
+    " SELECT * FROM old";
+/* clang-format on */
+
+/* An operator's forget: the row goes, whatever its state, and comes back as it was. */
+static const char forget_sql[] =
+    "DELETE FROM idem_keys k WHERE k.key = $1::text RETURNING false, false, " ROW_COLS;
+
 /* SKIP LOCKED: a row a claim is taking over right now is left for the next sweep. The outer
  * conditions are re-checked because a row updated between the subselect and the delete is
  * re-evaluated against its new version only through them. An in-progress row whose lease still
@@ -156,6 +185,8 @@ static const struct {
     [STORE_OP_DUP] = {"idemgw_dup", dup_sql},
     [STORE_OP_SWEEP] = {"idemgw_sweep", sweep_sql},
     [STORE_OP_EXTEND] = {"idemgw_extend", extend_sql},
+    [STORE_OP_RELEASE] = {"idemgw_release", release_sql},
+    [STORE_OP_FORGET] = {"idemgw_forget", forget_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -258,16 +289,13 @@ static void op_free(store_op_t *op)
     free(op);
 }
 
-/* A short hash of the key for log lines: keys carry the subject, which logs must not. */
-static void key_hash(const char *key, char out[17])
+/* The key as log lines show it (key.h): keys carry the subject, which logs must not. */
+static void key_hash(const char *key, char out[KEY_HASH_LOG_LEN + 1])
 {
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (!key || !EVP_Digest(key, strlen(key), md, &n, EVP_sha256(), NULL) || n < 8) {
-        snprintf(out, 17, "-");
-        return;
-    }
-    util_hex(md, 8, out);
+    if (key)
+        key_hash_log(key, out);
+    else
+        snprintf(out, KEY_HASH_LOG_LEN + 1, "-");
 }
 
 /* ---- queue and delivery ---- */
@@ -320,7 +348,11 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
         op->cb.claim(st, NULL, op->arg);
         break;
     case STORE_OP_GET:
+    case STORE_OP_FORGET:
         op->cb.get(st, NULL, op->arg);
+        break;
+    case STORE_OP_RELEASE:
+        op->cb.release(st, false, NULL, op->arg);
         break;
     default:
         /* a duplicate is reported once it is counted in memory: matched means accepted */
@@ -349,7 +381,7 @@ void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st)
         event_del(op->deadline_ev);
     op->conn = NULL;
     if (op->kind == STORE_OP_FINISH) {
-        char h[17];
+        char h[KEY_HASH_LOG_LEN + 1];
         key_hash(op->values[0], h);
         log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
                  store_status_str(st));
@@ -445,7 +477,7 @@ static void op_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     store_op_t *op = arg;
     store_conn_t *c = op->conn;
-    char h[17];
+    char h[KEY_HASH_LOG_LEN + 1];
     key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
     log_warn(0, "store: %s of key %s got no answer within %llu ms", store_stmt_name(op->kind), h,
              (unsigned long long)op->store->op_deadline_ms);
@@ -551,6 +583,9 @@ static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
     row->first_session_id = nullable(r, COL_SESSION);
     row->first_jsonrpc_id = nullable(r, COL_JSONRPC);
     row->expires_in_ms = strtoll(PQgetvalue(r, 0, COL_EXPIRES_IN), NULL, 10);
+    row->finished_at = nullable(r, COL_FINISHED);
+    row->lease_until = PQgetvalue(r, 0, COL_LEASE_UNTIL);
+    row->expires_at = PQgetvalue(r, 0, COL_EXPIRES_AT);
     return true;
 }
 
@@ -558,7 +593,7 @@ static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
 {
     store_claim_result_t cr;
     char *buf = NULL;
-    char h[17];
+    char h[KEY_HASH_LOG_LEN + 1];
 
     memset(&cr, 0, sizeof(cr));
     bool stale = PQntuples(res) == 0 || (!col_bool(res, COL_ACQUIRED) && col_bool(res, COL_STALE));
@@ -605,7 +640,7 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     /* 57014: statement_timeout; 55P03: lock_timeout. The statement was rolled back; the
      * store did not answer in time, which is "unavailable", not a statement error. */
     if (sqlstate && (strcmp(sqlstate, "57014") == 0 || strcmp(sqlstate, "55P03") == 0)) {
-        char h[17];
+        char h[KEY_HASH_LOG_LEN + 1];
         key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
         log_warn(0, "store: %s of key %s missed its deadline (%llu ms, SQLSTATE %s)",
                  store_stmt_name(op->kind), h, (unsigned long long)s->timeout_ms, sqlstate);
@@ -637,7 +672,7 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     }
 
     store_pump(s);
-    if (op->kind == STORE_OP_GET) {
+    if (op->kind == STORE_OP_GET || op->kind == STORE_OP_FORGET) {
         store_row_t row;
         char *buf = NULL;
         if (PQntuples(res) == 0) {
@@ -645,8 +680,20 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
         } else if (parse_row(res, &row, &buf)) {
             op->cb.get(STORE_OK, &row, op->arg);
         } else {
-            log_error(0, "store: get returned an unexpected row");
+            log_error(0, "store: %s returned an unexpected row", store_stmt_name(op->kind));
             op->cb.get(STORE_ERR_STATEMENT, NULL, op->arg);
+        }
+        free(buf);
+    } else if (op->kind == STORE_OP_RELEASE) {
+        store_row_t row;
+        char *buf = NULL;
+        if (PQntuples(res) == 0) {
+            op->cb.release(STORE_OK, false, NULL, op->arg);
+        } else if (parse_row(res, &row, &buf)) {
+            op->cb.release(STORE_OK, col_bool(res, COL_ACQUIRED), &row, op->arg);
+        } else {
+            log_error(0, "store: release returned an unexpected row");
+            op->cb.release(STORE_ERR_STATEMENT, false, NULL, op->arg);
         }
         free(buf);
     } else {
@@ -890,7 +937,8 @@ static struct event *must_event(struct event *ev)
     return ev;
 }
 
-static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
+static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, char *msg,
+                           size_t msglen)
 {
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
@@ -979,7 +1027,8 @@ static void pg_get_stats(const store_pg_t *s, store_stats_t *out)
     out->connections_up = store_up_count(s);
 }
 
-static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
+static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, store_claim_cb cb,
+                               void *arg)
 {
     store_op_t *op = op_new(STORE_OP_CLAIM);
     op_text(op, req->key);
@@ -999,8 +1048,8 @@ static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, stor
 }
 
 static store_status_t pg_finish(store_pg_t *s, const char *key, int64_t fence, store_state_t state,
-                            const char *result, size_t result_len, bool too_large,
-                            uint64_t window_ms, store_finish_cb cb, void *arg)
+                                const char *result, size_t result_len, bool too_large,
+                                uint64_t window_ms, store_finish_cb cb, void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
     if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
@@ -1027,7 +1076,8 @@ static store_status_t pg_get(store_pg_t *s, const char *key, store_get_cb cb, vo
     return submit(s, op);
 }
 
-static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_finish_cb cb, void *arg)
+static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_finish_cb cb,
+                                        void *arg)
 {
     store_status_t st = admit(s);
     if (st != STORE_OK || !key)
@@ -1044,14 +1094,32 @@ static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_fi
     return STORE_OK;
 }
 
-static store_status_t pg_extend_lease(store_pg_t *s, const char *key, int64_t fence, uint64_t lease_ms,
-                                  store_finish_cb cb, void *arg)
+static store_status_t pg_extend_lease(store_pg_t *s, const char *key, int64_t fence,
+                                      uint64_t lease_ms, store_finish_cb cb, void *arg)
 {
     store_op_t *op = op_new(STORE_OP_EXTEND);
     op_text(op, key);
     op_int(op, fence);
     op_int(op, clamp_ms(lease_ms));
     op->cb.finish = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_release(store_pg_t *s, const char *key, store_release_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_RELEASE);
+    op_text(op, key);
+    op->cb.release = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
+static store_status_t pg_forget(store_pg_t *s, const char *key, store_get_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_FORGET);
+    op_text(op, key);
+    op->cb.get = cb;
     op->arg = arg;
     return submit(s, op);
 }
@@ -1084,8 +1152,7 @@ static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void
     return pg_get(impl, key, cb, arg);
 }
 
-static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb,
-                                         void *arg)
+static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb, void *arg)
 {
     return pg_note_duplicate(impl, key, cb, arg);
 }
@@ -1104,6 +1171,16 @@ static store_status_t ops_extend_lease(void *impl, const char *key, int64_t fenc
 static store_status_t ops_sweep_now(void *impl, store_finish_cb cb, void *arg)
 {
     return pg_sweep_now(impl, cb, arg);
+}
+
+static store_status_t ops_release(void *impl, const char *key, store_release_cb cb, void *arg)
+{
+    return pg_release(impl, key, cb, arg);
+}
+
+static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, void *arg)
+{
+    return pg_forget(impl, key, cb, arg);
 }
 
 static bool ops_ready(const void *impl)
@@ -1130,13 +1207,14 @@ const store_ops_t store_pg_ops = {
     .pending_duplicates = ops_pending_duplicates,
     .extend_lease = ops_extend_lease,
     .sweep_now = ops_sweep_now,
+    .release = ops_release,
+    .forget = ops_forget,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .free = ops_free,
 };
 
-store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg,
-                      size_t msglen)
+store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
 {
     store_pg_t *s = pg_open(base, opt, msg, msglen);
     return s ? store_from_ops(&store_pg_ops, s) : NULL;

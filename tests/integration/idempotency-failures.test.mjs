@@ -119,7 +119,7 @@ test('idemgw key --show and --release: an operator checks a held outcome and let
 
   const rel = await keyCmd('--release');
   assert.equal(rel.code, 0, rel.stderr);
-  assert.deepEqual(JSON.parse(rel.stdout.trim().split('\n')[1]), { key: keyLine, released: true, was: 'unknown' });
+  assert.deepEqual(JSON.parse(rel.stdout.trim().split('\n')[1]), { key: keyLine, key_hash: row.key_hash, released: true, was: 'unknown' });
   const again = await keyCmd('--release');
   assert.equal(again.code, 1);
   assert.match(again.stderr, /the next identical call runs already/);

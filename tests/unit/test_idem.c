@@ -1,8 +1,9 @@
 /* The idempotency stage against a fake exchange and a fake store: this file defines the
  * exchange_* functions idem.c calls (so the archive's proxy is not linked) and a store backend
- * (store_from_ops) whose calls the test answers itself. Each test drives one path the integration tests reach through real processes:
- * first execution, replay (from the store and from the cache), in progress, unknown, store
- * down or failing, no subject, a foreign answer, an agent that leaves while waiting. */
+ * (store_from_ops) whose calls the test answers itself. Each test drives one path the integration
+ * tests reach through real processes: first execution, replay (from the store and from the cache),
+ * in progress, unknown, store down or failing, no subject, a foreign answer, an agent that leaves
+ * while waiting. */
 #include "config.h"
 #include "exchange.h"
 #include "http_conn.h"
@@ -146,8 +147,8 @@ static store_status_t fake_claim(void *impl, const store_claim_req_t *req, store
     return STORE_OK;
 }
 static store_status_t fake_finish(void *impl, const char *key, int64_t fence, store_state_t state,
-                            const char *result, size_t len, bool too_large, uint64_t window_ms,
-                            store_finish_cb cb, void *arg)
+                                  const char *result, size_t len, bool too_large,
+                                  uint64_t window_ms, store_finish_cb cb, void *arg)
 {
     fs.finishes++;
     fs.state = state;
@@ -174,8 +175,8 @@ static int fake_pending_duplicates(const void *impl, const char *key)
 {
     return 0;
 }
-static store_status_t fake_extend_lease(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
-                                  store_finish_cb cb, void *arg)
+static store_status_t fake_extend_lease(void *impl, const char *key, int64_t fence,
+                                        uint64_t lease_ms, store_finish_cb cb, void *arg)
 {
     return STORE_OK;
 }
@@ -203,11 +204,12 @@ static const store_ops_t fake_ops = {
 
 /* --- set-up --- */
 
-static const char YAML[] = "upstream: http://127.0.0.1:9/mcp\n"
-                           "subject:\n  header: X-Subject\n"
-                           "tools:\n"
-                           "  refund:\n    class: non_idempotent\n"
-                           "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n";
+static const char YAML[] =
+    "upstream: http://127.0.0.1:9/mcp\n"
+    "subject:\n  header: X-Subject\n"
+    "tools:\n"
+    "  refund:\n    class: non_idempotent\n"
+    "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n";
 
 typedef struct world {
     struct event_base *base;
@@ -362,6 +364,26 @@ static void first_execution_forwards_once_and_records(void **state)
     assert_non_null(strstr(again->body, "\"text\":\"ok\""));
     assert_string_equal(again->rextra, "Idempotent-Replayed: true\r\n");
     assert_int_equal(w.stats.cache_replays, 1);
+    /* counted in the store too, so --show agrees with the marker */
+    assert_non_null(strstr(again->body, "\"attempts\":2"));
+    assert_int_equal(fs.duplicates, 1);
+    free_call(again);
+}
+
+/* A call that took over a released row is attempt 3: its cached replays go on from there,
+ * as the store's count does. */
+static void cache_counts_from_the_claims_attempts(void **state)
+{
+    exchange_t *ex = call("refund", 21, "alice");
+    store_claim_result_t res = {.acquired = true, .taken_over = true, .fence = 2, .attempts = 3};
+    fs.claim_cb(STORE_OK, &res, fs.arg);
+    assert_int_equal(answer_json(ex, RESULT), OBSERVE_HOLD);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    free_call(ex);
+    exchange_t *again = call("refund", 21, "alice");
+    assert_int_equal(w.stats.cache_replays, 1);
+    assert_non_null(strstr(again->body, "\"attempts\":4"));
+    assert_int_equal(fs.duplicates, 1);
     free_call(again);
 }
 
@@ -376,6 +398,13 @@ static void replay_from_the_store(void **state)
     assert_int_equal(fs.duplicates, 1);
     assert_int_equal(w.stats.replays, 1);
     free_call(ex);
+
+    /* cached with this replay counted: the next one is attempt 3, not 2 again */
+    exchange_t *again = call("refund", 6, "alice");
+    assert_int_equal(w.stats.cache_replays, 1);
+    assert_non_null(strstr(again->body, "\"attempts\":3"));
+    assert_int_equal(fs.duplicates, 2);
+    free_call(again);
 }
 
 static void in_progress_is_not_forwarded(void **state)
@@ -430,7 +459,7 @@ static void no_subject_refuses_before_the_store(void **state)
     assert_int_equal(fs.claims, 0);
     assert_non_null(strstr(ex->body, "\"code\":\"no_subject\""));
     assert_non_null(strstr(ex->body, "X-Subject"));
-    assert_null(strstr(ex->body, "key_hash")); /* no key was derived */
+    assert_null(strstr(ex->body, "key_hash"));                  /* no key was derived */
     assert_string_equal(ex->fields, "\"code\":\"no_subject\""); /* the log line says why */
     free_call(ex);
 }
@@ -505,8 +534,8 @@ static void agent_gone_while_waiting_ends_the_call(void **state)
 {
     exchange_t *ex = call("refund_wait", 17, "alice");
     deliver_row(STORE_STATE_IN_PROGRESS, NULL);
-    assert_null(ex->body); /* waiting, not answered */
-    ex->waiting = false;   /* the agent leaves */
+    assert_null(ex->body);                /* waiting, not answered */
+    ex->waiting = false;                  /* the agent leaves */
     event_base_loop(w.base, EVLOOP_ONCE); /* the first poll */
     assert_true(ex->ended);
     assert_int_equal(fs.gets, 0);
@@ -549,9 +578,9 @@ static void other_arguments_get_another_key(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(first_execution_forwards_once_and_records, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(first_execution_forwards_once_and_records, setup, teardown),
         cmocka_unit_test_setup_teardown(replay_from_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(cache_counts_from_the_claims_attempts, setup, teardown),
         cmocka_unit_test_setup_teardown(in_progress_is_not_forwarded, setup, teardown),
         cmocka_unit_test_setup_teardown(unknown_outcome_is_held, setup, teardown),
         cmocka_unit_test_setup_teardown(store_down_refuses_safe_to_retry, setup, teardown),

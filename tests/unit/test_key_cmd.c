@@ -135,13 +135,11 @@ static void test_key_cmd_usage(void **state)
 {
     (void)state;
     char out[512], first[512];
-    assert_int_equal(run_cmd(out, sizeof out, 5, "key", "--subject=s", "--tool=t", "--args",
-                             "{}"),
+    assert_int_equal(run_cmd(out, sizeof out, 5, "key", "--subject=s", "--tool=t", "--args", "{}"),
                      0);
     snprintf(first, sizeof first, "%s", out);
-    assert_int_equal(run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args",
-                             "{}"),
-                     0);
+    assert_int_equal(
+        run_cmd(out, sizeof out, 7, "key", "--subject", "s", "--tool", "t", "--args", "{}"), 0);
     assert_string_equal(first, out);
     assert_int_equal(run_cmd(out, sizeof out, 4, "key", "--subject", "s", "--tool"), 2);
     assert_non_null(strstr(last_err, "--tool needs a value"));
@@ -155,8 +153,62 @@ static void test_key_cmd_usage(void **state)
                              "{}", "--show", "--release"),
                      2);
     assert_non_null(strstr(last_err, "exclude each other"));
+    /* --forget excludes the other row options too, before any database is looked for */
+    static const char *const pairs[][2] = {
+        {"--forget", "--release"}, {"--show", "--forget"}, {"--forget", "--show"}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--subject", "s", "--tool", "t",
+                                 "--args", "{}", pairs[i][0], pairs[i][1]),
+                         2);
+        assert_string_equal(out, "");
+        assert_non_null(strstr(last_err, "--show, --release and --forget exclude each other"));
+    }
+    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--forget=yes"),
+                     2);
     assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--help"), 0);
     assert_non_null(strstr(out, "usage: idemgw key"));
+    assert_non_null(strstr(out, "--forget"));
+    assert_non_null(strstr(out, "--hash"));
+}
+
+/* --hash: the second line is the key_hash of the gateway's log lines, the first 16 hex
+ * characters of the SHA-256 of the key (sha256("s:t:x:K") = b12407a1a95dc838...). */
+static void test_key_cmd_hash(void **state)
+{
+    (void)state;
+    char out[512];
+    assert_int_equal(run_cmd(out, sizeof out, 10, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--header-key", "K", "--hash"),
+                     0);
+    assert_string_equal(out, "s:t:x:K\nb12407a1a95dc838\n");
+}
+
+/* The row options need a database: without one, exit 2 after the key and a message. */
+static void test_key_cmd_no_database(void **state)
+{
+    (void)state;
+    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE"};
+    char *saved[4];
+    for (int i = 0; i < 4; i++) {
+        const char *v = getenv(vars[i]);
+        saved[i] = v ? strdup(v) : NULL;
+        unsetenv(vars[i]);
+    }
+    static const char *const opts[] = {"--show", "--release", "--forget"};
+    char out[512];
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t",
+                                 "--args", "{}", opts[i]),
+                         2);
+        assert_string_equal(out, "s:t:h:44136fa355b3678a1146ad16f7e8649e\n");
+        assert_non_null(strstr(last_err, "no database"));
+    }
+    for (int i = 0; i < 4; i++) {
+        if (saved[i])
+            setenv(vars[i], saved[i], 1);
+        free(saved[i]);
+    }
 }
 
 int main(void)
@@ -165,6 +217,8 @@ int main(void)
         cmocka_unit_test(test_key_cmd),
         cmocka_unit_test(test_key_cmd_usage),
         cmocka_unit_test(test_key_cmd_config),
+        cmocka_unit_test(test_key_cmd_hash),
+        cmocka_unit_test(test_key_cmd_no_database),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -571,6 +571,181 @@ static void test_duplicate_and_get(void **state)
     assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
 }
 
+/* ---- operators' calls: release and forget ---- */
+
+/* A row handed to a release or forget callback, copied out. */
+typedef struct {
+    bool done, found, released;
+    store_status_t st;
+    store_state_t state;
+    int attempts;
+    int64_t fence;
+    char result[128];
+    char created_at[40], finished_at[40], lease_until[40], expires_at[40];
+    bool finished;
+} op_row_t;
+
+static void copy_row(op_row_t *o, store_status_t st, const store_row_t *row)
+{
+    o->done = true;
+    o->st = st;
+    o->found = row != NULL;
+    if (!row)
+        return;
+    o->state = row->state;
+    o->attempts = row->attempts;
+    o->fence = row->fence;
+    snprintf(o->result, sizeof(o->result), "%.*s", (int)row->result_len,
+             row->result ? row->result : "");
+    snprintf(o->created_at, sizeof(o->created_at), "%s", row->created_at);
+    o->finished = row->finished_at != NULL;
+    snprintf(o->finished_at, sizeof(o->finished_at), "%s",
+             row->finished_at ? row->finished_at : "");
+    snprintf(o->lease_until, sizeof(o->lease_until), "%s", row->lease_until);
+    snprintf(o->expires_at, sizeof(o->expires_at), "%s", row->expires_at);
+}
+
+static void release_cb(store_status_t st, bool released, const store_row_t *row, void *arg)
+{
+    op_row_t *o = arg;
+    copy_row(o, st, row);
+    o->released = released;
+}
+
+static void forget_cb(store_status_t st, const store_row_t *row, void *arg)
+{
+    copy_row(arg, st, row);
+}
+
+static op_row_t do_release(store_t *s, const char *key)
+{
+    op_row_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_release(s, key, release_cb, &o), STORE_OK);
+    assert_false(o.done); /* never called back from inside the call */
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    return o;
+}
+
+static op_row_t do_forget(store_t *s, const char *key)
+{
+    op_row_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_forget(s, key, forget_cb, &o), STORE_OK);
+    assert_false(o.done);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    return o;
+}
+
+/* A timestamp as the store prints it: 2025-01-01T00:00:00.000Z. */
+static void assert_iso(const char *ts)
+{
+    assert_int_equal(strlen(ts), 24);
+    assert_int_equal(ts[10], 'T');
+    assert_int_equal(ts[23], 'Z');
+}
+
+/* Release turns a held outcome into a runnable one, once, and leaves anything else alone. */
+static void test_release(void **state)
+{
+    (void)state;
+    op_row_t none = do_release(st_main, "t:charge:h:release-absent");
+    assert_false(none.found);
+    assert_false(none.released);
+
+    store_claim_req_t req = req_for("t:charge:h:release", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(a.acquired);
+    /* in progress with its lease running: not released */
+    op_row_t live = do_release(st_main, req.key);
+    assert_true(live.found);
+    assert_false(live.released);
+    assert_int_equal(live.state, STORE_STATE_IN_PROGRESS);
+    assert_false(live.finished);
+    assert_iso(live.lease_until);
+
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_UNKNOWN, NULL, 600000));
+    op_row_t r = do_release(st_main, req.key);
+    assert_true(r.released);
+    assert_int_equal(r.state, STORE_STATE_UNKNOWN); /* the row as it was */
+    assert_int_equal(r.fence, 1);
+    assert_true(r.finished);
+    assert_iso(r.finished_at);
+    assert_iso(r.expires_at);
+    get_out_t g = do_get(st_main, req.key);
+    assert_int_equal(g.state, STORE_STATE_FAILED);
+    assert_int_equal(g.fence, 2);
+    /* the old claim's late finish cannot land */
+    assert_false(do_finish(st_main, req.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    op_row_t again = do_release(st_main, req.key);
+    assert_false(again.released);
+    assert_int_equal(again.state, STORE_STATE_FAILED);
+
+    /* the next identical call takes it over and runs; a success is never released */
+    claim_out_t b = do_claim(st_main, &req);
+    assert_true(b.acquired);
+    assert_true(b.taken_over);
+    assert_int_equal(b.fence, 3);
+    assert_true(do_finish(st_main, req.key, b.fence, STORE_STATE_SUCCEEDED, "{\"ok\":1}", 600000));
+    op_row_t done = do_release(st_main, req.key);
+    assert_false(done.released);
+    assert_int_equal(done.state, STORE_STATE_SUCCEEDED);
+    assert_int_equal(do_get(st_main, req.key).state, STORE_STATE_SUCCEEDED);
+
+    /* a claim whose lease ran out (its gateway died) is released too */
+    store_claim_req_t lost = req_for("t:charge:h:release-lease", "d1");
+    lost.lease_ms = 0;
+    assert_true(do_claim(st_main, &lost).acquired);
+    op_row_t l = do_release(st_main, lost.key);
+    assert_true(l.released);
+    assert_int_equal(l.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(do_get(st_main, lost.key).state, STORE_STATE_FAILED);
+}
+
+/* Forget deletes the row whatever its state and hands back what it was. */
+static void test_forget(void **state)
+{
+    (void)state;
+    op_row_t none = do_forget(st_main, "t:charge:h:forget-absent");
+    assert_false(none.found);
+
+    store_claim_req_t req = req_for("t:charge:h:forget", "d1");
+    claim_out_t a = do_claim(st_main, &req);
+    assert_true(do_finish(st_main, req.key, a.fence, STORE_STATE_SUCCEEDED, "{\"n\":7}", 600000));
+    claim_out_t b = do_claim(st_main, &req);
+    assert_false(b.acquired);
+    free(b.result);
+    op_row_t f = do_forget(st_main, req.key);
+    assert_true(f.found);
+    assert_int_equal(f.state, STORE_STATE_SUCCEEDED);
+    assert_int_equal(f.fence, 1);
+    assert_int_equal(f.attempts, 1);
+    assert_string_equal(f.result, "{\"n\":7}");
+    assert_string_equal(f.created_at, a.created_at);
+    assert_iso(f.finished_at);
+    assert_iso(f.expires_at);
+    assert_false(do_get(st_main, req.key).found);
+    assert_false(do_forget(st_main, req.key).found);
+
+    /* the next identical call runs as if never seen */
+    claim_out_t c = do_claim(st_main, &req);
+    assert_true(c.acquired);
+    assert_false(c.taken_over);
+    assert_int_equal(c.attempts, 1);
+
+    /* any state: in progress and unknown rows go too */
+    op_row_t p = do_forget(st_main, req.key);
+    assert_true(p.found);
+    assert_int_equal(p.state, STORE_STATE_IN_PROGRESS);
+    assert_false(p.finished);
+    claim_out_t d = do_claim(st_main, &req);
+    assert_true(do_finish(st_main, req.key, d.fence, STORE_STATE_UNKNOWN, NULL, 600000));
+    assert_int_equal(do_forget(st_main, req.key).state, STORE_STATE_UNKNOWN);
+    assert_false(do_get(st_main, req.key).found);
+}
+
 /* ---- pipelining: many ops in flight on one connection ---- */
 
 #define PIPE_KEYS 40 /* 4 ops per key: 160 ops, several pipelines' worth */
@@ -869,6 +1044,12 @@ static void shut_get_cb(store_status_t st, const store_row_t *row, void *arg)
     sh->last = st;
 }
 
+static void shut_release_cb(store_status_t st, bool released, const store_row_t *row, void *arg)
+{
+    assert_false(released);
+    shut_get_cb(st, row, arg);
+}
+
 static void test_free_fails_pending(void **state)
 {
     (void)state;
@@ -876,9 +1057,12 @@ static void test_free_fails_pending(void **state)
     shut_t sh = {0, STORE_OK};
     for (int i = 0; i < 5; i++)
         assert_int_equal(store_get(s, "t:charge:h:basic", shut_get_cb, &sh), STORE_OK);
+    /* each kind fails through its own callback type */
+    assert_int_equal(store_release(s, "t:charge:h:basic", shut_release_cb, &sh), STORE_OK);
+    assert_int_equal(store_forget(s, "t:charge:h:basic", shut_get_cb, &sh), STORE_OK);
     assert_int_equal(sh.calls, 0);
     store_free(s);
-    assert_int_equal(sh.calls, 5);
+    assert_int_equal(sh.calls, 7);
     assert_int_equal(sh.last, STORE_ERR_SHUTDOWN);
 }
 
@@ -974,6 +1158,8 @@ int main(void)
         cmocka_unit_test(test_window_expiry),
         cmocka_unit_test(test_explicit_key_digest_mismatch),
         cmocka_unit_test(test_duplicate_and_get),
+        cmocka_unit_test(test_release),
+        cmocka_unit_test(test_forget),
         cmocka_unit_test(test_pipeline_in_order),
         cmocka_unit_test(test_pipeline_error_fails_one),
         cmocka_unit_test(test_duplicates_batched),
