@@ -4,6 +4,8 @@
 #ifndef IDEMGW_ANSWERS_H
 #define IDEMGW_ANSWERS_H
 
+#include <stdbool.h>
+
 typedef enum {
     ANSWER_IN_PROGRESS = 0, /* detail: when the first call started */
     ANSWER_CANCELLED,       /* detail: when the first call started */
@@ -29,9 +31,13 @@ const char *answer_outcome(answer_t a);
 
 /* The whole JSON-RPC response for request id_text; key_hash may be NULL (no key derived yet);
  * detail and detail2 fill the text where the answer has room for them (NULL: a generic
- * phrase). */
+ * phrase); hint (may be NULL) is a sentence added at the end. */
 char *answer_body(answer_t a, const char *id_text, const char *key_hash, const char *detail,
-                  const char *detail2);
+                  const char *detail2, const char *hint);
+
+/* Whether the answer is about a call that may still run or has an unknown outcome: the ones
+ * that can point at the status tool. */
+bool answer_has_later(answer_t a);
 
 /* A replay of a call whose result was too large to keep: a success that says so. marker is
  * the replay's _meta member. */

@@ -20,8 +20,14 @@ typedef struct catalog_tool {
     char *name;
     bool listed; /* the server listed it (else: only seen called) */
     hint_t read_only, idempotent, destructive;
-    bool logged; /* its class was logged */
+    bool logged;  /* its class was logged */
+    char **props; /* its inputSchema's property names (the first CATALOG_MAX_PROPS) */
+    size_t n_props;
 } catalog_tool_t;
+
+#define CATALOG_MAX_PROPS 128
+/* The tool the gateway adds to tools/list with status_tool: true, and answers itself. */
+#define CATALOG_STATUS_TOOL "idemgw_call_status"
 
 typedef struct catalog catalog_t;
 
@@ -55,7 +61,27 @@ const catalog_tool_t *catalog_find(const catalog_t *c, const char *tool);
 size_t catalog_size(const catalog_t *c);
 const catalog_tool_t *catalog_at(const catalog_t *c, size_t i);
 
-/* Watches the upstream's answer to a tools/list request and learns from it. */
-void catalog_observe(catalog_t *c, exchange_t *ex);
+/* Whether the server's own inputSchema of tool has the property prop. */
+bool catalog_declares(const catalog_t *c, const char *tool, const char *prop);
+
+/* What the gateway adds to the tools/list answers agents get. */
+typedef struct catalog_rewrite {
+    bool status_tool; /* offer CATALOG_STATUS_TOOL (on the last page) */
+} catalog_rewrite_t;
+
+/* Whether answers need rewriting at all: some tool advertises its key, or the status tool. */
+bool catalog_rewrites(const catalog_t *c, const catalog_rewrite_t *rw);
+
+/* A tools/list result as agents get it: every non_idempotent tool whose policy says
+ * advertise_key gets its key_arg as an optional string argument (unless the server declares
+ * it) and a sentence saying what it is for; with status_tool the last page (no nextCursor)
+ * gets CATALOG_STATUS_TOOL. NULL when nothing changes. Free the result. */
+char *catalog_rewrite_list(const catalog_t *c, const catalog_rewrite_t *rw, const char *result,
+                           size_t len);
+
+/* Watches the upstream's answer to a tools/list request and learns from it; when rw asks for
+ * rewriting, holds the answer and gives the agent the rewritten one. */
+void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrite_t *rw,
+                     exchange_t *ex);
 
 #endif

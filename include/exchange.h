@@ -54,6 +54,8 @@ void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void 
 void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh);
 /* Removes every copy of a request header before forwarding. */
 void exchange_drop_request_header(exchange_t *ex, const char *name);
+/* Forwards body instead of the request's own (the parsed message stays as it was). */
+void exchange_replace_body(exchange_t *ex, const char *body, size_t len);
 /* Answers the agent with a complete response the gateway wrote (replays, refusals). */
 void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra);
 /* The stage is done without an answer (the agent has gone). */

@@ -26,6 +26,7 @@ typedef struct idem_ctx {
     struct store *store; /* NULL when no database is configured */
     struct replay_cache *cache;
     server_stats_t *stats;
+    struct catalog *catalog; /* the upstream's tools: which arguments its schemas declare */
     /* a pending call of session finished: the proxy may stop routing its resumes here */
     void (*session_idle)(void *arg, const char *session);
     void *arg;

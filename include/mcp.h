@@ -52,6 +52,11 @@ void mcp_msg_free(mcp_msg_t *m);
  * (names with escapes are not found). Returns true and the byte span. */
 bool mcp_member_span(const char *text, size_t len, const char *name, size_t *off, size_t *vlen);
 
+/* The body of a tools/call without the member name of params.arguments, every other byte as
+ * it was; NULL when there is no such member (or the body is not an object with them). The
+ * length goes to out_len. */
+char *mcp_without_argument(const char *body, size_t len, const char *name, size_t *out_len);
+
 /* What a message seen on the response stream means for the request with id req_id. */
 typedef enum {
     MCP_RESP_OTHER = 0,      /* not the final response for this request */
@@ -74,6 +79,9 @@ char *mcp_error_body(const char *id_text, int code, const char *message);
 /* A tool result with isError: true and one text block. meta (may be NULL) is a JSON object
  * text placed under _meta["idemgw/status"]. */
 char *mcp_tool_error_body(const char *id_text, const char *text, const char *status_json);
+/* The same with isError only when is_error (an informative answer of the gateway's own). */
+char *mcp_tool_text_body(const char *id_text, const char *text, const char *status_json,
+                         bool is_error);
 /* A replay: the stored result verbatim with the new id and result._meta["idemgw/replay"] set
  * to the marker object text. Returns NULL when the stored result is not a JSON object. */
 char *mcp_replay_body(const char *id_text, const char *result, size_t result_len,

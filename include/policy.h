@@ -31,6 +31,7 @@ typedef struct policy_tool {
     uint64_t max_stored_bytes;     /* larger results are not stored (default 1 MiB) */
     bool forward_key;              /* send Idempotency-Key: sha256(key) upstream */
     on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
+    bool advertise_key;            /* tools/list shows key_arg as an optional argument */
     bool trust_annotations;        /* defaults only: classify unlisted tools from the server's
                                       annotations (default true) */
     int line;                      /* line in the config file, for messages; 0 when built in */
@@ -67,6 +68,7 @@ typedef struct policy_rules {
     on_ambiguous_t on_ambiguous;
     on_store_down_t on_store_down;
     bool forward_key;
+    bool advertise_key;
 } policy_rules_t;
 
 policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms);

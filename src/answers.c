@@ -80,6 +80,12 @@ static const struct {
                               "replayed. It was NOT executed again."},
 };
 
+bool answer_has_later(answer_t a)
+{
+    return a == ANSWER_IN_PROGRESS || a == ANSWER_UNKNOWN || a == ANSWER_CANCELLED ||
+           a == ANSWER_FOREIGN;
+}
+
 const char *answer_code(answer_t a)
 {
     return answers[a].code;
@@ -91,11 +97,13 @@ const char *answer_outcome(answer_t a)
 }
 
 char *answer_body(answer_t a, const char *id_text, const char *key_hash, const char *detail,
-                  const char *detail2)
+                  const char *detail2, const char *hint)
 {
-    char text[1200], status[300];
-    snprintf(text, sizeof(text), answers[a].text, detail ? detail : "an earlier time",
-             detail2 ? detail2 : "");
+    char text[1600], status[300];
+    int n = snprintf(text, sizeof(text), answers[a].text, detail ? detail : "an earlier time",
+                     detail2 ? detail2 : "");
+    if (hint && n > 0 && (size_t)n < sizeof(text))
+        snprintf(text + n, sizeof(text) - (size_t)n, " %s", hint);
     if (answers[a].executed)
         snprintf(status, sizeof(status), "{\"code\":\"%s\",\"executed\":%s%s%s%s}", answers[a].code,
                  answers[a].executed, key_hash ? ",\"key_hash\":\"" : "", key_hash ? key_hash : "",

@@ -5,6 +5,7 @@
 #include "rpc_reader.h"
 #include "util.h"
 
+#include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,23 @@ catalog_t *catalog_new(void)
     return xcalloc(1, sizeof(catalog_t));
 }
 
+static void props_free(catalog_tool_t *k)
+{
+    for (size_t i = 0; i < k->n_props; i++)
+        free(k->props[i]);
+    free(k->props);
+    k->props = NULL;
+    k->n_props = 0;
+}
+
 void catalog_free(catalog_t *c)
 {
     if (!c)
         return;
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
         free(c->tools[i].name);
+        props_free(&c->tools[i]);
+    }
     free(c->tools);
     free(c);
 }
@@ -203,6 +215,18 @@ int catalog_learn(catalog_t *c, const char *result, size_t len)
         if (!k)
             break;
         n++;
+        props_free(k);
+        const json_t *props = json_object_get(json_object_get(tool, "inputSchema"), "properties");
+        const char *prop;
+        const json_t *pv;
+        if (json_is_object(props))
+            k->props = xcalloc(CATALOG_MAX_PROPS, sizeof(char *));
+        json_object_foreach((json_t *)props, prop, pv)
+        {
+            if (k->n_props == CATALOG_MAX_PROPS)
+                break;
+            k->props[k->n_props++] = xstrdup(prop);
+        }
         if (k->listed && k->read_only == ro && k->idempotent == idem && k->destructive == destr)
             continue;
         if (!k->listed && k->logged)
@@ -217,12 +241,125 @@ int catalog_learn(catalog_t *c, const char *result, size_t len)
     return n;
 }
 
+bool catalog_declares(const catalog_t *c, const char *tool, const char *prop)
+{
+    const catalog_tool_t *k = tool ? catalog_find(c, tool) : NULL;
+    for (size_t i = 0; k && i < k->n_props; i++)
+        if (strcmp(k->props[i], prop) == 0)
+            return true;
+    return false;
+}
+
+/* --- what agents see of tools/list --- */
+
+static bool advertises(const policy_tool_t *t)
+{
+    return t->advertise_key && t->key_arg && *t->key_arg;
+}
+
+bool catalog_rewrites(const catalog_t *c, const catalog_rewrite_t *rw)
+{
+    if (rw->status_tool || advertises(&c->policy->defaults))
+        return true;
+    for (size_t i = 0; i < c->policy->n_tools; i++)
+        if (advertises(&c->policy->tools[i]))
+            return true;
+    return false;
+}
+
+static json_t *status_tool_definition(void)
+{
+    return json_pack(
+        "{s:s, s:s, s:s, s:{s:s, s:{s:{s:s, s:s}, s:{s:s, s:s}, s:{s:s, s:s}}, s:[s]}, "
+        "s:{s:b, s:b}}",
+        "name", CATALOG_STATUS_TOOL, "title", "Status of an earlier tool call", "description",
+        "Tells whether an earlier call of another tool already ran, for you only: not found, "
+        "running (since when), succeeded (with its stored result), failed, or outcome unknown. "
+        "Give the tool name and the exact arguments of that call, or the idempotency key you "
+        "gave it. Use it instead of repeating a call whose answer you did not get. It never "
+        "runs anything.",
+        "inputSchema", "type", "object", "properties", "tool", "type", "string", "description",
+        "the name of the tool that was called", "arguments", "type", "object", "description",
+        "the arguments of that call, exactly as sent", "idempotency_key", "type", "string",
+        "description", "the idempotency key given to that call, if it had one", "required",
+        "tool", "annotations", "readOnlyHint", 1, "idempotentHint", 1);
+}
+
+/* Adds the key argument to one tool's definition; true when it changed. */
+static bool advertise_key(const catalog_t *c, json_t *tool, const char *name)
+{
+    const policy_tool_t *pt = policy_lookup(c->policy, name);
+    if (!advertises(pt) || catalog_classify(c, name, NULL) != TOOL_CLASS_NON_IDEMPOTENT)
+        return false;
+    json_t *schema = json_object_get(tool, "inputSchema");
+    if (!json_is_object(schema)) {
+        schema = json_pack("{s:s}", "type", "object");
+        json_object_set_new(tool, "inputSchema", schema);
+    }
+    json_t *props = json_object_get(schema, "properties");
+    if (!json_is_object(props)) {
+        props = json_object();
+        json_object_set_new(schema, "properties", props);
+    }
+    if (json_object_get(props, pt->key_arg))
+        return false; /* the server's own argument: its meaning is the server's */
+    char text[400];
+    snprintf(text, sizeof(text),
+             "Optional: a string you choose for this one operation. If you repeat the call "
+             "(after a timeout or an error), pass the same %s and it will not be executed twice.",
+             pt->key_arg);
+    json_object_set_new(props, pt->key_arg,
+                        json_pack("{s:s, s:s}", "type", "string", "description", text));
+    const char *desc = json_string_value(json_object_get(tool, "description"));
+    snprintf(text, sizeof(text),
+             "%s%sPass an %s of your choosing, the same when you repeat this call, so that a "
+             "repeat is never executed twice.",
+             desc ? desc : "", desc && *desc ? " " : "", pt->key_arg);
+    json_object_set_new(tool, "description", json_string(text));
+    return true;
+}
+
+char *catalog_rewrite_list(const catalog_t *c, const catalog_rewrite_t *rw, const char *result,
+                           size_t len)
+{
+    json_t *root = json_loadb(result, len, 0, NULL);
+    json_t *tools = json_object_get(root, "tools");
+    if (!json_is_array(tools)) {
+        json_decref(root);
+        return NULL;
+    }
+    bool changed = false, has_status = false;
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool)
+    {
+        const char *name = json_string_value(json_object_get(tool, "name"));
+        if (!name)
+            continue;
+        has_status = has_status || strcmp(name, CATALOG_STATUS_TOOL) == 0;
+        changed = advertise_key(c, tool, name) || changed;
+    }
+    if (rw->status_tool && !has_status && !json_object_get(root, "nextCursor")) {
+        json_array_append_new(tools, status_tool_definition());
+        changed = true;
+    }
+    char *out = changed ? json_dumps(root, JSON_COMPACT) : NULL;
+    json_decref(root);
+    return out;
+}
+
 /* --- watching a tools/list answer --- */
 
 typedef struct list_watch {
     catalog_t *catalog;
+    exchange_t *ex;
     rpc_reader_t reader;
     bool learned;
+    catalog_rewrite_t rw;
+    bool rewriting;      /* the answer is held for the rewritten one */
+    char *id_text;       /* the request's id, for the rewritten answer */
+    struct event *later; /* gives the agent its answer once the proxy's callback is over */
+    char *answer;        /* the rewritten response, or NULL: release the held one */
 } list_watch_t;
 
 /* Learns as soon as the answer is known: for a stream, in the same turn of the loop as its
@@ -239,7 +376,8 @@ static observe_t watch_head(void *arg, int status, const http_headers_t *headers
 {
     list_watch_t *w = arg;
     rpc_reader_head(&w->reader, status, headers, sse);
-    return OBSERVE_PASS;
+    w->rewriting = w->rewriting && status == 200;
+    return w->rewriting ? OBSERVE_HOLD : OBSERVE_PASS;
 }
 
 static observe_t watch_body(void *arg, const char *data, size_t len)
@@ -250,18 +388,44 @@ static observe_t watch_body(void *arg, const char *data, size_t len)
     return OBSERVE_PASS;
 }
 
+static void give_answer(evutil_socket_t fd, short what, void *arg)
+{
+    list_watch_t *w = arg;
+    if (w->answer)
+        exchange_replace_answer(w->ex, w->answer); /* may free the exchange, and w */
+    else
+        exchange_release(w->ex);
+}
+
 static observe_t watch_end(void *arg, upstream_result_t res)
 {
     list_watch_t *w = arg;
-    if (res == UPSTREAM_OK && rpc_reader_end(&w->reader))
+    bool found = res == UPSTREAM_OK && rpc_reader_end(&w->reader);
+    if (found)
         learn_once(w);
-    return OBSERVE_PASS;
+    if (!w->rewriting)
+        return OBSERVE_PASS;
+    char *result = found && w->reader.cls == MCP_RESP_RESULT
+                       ? catalog_rewrite_list(w->catalog, &w->rw, w->reader.result,
+                                              w->reader.result_len)
+                       : NULL;
+    if (result) {
+        w->answer = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", w->id_text, result);
+        free(result);
+    }
+    struct timeval zero = {0, 0};
+    evtimer_add(w->later, &zero);
+    return OBSERVE_HOLD;
 }
 
 static void watch_detach(void *arg)
 {
     list_watch_t *w = arg;
     rpc_reader_free(&w->reader);
+    if (w->later)
+        event_free(w->later);
+    free(w->id_text);
+    free(w->answer);
     free(w);
 }
 
@@ -272,13 +436,21 @@ static const response_observer_t watch_ops = {
     .detach = watch_detach,
 };
 
-void catalog_observe(catalog_t *c, exchange_t *ex)
+void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrite_t *rw,
+                     exchange_t *ex)
 {
     const mcp_msg_t *m = exchange_msg(ex);
-    if (!m || !m->id)
+    if (!m || !m->id || !m->id_text)
         return;
     list_watch_t *w = xcalloc(1, sizeof(*w));
     w->catalog = c;
+    w->ex = ex;
+    w->rw = *rw;
+    w->rewriting = catalog_rewrites(c, rw);
+    if (w->rewriting) {
+        w->id_text = xstrdup(m->id_text);
+        w->later = evtimer_new(base, give_answer, w);
+    }
     rpc_reader_init(&w->reader, m->id, CATALOG_MAX_ANSWER);
     exchange_set_observer(ex, &watch_ops, w);
 }

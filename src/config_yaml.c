@@ -707,6 +707,7 @@ static const key_spec_t tool_keys[] = {
      .kind = K_ENUM,
      .off = TOOL(on_store_down),
      .names = store_down_names},
+    {.name = "advertise_key", .kind = K_BOOL, .off = TOOL(advertise_key)},
     /* last, as `defaults` alone takes it: whether unlisted tools follow their annotations */
     {.name = "trust_annotations", .kind = K_BOOL, .off = TOOL(trust_annotations)},
 };
@@ -887,6 +888,7 @@ static const key_spec_t top_keys[] = {
     {.name = "allowed_origins", .kind = K_FN, .fn = fn_allowed_origins, LIVE},
     {.name = "forward_other_paths", .kind = K_BOOL, .off = CFG(forward_other_paths), LIVE},
     {.name = "cors", .kind = K_ENUM, .off = CFG(cors), .names = cors_names, LIVE},
+    {.name = "status_tool", .kind = K_BOOL, .off = CFG(status_tool), LIVE},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
     {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},

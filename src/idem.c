@@ -1,5 +1,6 @@
 #include "idem.h"
 #include "answers.h"
+#include "catalog.h"
 #include "decode.h"
 #include "jcs.h"
 #include "key.h"
@@ -15,6 +16,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +87,8 @@ typedef struct call {
     char key_hash[65];
     char args_digest[65];
     bool explicit_key;
+    bool status_query; /* a call of the status tool: answered from the store, never forwarded */
+    char *target;      /* the status tool's: the tool asked about */
     int64_t fence;
     int attempts;                   /* the row's attempts when this call claimed it */
     char claimed_at[32];            /* wall clock at the claim, ISO 8601, for the cache's marker */
@@ -165,6 +169,7 @@ static void call_detach(void *arg)
     fwd_remove(c);
     free(c->key);
     free(c->subject);
+    free(c->target);
     if (c->json_body)
         evbuffer_free(c->json_body);
     decoder_free(c->decoder);
@@ -190,7 +195,14 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
         stats->in_progress++;
     else
         stats->unknown++;
-    char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2);
+    char hint[300] = "";
+    if (c->idem->ctx.cfg->status_tool && answer_has_later(a))
+        snprintf(hint, sizeof(hint),
+                 "To learn what became of it, call the tool %s with this call's tool name and "
+                 "arguments.",
+                 CATALOG_STATUS_TOOL);
+    char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2,
+                             hint[0] ? hint : NULL);
     /* the log line says why, with the code the agent got */
     char fields[128];
     if (c->key)
@@ -205,6 +217,25 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
     free(body);
 }
 
+/* A key the gateway advertised in tools/list (advertise_key) is the gateway's, not the
+ * server's: it leaves the arguments before they go up, unless the server's own schema has it. */
+static void strip_advertised_key(call_t *c)
+{
+    const idem_t *i = c->idem;
+    const mcp_msg_t *m = msg_of(c);
+    const char *key_arg = policy_lookup(&i->ctx.cfg->policy, m->tool)->key_arg;
+    if (!c->rules.advertise_key || !key_arg || !*key_arg || !i->ctx.catalog ||
+        catalog_declares(i->ctx.catalog, m->tool, key_arg))
+        return;
+    struct evbuffer *buf = exchange_request(c->ex)->body;
+    size_t len = evbuffer_get_length(buf), out_len = 0;
+    char *body = mcp_without_argument((const char *)evbuffer_pullup(buf, -1), len, key_arg,
+                                      &out_len);
+    if (body)
+        exchange_replace_body(c->ex, body, out_len);
+    free(body);
+}
+
 static void answer_store_down(call_t *c)
 {
     if (c->rules.on_store_down == ON_STORE_DOWN_PASSTHROUGH) {
@@ -213,6 +244,7 @@ static void answer_store_down(call_t *c)
                  msg_of(c)->tool);
         exchange_set_outcome(c->ex, "passthrough");
         set_state(c, CALL_PASSTHROUGH);
+        strip_advertised_key(c);
         exchange_forward(c->ex, NULL, false);
         return;
     }
@@ -405,6 +437,7 @@ static void forward_claimed(call_t *c)
         snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "Idempotency-Key: %s\r\n",
                  c->key_hash);
     }
+    strip_advertised_key(c);
     exchange_forward(c->ex, extra, true);
 }
 
@@ -550,6 +583,151 @@ static void claim(call_t *c)
 }
 
 /* The caller is known: derive the key and claim it. */
+/* --- the status tool: what became of an earlier call, for its own caller --- */
+
+static void status_answer(call_t *c, bool is_error, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void status_answer(call_t *c, bool is_error, const char *code, const char *fmt, ...)
+{
+    char text[1200], status[200], fields[128];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (c->key) {
+        snprintf(status, sizeof(status), "{\"code\":\"%s\",\"key_hash\":\"%s\"}", code,
+                 c->key_hash);
+        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"",
+                 KEY_HASH_LOG_LEN, c->key_hash, code);
+    } else {
+        snprintf(status, sizeof(status), "{\"code\":\"%s\"}", code);
+        snprintf(fields, sizeof(fields), "\"code\":\"%s\"", code);
+    }
+    char *body = mcp_tool_text_body(msg_of(c)->id_text, text, status, is_error);
+    exchange_set_log_fields(c->ex, fields);
+    exchange_set_outcome(c->ex, "status");
+    set_state(c, CALL_DONE);
+    exchange_respond_json(c->ex, 200, body, NULL);
+    free(body);
+}
+
+static void on_status_row(store_status_t st, const store_row_t *row, void *arg)
+{
+    call_t *c = arg;
+    if (!exchange_agent_waiting(c->ex)) {
+        set_state(c, CALL_DONE);
+        exchange_end(c->ex);
+        return;
+    }
+    if (st != STORE_OK) {
+        answer_store_failed(c, st);
+        return;
+    }
+    const char *tool = c->target, *when = row && row->created_at ? row->created_at : "";
+    if (!row) {
+        status_answer(c, false, "not_found",
+                      "No call of %s with these arguments by you is known to the gateway: it did "
+                      "not run through it, or its record has expired. Nothing was executed now.",
+                      tool);
+        return;
+    }
+    switch (row->state) {
+    case STORE_STATE_SUCCEEDED: {
+        char marker[400];
+        snprintf(marker, sizeof(marker),
+                 "{\"replayed\":true,\"status_query\":true,\"first_seen\":\"%s\",\"attempts\":%d,"
+                 "\"key_hash\":\"%s\"}",
+                 when, row->attempts, c->key_hash);
+        const char *id = msg_of(c)->id_text;
+        char *body = row->result_too_large || !row->result
+                         ? answer_replay_too_large(id, marker, row->created_at)
+                         : mcp_replay_body(id, row->result, row->result_len, marker);
+        if (!body) {
+            answer(c, ANSWER_REPLAY_FAILED, NULL, NULL);
+            return;
+        }
+        exchange_set_outcome(c->ex, "status");
+        set_state(c, CALL_DONE);
+        exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");
+        free(body);
+        return;
+    }
+    case STORE_STATE_IN_PROGRESS:
+        if (!row->lease_expired) {
+            status_answer(c, false, "running",
+                          "That call of %s is running: it started at %s and has not finished. "
+                          "It was not executed again. Do not repeat it; ask again later for its "
+                          "result.",
+                          tool, when);
+            return;
+        }
+        break;
+    case STORE_STATE_FAILED:
+        status_answer(c, false, "failed",
+                      "That call of %s (started at %s) ran and failed, or was refused; its "
+                      "answer was not kept. Repeating it will execute it again.",
+                      tool, when);
+        return;
+    case STORE_STATE_UNKNOWN:
+        break;
+    }
+    status_answer(c, false, "outcome_unknown",
+                  "That call of %s started at %s, but its outcome is unknown: the upstream "
+                  "server did not answer completely. It will not be executed again until the "
+                  "idempotency window ends. Check whether it took effect (for example with a "
+                  "read tool) before doing anything else.",
+                  tool, when);
+}
+
+static void status_lookup(call_t *c)
+{
+    const config_t *cfg = c->idem->ctx.cfg;
+    struct evbuffer *buf = exchange_request(c->ex)->body;
+    jcs_value_t *root = NULL;
+    char err[160];
+    if (jcs_parse((const char *)evbuffer_pullup(buf, -1), evbuffer_get_length(buf), &root, err,
+                  sizeof(err)) != JCS_OK) {
+        answer(c, ANSWER_BAD_ARGUMENTS, err, NULL);
+        return;
+    }
+    jcs_value_t *sargs = jcs_object_get(jcs_object_get(root, "params"), "arguments");
+    const char *tool = jcs_string(jcs_object_get(sargs, "tool"), NULL);
+    jcs_value_t *key_v = jcs_object_get(sargs, "idempotency_key");
+    const char *explicit = jcs_string(key_v, NULL);
+    if (!tool || !*tool || (key_v && !explicit)) {
+        jcs_free(root);
+        status_answer(c, true, "bad_request",
+                      "%s needs the name of the tool that was called (tool), and its arguments "
+                      "(arguments) or the idempotency key given to it (idempotency_key, a "
+                      "string).",
+                      CATALOG_STATUS_TOOL);
+        return;
+    }
+    c->target = xstrdup(tool);
+    key_result_t kr = {0};
+    char msg[200] = "";
+    key_status_t ks = key_derive(c->subject, tool, jcs_object_get(sargs, "arguments"),
+                                 policy_lookup(&cfg->policy, tool), explicit, &kr, msg,
+                                 sizeof(msg));
+    jcs_free(root);
+    if (ks != KEY_OK) {
+        answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
+        return;
+    }
+    c->key = kr.key;
+    kr.key = NULL;
+    key_result_free(&kr);
+    key_hash_hex(c->key, c->key_hash);
+    set_state(c, CALL_CLAIMING);
+    if (!c->idem->ctx.store) {
+        answer(c, ANSWER_NO_STORE, NULL, NULL);
+        return;
+    }
+    store_status_t st = store_get(c->idem->ctx.store, c->key, on_status_row, c);
+    if (st != STORE_OK)
+        answer_store_failed(c, st);
+}
+
 static void on_subject(void *arg, const subject_result_t *res)
 {
     call_t *c = arg;
@@ -558,6 +736,10 @@ static void on_subject(void *arg, const subject_result_t *res)
         return;
     }
     c->subject = xstrdup(res->subject);
+    if (c->status_query) {
+        status_lookup(c);
+        return;
+    }
     const config_t *cfg = c->idem->ctx.cfg;
     const mcp_msg_t *m = msg_of(c);
     const policy_tool_t *pt = policy_lookup(&cfg->policy, m->tool);
@@ -736,7 +918,8 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     if (c->foreign) {
         /* the upstream answered with another request's response: never the caller's */
         i->ctx.stats->unknown++;
-        char *body = answer_body(ANSWER_FOREIGN, msg_of(c)->id_text, c->key_hash, NULL, NULL);
+        char *body =
+            answer_body(ANSWER_FOREIGN, msg_of(c)->id_text, c->key_hash, NULL, NULL, NULL);
         exchange_set_outcome(c->ex, answer_outcome(ANSWER_FOREIGN));
         exchange_replace_answer(c->ex, body);
         free(body);
@@ -880,6 +1063,10 @@ void idem_call(void *arg, exchange_t *ex)
     c->state = CALL_RESOLVING;
     c->rules =
         policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool), cfg->upstream_timeout_ms);
+    if (cfg->status_tool && strcmp(exchange_msg(ex)->tool, CATALOG_STATUS_TOOL) == 0) {
+        c->status_query = true;
+        c->rules.on_store_down = ON_STORE_DOWN_REJECT; /* never sent upstream */
+    }
     exchange_set_observer(ex, &call_ops, c);
     subject_resolve(&cfg->subject, exchange_request(ex), on_subject, c);
 }

@@ -442,6 +442,7 @@ static void wire_stages(server_t *s)
         .store = s->store,
         .cache = s->cache,
         .stats = s->stats,
+        .catalog = s->catalog,
         .session_idle = session_idle,
         .arg = s->proxy,
     };

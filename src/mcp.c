@@ -123,6 +123,74 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
     }
 }
 
+/* The last member name of the object text s[0..n), as a byte span from its name's opening
+ * quote to the end of its value, widened by one separating comma (the one after it, else the
+ * one before it) so that cutting the span leaves valid JSON. */
+static bool member_cut(const char *s, size_t n, const char *name, size_t *from, size_t *to)
+{
+    size_t nlen = strlen(name), prev_end = 0;
+    bool found = false, first = true;
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{')
+        return false;
+    i++;
+    for (;;) {
+        i = skip_ws(s, i, n);
+        if (i >= n || s[i] != '"')
+            return false;
+        size_t mstart = i, kstart = i + 1;
+        size_t kend = skip_value(s, i, n);
+        if (kend > n)
+            return false;
+        bool match = kend - 1 - kstart == nlen && memcmp(s + kstart, name, nlen) == 0;
+        i = skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':')
+            return false;
+        i = skip_ws(s, i + 1, n);
+        size_t vend = skip_value(s, i, n);
+        if (vend > n)
+            return false;
+        i = skip_ws(s, vend, n);
+        bool more = i < n && s[i] == ',';
+        if (match) {
+            found = true;
+            if (more) {
+                *from = mstart;
+                *to = skip_ws(s, i + 1, n);
+            } else {
+                *from = first ? mstart : prev_end; /* from the comma before it */
+                *to = vend;
+            }
+        }
+        if (i < n && s[i] == '}')
+            return found;
+        if (!more)
+            return false;
+        prev_end = vend;
+        first = false;
+        i++;
+    }
+}
+
+char *mcp_without_argument(const char *body, size_t len, const char *name, size_t *out_len)
+{
+    size_t poff, plen, aoff, alen, from = 0, to = 0;
+    if (!mcp_member_span(body, len, "params", &poff, &plen) ||
+        !mcp_member_span(body + poff, plen, "arguments", &aoff, &alen))
+        return NULL;
+    size_t args = poff + aoff;
+    if (!member_cut(body + args, alen, name, &from, &to))
+        return NULL;
+    from += args;
+    to += args;
+    *out_len = len - (to - from);
+    char *out = xmalloc(*out_len + 1);
+    memcpy(out, body, from);
+    memcpy(out + from, body + to, len - to);
+    out[*out_len] = '\0';
+    return out;
+}
+
 /* --- parsing a POST body --- */
 
 static json_t *load(const char *body, size_t len)
@@ -593,22 +661,23 @@ char *mcp_error_body(const char *id_text, int code, const char *message)
     return out;
 }
 
-char *mcp_tool_error_body(const char *id_text, const char *text, const char *status_json)
+char *mcp_tool_text_body(const char *id_text, const char *text, const char *status_json,
+                         bool is_error)
 {
     char *t = json_str(text);
-    char *out;
-    if (status_json)
-        out =
-            xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
-                      "\"text\":%s}],\"isError\":true,\"_meta\":{\"idemgw/status\":%s}}}",
-                      id_text ? id_text : "null", t, status_json);
-    else
-        out =
-            xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":\"text\","
-                      "\"text\":%s}],\"isError\":true}}",
-                      id_text ? id_text : "null", t);
+    char *meta = status_json ? xasprintf(",\"_meta\":{\"idemgw/status\":%s}", status_json) : NULL;
+    char *out = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"content\":[{\"type\":"
+                          "\"text\",\"text\":%s}]%s%s}}",
+                          id_text ? id_text : "null", t, is_error ? ",\"isError\":true" : "",
+                          meta ? meta : "");
+    free(meta);
     free(t);
     return out;
+}
+
+char *mcp_tool_error_body(const char *id_text, const char *text, const char *status_json)
+{
+    return mcp_tool_text_body(id_text, text, status_json, true);
 }
 
 char *mcp_replay_body(const char *id_text, const char *result, size_t result_len,

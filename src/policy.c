@@ -108,6 +108,7 @@ policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms
         .on_ambiguous = t->on_ambiguous,
         .on_store_down = t->on_store_down,
         .forward_key = t->forward_key,
+        .advertise_key = t->advertise_key,
     };
 }
 

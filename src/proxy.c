@@ -219,6 +219,12 @@ void exchange_drop_request_header(exchange_t *ex, const char *name)
     http_headers_remove(&ex->req->headers, name);
 }
 
+void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
+{
+    evbuffer_drain(ex->req->body, evbuffer_get_length(ex->req->body));
+    evbuffer_add(ex->req->body, body, len);
+}
+
 /* --- streams kept for resumption --- */
 
 static const char *session_of(const exchange_t *ex)
@@ -1052,7 +1058,8 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
         if (!body_acceptable(ex))
             return;
         if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool && p->stage.call &&
-            protected_tool(p, ex->msg.tool)) {
+            ((p->ctx.cfg->status_tool && strcmp(ex->msg.tool, CATALOG_STATUS_TOOL) == 0) ||
+             protected_tool(p, ex->msg.tool))) {
             p->ctx.stats->protected_calls++;
             set_state(ex, EX_CLAIMING);
             p->stage.call(p->stage.arg, ex);
@@ -1060,7 +1067,8 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
         }
         if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->ctx.catalog &&
             strcmp(ex->msg.method, "tools/list") == 0)
-            catalog_observe(p->ctx.catalog, ex);
+            catalog_observe(p->ctx.catalog, p->ctx.base,
+                            &(catalog_rewrite_t){.status_tool = p->ctx.cfg->status_tool}, ex);
     }
     exchange_forward(ex, NULL, false);
 }

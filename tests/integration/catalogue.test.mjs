@@ -8,7 +8,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
   IDEMGW_BIN, createDatabase, mcpClient, readLedger, replayMarker, run, startGateway, startRefundServer,
-  tempDir, toolText, waitForLog,
+  tempDir, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 const REFUND = { order_id: 'ord-7', amount_cents: 700 };
@@ -133,3 +133,83 @@ test('idemgw policy init writes a config that loads; policy diff reports drift',
   const usage = await run(IDEMGW_BIN, ['policy', 'init']);
   assert.equal(usage.code, 2);
 });
+
+test('advertise_key: tools/list offers the key to non_idempotent tools; a strict server never sees it', async (t) => {
+  const { upstream, gw } = await setup(t, { defaults: { advertise_key: true } });
+  const client = await mcpClient(t, gw.url);
+  const { tools } = await client.listTools();
+  const receipt = tools.find((x) => x.name === 'send_receipt');
+  assert.equal(receipt.inputSchema.properties.idempotency_key.type, 'string');
+  assert.match(receipt.description, /^Emails the receipt of an order Pass an idempotency_key/);
+  const ledgerTool = tools.find((x) => x.name === 'get_ledger');
+  assert.equal(ledgerTool.inputSchema.properties?.idempotency_key, undefined, 'a read gets no key');
+  const refund = tools.find((x) => x.name === 'issue_refund');
+  assert.equal(refund.description, 'Refunds an order (not idempotent: every call pays out)', 'the server\'s own key argument is left alone');
+
+  const args = { order_id: 'ord-9', to: 'a@example.com', idempotency_key: 'receipt-9' };
+  const first = await client.callTool({ name: 'send_receipt', arguments: args });
+  assert.notEqual(first.isError, true, `the strict server accepted the call: ${toolText(first)}`);
+  const ledger = await readLedger(upstream.ledger);
+  assert.deepEqual(ledger[0].arguments.sort(), ['order_id', 'to'], 'the key never reached the server');
+  // The same key with other words: the key decides, and a reuse with other arguments is refused.
+  const again = await client.callTool({ name: 'send_receipt', arguments: args });
+  assert.ok(replayMarker(again));
+  const reused = await client.callTool({ name: 'send_receipt', arguments: { ...args, to: 'b@example.com' } });
+  assert.equal(reused._meta['idemgw/status'].code, 'key_reused');
+  // The server's own idempotency_key argument still reaches it.
+  await client.callTool({ name: 'issue_refund', arguments: { ...REFUND, idempotency_key: 'r-1' } });
+  assert.equal((await readLedger(upstream.ledger)).at(-1).idempotency_key, 'r-1');
+});
+
+test('without advertise_key or status_tool a tools/list answer passes byte for byte', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} });
+  const read = async (url) => {
+    const c = await mcpClient(t, url);
+    const sid = c.transport.sessionId;
+    const res = await fetch(url, { method: 'POST', body, headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'Mcp-Session-Id': sid, 'Mcp-Protocol-Version': '2025-06-18' } });
+    return (await res.text()).replace(/^id: .*$/m, '');
+  };
+  assert.equal(await read(gw.url), await read(upstream.url));
+});
+
+test('status_tool: the gateway answers what became of an earlier call, for its caller only', async (t) => {
+  const { upstream, gw } = await setup(t, { status_tool: true, subject: { header: 'X-Caller' } });
+  const client = await mcpClient(t, gw.url, { headers: { 'X-Caller': 'alice' } });
+  const { tools } = await client.listTools();
+  const st = tools.find((x) => x.name === 'idemgw_call_status');
+  assert.ok(st, 'offered in tools/list');
+  assert.equal(st.annotations.readOnlyHint, true);
+  const status = (args) => client.callTool({ name: 'idemgw_call_status', arguments: args });
+
+  const none = await status({ tool: 'issue_refund', arguments: REFUND });
+  assert.equal(none._meta['idemgw/status'].code, 'not_found');
+  assert.notEqual(none.isError, true);
+  const done = await client.callTool({ name: 'issue_refund', arguments: REFUND });
+  const ok = await status({ tool: 'issue_refund', arguments: REFUND });
+  assert.equal(toolText(ok), toolText(done), 'the stored result');
+  assert.equal(replayMarker(ok).status_query, true);
+
+  const slowArgs = { order_id: 'ord-slow', amount_cents: 1, delay_ms: 3000 };
+  const slow = client.callTool({ name: 'slow_refund', arguments: slowArgs });
+  await waitForLedgerTool(upstream.ledger, 'slow_refund');
+  const running = await status({ tool: 'slow_refund', arguments: slowArgs });
+  assert.equal(running._meta['idemgw/status'].code, 'running');
+  const dup = await client.callTool({ name: 'slow_refund', arguments: slowArgs });
+  assert.equal(dup._meta['idemgw/status'].code, 'in_progress');
+  assert.match(toolText(dup), /call the tool idemgw_call_status/, 'the in-progress answer names it');
+  await slow;
+
+  // another caller asks about the same call: it is not theirs
+  const other = await mcpClient(t, gw.url, { headers: { 'X-Caller': 'bob' } });
+  const theirs = await other.callTool({ name: 'idemgw_call_status', arguments: { tool: 'issue_refund', arguments: REFUND } });
+  assert.equal(theirs._meta['idemgw/status'].code, 'not_found', 'another caller learns nothing of it');
+  const bad = await status({ arguments: {} });
+  assert.equal(bad.isError, true);
+  assert.equal(bad._meta['idemgw/status'].code, 'bad_request');
+  assert.equal((await readLedger(upstream.ledger)).length, 2, 'the status tool never ran anything');
+});
+
+function waitForLedgerTool(file, tool) {
+  return waitFor(async () => (await readLedger(file)).some((e) => e.tool === tool) || null, { what: `${tool} in the ledger` });
+}

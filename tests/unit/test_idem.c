@@ -81,6 +81,11 @@ void exchange_drop_request_header(exchange_t *ex, const char *name)
 {
     http_headers_remove(&ex->req.headers, name);
 }
+void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
+{
+    evbuffer_drain(ex->req.body, evbuffer_get_length(ex->req.body));
+    evbuffer_add(ex->req.body, body, len);
+}
 void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
 {
     ex->status = status;

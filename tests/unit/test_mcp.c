@@ -108,6 +108,38 @@ static void test_bad_bodies(void **state)
     assert_string_equal(mcp_status_str(MCP_ERR_PARSE), "parse error");
 }
 
+static void expect_without(const char *in, const char *name, const char *want)
+{
+    size_t n = 0;
+    char *out = mcp_without_argument(in, strlen(in), name, &n);
+    if (!want) {
+        assert_null(out);
+        return;
+    }
+    assert_non_null(out);
+    assert_int_equal(n, strlen(want));
+    assert_string_equal(out, want);
+    free(out);
+}
+
+static void test_without_argument(void **state)
+{
+    /* first, middle, last, only; every other byte (number spellings, spaces) as it was */
+    expect_without("{\"params\":{\"name\":\"t\",\"arguments\":{\"idempotency_key\":\"k\", \"a\":1.10}}}",
+                   "idempotency_key", "{\"params\":{\"name\":\"t\",\"arguments\":{\"a\":1.10}}}");
+    expect_without("{\"params\":{\"arguments\":{\"a\":1e2,\"idempotency_key\":\"k\",\"b\":[1, 2]}}}",
+                   "idempotency_key", "{\"params\":{\"arguments\":{\"a\":1e2,\"b\":[1, 2]}}}");
+    expect_without("{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} , \"idempotency_key\" : 7 }}}",
+                   "idempotency_key", "{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} }}}");
+    expect_without("{\"id\":1,\"params\":{\"arguments\":{\"idempotency_key\":\"k\"}},\"x\":2}",
+                   "idempotency_key", "{\"id\":1,\"params\":{\"arguments\":{}},\"x\":2}");
+    /* not there: nothing to do */
+    expect_without("{\"params\":{\"arguments\":{\"a\":1}}}", "idempotency_key", NULL);
+    expect_without("{\"params\":{\"arguments\":[1]}}", "idempotency_key", NULL);
+    expect_without("{\"params\":{}}", "idempotency_key", NULL);
+    expect_without("not json", "idempotency_key", NULL);
+}
+
 static void test_member_span(void **state)
 {
     const char *t =
@@ -263,6 +295,7 @@ int main(void)
         cmocka_unit_test(test_batch),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_member_span),
+        cmocka_unit_test(test_without_argument),
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_bodies),
         cmocka_unit_test(test_replay),
