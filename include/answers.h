@@ -21,6 +21,7 @@ typedef enum {
     ANSWER_BAD_ARGUMENTS, /* detail: the canonical parser's status */
     ANSWER_BAD_KEY,       /* detail: the key status, detail2: its explanation */
     ANSWER_REPLAY_FAILED,
+    ANSWER_STILL_RUNNING, /* detail: when the call started (answer_after) */
     ANSWER_N
 } answer_t;
 

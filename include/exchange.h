@@ -66,6 +66,10 @@ void exchange_release(exchange_t *ex);
 /* Drops the held bytes and answers with body (a JSON-RPC response) instead: as the whole
  * response when nothing reached the agent yet, else as a last event of its SSE stream. */
 void exchange_replace_answer(exchange_t *ex, const char *body);
+/* Gives the agent body (a JSON-RPC response) as its final answer now, while the upstream's
+ * answer goes on being read and observed to its end for the stage (answer_after): as the
+ * whole response when nothing reached the agent yet, else as a last event of its stream. */
+void exchange_answer_early(exchange_t *ex, const char *body);
 /* Ends the upstream side now, as if the upstream had closed it (the call was cancelled). */
 void exchange_end_upstream(exchange_t *ex);
 /* From on_end: the upstream connection carried something it should not; never reuse it. */

@@ -32,6 +32,8 @@ typedef struct policy_tool {
     bool forward_key;              /* send Idempotency-Key: sha256(key) upstream */
     on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
     bool advertise_key;            /* tools/list shows key_arg as an optional argument */
+    uint64_t answer_after_ms;      /* still running after this: the agent is answered
+                                      still_running, the result is kept; 0 = never */
     bool trust_annotations;        /* defaults only: classify unlisted tools from the server's
                                       annotations (default true) */
     int line;                      /* line in the config file, for messages; 0 when built in */
@@ -63,7 +65,7 @@ uint64_t policy_lease_ms(const policy_tool_t *t, uint64_t upstream_timeout_ms);
 /* What a protected call needs of its tool's entry, by value: a reload may free the policy
  * while the call runs. */
 typedef struct policy_rules {
-    uint64_t window_ms, lease_ms, wait_ms, max_stored_bytes;
+    uint64_t window_ms, lease_ms, wait_ms, max_stored_bytes, answer_after_ms;
     on_tool_error_t on_tool_error;
     on_ambiguous_t on_ambiguous;
     on_store_down_t on_store_down;

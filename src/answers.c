@@ -75,6 +75,11 @@ static const struct {
                               "(%s), so duplicates could not be recognised. Nothing was "
                               "executed."},
     [ANSWER_BAD_KEY] = {"bad_key", "false", "refused", "Refused: %s (%s). Nothing was executed."},
+    [ANSWER_STILL_RUNNING] = {"still_running", "\"running\"", "still_running",
+                              "This call is still running (it started at %s) and takes longer "
+                              "than usual. It runs once and will not be executed again: do NOT "
+                              "repeat it now. The gateway keeps its result: later, repeat exactly "
+                              "the same call to receive it."},
     [ANSWER_REPLAY_FAILED] = {"replay_failed", "false", "refused",
                               "This call already ran, but its stored result could not be "
                               "replayed. It was NOT executed again."},
@@ -83,7 +88,7 @@ static const struct {
 bool answer_has_later(answer_t a)
 {
     return a == ANSWER_IN_PROGRESS || a == ANSWER_UNKNOWN || a == ANSWER_CANCELLED ||
-           a == ANSWER_FOREIGN;
+           a == ANSWER_FOREIGN || a == ANSWER_STILL_RUNNING;
 }
 
 const char *answer_code(answer_t a)

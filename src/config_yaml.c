@@ -708,6 +708,7 @@ static const key_spec_t tool_keys[] = {
      .off = TOOL(on_store_down),
      .names = store_down_names},
     {.name = "advertise_key", .kind = K_BOOL, .off = TOOL(advertise_key)},
+    {.name = "answer_after", .kind = K_DUR, .off = TOOL(answer_after_ms), .min = 1, .max = MS_D},
     /* last, as `defaults` alone takes it: whether unlisted tools follow their annotations */
     {.name = "trust_annotations", .kind = K_BOOL, .off = TOOL(trust_annotations)},
 };

@@ -113,6 +113,8 @@ typedef struct call {
     struct call *prev_fwd, *next_fwd; /* CALL_FORWARDED: in the list of forwarded calls */
     bool in_fwd;
     struct event *lease_timer; /* renews the claim while the upstream call runs */
+    struct event *early_timer; /* answer_after: answers the agent still_running */
+    bool answered_early;       /* it did */
     struct event *timer;       /* wait mode */
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;
@@ -180,12 +182,25 @@ static void call_detach(void *arg)
         event_free(c->timer);
     if (c->lease_timer)
         event_free(c->lease_timer);
+    if (c->early_timer)
+        event_free(c->early_timer);
     free(c);
 }
 
 /* --- answers the gateway writes --- */
 
 /* The call ends here with an answer of the gateway's own. Last use of c. */
+static const char *status_hint(const call_t *c, answer_t a, char *buf, size_t len)
+{
+    if (!c->idem->ctx.cfg->status_tool || !answer_has_later(a))
+        return NULL;
+    snprintf(buf, len,
+             "To learn what became of it, call the tool %s with this call's tool name and "
+             "arguments.",
+             CATALOG_STATUS_TOOL);
+    return buf;
+}
+
 static void answer(call_t *c, answer_t a, const char *detail, const char *detail2)
 {
     server_stats_t *stats = c->idem->ctx.stats;
@@ -195,14 +210,9 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
         stats->in_progress++;
     else
         stats->unknown++;
-    char hint[300] = "";
-    if (c->idem->ctx.cfg->status_tool && answer_has_later(a))
-        snprintf(hint, sizeof(hint),
-                 "To learn what became of it, call the tool %s with this call's tool name and "
-                 "arguments.",
-                 CATALOG_STATUS_TOOL);
+    char hint[300];
     char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2,
-                             hint[0] ? hint : NULL);
+                             status_hint(c, a, hint, sizeof(hint)));
     /* the log line says why, with the code the agent got */
     char fields[128];
     if (c->key)
@@ -420,6 +430,24 @@ static void renew_lease(evutil_socket_t fd, short what, void *arg)
     evtimer_add(c->lease_timer, &tv);
 }
 
+/* answer_after: the call is still running; the agent hears so, the result is kept. */
+static void answer_still_running(evutil_socket_t fd, short what, void *arg)
+{
+    call_t *c = arg;
+    if (c->state != CALL_FORWARDED || c->final_seen || !exchange_agent_waiting(c->ex))
+        return;
+    char hint[300], fields[128];
+    char *body = answer_body(ANSWER_STILL_RUNNING, msg_of(c)->id_text, c->key_hash, c->claimed_at,
+                             NULL, status_hint(c, ANSWER_STILL_RUNNING, hint, sizeof(hint)));
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"answered\":\"still_running\"",
+             KEY_HASH_LOG_LEN, c->key_hash);
+    exchange_set_log_fields(c->ex, fields);
+    c->idem->ctx.stats->in_progress++;
+    c->answered_early = true;
+    exchange_answer_early(c->ex, body);
+    free(body);
+}
+
 static void forward_claimed(call_t *c)
 {
     set_state(c, CALL_FORWARDED);
@@ -428,6 +456,12 @@ static void forward_claimed(call_t *c)
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(c->idem->ctx.base, renew_lease, c);
     evtimer_add(c->lease_timer, &tv);
+    if (c->rules.answer_after_ms) {
+        uint64_t ms = c->rules.answer_after_ms;
+        struct timeval after = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+        c->early_timer = evtimer_new(c->idem->ctx.base, answer_still_running, c);
+        evtimer_add(c->early_timer, &after);
+    }
     exchange_set_outcome(c->ex, "forwarded"); /* until the upstream's answer says what happened */
     /* the result is read to be stored: ask for it uncompressed (decoded anyway if it is not) */
     char extra[160] = "Accept-Encoding: identity\r\n";
@@ -942,9 +976,10 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     exchange_set_outcome(c->ex, outcome_name(why));
     if (outcome_executed(why))
         i->ctx.stats->executions++;
-    char fields[160];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"",
-             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(state), outcome_why_str(why));
+    char fields[200];
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"%s",
+             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(state), outcome_why_str(why),
+             c->answered_early ? ",\"answered\":\"still_running\"" : "");
     exchange_set_log_fields(c->ex, fields);
     c->why = why;
     c->recorded = state;

@@ -109,6 +109,7 @@ policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms
         .on_store_down = t->on_store_down,
         .forward_key = t->forward_key,
         .advertise_key = t->advertise_key,
+        .answer_after_ms = t->answer_after_ms,
     };
 }
 

@@ -521,6 +521,36 @@ void exchange_replace_answer(exchange_t *ex, const char *body)
         conclude(ex);
 }
 
+void exchange_answer_early(exchange_t *ex, const char *body)
+{
+    http_conn_t *c = ex->client;
+    if (!c || ex->answered)
+        return;
+    if (ex->held) {
+        evbuffer_free(ex->held); /* what the agent has not seen it never will */
+        ex->held = NULL;
+    }
+    ex->answered = true;
+    if (!ex->relayed) {
+        http_conn_set_observer(c, NULL, NULL, NULL);
+        ex->client = NULL;
+        char *cors = own_cors_headers(ex);
+        http_conn_respond(c, 200, "application/json", body, strlen(body), cors,
+                          ex->req->keep_alive);
+        free(cors);
+        return;
+    }
+    bool keep = false;
+    if (ex->resp_sse && ex->chunked) {
+        char *event = xasprintf("event: message\ndata: %s\n\n", body);
+        struct evbuffer *out = http_conn_output(c);
+        evbuffer_add_printf(out, "%zx\r\n%s\r\n0\r\n\r\n", strlen(event), event);
+        free(event);
+        keep = ex->keep_alive;
+    } /* else a length-framed body was partly relayed: only closing ends it */
+    finish_client(ex, keep);
+}
+
 static void on_client_drained(void *arg)
 {
     exchange_t *ex = arg;

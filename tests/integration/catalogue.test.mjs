@@ -213,3 +213,26 @@ test('status_tool: the gateway answers what became of an earlier call, for its c
 function waitForLedgerTool(file, tool) {
   return waitFor(async () => (await readLedger(file)).some((e) => e.tool === tool) || null, { what: `${tool} in the ledger` });
 }
+
+for (const progress of [false, true]) {
+  test(`answer_after: a long call is answered still_running${progress ? ' after its progress events' : ''}, its result kept for the repeat`, async (t) => {
+    const { upstream, gw } = await setup(t, { status_tool: true, tools: { slow_refund: { class: 'non_idempotent', answer_after: '400ms' } } });
+    const client = await mcpClient(t, gw.url);
+    const args = { order_id: `ord-long-${progress}`, amount_cents: 5, delay_ms: 2500 };
+    let events = 0;
+    const early = await client.callTool({ name: 'slow_refund', arguments: args }, undefined,
+      progress ? { onprogress: () => { events++; }, timeout: 60000 } : { timeout: 60000 });
+    assert.equal(early.isError, true);
+    assert.equal(early._meta['idemgw/status'].code, 'still_running');
+    assert.match(toolText(early), /do NOT repeat it now/);
+    assert.match(toolText(early), /idemgw_call_status/);
+    if (progress) assert.ok(events >= 1, 'the progress event before it was relayed');
+    // the gateway keeps reading: the result is recorded when the server finishes
+    await waitForLog(gw, /recorded as succeeded/, { timeoutMs: 15000 });
+    const later = await client.callTool({ name: 'slow_refund', arguments: args });
+    assert.ok(replayMarker(later), 'the repeat gets the stored result');
+    assert.match(toolText(later), /^Refunded 5 cents on order ord-long/);
+    assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+    assert.match(gw.logs(), /"answered":"still_running"/);
+  });
+}

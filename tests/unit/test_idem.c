@@ -81,6 +81,11 @@ void exchange_drop_request_header(exchange_t *ex, const char *name)
 {
     http_headers_remove(&ex->req.headers, name);
 }
+void exchange_answer_early(exchange_t *ex, const char *body)
+{
+    ex->status = 200;
+    ex->body = xstrdup(body);
+}
 void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
 {
     evbuffer_drain(ex->req.body, evbuffer_get_length(ex->req.body));
