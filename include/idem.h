@@ -40,6 +40,9 @@ void idem_reconfigure(idem_t *i, const config_t *cfg);
 /* The proxy_stage_t entry points (arg: the idem_t). */
 void idem_call(void *arg, exchange_t *ex);
 void idem_stream(void *arg, exchange_t *ex);
+/* A tasks/get, tasks/result or tasks/cancel: to the session of a task this caller was given
+ * by a replay (tasks.h). */
+void idem_task(void *arg, exchange_t *ex);
 void idem_cancelled(void *arg, const http_request_t *note, const char *session,
                     const json_t *request_id);
 bool idem_session_busy(void *arg, const char *session);

@@ -26,6 +26,8 @@ typedef struct proxy proxy_t;
 typedef struct proxy_stage {
     /* a non_idempotent tools/call: the stage owns its next step (exchange.h) */
     void (*call)(void *arg, exchange_t *ex);
+    /* a tasks/get, tasks/result or tasks/cancel: the stage owns its next step */
+    void (*task)(void *arg, exchange_t *ex);
     /* a GET stream about to be forwarded: the stage may set an observer on it */
     void (*stream)(void *arg, exchange_t *ex);
     /* a notifications/cancelled of session, naming request_id, that the upstream accepted */

@@ -12,6 +12,7 @@
 #include "sse.h"
 #include "store.h"
 #include "subject.h"
+#include "tasks.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -75,6 +76,7 @@ struct idem {
     idem_ctx_t ctx;
     pending_reg_t *pending;
     struct call *forwarded; /* calls the upstream runs now, for cancels */
+    task_routes_t *tasks;   /* tasks this process stored or replayed: their sessions */
 };
 
 typedef struct call {
@@ -326,6 +328,9 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
     i->ctx.stats->replays++;
     if (from_cache)
         i->ctx.stats->cache_replays++;
+    if (!from_cache && row->result && row->expires_in_ms > 0)
+        task_routes_note(i->tasks, row->result, row->result_len, c->subject,
+                         row->first_session_id, util_now_ms() + (uint64_t)row->expires_in_ms);
     if (i->ctx.store) {
         /* counted for --show, from the cache too; a lost count loses nothing else */
         store_status_t st = store_note_duplicate(i->ctx.store, c->key, NULL, NULL);
@@ -990,6 +995,14 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
         result = CANCEL_NOTE;
         result_len = sizeof(CANCEL_NOTE) - 1;
     }
+    uint64_t ttl = 0;
+    if (result && state == STORE_STATE_SUCCEEDED && task_result_of(result, result_len, NULL, &ttl)) {
+        /* a replay of a task that no longer exists would point the retry at nothing */
+        if (ttl && ttl < c->rules.window_ms)
+            c->rules.window_ms = ttl;
+        task_routes_note(i->tasks, result, result_len, c->subject, header_of(c, "mcp-session-id"),
+                         util_now_ms() + c->rules.window_ms);
+    }
     store_status_t st = store_finish(i->ctx.store, c->key, c->fence, state, result, result_len,
                                      too_large, c->rules.window_ms, on_finished, c);
     if (st != STORE_OK) {
@@ -1106,6 +1119,46 @@ void idem_call(void *arg, exchange_t *ex)
     subject_resolve(&cfg->subject, exchange_request(ex), on_subject, c);
 }
 
+/* --- tasks/get, tasks/result, tasks/cancel: to the session that owns the task --- */
+
+typedef struct task_ask {
+    idem_t *idem;
+    exchange_t *ex;
+    char *task_id;
+} task_ask_t;
+
+static void on_task_subject(void *arg, const subject_result_t *res)
+{
+    task_ask_t *a = arg;
+    const char *session =
+        res->subject ? task_routes_session(a->idem->tasks, a->task_id, res->subject,
+                                           util_now_ms())
+                     : NULL;
+    const char *own = http_headers_get(&exchange_request(a->ex)->headers, "mcp-session-id");
+    if (session && (!own || strcmp(own, session) != 0))
+        task_forward_to(a->ex, a->idem->ctx.base, a->task_id, session);
+    else
+        exchange_forward(a->ex, NULL, false);
+    free(a->task_id);
+    free(a);
+}
+
+void idem_task(void *arg, exchange_t *ex)
+{
+    idem_t *i = arg;
+    struct evbuffer *b = exchange_request(ex)->body;
+    char *id = task_request_id((const char *)evbuffer_pullup(b, -1), evbuffer_get_length(b));
+    if (!id) {
+        exchange_forward(ex, NULL, false);
+        return;
+    }
+    task_ask_t *a = xcalloc(1, sizeof(*a));
+    a->idem = i;
+    a->ex = ex;
+    a->task_id = id;
+    subject_resolve(&i->ctx.cfg->subject, exchange_request(ex), on_task_subject, a);
+}
+
 void idem_stream(void *arg, exchange_t *ex)
 {
     idem_t *i = arg;
@@ -1163,6 +1216,7 @@ idem_t *idem_new(const idem_ctx_t *ctx)
 {
     idem_t *i = xcalloc(1, sizeof(*i));
     i->ctx = *ctx;
+    i->tasks = task_routes_new();
     pending_ctx_t pc = {
         .store = ctx->store,
         .stats = ctx->stats,
@@ -1178,6 +1232,7 @@ void idem_free(idem_t *i)
     if (!i)
         return;
     pending_free(i->pending);
+    task_routes_free(i->tasks);
     free(i);
 }
 

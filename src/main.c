@@ -450,6 +450,7 @@ static void wire_stages(server_t *s)
     proxy_stage_t stage = {
         .call = idem_call,
         .stream = idem_stream,
+        .task = idem_task,
         .cancelled = idem_cancelled,
         .session_busy = idem_session_busy,
         .arg = s->idem,

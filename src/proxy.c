@@ -1095,6 +1095,14 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
             p->stage.call(p->stage.arg, ex);
             return;
         }
+        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->stage.task &&
+            (strcmp(ex->msg.method, "tasks/get") == 0 ||
+             strcmp(ex->msg.method, "tasks/result") == 0 ||
+             strcmp(ex->msg.method, "tasks/cancel") == 0)) {
+            set_state(ex, EX_CLAIMING);
+            p->stage.task(p->stage.arg, ex);
+            return;
+        }
         if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->ctx.catalog &&
             strcmp(ex->msg.method, "tools/list") == 0)
             catalog_observe(p->ctx.catalog, p->ctx.base,

@@ -361,7 +361,7 @@ static void test_exact_messages(void **state)
     expect_one_error("upstream: http://h/mcp\ntools:\n  bar:\n    foo: 1\n",
                      "t.yaml:4: unknown key 'foo' in tools.bar (allowed: class, window, "
                      "exclude_args, key_arg, on_tool_error, on_ambiguous, in_progress, lease, "
-                     "max_stored_bytes, forward_key, on_store_down)");
+                     "max_stored_bytes, forward_key, on_store_down, advertise_key, answer_after)");
     expect_one_error("upstream: http://h/mcp\ntimeouts: {upstream: 10x}\n",
                      "t.yaml:2: timeouts.upstream: bad duration '10x' (a whole number with unit "
                      "ms, s, m, h or d, e.g. 250ms, 90s, 10m)");

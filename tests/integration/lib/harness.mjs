@@ -454,13 +454,23 @@ export async function rawSession(t, url, { headers = {} } = {}) {
     const contentType = res.headers.get('content-type');
     return { status: res.status, headers: res.headers, contentType, body, message: findResponse(contentType, body, id), id };
   }
+  /** Any JSON-RPC request on the session: {status, body, message}. */
+  async function request(method, params, { id = `raw-${++rawIds}`, headers: extra = {} } = {}) {
+    const res = await fetch(url, {
+      method: 'POST',
+      headers: { ...sessHeaders, ...extra },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method, params }),
+    });
+    const body = await res.text();
+    return { status: res.status, headers: res.headers, body, message: findResponse(res.headers.get('content-type'), body, id) };
+  }
   async function close() {
     if (!sessionId) return;
     const r = await fetch(url, { method: 'DELETE', headers: sessHeaders }).catch(() => null);
     await r?.arrayBuffer().catch(() => {});
   }
   t.after(close);
-  return { sessionId, call, close };
+  return { sessionId, call, request, close };
 }
 
 /**
