@@ -334,12 +334,16 @@ export function waitForLog(handle, re, { timeoutMs = 10000 } = {}) {
 /**
  * tests/fixtures/refund-server.mjs with its ledger in a fresh temp folder (or opts.ledger).
  * opts.jsonResponse answers with single JSON bodies instead of SSE streams; opts.requireBearer
- * answers 401 to requests without that bearer token.
+ * answers 401 to requests without that bearer token; opts.oauth {resource, authorizationServer}
+ * adds the protected-resource metadata (RFC 9728) for that resource URL.
  * Returns {url, port, ledger, proc, logs, exited}.
  */
-export async function startRefundServer(t, { jsonResponse = false, ledger, tls, requireBearer } = {}) {
+export async function startRefundServer(t, { jsonResponse = false, ledger, tls, requireBearer, oauth } = {}) {
   const ledgerPath = ledger ?? path.join(await tempDir(t, 'idemgw-ledger-'), 'ledger.jsonl');
-  const env = { LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '', REQUIRE_BEARER: requireBearer ?? '' };
+  const env = {
+    LEDGER: ledgerPath, JSON_RESPONSE: jsonResponse ? '1' : '', REQUIRE_BEARER: requireBearer ?? '',
+    OAUTH_RESOURCE: oauth?.resource ?? '', OAUTH_AS: oauth?.authorizationServer ?? '',
+  };
   if (tls) Object.assign(env, { TLS_CERT: tls.cert, TLS_KEY: tls.key });
   const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/refund-server.mjs'), '0'], {
     env,
