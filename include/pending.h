@@ -21,7 +21,10 @@ typedef struct pending_ctx {
     server_stats_t *stats;
     /* a response finished a pending call of session: the session may be idle now */
     void (*session_idle)(void *arg, const char *session);
-    void *arg;
+    /* a GET stream carried notifications/tools/list_changed (NULL: GET streams without
+     * pending calls are not watched) */
+    void (*tools_changed)(void *tools_arg);
+    void *arg, *tools_arg;
 } pending_ctx_t;
 
 pending_reg_t *pending_new(const pending_ctx_t *ctx);

@@ -1222,6 +1222,8 @@ idem_t *idem_new(const idem_ctx_t *ctx)
         .stats = ctx->stats,
         .session_idle = ctx->session_idle,
         .arg = ctx->arg,
+        .tools_changed = ctx->tools_changed,
+        .tools_arg = ctx->tools_arg,
     };
     i->pending = pending_new(&pc);
     return i;

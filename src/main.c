@@ -55,6 +55,7 @@ typedef struct server {
     struct event *fetch_retry;  /* the next try after a failed one */
     uint64_t fetch_backoff_ms;
     bool catalog_fetched;       /* the upstream's tools/list was read once */
+    bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct evconnlistener *listener;
@@ -270,6 +271,12 @@ static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg);
 static void catalog_fetched(void *arg, int n_tools, const char *error)
 {
     server->fetch = NULL;
+    if (!error && server->fetch_again) {
+        server->fetch_again = false;
+        struct timeval zero = {0, 0};
+        evtimer_add(server->fetch_retry, &zero);
+        return;
+    }
     if (!error) {
         server->catalog_fetched = true;
         log_info(0, "tool catalogue: %d tools listed by the upstream", n_tools);
@@ -309,6 +316,21 @@ static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
         .done = catalog_fetched,
     };
     server->fetch = catalog_fetch_start(&o);
+}
+
+/* A server said its tools changed: read them again (once at a time; a change during a fetch
+ * is read by one more). */
+static void tools_changed(void *arg)
+{
+    (void)arg;
+    if (!catalog_wanted(server->cfg))
+        return;
+    log_info(0, "tool catalogue: the upstream says its tools changed: reading them again");
+    server->catalog_fetched = false;
+    if (server->fetch)
+        server->fetch_again = true;
+    else if (!evtimer_pending(server->fetch_retry, NULL))
+        start_catalog_fetch(-1, 0, NULL);
 }
 
 static void stop_catalog_fetch(void)
@@ -443,6 +465,7 @@ static void wire_stages(server_t *s)
         .cache = s->cache,
         .stats = s->stats,
         .catalog = s->catalog,
+        .tools_changed = tools_changed,
         .session_idle = session_idle,
         .arg = s->proxy,
     };

@@ -145,11 +145,23 @@ static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_r
     }
 }
 
+/* A notification that the server's tools changed, told apart cheaply first. */
+static bool tools_changed(const sse_event_t *ev)
+{
+    static const char name[] = "notifications/tools/list_changed";
+    size_t off, len;
+    return memmem(ev->data, ev->data_len, name, sizeof(name) - 1) &&
+           mcp_member_span(ev->data, ev->data_len, "method", &off, &len) &&
+           len == sizeof(name) + 1 && memcmp(ev->data + off + 1, name, sizeof(name) - 1) == 0;
+}
+
 static int on_watch_event(const sse_event_t *ev, void *arg)
 {
     watcher_t *w = arg;
     pending_reg_t *r = w->reg;
     bool finished_one = false;
+    if (r->ctx.tools_changed && tools_changed(ev))
+        r->ctx.tools_changed(r->ctx.tools_arg);
     for (pending_t **pp = &r->head; *pp;) {
         pending_t *p = *pp;
         size_t off = 0, len = 0;
@@ -207,7 +219,9 @@ static const response_observer_t watch_ops = {
 void pending_watch(pending_reg_t *r, exchange_t *ex)
 {
     const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
-    if (!r->ctx.store || !session || !pending_has_session(r, session))
+    if (!session)
+        return;
+    if (!r->ctx.tools_changed && (!r->ctx.store || !pending_has_session(r, session)))
         return;
     watcher_t *w = xcalloc(1, sizeof(*w));
     w->reg = r;

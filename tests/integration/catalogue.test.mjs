@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  IDEMGW_BIN, createDatabase, mcpClient, readLedger, replayMarker, run, startGateway, startRefundServer,
+  IDEMGW_BIN, createDatabase, mcpClient, rawSession, readLedger, replayMarker, run, startGateway, startRefundServer,
   tempDir, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
@@ -236,3 +236,23 @@ for (const progress of [false, true]) {
     assert.match(gw.logs(), /"answered":"still_running"/);
   });
 }
+
+test('notifications/tools/list_changed on a GET stream: the gateway reads the tools again', async (t) => {
+  const { gw } = await setup(t);
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
+  const raw = await rawSession(t, gw.url);
+  // the session's GET stream, where the server's own notifications go; open once its head is in
+  const controller = new AbortController();
+  t.after(() => controller.abort());
+  const stream = await fetch(gw.url, {
+    headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': raw.sessionId, 'MCP-Protocol-Version': '2025-11-25' },
+    signal: controller.signal,
+  });
+  assert.equal(stream.status, 200);
+  const enabled = await raw.call('enable_audit', {});
+  assert.equal(enabled.status, 200, enabled.body);
+  await waitForLog(gw, /the upstream says its tools changed/);
+  await waitForLog(gw, /"tool":"audit_log","class":"read","class_source":"annotation"/);
+  const n = gw.logs().match(/tool catalogue: \d+ tools listed by the upstream/g).length;
+  assert.equal(n, 2, 'read at start and again after the change');
+});
