@@ -9,6 +9,7 @@
 #include "upstream.h"
 
 #include <stdint.h>
+#include <stdio.h>
 
 typedef struct catalog_fetch catalog_fetch_t;
 
@@ -42,8 +43,18 @@ int catalog_fetch_now(const struct config *cfg, const char *headers, catalog_t *
                       void (*on_page)(void *arg, const char *result, size_t len), void *arg,
                       char *err, size_t errlen);
 
-/* Appends a command line's -H 'Name: value' to headers (a buffer of size bytes) as a header
- * line. false when it is not one header on one line or does not fit. */
-bool catalog_fetch_add_header(char *headers, size_t size, const char *arg);
+/* The options of the commands that read a catalogue (idemgw tools, idemgw policy):
+ * -c FILE, --upstream URL (when the command takes it), -H 'Name: value' (repeatable, checked:
+ * one header on one line), -h. */
+typedef struct catalog_cli {
+    const char *config;   /* -c, or NULL */
+    const char *upstream; /* --upstream, or NULL */
+    char headers[8192];   /* the -H headers as request header lines */
+} catalog_cli_t;
+
+/* Parses argv (argv[0] is the command's name, cmd the name for messages). 0: parsed; 1: help
+ * printed with usage; -1: a usage error, reported on stderr. */
+int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstream,
+                      void (*usage)(FILE *), catalog_cli_t *out);
 
 #endif

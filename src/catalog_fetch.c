@@ -10,6 +10,7 @@
 
 #include <event2/buffer.h>
 #include <event2/event.h>
+#include <getopt.h>
 #include <openssl/ssl.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -334,7 +335,9 @@ out:
     return run.n_tools;
 }
 
-bool catalog_fetch_add_header(char *headers, size_t size, const char *arg)
+/* Appends -H 'Name: value' as a header line; false when it is not one header on one line or
+ * does not fit. */
+static bool add_header(char *headers, size_t size, const char *arg)
 {
     const char *colon = strchr(arg, ':');
     if (!colon || colon == arg || strpbrk(arg, "\r\n") || memchr(arg, ' ', (size_t)(colon - arg)))
@@ -344,4 +347,46 @@ bool catalog_fetch_add_header(char *headers, size_t size, const char *arg)
         return false;
     snprintf(headers + used, size - used, "%s\r\n", arg);
     return true;
+}
+
+int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstream,
+                      void (*usage)(FILE *), catalog_cli_t *out)
+{
+    static const struct option longopts[] = {
+        {"upstream", required_argument, NULL, 'u'},
+        {"config", required_argument, NULL, 'c'},
+        {"header", required_argument, NULL, 'H'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    memset(out, 0, sizeof(*out));
+    optind = 0; /* a fresh scan: tests run commands more than once in a process */
+    opterr = 0;
+    int opt;
+    while ((opt = getopt_long(argc, argv, takes_upstream ? "u:c:H:h" : "c:H:h", longopts, NULL)) !=
+           -1) {
+        if (opt == 'u' && takes_upstream) {
+            out->upstream = optarg;
+        } else if (opt == 'c') {
+            out->config = optarg;
+        } else if (opt == 'H') {
+            if (!add_header(out->headers, sizeof(out->headers), optarg)) {
+                fprintf(stderr, "%s: -H %s: expected 'Name: value' on one line\n", cmd, optarg);
+                return -1;
+            }
+        } else if (opt == 'h') {
+            usage(stdout);
+            return 1;
+        } else {
+            fprintf(stderr, "%s: unknown or incomplete option %s\n", cmd, argv[optind - 1]);
+            usage(stderr);
+            return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "%s: unexpected argument %s\n", cmd, argv[optind]);
+        usage(stderr);
+        return -1;
+    }
+    return 0;
 }

@@ -346,14 +346,21 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
 
 static void claim(call_t *c);
 
+/* The agent left while a store call ran: the call ends without an answer. */
+static bool agent_left(call_t *c)
+{
+    if (exchange_agent_waiting(c->ex))
+        return false;
+    set_state(c, CALL_DONE);
+    exchange_end(c->ex);
+    return true;
+}
+
 static void on_get(store_status_t st, const store_row_t *row, void *arg)
 {
     call_t *c = arg;
-    if (!exchange_agent_waiting(c->ex)) {
-        set_state(c, CALL_DONE);
-        exchange_end(c->ex);
+    if (agent_left(c))
         return;
-    }
     if (st != STORE_OK) {
         /* the first call was running a moment ago: forwarding now (passthrough) could run
          * it twice, so the duplicate hears "in progress" */
@@ -393,11 +400,8 @@ static void on_get(store_status_t st, const store_row_t *row, void *arg)
 static void wait_tick(evutil_socket_t fd, short what, void *arg)
 {
     call_t *c = arg;
-    if (!exchange_agent_waiting(c->ex)) {
-        set_state(c, CALL_DONE);
-        exchange_end(c->ex);
+    if (agent_left(c))
         return;
-    }
     if (store_get(c->idem->ctx.store, c->key, on_get, c) != STORE_OK)
         answer_in_progress(c, NULL);
 }
@@ -653,11 +657,8 @@ static void status_answer(call_t *c, bool is_error, const char *code, const char
 static void on_status_row(store_status_t st, const store_row_t *row, void *arg)
 {
     call_t *c = arg;
-    if (!exchange_agent_waiting(c->ex)) {
-        set_state(c, CALL_DONE);
-        exchange_end(c->ex);
+    if (agent_left(c))
         return;
-    }
     if (st != STORE_OK) {
         answer_store_failed(c, st);
         return;

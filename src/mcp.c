@@ -84,49 +84,17 @@ static size_t skip_value(const char *s, size_t i, size_t n)
     return i;
 }
 
-bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, size_t *vlen)
-{
-    size_t nlen = strlen(name);
-    bool found = false;
-    size_t i = skip_ws(s, 0, n);
-    if (i >= n || s[i] != '{')
-        return false;
-    i++;
-    for (;;) {
-        i = skip_ws(s, i, n);
-        if (i >= n || s[i] != '"')
-            return false;
-        size_t kstart = i + 1;
-        size_t kend = skip_value(s, i, n);
-        if (kend > n)
-            return false;
-        bool match = kend - 1 - kstart == nlen && memcmp(s + kstart, name, nlen) == 0;
-        i = skip_ws(s, kend, n);
-        if (i >= n || s[i] != ':')
-            return false;
-        i = skip_ws(s, i + 1, n);
-        size_t vend = skip_value(s, i, n);
-        if (vend > n)
-            return false;
-        if (match) {
-            /* the last one wins, as in jansson and JSON.parse */
-            found = true;
-            *off = i;
-            *vlen = vend - i;
-        }
-        i = skip_ws(s, vend, n);
-        if (i < n && s[i] == '}')
-            return found;
-        if (i >= n || s[i] != ',')
-            return false;
-        i++;
-    }
-}
+/* Where the last member name of an object text is: its name's opening quote, its value,
+ * and the span that cutting it out takes (widened by one separating comma: the one after it,
+ * else the one before it). */
+typedef struct member_pos {
+    size_t value, value_end, cut_from, cut_to;
+} member_pos_t;
 
-/* The last member name of the object text s[0..n), as a byte span from its name's opening
- * quote to the end of its value, widened by one separating comma (the one after it, else the
- * one before it) so that cutting the span leaves valid JSON. */
-static bool member_cut(const char *s, size_t n, const char *name, size_t *from, size_t *to)
+/* Walks the members of the object text s[0..n); false when name is not there or the text is
+ * not an object of members (names with escapes are not found). The last one wins, as in
+ * jansson and JSON.parse. */
+static bool member_find(const char *s, size_t n, const char *name, member_pos_t *pos)
 {
     size_t nlen = strlen(name), prev_end = 0;
     bool found = false, first = true;
@@ -146,21 +114,18 @@ static bool member_cut(const char *s, size_t n, const char *name, size_t *from, 
         i = skip_ws(s, kend, n);
         if (i >= n || s[i] != ':')
             return false;
-        i = skip_ws(s, i + 1, n);
-        size_t vend = skip_value(s, i, n);
+        size_t vstart = skip_ws(s, i + 1, n);
+        size_t vend = skip_value(s, vstart, n);
         if (vend > n)
             return false;
         i = skip_ws(s, vend, n);
         bool more = i < n && s[i] == ',';
         if (match) {
             found = true;
-            if (more) {
-                *from = mstart;
-                *to = skip_ws(s, i + 1, n);
-            } else {
-                *from = first ? mstart : prev_end; /* from the comma before it */
-                *to = vend;
-            }
+            pos->value = vstart;
+            pos->value_end = vend;
+            pos->cut_from = more || first ? mstart : prev_end;
+            pos->cut_to = more ? skip_ws(s, i + 1, n) : vend;
         }
         if (i < n && s[i] == '}')
             return found;
@@ -172,17 +137,25 @@ static bool member_cut(const char *s, size_t n, const char *name, size_t *from, 
     }
 }
 
+bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, size_t *vlen)
+{
+    member_pos_t pos;
+    if (!member_find(s, n, name, &pos))
+        return false;
+    *off = pos.value;
+    *vlen = pos.value_end - pos.value;
+    return true;
+}
+
 char *mcp_without_argument(const char *body, size_t len, const char *name, size_t *out_len)
 {
-    size_t poff, plen, aoff, alen, from = 0, to = 0;
+    size_t poff, plen, aoff, alen;
+    member_pos_t pos;
     if (!mcp_member_span(body, len, "params", &poff, &plen) ||
-        !mcp_member_span(body + poff, plen, "arguments", &aoff, &alen))
+        !mcp_member_span(body + poff, plen, "arguments", &aoff, &alen) ||
+        !member_find(body + poff + aoff, alen, name, &pos))
         return NULL;
-    size_t args = poff + aoff;
-    if (!member_cut(body + args, alen, name, &from, &to))
-        return NULL;
-    from += args;
-    to += args;
+    size_t from = poff + aoff + pos.cut_from, to = poff + aoff + pos.cut_to;
     *out_len = len - (to - from);
     char *out = xmalloc(*out_len + 1);
     memcpy(out, body, from);

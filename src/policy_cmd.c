@@ -7,7 +7,6 @@
 #include "log.h"
 #include "util.h"
 
-#include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +15,6 @@
 
 #define EXIT_FOUND 1
 #define EXIT_USAGE 2
-#define MAX_HEADERS_BYTES 8192
 #define DESCRIPTION_MAX 110 /* characters of a description shown in a comment */
 
 static void usage(FILE *f)
@@ -256,48 +254,17 @@ int policy_cmd_main(int argc, char **argv)
         return help ? 0 : EXIT_USAGE;
     }
     bool is_init = strcmp(argv[1], "init") == 0;
-    static const struct option longopts[] = {
-        {"upstream", required_argument, NULL, 'u'},
-        {"config", required_argument, NULL, 'c'},
-        {"header", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *url = NULL, *path = NULL;
-    char headers[MAX_HEADERS_BYTES] = "";
-    optind = 0;
-    opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc - 1, argv + 1, "u:c:H:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'u':
-            url = optarg;
-            break;
-        case 'c':
-            path = optarg;
-            break;
-        case 'H':
-            if (!catalog_fetch_add_header(headers, sizeof(headers), optarg)) {
-                fprintf(stderr, "idemgw policy: -H %s: expected 'Name: value' on one line\n",
-                        optarg);
-                return EXIT_USAGE;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "idemgw policy: unknown or incomplete option %s\n", argv[optind]);
-            usage(stderr);
-            return EXIT_USAGE;
-        }
-    }
-    if (optind + 1 < argc || (is_init && (!url || path)) || (!is_init && url)) {
-        fprintf(stderr, "idemgw policy %s: %s\n", argv[1],
-                is_init ? "needs --upstream URL (and no -c)" : "takes -c FILE, not --upstream");
+    catalog_cli_t o;
+    int r =
+        catalog_cli_parse(argc - 1, argv + 1, is_init ? "idemgw policy init" : "idemgw policy diff",
+                          is_init, usage, &o);
+    if (r != 0)
+        return r > 0 ? 0 : EXIT_USAGE;
+    if (is_init && (!o.upstream || o.config)) {
+        fprintf(stderr, "idemgw policy init: needs --upstream URL (and no -c)\n");
         usage(stderr);
         return EXIT_USAGE;
     }
     log_threshold = LOG_OFF; /* the output is the answer */
-    return is_init ? init(url, headers) : diff(path, headers);
+    return is_init ? init(o.upstream, o.headers) : diff(o.config, o.headers);
 }

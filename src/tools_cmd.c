@@ -6,14 +6,12 @@
 #include "config.h"
 #include "log.h"
 
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TOOLS_EXIT_FAILED 1
 #define TOOLS_EXIT_USAGE 2
-#define MAX_HEADERS_BYTES 8192
 
 static void usage(FILE *f)
 {
@@ -76,43 +74,11 @@ static void print_table(const catalog_t *c, const config_t *cfg)
 
 int tools_cmd_main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},
-        {"header", required_argument, NULL, 'H'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    const char *path = NULL;
-    char headers[MAX_HEADERS_BYTES] = "";
-    optind = 0;
-    opterr = 0;
-    int opt;
-    while ((opt = getopt_long(argc, argv, "c:H:h", longopts, NULL)) != -1) {
-        switch (opt) {
-        case 'c':
-            path = optarg;
-            break;
-        case 'H':
-            if (!catalog_fetch_add_header(headers, sizeof(headers), optarg)) {
-                fprintf(stderr, "idemgw tools: -H %s: expected 'Name: value' on one line\n",
-                        optarg);
-                return TOOLS_EXIT_USAGE;
-            }
-            break;
-        case 'h':
-            usage(stdout);
-            return 0;
-        default:
-            fprintf(stderr, "idemgw tools: unknown or incomplete option %s\n", argv[optind - 1]);
-            usage(stderr);
-            return TOOLS_EXIT_USAGE;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "idemgw tools: unexpected argument %s\n", argv[optind]);
-        usage(stderr);
-        return TOOLS_EXIT_USAGE;
-    }
+    catalog_cli_t o;
+    int r = catalog_cli_parse(argc, argv, "idemgw tools", false, usage, &o);
+    if (r != 0)
+        return r > 0 ? 0 : TOOLS_EXIT_USAGE;
+    const char *path = o.config, *headers = o.headers;
 
     config_errors_t errs = {0};
     config_t *cfg = config_load(path, &errs);
