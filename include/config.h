@@ -91,6 +91,8 @@ typedef struct config {
     bool forward_other_paths; /* other paths than upstream_path: plain reverse proxy (true) */
     cors_mode_t cors;         /* CORS headers on answers the gateway writes (mirror) */
     bool status_tool;         /* tools/list offers idemgw_call_status, answered by the gateway */
+    uint64_t dup_harness_ms;  /* duplicates.harness_within (dupsource.h) */
+    uint64_t dup_model_ms;    /* duplicates.model_within */
 
     int log_level; /* log_level_t */
 

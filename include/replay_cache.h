@@ -20,6 +20,8 @@ typedef struct replay_entry {
     const char *args_digest; /* to refuse an explicit key reused with other arguments */
     const char *created_at;  /* first seen, ISO 8601 */
     int attempts;            /* attempts known to this process, this replay included */
+    const char *first_session_id; /* the first call's session and JSON-RPC id, or NULL */
+    const char *first_jsonrpc_id;
 } replay_entry_t;
 
 replay_cache_t *replay_cache_new(size_t max_entries, size_t max_bytes);
@@ -29,6 +31,10 @@ void replay_cache_free(replay_cache_t *rc);
 void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_digest,
                       const char *result, size_t result_len, const char *created_at, int attempts,
                       uint64_t expires_ms);
+/* Sets the first call's session and JSON-RPC id text (either may be NULL) on key's entry, if
+ * there is one: what a duplicate's source is judged by (dupsource.h). */
+void replay_cache_set_first(replay_cache_t *rc, const char *key, const char *session,
+                            const char *jsonrpc_id);
 /* The live entry for key, counting this lookup as one more attempt; NULL when absent or
  * expired (an expired entry is dropped). Valid until the next call on rc. */
 const replay_entry_t *replay_cache_get(replay_cache_t *rc, const char *key, uint64_t now_ms);

@@ -3,6 +3,8 @@
 #ifndef IDEMGW_STATS_H
 #define IDEMGW_STATS_H
 
+#include "dupsource.h"
+
 #include <stdint.h>
 
 typedef struct server_stats {
@@ -21,6 +23,7 @@ typedef struct server_stats {
     uint64_t passthrough;     /* protected calls forwarded unprotected (store down) */
     uint64_t store_errors;    /* store calls that failed */
     uint64_t open_conns;      /* gauge: agent connections open now */
+    uint64_t duplicates[DUP_SOURCE_N]; /* duplicates (replayed, in progress, unknown) by source */
 } server_stats_t;
 
 #endif

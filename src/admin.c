@@ -110,6 +110,13 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
                         "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
                         (unsigned long long)s->open_conns,
                         ctx->store && store_ready(ctx->store) ? 1 : 0);
+    evbuffer_add_printf(b, "# HELP idemgw_duplicates_total Duplicate protected calls (replayed, "
+                           "answered in progress or unknown), by the layer that most likely "
+                           "retried.\n# TYPE idemgw_duplicates_total counter\n");
+    for (int d = 0; d < DUP_SOURCE_N; d++)
+        evbuffer_add_printf(b, "idemgw_duplicates_total{source=\"%s\"} %llu\n",
+                            dup_source_name((dup_source_t)d),
+                            (unsigned long long)s->duplicates[d]);
     size_t n = evbuffer_get_length(b);
     http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
                       n, NULL, req->keep_alive);

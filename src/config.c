@@ -3,6 +3,7 @@
  * Which keys a reload may change is declared with the keys, in config_yaml.c. */
 #include "config.h"
 #include "config_yaml.h"
+#include "dupsource.h"
 #include "log.h"
 #include "util.h"
 
@@ -398,6 +399,8 @@ static void config_defaults(config_t *c)
     c->admin_listen.port = 8081;
     c->migrate = true;
     c->forward_other_paths = true;
+    c->dup_harness_ms = DUP_HARNESS_DEFAULT_MS;
+    c->dup_model_ms = DUP_MODEL_DEFAULT_MS;
     c->store_pool = 4;
     c->store_timeout_ms = 5 * 1000;
     c->workers = 1;

@@ -851,6 +851,11 @@ static const key_spec_t limit_keys[] = {
      LIVE},
 };
 
+static const key_spec_t duplicate_keys[] = {
+    {.name = "harness_within", .kind = K_DUR, .off = CFG(dup_harness_ms), .min = 1, .max = MS_D, LIVE},
+    {.name = "model_within", .kind = K_DUR, .off = CFG(dup_model_ms), .min = 1, .max = 365 * MS_D, LIVE},
+};
+
 static const key_spec_t log_keys[] = {
     {.name = "level", .kind = K_FN, .fn = fn_log_level, LIVE},
 };
@@ -891,6 +896,10 @@ static const key_spec_t top_keys[] = {
     {.name = "cors", .kind = K_ENUM, .off = CFG(cors), .names = cors_names, LIVE},
     {.name = "status_tool", .kind = K_BOOL, .off = CFG(status_tool), LIVE},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
+    {.name = "duplicates",
+     .kind = K_SECTION,
+     .sub = duplicate_keys,
+     .n_sub = ARRAY_LEN(duplicate_keys)},
     {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
     {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},

@@ -2,6 +2,7 @@
 #include "answers.h"
 #include "catalog.h"
 #include "decode.h"
+#include "dupsource.h"
 #include "jcs.h"
 #include "key.h"
 #include "log.h"
@@ -117,6 +118,7 @@ typedef struct call {
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     struct event *early_timer; /* answer_after: answers the agent still_running */
     bool answered_early;       /* it did */
+    char dup_fields[200];      /* a duplicate: its source and facts, for the log line */
     struct event *timer;       /* wait mode */
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;
@@ -216,10 +218,10 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
     char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2,
                              status_hint(c, a, hint, sizeof(hint)));
     /* the log line says why, with the code the agent got */
-    char fields[128];
+    char fields[360];
     if (c->key)
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"", KEY_HASH_LOG_LEN,
-                 c->key_hash, answer_code(a));
+        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"%s",
+                 KEY_HASH_LOG_LEN, c->key_hash, answer_code(a), c->dup_fields);
     else
         snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
     exchange_set_log_fields(c->ex, fields);
@@ -281,8 +283,33 @@ static void answer_store_failed(call_t *c, store_status_t st)
     answer(c, ANSWER_STORE_ERROR, NULL, NULL);
 }
 
+static int row_attempts(const call_t *c, const store_row_t *row);
+
+/* A duplicate of row's call: which layer most likely retried, counted and kept for the log. */
+static void judge_duplicate(call_t *c, const store_row_t *row, int attempt)
+{
+    const config_t *cfg = c->idem->ctx.cfg;
+    uint64_t first = dup_parse_time_ms(row->created_at), now = util_wall_ms();
+    dup_facts_t f = {
+        .first_session = row->first_session_id,
+        .session = header_of(c, "mcp-session-id"),
+        .first_id = row->first_jsonrpc_id,
+        .id = msg_of(c)->id_text,
+        .gap_ms = first && now > first ? now - first : 0,
+    };
+    dup_thresholds_t t = {cfg->dup_harness_ms, cfg->dup_model_ms};
+    dup_source_t src = dup_source(&f, &t);
+    c->idem->ctx.stats->duplicates[src]++;
+    snprintf(c->dup_fields, sizeof(c->dup_fields),
+             ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu",
+             dup_source_name(src), attempt, row->created_at ? row->created_at : "",
+             (unsigned long long)f.gap_ms);
+}
+
 static void answer_unknown(call_t *c, const store_row_t *row)
 {
+    if (row)
+        judge_duplicate(c, row, row_attempts(c, row) + 1);
     bool cancelled = row && row->state == STORE_STATE_UNKNOWN && row->result &&
                      row->result_len == sizeof(CANCEL_NOTE) - 1 &&
                      memcmp(row->result, CANCEL_NOTE, row->result_len) == 0;
@@ -291,6 +318,8 @@ static void answer_unknown(call_t *c, const store_row_t *row)
 
 static void answer_in_progress(call_t *c, const store_row_t *row)
 {
+    if (row)
+        judge_duplicate(c, row, row_attempts(c, row) + 1);
     answer(c, ANSWER_IN_PROGRESS, row ? row->created_at : NULL, NULL);
 }
 
@@ -325,6 +354,11 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
         answer(c, ANSWER_REPLAY_FAILED, NULL, NULL);
         return;
     }
+    judge_duplicate(c, row, attempts);
+    char fields[300];
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"%s", KEY_HASH_LOG_LEN, c->key_hash,
+             c->dup_fields);
+    exchange_set_log_fields(c->ex, fields);
     i->ctx.stats->replays++;
     if (from_cache)
         i->ctx.stats->cache_replays++;
@@ -514,6 +548,8 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         replay_cache_put(i->ctx.cache, c->key, row->args_digest, row->result, row->result_len,
                          row->created_at, row_attempts(c, row) + 1,
                          util_now_ms() + (uint64_t)row->expires_in_ms);
+        replay_cache_set_first(i->ctx.cache, c->key, row->first_session_id,
+                               row->first_jsonrpc_id);
         answer_replay(c, row, false);
         return;
     case STORE_STATE_UNKNOWN:
@@ -554,6 +590,8 @@ static bool replay_from_cache(call_t *c)
         .result_len = e->result_len,
         .result_too_large = e->result == NULL,
         .created_at = e->created_at,
+        .first_session_id = e->first_session_id,
+        .first_jsonrpc_id = e->first_jsonrpc_id,
     };
     answer_replay(c, &row, true);
     return true;
@@ -950,9 +988,12 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
         /* logged once the store has it: a retry sent after this line sees the outcome */
         log_info(conn_id, "key %.*s recorded as %s (%s)", KEY_HASH_LOG_LEN, c->key_hash,
                  store_state_str(c->recorded), outcome_why_str(c->why));
-        if (c->recorded == STORE_STATE_SUCCEEDED)
+        if (c->recorded == STORE_STATE_SUCCEEDED) {
             replay_cache_put(i->ctx.cache, c->key, c->args_digest, c->result, c->result_len,
                              c->claimed_at, c->attempts, util_now_ms() + c->rules.window_ms);
+            replay_cache_set_first(i->ctx.cache, c->key, header_of(c, "mcp-session-id"),
+                                   msg_of(c)->id_text);
+        }
     }
     set_state(c, CALL_DONE);
     if (c->foreign) {

@@ -40,6 +40,8 @@ static void node_free(node_t *n)
     free((char *)n->e.result);
     free((char *)n->e.args_digest);
     free((char *)n->e.created_at);
+    free((char *)n->e.first_session_id);
+    free((char *)n->e.first_jsonrpc_id);
     free(n);
 }
 
@@ -114,6 +116,18 @@ void replay_cache_put(replay_cache_t *rc, const char *key, const char *args_dige
     rc->newest = n;
     rc->count++;
     rc->bytes += bytes;
+}
+
+void replay_cache_set_first(replay_cache_t *rc, const char *key, const char *session,
+                            const char *jsonrpc_id)
+{
+    node_t *n = find(rc, key, util_fnv1a64(key));
+    if (!n)
+        return;
+    free((char *)n->e.first_session_id);
+    free((char *)n->e.first_jsonrpc_id);
+    n->e.first_session_id = session ? xstrdup(session) : NULL;
+    n->e.first_jsonrpc_id = jsonrpc_id ? xstrdup(jsonrpc_id) : NULL;
 }
 
 const replay_entry_t *replay_cache_get(replay_cache_t *rc, const char *key, uint64_t now_ms)
