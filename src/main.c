@@ -6,6 +6,7 @@
 #include "http_conn.h"
 #include "idem.h"
 #include "handoff.h"
+#include "health_cmd.h"
 #include "key_cmd.h"
 #include "policy_cmd.h"
 #include "tools_cmd.h"
@@ -232,6 +233,7 @@ static void usage(FILE *f)
                "                                        the upstream's tools and their classes\n"
                "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
                "                                        a policy from the server; its drift\n"
+               "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -800,6 +802,8 @@ int main(int argc, char **argv)
         return tools_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "policy") == 0)
         return policy_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "health") == 0)
+        return health_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

@@ -3,7 +3,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { mcpClient, startEverything, startGateway, toYaml, waitForLog } from './lib/harness.mjs';
+import { IDEMGW_BIN, mcpClient, run, startEverything, startGateway, toYaml, waitForLog } from './lib/harness.mjs';
 
 const PASSTHROUGH = { defaults: { class: 'read' } };
 
@@ -131,4 +131,19 @@ test('a replacement binds both ports while the old process drains; /readyz of th
   await client.close().catch(() => {});
   const { code } = await old.exited;
   assert.equal(code, 0);
+});
+
+test('idemgw health asks a running gateway for /healthz (the image\'s HEALTHCHECK)', async (t) => {
+  const upstream = await startEverything(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+  const ok = await run(IDEMGW_BIN, ['health', `127.0.0.1:${gw.adminPort}`]);
+  assert.equal(ok.code, 0, ok.stderr);
+  const viaEnv = await run(IDEMGW_BIN, ['health'], { env: { ...process.env, IDEMGW_ADMIN_LISTEN: `0.0.0.0:${gw.adminPort}` } });
+  assert.equal(viaEnv.code, 0, `0.0.0.0 is asked on loopback: ${viaEnv.stderr}`);
+  gw.proc.kill('SIGTERM');
+  await gw.exited;
+  const down = await run(IDEMGW_BIN, ['health', `127.0.0.1:${gw.adminPort}`]);
+  assert.equal(down.code, 1);
+  assert.match(down.stderr, /cannot connect/);
+  assert.equal((await run(IDEMGW_BIN, ['health', 'nonsense'])).code, 2);
 });
