@@ -1,7 +1,7 @@
 # idemgw build. `make` builds build/idemgw; `make asan` builds build-asan/idemgw with
 # AddressSanitizer + UndefinedBehaviorSanitizer; `make check` runs every test; `V=1` shows commands.
 
-PKGS      := libevent libevent_openssl jansson libfyaml libpq openssl zlib libbrotlidec
+PKGS      := libevent libevent_openssl jansson libfyaml libpq sqlite3 openssl zlib libbrotlidec
 LLHTTP_SRC ?= /usr/share/llhttp
 LLHTTP_INC ?= /usr/share/include/llhttp
 
@@ -10,7 +10,7 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 WARN    := -Wall -Wextra -Werror -Wno-unused-parameter
 CPPFLAGS_ALL := -std=c11 -D_GNU_SOURCE -Iinclude -I$(LLHTTP_INC) $(shell pkg-config --cflags $(PKGS))
-LDLIBS_ALL   := $(shell pkg-config --libs $(PKGS)) -lm
+LDLIBS_ALL   := $(shell pkg-config --libs $(PKGS)) -lm -pthread
 EXTRA_CFLAGS ?=
 EXTRA_LDFLAGS ?=
 
@@ -21,9 +21,12 @@ Q := @
 endif
 
 SRCS     := $(wildcard src/*.c)
-# The migrations in sql/ are compiled in (gen/migrations.c), so the binary needs no sql/ folder.
+# The migrations in sql/ are compiled in (gen/migrations.c), so the binary needs no sql/ folder;
+# those of the embedded store, in sql/sqlite/, likewise (gen/migrations_sqlite.c).
 MIGRATIONS := $(sort $(wildcard sql/[0-9]*.sql))
-OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o
+SQLITE_MIGRATIONS := $(sort $(wildcard sql/sqlite/[0-9]*.sql))
+OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
+            $(BUILD)/obj/gen/migrations_sqlite.o
 LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/obj/llhttp/http.o
 
@@ -61,7 +64,11 @@ $(BUILD)/gen/migrations.c: $(MIGRATIONS) scripts/embed-sql.sh | $(BUILD)/gen
 	@echo "  GEN     $@"
 	$(Q)scripts/embed-sql.sh $(MIGRATIONS) >$@.tmp && mv $@.tmp $@
 
-$(BUILD)/obj/gen/migrations.o: $(BUILD)/gen/migrations.c include/store_migrations.h | $(BUILD)/obj/gen
+$(BUILD)/gen/migrations_sqlite.c: $(SQLITE_MIGRATIONS) scripts/embed-sql.sh | $(BUILD)/gen
+	@echo "  GEN     $@"
+	$(Q)scripts/embed-sql.sh --name store_sqlite_migrations $(SQLITE_MIGRATIONS) >$@.tmp && mv $@.tmp $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c include/store_migrations.h | $(BUILD)/obj/gen
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -c -o $@ $<
 

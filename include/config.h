@@ -31,6 +31,17 @@ typedef enum {
     CORS_OFF,        /* they carry none */
 } cors_mode_t;
 
+/* Where idempotency keys are kept, from database_url (config_load decides). */
+typedef enum {
+    CONFIG_STORE_NONE = 0, /* database_url: none: no store, protected calls are refused */
+    CONFIG_STORE_POSTGRES, /* a libpq conninfo or URL, or the PG* environment */
+    CONFIG_STORE_SQLITE,   /* sqlite:PATH, or the default when nothing names a database */
+} config_store_t;
+
+/* The embedded store's file when nothing names a database: in $STATE_DIRECTORY (systemd's
+ * StateDirectory=) when set, else the working directory. */
+#define CONFIG_SQLITE_DEFAULT_FILE "idemgw-keys.db"
+
 typedef struct host_port {
     char *host;    /* numeric address or name, no brackets */
     uint16_t port; /* TCP port */
@@ -50,8 +61,12 @@ typedef struct config {
     char *upstream_path;        /* path from the URL; agents use the same path on listen */
     char *upstream_host_header; /* Host header value sent upstream ("host:port") */
 
-    char *database_url;         /* libpq conninfo or URL; NULL = libpq PG* environment only */
-    bool store_enabled;         /* false when neither database_url nor a PG* variable is given */
+    char *database_url;         /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
+                                   PG* environment when it names a database, else the default
+                                   embedded store */
+    config_store_t store_kind;  /* derived from database_url and the environment */
+    char *store_path;           /* CONFIG_STORE_SQLITE: the file */
+    bool store_enabled;         /* store_kind != CONFIG_STORE_NONE */
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
     uint64_t store_timeout_ms;  /* deadline of each store operation (default 5s) */
@@ -99,6 +114,12 @@ typedef struct config {
     subject_conf_t subject;
     policy_t policy;
 } config_t;
+
+/* The store database_url names (NULL: unset): "none"; "sqlite:PATH" (*path the file, NULL when
+ * empty); a conninfo or URL, or unset with PGHOST, PGDATABASE or PGSERVICE set: Postgres; unset
+ * otherwise: the embedded store at $STATE_DIRECTORY/CONFIG_SQLITE_DEFAULT_FILE, or in the
+ * working directory. *path is allocated (free it) or NULL. Reads the environment. */
+config_store_t config_store_choose(const char *database_url, char **path);
 
 /* Error list filled by config_load: each entry is "file:line: message" (or "env NAME: ..."). */
 typedef struct config_errors {

@@ -1,5 +1,6 @@
 /* The key store: an interface (store_ops_t) over a backend; Postgres (store_pg.h), through
- * libpq in non-blocking mode on the libevent loop, is the first.
+ * libpq in non-blocking mode on the libevent loop, is the first; an embedded SQLite file
+ * (store_sqlite.h), for one gateway process, is the second.
  *
  * One table (see sql/). A claim is one atomic statement that inserts, takes over (expired,
  * failed, or in progress past its lease when the caller allows it) or returns the existing
@@ -98,6 +99,9 @@ typedef void (*store_release_cb)(store_status_t st, bool released, const store_r
 
 typedef struct store_options {
     const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
+    const char *path;           /* the embedded store's database file (store_sqlite.h) */
+    bool shared;                /* embedded store, for `idemgw key`: no process lock, and the
+                                   file and its schema must exist (never created) */
     int pool_size;              /* connections, default 4 */
     uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
@@ -167,14 +171,16 @@ typedef struct store_stats {
     uint64_t swept;         /* rows deleted by the sweeper and store_sweep_now */
     int queued;             /* calls waiting for a connection now */
     int connections_up;     /* connections ready now */
+    uint64_t transactions;  /* embedded store: write transactions committed (one fsync each) */
+    uint64_t batched_ops;   /* embedded store: operations those transactions carried */
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);
 
 /* A backend: the operations above, on its own state (impl). Each follows the contract of the
- * function of the same name. The Postgres backend is store_pg.h. */
+ * function of the same name. The backends are store_pg.h and store_sqlite.h. */
 typedef struct store_ops {
-    const char *name; /* "postgres", for logs */
+    const char *name; /* "postgres", "sqlite", for logs */
     store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb, void *arg);
     store_status_t (*finish)(void *impl, const char *key, int64_t fence, store_state_t state,
                              const char *result, size_t result_len, bool too_large,

@@ -12,4 +12,8 @@ typedef struct store_migration {
 extern const store_migration_t store_migrations[];
 extern const int store_migrations_count;
 
+/* The embedded store's own (sql/sqlite/), numbered the same way. */
+extern const store_migration_t store_sqlite_migrations[];
+extern const int store_sqlite_migrations_count;
+
 #endif

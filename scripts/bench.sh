@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make bench`: measures idemgw against a direct connection, against nginx as a plain reverse
 # proxy and against the Postgres ceiling (pgbench running the gateway's own claim and finish
-# statements), each pair in the same run. Prints one table and writes the figures to
+# statements), each pair in the same run; protected calls also on the embedded SQLite store. Prints one table and writes the figures to
 # bench-results/latest.json (and a dated copy) so runs can be compared.
 #
 #   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
@@ -311,6 +311,27 @@ if want protected; then
     after=$(succeeded_rows)
     log "pgbench ceiling: claim + finish, $((store_pool * workers)) clients"
     record protected "\"conns\":$load_conns,\"store_pool\":$store_pool,\"workers\":$workers,\"idemgw\":$gw,\"rows_finished\":$((after - before)),\"pgbench\":{$(pgbench_run)},\"sql_matches_store\":$sql_matches,\"gateway_key_length\":${key_len:-0}"
+
+    # The same load on the embedded store: a gateway of its own (one process: the file takes
+    # one), the same config otherwise, a fresh SQLite file in the run's folder.
+    sq_port=$(free_port)
+    sq_admin=$(free_port)
+    sed -e "s/^listen: .*/listen: 127.0.0.1:$sq_port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$sq_admin/" \
+        -e "s/^workers: .*/workers: 1/" -e "s|^database_url: .*|database_url: sqlite:$tmp/keys.db|" \
+        "$tmp/idemgw.yaml" >"$tmp/idemgw-sqlite.yaml"
+    "$root/$IDEMGW" -c "$tmp/idemgw-sqlite.yaml" >>"$tmp/idemgw-sqlite.log" 2>&1 &
+    sq_pid=$!
+    pids+=("$sq_pid")
+    wait_port "$sq_port" "idemgw (sqlite)"
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:$sq_admin/readyz" >/dev/null && break
+        sleep 0.05
+    done
+    log "protected first executions through idemgw on the embedded SQLite store, $load_conns connections"
+    sq=$(wrk_run protected "$sq_port" "$load_conns")
+    kill "$sq_pid" 2>/dev/null || true
+    wait "$sq_pid" 2>/dev/null || true
+    record protected_sqlite "\"conns\":$load_conns,\"workers\":1,\"idemgw\":$sq"
 fi
 
 # ---- (3) replays ----------------------------------------------------------------------------

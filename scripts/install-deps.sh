@@ -18,6 +18,7 @@ apt_packages=(
     clang libclang-rt-14-dev   # `make asan` and the libFuzzer drivers
     clang-format               # `make format`
     libevent-dev libjansson-dev libfyaml-dev libpq-dev libssl-dev # the gateway's libraries
+    libsqlite3-dev             # the embedded store (src/store_sqlite.c)
     node-llhttp                # llhttp C sources, compiled by the Makefile
     zlib1g-dev libbrotli-dev   # decoding upstream answers compressed with gzip/deflate or br
     libcmocka-dev              # unit tests

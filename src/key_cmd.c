@@ -8,6 +8,7 @@
 #include "policy.h"
 #include "store.h"
 #include "store_pg.h"
+#include "store_sqlite.h"
 #include "util.h"
 
 #include <event2/event.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define KEY_CMD_EXIT_USAGE 2
 #define KEY_CMD_EXIT_FAILED 2  /* no database, or the store failed */
@@ -47,12 +49,14 @@ static void usage(FILE *f)
           "  prints the idempotency key for a tools/call of T with arguments JSON by S;\n"
           "  -c FILE applies the tool's exclude_args and key_arg from the config\n"
           "  --hash     also prints the key's key_hash, as the gateway's log lines show it\n"
-          "  --show     also prints the key's row in Postgres as one JSON line (with key_hash)\n"
+          "  --show     also prints the key's row in the store as one JSON line (with key_hash)\n"
           "  --release  lets the next identical call run after an unknown outcome (held by\n"
           "             on_ambiguous: hold); only for outcomes that are unknown\n"
           "  --forget   deletes the key's row, whatever its state, and prints it as --show\n"
           "             does (with \"forgotten\": true): the next identical call runs as new\n"
-          "  Postgres: database_url from -c FILE, else IDEMGW_DATABASE_URL, else PG* variables\n",
+          "  the store: database_url from -c FILE, else IDEMGW_DATABASE_URL, else PG* variables,\n"
+          "  else the embedded store's default file ($STATE_DIRECTORY or ./idemgw-keys.db);\n"
+          "  an embedded store is used beside a running gateway through SQLite's own locking\n",
           f);
 }
 
@@ -309,10 +313,24 @@ static void key_run_tick(evutil_socket_t fd, short what, void *arg)
 /* Runs the action on the key's row; the exit code. */
 static int run_on_row(const config_t *cfg, key_cmd_action_t action, const char *key)
 {
-    const char *conninfo = cfg ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
-    if (!conninfo && !getenv("PGHOST") && !getenv("PGDATABASE") && !getenv("PGSERVICE")) {
-        fprintf(stderr, "idemgw key: no database: give database_url in -c FILE, or set "
-                        "IDEMGW_DATABASE_URL or PGHOST\n");
+    const char *url = cfg ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
+    if (url && !url[0])
+        url = NULL;
+    char *path = NULL;
+    config_store_t kind = config_store_choose(url, &path);
+    if (kind == CONFIG_STORE_NONE || (kind == CONFIG_STORE_SQLITE && !path)) {
+        fprintf(stderr, "idemgw key: no database: database_url is %s\n",
+                kind == CONFIG_STORE_NONE ? "none" : "sqlite: without a file");
+        free(path);
+        return KEY_CMD_EXIT_FAILED;
+    }
+    /* never creates the embedded store: no file means no gateway ever kept a key there */
+    if (kind == CONFIG_STORE_SQLITE && access(path, F_OK) != 0) {
+        fprintf(stderr,
+                "idemgw key: no database: the embedded store %s does not exist; give "
+                "database_url in -c FILE, or set IDEMGW_DATABASE_URL or PGHOST\n",
+                path);
+        free(path);
         return KEY_CMD_EXIT_FAILED;
     }
     key_run_t r = {
@@ -330,7 +348,11 @@ static int run_on_row(const config_t *cfg, key_cmd_action_t action, const char *
     log_threshold = LOG_WARN;
 
     store_options_t so = {
-        .conninfo = conninfo,
+        .conninfo = url,
+        .path = path,
+        /* the gateway holds the embedded store's lock while it runs: this one short
+         * transaction goes through SQLite's own locking beside it, and creates nothing */
+        .shared = true,
         .pool_size = 1,
         .timeout_ms = r.timeout_ms,
         .migrate = false, /* an operator's look must not change the schema */
@@ -341,7 +363,8 @@ static int run_on_row(const config_t *cfg, key_cmd_action_t action, const char *
         fprintf(stderr, "idemgw key: cannot create an event loop\n");
         goto out;
     }
-    r.store = store_pg_new(r.base, &so, msg, sizeof msg);
+    r.store = kind == CONFIG_STORE_SQLITE ? store_sqlite_new(r.base, &so, msg, sizeof msg)
+                                          : store_pg_new(r.base, &so, msg, sizeof msg);
     if (!r.store) {
         fprintf(stderr, "idemgw key: store: %s\n", msg);
         goto out;
@@ -363,6 +386,7 @@ out:
         event_base_free(r.base);
     log_stream = saved_stream;
     log_threshold = saved_threshold;
+    free(path);
     return r.rc;
 }
 

@@ -17,6 +17,7 @@
 #include "stats.h"
 #include "store.h"
 #include "store_pg.h"
+#include "store_sqlite.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -48,7 +49,7 @@
 typedef struct server {
     struct event_base *base;
     config_t *cfg;              /* live config; replaced on SIGHUP */
-    struct store *store;        /* NULL when no database is configured */
+    struct store *store;        /* NULL when no store is configured (database_url: none) */
     struct upstream_pool *pool; /* keep-alive upstream connections */
     struct proxy *proxy;        /* the MCP listener's requests */
     catalog_t *catalog;         /* the upstream's tools and their annotations */
@@ -156,8 +157,11 @@ static void clamp_connections(config_t *cfg, bool say)
 {
     if (!fd_limit)
         return;
-    long long reserve =
-        FD_FIXED_RESERVE + (cfg->store_enabled ? cfg->store_pool : 0) + cfg->upstream_pool;
+    /* the embedded store: the file, its -wal and -shm, the lock, the eventfd */
+    int store_fds = cfg->store_kind == CONFIG_STORE_POSTGRES ? cfg->store_pool
+                    : cfg->store_kind == CONFIG_STORE_SQLITE ? 5
+                                                             : 0;
+    long long reserve = FD_FIXED_RESERVE + store_fds + cfg->upstream_pool;
     long long allowed = ((long long)fd_limit - reserve) / 2;
     if (allowed < 1)
         allowed = 1;
@@ -560,24 +564,38 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     if (cfg->store_enabled) {
         store_options_t so = {
             .conninfo = cfg->database_url,
+            .path = cfg->store_path,
             .pool_size = cfg->store_pool,
             .timeout_ms = cfg->store_timeout_ms,
             .migrate = cfg->migrate,
             .sweep_interval_ms = cfg->sweep_interval_ms,
             .sweep_batch = 1000,
         };
-        server->store = store_pg_new(server->base, &so, msg, sizeof(msg));
+        if (cfg->store_kind == CONFIG_STORE_SQLITE) {
+            server->store = store_sqlite_new(server->base, &so, msg, sizeof(msg));
+            if (server->store)
+                log_info(0,
+                         "store: embedded SQLite at %s%s (this process only; several replicas "
+                         "or machines need Postgres: set database_url)",
+                         cfg->store_path, cfg->database_url ? "" : " (the default)");
+        } else {
+            server->store = store_pg_new(server->base, &so, msg, sizeof(msg));
+            if (server->store)
+                log_info(0, "store: postgres (%s)",
+                         cfg->database_url ? "database_url" : "the PG* environment");
+        }
         if (!server->store) {
             fprintf(stderr, "idemgw: store: %s\n", msg);
             goto out;
         }
     } else if (policy_needs_store(&cfg->policy)) {
-        log_warn(0, "no database configured: calls to non_idempotent tools are refused "
-                    "(store_not_configured) and /readyz says not ready; set database_url, or "
+        log_warn(0, "no database configured (database_url: none): calls to non_idempotent tools "
+                    "are refused (store_not_configured) and /readyz says not ready; remove "
+                    "database_url: none for the embedded store, set it to Postgres, or set "
                     "on_store_down: passthrough to forward them unprotected");
     } else {
-        log_info(0, "no database configured: no tool needs it (none is non_idempotent with "
-                    "on_store_down: reject)");
+        log_info(0, "no database configured (database_url: none): no tool needs it (none is "
+                    "non_idempotent with on_store_down: reject)");
     }
     wire_stages(server);
     mcp_site.arg = server->proxy;
@@ -633,7 +651,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
                     "subject when an auth proxy in front names the caller");
     log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s", IDEMGW_VERSION,
              cfg->listen.host, cfg->listen.port, cfg->admin_listen.host, cfg->admin_listen.port,
-             cfg->upstream_url, server->store ? "postgres" : "not configured");
+             cfg->upstream_url,
+             server->store ? store_backend_name(server->store) : "not configured");
     event_base_dispatch(server->base);
     rc = 0;
 

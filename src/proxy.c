@@ -1122,6 +1122,9 @@ proxy_t *proxy_new(const proxy_ctx_t *ctx)
 
 void proxy_free(proxy_t *p)
 {
+    /* NULL when the worker failed before wiring its stages (the store refused to open) */
+    if (!p)
+        return;
     cors_table_free(&p->cors);
     free(p);
 }

@@ -49,6 +49,13 @@ def main():
         protected["idemgw"] = wrk(r["idemgw"])
         protected["ratio_idemgw_pgbench"] = ratio(r["idemgw"]["rps"], r["pgbench"]["tps"])
 
+    # (2b) protected, embedded store
+    protected_sqlite = None
+    for r in by("protected_sqlite"):
+        protected_sqlite = {"conns": r["conns"], "workers": r["workers"], "idemgw": wrk(r["idemgw"])}
+        if protected:
+            protected_sqlite["ratio_sqlite_postgres"] = ratio(r["idemgw"]["rps"], protected["idemgw"]["rps"])
+
     # (3) replay
     replay = None
     for r in by("replay"):
@@ -84,7 +91,8 @@ def main():
             growth["ratio_protected_large_small"] = ratio(b["protected"]["rps"], a["protected"]["rps"])
             growth["ratio_replay_large_small"] = ratio(b["replay"]["rps"], a["replay"]["rps"])
 
-    doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected, "replay": replay,
+    doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected,
+           "protected_sqlite": protected_sqlite, "replay": replay,
            "sse": sse, "memory": memory, "growth": growth}
     with open(dst, "w") as f:
         json.dump(doc, f, indent=2)
@@ -120,6 +128,11 @@ def print_table(d):
                   f"    pgbench ceiling (claim+finish, {p['pgbench'].get('clients')} clients): {fmt(p['pgbench']['tps'])} tps"
                   f"  -> idemgw / ceiling = {fmt(p['ratio_idemgw_pgbench'], 2)}"
                   + ("" if p.get("sql_matches_store") else "   [WARNING: pgbench SQL differs from src/store_pg.c]")]
+    q = d.get("protected_sqlite")
+    if q:
+        lines += [f"    embedded SQLite store ({q['conns']} conns, {q['workers']} worker): {fmt(q['idemgw']['rps'])} req/s "
+                  f"(p50 {fmt(ms(q['idemgw']['p50_us']), 2)} ms, p99 {fmt(ms(q['idemgw']['p99_us']), 2)} ms)"
+                  f"  -> sqlite / postgres = {fmt(q.get('ratio_sqlite_postgres'), 2)}"]
     r = d["replay"]
     if r:
         lines += ["", f"(3) replays ({r['conns']} conns): {fmt(r['idemgw']['rps'])} req/s, p99 {fmt(ms(r['idemgw']['p99_us']), 2)} ms"
@@ -152,6 +165,8 @@ def print_table(d):
         bad += [f"pass-through {t} c={e['conns']}" for t in ("direct", "nginx", "idemgw") if failed(e[t])]
     if p and failed(p["idemgw"]):
         bad.append("protected")
+    if q and failed(q["idemgw"]):
+        bad.append("protected (sqlite)")
     if r:
         bad += [n for n, w in (("replay", r["idemgw"]), ("replay pass-through", r["passthrough"])) if failed(w)]
     for run in (g or {}).get("runs", []):

@@ -54,6 +54,8 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   assert.ok(doc.protected.idemgw && doc.protected.pgbench && 'ratio_idemgw_pgbench' in doc.protected);
   assert.equal(doc.protected.idemgw.non2xx, 0);
   assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store_pg.c');
+  assert.ok(doc.protected_sqlite?.idemgw && 'rps' in doc.protected_sqlite.idemgw, `embedded store section:\n${log}`);
+  assert.equal(doc.protected_sqlite.idemgw.non2xx, 0);
 
   assert.ok(doc.replay.idemgw && doc.replay.passthrough && 'ratio_replay_passthrough' in doc.replay);
   assert.equal(doc.replay.idemgw.non2xx, 0);

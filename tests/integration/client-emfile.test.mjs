@@ -82,6 +82,7 @@ test('under a low open file limit: clamped, one log line per episode, open conne
     limits: { upstream_pool: 4 },
   }));
   const gw = await startProcess(t, 'sh', ['-c', 'ulimit -n 64; exec "$0" -c "$1"', IDEMGW_BIN, configPath], {
+    env: { STATE_DIRECTORY: dir }, // the default embedded store in the test's own folder
     readyUrl: `http://127.0.0.1:${adminPort}/healthz`,
     name: 'idemgw',
   });
@@ -160,6 +161,7 @@ test('out of descriptors despite the clamp: accepting pauses, one log line, then
     timeouts: { upstream: '60s' },
   }));
   const gw = await startProcess(t, 'sh', ['-c', 'ulimit -n 64; exec "$0" -c "$1"', IDEMGW_BIN, configPath], {
+    env: { STATE_DIRECTORY: dir }, // the default embedded store in the test's own folder
     readyUrl: `http://127.0.0.1:${adminPort}/healthz`,
     name: 'idemgw',
   });

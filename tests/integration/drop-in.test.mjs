@@ -6,8 +6,11 @@ import http from 'node:http';
 import { once } from 'node:events';
 import { spawn } from 'node:child_process';
 import { discoverOAuthProtectedResourceMetadata } from '@modelcontextprotocol/sdk/client/auth.js';
+import fs from 'node:fs/promises';
+import path from 'node:path';
 import {
-  createDatabase, idemStatus, mcpClient, startEverything, startGateway, startRefundServer, tempDir, toolText, waitForLog,
+  createDatabase, idemStatus, mcpClient, readLedger, replayMarker, startEverything, startGateway, startRefundServer, tempDir,
+  toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 // An OAuth-protected MCP server as the authorization spec shapes it: /mcp answers 401 with
@@ -137,12 +140,36 @@ test('a page on another origin in headless Chromium calls a tool twice and reads
   assert.ok(out.second.marker, 'the replay marker is in the result');
 });
 
-test('only the upstream configured: reads work, protected calls are refused store_not_configured, /readyz says why', async (t) => {
+test('only the upstream configured: the embedded store protects calls; the first runs, the repeat is replayed', async (t) => {
   const upstream = await startRefundServer(t);
-  // no subject, no database, no policy: what a new user starts with
+  // no subject, no database, no policy: what a new user starts with. startGateway sets
+  // STATE_DIRECTORY to the gateway's folder, as systemd's StateDirectory= would.
   const gw = await startGateway(t, { upstream: upstream.url });
   assert.match(gw.logs(), /subject not configured/);
-  assert.match(gw.logs(), /no database configured: calls to non_idempotent tools are refused/);
+  const file = path.join(gw.dir, 'idemgw-keys.db');
+  assert.ok(gw.logs().includes(`store: embedded SQLite at ${file} (the default)`), 'says which store and where');
+  await fs.access(file);
+  await waitFor(async () => (await fetch(`${gw.adminUrl}/readyz`)).status === 200, { what: '/readyz 200 once the store is open' });
+  const ready = await fetch(`${gw.adminUrl}/readyz`);
+  assert.match(await ready.text(), /"store":"up"/);
+
+  const c = await mcpClient(t, gw.url);
+  await c.listTools();
+  const args = { order_id: 'o-default', amount_cents: 5 };
+  const first = await c.callTool({ name: 'issue_refund', arguments: args });
+  assert.notEqual(first.isError, true, toolText(first));
+  assert.equal(replayMarker(first), undefined);
+  const again = await c.callTool({ name: 'issue_refund', arguments: args });
+  assert.ok(replayMarker(again), 'the repeat is replayed');
+  assert.equal(toolText(again), toolText(first));
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+});
+
+test('database_url: none: reads work, protected calls are refused store_not_configured, /readyz says why', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, { upstream: upstream.url, config: { database_url: 'none' } });
+  assert.match(gw.logs(), /subject not configured/);
+  assert.match(gw.logs(), /no database configured \(database_url: none\): calls to non_idempotent tools are refused/);
   const ready = await fetch(`${gw.adminUrl}/readyz`);
   assert.equal(ready.status, 503);
   assert.match(await ready.text(), /"store":"not configured, but the policy needs one"/);

@@ -4,7 +4,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  createDatabase, idemStatus, rawSession, readLedger, replayMarker, startGateway,
+  createDatabase, idemStatus, postgresOnly, rawSession, readLedger, replayMarker, startGateway,
   startRefundServer, toolText,
 } from './lib/harness.mjs';
 
@@ -85,7 +85,7 @@ test(`${N} concurrent identical calls through one gateway execute once`, async (
   }
 });
 
-test(`${N} concurrent identical calls split across two gateways on one database execute once`, async (t) => {
+test(`${N} concurrent identical calls split across two gateways on one database execute once`, postgresOnly('two gateway processes on one store'), async (t) => {
   for (const [tool, extra] of [['issue_refund', {}], ['slow_refund', { delay_ms: 300 }]]) {
     await t.test(tool, async (t) => {
       const { upstream, gws } = await gateways(t, 2, {});
@@ -100,7 +100,7 @@ test(`${N} concurrent identical calls split across two gateways on one database 
   }
 });
 
-test(`in_progress {wait: 10s}: all ${N} calls across two gateways get the result`, async (t) => {
+test(`in_progress {wait: 10s}: all ${N} calls across two gateways get the result`, postgresOnly('two gateway processes on one store'), async (t) => {
   for (const mode of ['sse', 'json']) {
     await t.test(`${mode} responses`, async (t) => {
       const { upstream, gws } = await gateways(t, 2, { in_progress: { wait: '10s' } }, { jsonResponse: mode === 'json' });

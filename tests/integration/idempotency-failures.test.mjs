@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import {
-  IDEMGW_BIN, createDatabase, freePort, idemStatus, run, rawSession, readLedger, replayMarker, startGateway,
+  IDEMGW_BIN, createDatabase, freePort, idemStatus, postgresOnly, run, rawSession, readLedger, replayMarker, startGateway,
   startPgCluster, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -138,7 +138,7 @@ test('idemgw key --show and --release: an operator checks a held outcome and let
 // for the `unknown` outcome to be written, so a retry sent at once is told "outcome unknown",
 // never "already running, do not retry now". Made deterministic by locking the row, so the
 // gateway's write of the outcome has to wait.
-test('a timed-out call is answered only once its unknown outcome is recorded', async (t) => {
+test('a timed-out call is answered only once its unknown outcome is recorded', postgresOnly('locks the key table with psql'), async (t) => {
   for (const json of [false, true]) {
     await t.test(json ? 'JSON response head timeout (504)' : 'silent SSE stream cut', async (t) => {
       const upstream = await startRefundServer(t, { jsonResponse: json });
@@ -213,7 +213,7 @@ test('kill -9 of the gateway mid-call, restart on the same database: the retry i
   }
 });
 
-test('Postgres stopped: refused as not executed; Postgres back: protected calls work without a restart', async (t) => {
+test('Postgres stopped: refused as not executed; Postgres back: protected calls work without a restart', postgresOnly('stops and starts a Postgres cluster'), async (t) => {
   const pg = await startPgCluster(t);
   const upstream = await startRefundServer(t);
   const gw = await startGateway(t, {
@@ -267,7 +267,7 @@ test('Postgres stopped: refused as not executed; Postgres back: protected calls 
   assert.equal((await readLedger(upstream.ledger)).length, 2);
 });
 
-test('on_store_down: passthrough forwards unprotected, reject refuses', async (t) => {
+test('on_store_down: passthrough forwards unprotected, reject refuses', postgresOnly('an unreachable Postgres; the same in both runs'), async (t) => {
   const upstream = await startRefundServer(t);
   const deadPort = await freePort(); // nothing listens there: the store is down from the start
   const gw = await startGateway(t, {

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  createDatabase, findResponse, idemStatus, rawSession, readLedger, replayMarker, sseReader,
+  createDatabase, findResponse, idemStatus, postgresOnly, rawSession, readLedger, replayMarker, sseReader,
   startGateway, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -126,7 +126,7 @@ test('SSE polling: a result delivered on the resumed GET stream finishes the key
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
 });
 
-test('SSE polling with two workers: the resuming GET reaches the worker waiting for the result', async (t) => {
+test('SSE polling with two workers: the resuming GET reaches the worker waiting for the result', postgresOnly('two workers are two processes on one store'), async (t) => {
   // The GET may be accepted by either worker; the other one hands it to the worker that holds
   // the claim, which reads the result on it and finishes the key. Eight sessions at once.
   const { upstream, gw } = await setup(t, {}, { workers: 2 });

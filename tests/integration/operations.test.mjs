@@ -16,7 +16,8 @@ async function metric(adminUrl, name) {
 
 test('two workers share the port; /metrics sums both; SIGTERM stops them all with status 0', async (t) => {
   const upstream = await startEverything(t);
-  const gw = await startGateway(t, { upstream: upstream.url, config: { ...PASSTHROUGH, workers: 2 } });
+  // several workers: the embedded store takes one process, and none is needed here
+  const gw = await startGateway(t, { upstream: upstream.url, config: { ...PASSTHROUGH, workers: 2, database_url: 'none' } });
   const before = await metric(gw.adminUrl, 'idemgw_requests_total');
   // Separate connections, so the kernel spreads them over the workers.
   const n = 24;
@@ -39,13 +40,14 @@ test('two workers share the port; /metrics sums both; SIGTERM stops them all wit
 
 test('SIGHUP reloads the policy; a bad file keeps the running one', async (t) => {
   const upstream = await startEverything(t);
-  const gw = await startGateway(t, { upstream: upstream.url, config: PASSTHROUGH });
+  const gw = await startGateway(t, { upstream: upstream.url, config: { ...PASSTHROUGH, database_url: 'none' } });
   const client = await mcpClient(t, gw.url);
   const echo = () => client.callTool({ name: 'echo', arguments: { message: 'r' } });
   assert.equal((await echo()).isError, undefined, 'echo is forwarded while it is class read');
 
-  const base = toYaml({ listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url });
-  // Without a store, a non_idempotent tool is refused as "store not configured": a visible switch.
+  const base = toYaml({ listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url, database_url: 'none' });
+  // Without a store (database_url: none), a non_idempotent tool is refused as "store not
+  // configured": a visible switch.
   // (echo is annotated readOnlyHint: the annotations must not count for this switch.)
   await fs.writeFile(gw.configPath, base + toYaml({ subject: { static: 'ops' }, defaults: { class: 'non_idempotent', trust_annotations: false } }));
   const reloaded = gw.logs().length;

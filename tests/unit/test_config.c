@@ -17,7 +17,7 @@
 static const char *const env_vars[] = {
     "IDEMGW_LISTEN",       "IDEMGW_ADMIN_LISTEN", "IDEMGW_UPSTREAM",
     "IDEMGW_DATABASE_URL", "IDEMGW_LOG_LEVEL",    "PGHOST",
-    "PGDATABASE",          "PGSERVICE",
+    "PGDATABASE",          "PGSERVICE",           "STATE_DIRECTORY",
 };
 
 /* Every test starts from a clean environment so the developer's own PG* variables do not leak
@@ -87,7 +87,10 @@ static void test_reference_conf(void **state)
     assert_string_equal(c->upstream_path, "/mcp");
     assert_string_equal(c->upstream_host_header, "127.0.0.1:3001");
     assert_null(c->database_url);
-    assert_false(c->store_enabled);
+    /* nothing names a database: the embedded store, in the working directory */
+    assert_true(c->store_enabled);
+    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
+    assert_string_equal(c->store_path, "./idemgw-keys.db");
     assert_true(c->migrate);
     assert_int_equal(c->store_pool, 4);
     assert_int_equal(c->sweep_interval_ms, 60000);
@@ -452,7 +455,7 @@ static void test_env_only(void **state)
     config_t *c = must_load(NULL);
     assert_null(c->path);
     assert_string_equal(c->upstream_path, "/mcp");
-    assert_false(c->store_enabled);
+    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
     assert_int_equal(c->subject.kind, SUBJECT_DEFAULT);
     assert_int_equal(c->n_allowed_hosts, 3);
     config_free(c);
@@ -481,18 +484,71 @@ static void test_store_enabled(void **state)
         setenv(vars[i], "x", 1);
         config_t *c = must_load_str("upstream: http://h/mcp\n");
         assert_true(c->store_enabled);
+        assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
         assert_null(c->database_url);
         config_free(c);
     }
     clear_env(NULL);
     setenv("PGUSER", "x", 1); /* not enough to mean "a database is configured" */
     config_t *c = must_load_str("upstream: http://h/mcp\n");
-    assert_false(c->store_enabled);
+    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
+    assert_string_equal(c->store_path, "./idemgw-keys.db");
     config_free(c);
     unsetenv("PGUSER");
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: 'host=/tmp dbname=x'\n");
     assert_true(c->store_enabled);
+    assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
     assert_string_equal(c->database_url, "host=/tmp dbname=x");
+    config_free(c);
+}
+
+/* sqlite:PATH and none name the store; with nothing named, systemd's STATE_DIRECTORY holds the
+ * default file. One process per file: several workers need Postgres. */
+static void test_store_kinds(void **state)
+{
+    config_t *c = must_load_str("upstream: http://h/mcp\ndatabase_url: sqlite:/var/lib/k.db\n");
+    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
+    assert_string_equal(c->store_path, "/var/lib/k.db");
+    config_free(c);
+    c = must_load_str("upstream: http://h/mcp\ndatabase_url: none\n");
+    assert_int_equal(c->store_kind, CONFIG_STORE_NONE);
+    assert_false(c->store_enabled);
+    assert_null(c->store_path);
+    config_free(c);
+    /* none wins over the PG* environment too */
+    setenv("PGHOST", "db", 1);
+    c = must_load_str("upstream: http://h/mcp\ndatabase_url: none\n");
+    assert_false(c->store_enabled);
+    config_free(c);
+    unsetenv("PGHOST");
+
+    setenv("STATE_DIRECTORY", "/var/lib/idemgw:/var/lib/other", 1);
+    c = must_load_str("upstream: http://h/mcp\n");
+    assert_string_equal(c->store_path, "/var/lib/idemgw/idemgw-keys.db");
+    config_free(c);
+    setenv("IDEMGW_DATABASE_URL", "sqlite:keys.db", 1);
+    c = must_load_str("upstream: http://h/mcp\n");
+    assert_string_equal(c->store_path, "keys.db");
+    config_free(c);
+    unsetenv("IDEMGW_DATABASE_URL");
+    unsetenv("STATE_DIRECTORY");
+
+    config_errors_t errs = {0};
+    assert_null(config_load_string("w.yaml", "upstream: http://h/mcp\nworkers: 4\n", &errs));
+    assert_int_equal(errs.n, 1);
+    assert_non_null(strstr(errs.msgs[0], "workers: 4 with the embedded store (./idemgw-keys.db)"));
+    assert_non_null(strstr(errs.msgs[0], "Postgres"));
+    config_errors_free(&errs);
+    assert_null(
+        config_load_string("s.yaml", "upstream: http://h/mcp\ndatabase_url: 'sqlite:'\n", &errs));
+    assert_int_equal(errs.n, 1);
+    assert_non_null(strstr(errs.msgs[0], "sqlite:PATH"));
+    config_errors_free(&errs);
+    c = must_load_str("upstream: http://h/mcp\nworkers: 4\ndatabase_url: none\n");
+    assert_int_equal(c->workers, 4);
+    config_free(c);
+    c = must_load_str("upstream: http://h/mcp\nworkers: 4\ndatabase_url: postgresql:///x\n");
+    assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
     config_free(c);
 }
 
@@ -834,7 +890,8 @@ static void test_reload_merge(void **state)
     assert_string_equal(r.text, "database_url\nmigrate\nstore.sweep_interval\n");
     assert_null(strstr(r.text, "secret"));
     assert_null(next->database_url);
-    assert_false(next->store_enabled);
+    assert_int_equal(next->store_kind, running->store_kind);
+    assert_string_equal(next->store_path, running->store_path);
     assert_true(next->migrate);
     assert_int_equal(next->sweep_interval_ms, 60 * 1000);
     assert_int_equal(next->upstream_timeout_ms, 5 * 60 * 1000);
@@ -848,10 +905,13 @@ static void test_reload_merge(void **state)
     assert_int_equal(config_reload_merge(running, next, NULL, NULL), 0);
     config_free(next);
 
-    /* Every other restart-only key, in table order; the upstream goes with all it derives. */
+    /* Every other restart-only key, in table order; the upstream goes with all it derives.
+     * (PGHOST: several workers need Postgres, the embedded store takes one process.) */
+    setenv("PGHOST", "db", 1);
     next = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:9001\nworkers: 3\n"
                          "upstream: https://other:8443/x\nupstream_ca_file: conf/idemgw.yaml\n"
                          "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n");
+    unsetenv("PGHOST");
     assert_int_equal(config_reload_merge(running, next, report_key, &r), 9);
     assert_string_equal(r.text, "listen\nadmin_listen\nworkers\nupstream\nupstream_ca_file\n"
                                 "store.pool\nstore.timeout\nstore.cache_entries\n"
@@ -889,6 +949,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_overrides, clear_env),
         cmocka_unit_test_setup(test_env_only, clear_env),
         cmocka_unit_test_setup(test_store_enabled, clear_env),
+        cmocka_unit_test_setup(test_store_kinds, clear_env),
         cmocka_unit_test_setup(test_missing_file, clear_env),
         cmocka_unit_test_setup(test_parse_host_port, clear_env),
         cmocka_unit_test_setup(test_upstream_urls, clear_env),

@@ -184,17 +184,22 @@ static void test_key_cmd_hash(void **state)
     assert_string_equal(out, "s:t:x:K\nb12407a1a95dc838\n");
 }
 
-/* The row options need a database: without one, exit 2 after the key and a message. */
+/* The row options need a database: without one, exit 2 after the key and a message. With
+ * nothing named, that is the embedded store's default file, which they never create. */
 static void test_key_cmd_no_database(void **state)
 {
     (void)state;
-    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE"};
-    char *saved[4];
-    for (int i = 0; i < 4; i++) {
+    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE",
+                                       "STATE_DIRECTORY"};
+    char *saved[5];
+    char dir[] = "/tmp/idemgw-key-cmd-state-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    for (int i = 0; i < 5; i++) {
         const char *v = getenv(vars[i]);
         saved[i] = v ? strdup(v) : NULL;
         unsetenv(vars[i]);
     }
+    setenv("STATE_DIRECTORY", dir, 1);
     static const char *const opts[] = {"--show", "--release", "--forget"};
     char out[512];
     for (int i = 0; i < 3; i++) {
@@ -203,8 +208,17 @@ static void test_key_cmd_no_database(void **state)
                          2);
         assert_string_equal(out, "s:t:h:44136fa355b3678a1146ad16f7e8649e\n");
         assert_non_null(strstr(last_err, "no database"));
+        assert_non_null(strstr(last_err, "idemgw-keys.db does not exist"));
     }
-    for (int i = 0; i < 4; i++) {
+    setenv("IDEMGW_DATABASE_URL", "none", 1);
+    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--show"),
+                     2);
+    assert_non_null(strstr(last_err, "no database: database_url is none"));
+    unsetenv("STATE_DIRECTORY");
+    unsetenv("IDEMGW_DATABASE_URL");
+    assert_int_equal(rmdir(dir), 0); /* nothing was created in it */
+    for (int i = 0; i < 5; i++) {
         if (saved[i])
             setenv(vars[i], saved[i], 1);
         free(saved[i]);

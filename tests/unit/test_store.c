@@ -1,6 +1,9 @@
-/* The store against a real Postgres: IDEMGW_TEST_PG_URL names a server (the test runner starts
- * one with scripts/pg-cluster.sh); each run creates and drops its own database. The restart
- * case starts a private cluster of its own so it cannot disturb other tests on the shared one.
+/* The store against its real backends, the same cases for each: Postgres when
+ * IDEMGW_TEST_PG_URL names a server (the test runner starts one with scripts/pg-cluster.sh;
+ * each run creates and drops its own database), and the embedded SQLite store always, on a
+ * file in a fresh temporary directory. The restart case starts a private cluster of its own so
+ * it cannot disturb other tests on the shared one. Cases that only one backend can have skip
+ * on the other; the SQLite group adds its own (the file lock, batching, a missed deadline).
  * Everything waits on the event loop with deadlines, never with sleeps. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,19 +15,25 @@
 #include "log.h"
 #include "store.h"
 #include "store_pg.h"
+#include "store_sqlite.h"
 #include "util.h"
 
 #include <event2/event.h>
 #include <libpq-fe.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+typedef enum { BACKEND_PG = 0, BACKEND_SQLITE } backend_t;
+
+static backend_t backend; /* of the group running */
 static struct event_base *base;
 static char *admin_url;   /* the server's maintenance database */
 static char dbname[64];   /* this run's database */
-static char *db_conninfo; /* conninfo of this run's database */
+static char *db_conninfo; /* conninfo of this run's database; with SQLite, the file */
+static char sqlite_dir[64]; /* the SQLite group's temporary directory */
 static store_t *st_main;  /* shared by most cases; keys are prefixed per case */
 
 /* ---- helpers ---- */
@@ -110,10 +119,41 @@ static void quiet_notice(void *arg, const char *msg)
     (void)msg;
 }
 
+/* sql1 on the SQLite file: a connection of its own, beside the store's. */
+static const char *sqlite1(const char *path, const char *sql)
+{
+    static char val[256];
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    val[0] = '\0';
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        fprintf(stderr, "sqlite1 open: %s\n", sqlite3_errmsg(db));
+        sqlite3_close(db);
+        fail_msg("cannot open the file for a helper statement");
+    }
+    sqlite3_busy_timeout(db, 5000);
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) {
+        fprintf(stderr, "sqlite1 %s: %s\n", sql, sqlite3_errmsg(db));
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+        fail_msg("helper statement failed");
+    }
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(val, sizeof(val), "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return val;
+}
+
 /* Runs one statement on a blocking connection; returns the first value, or "" (static buffer). */
 static const char *sql1(const char *conninfo, const char *sql)
 {
     static char val[256];
+    if (backend == BACKEND_SQLITE)
+        return sqlite1(conninfo, sql);
     PGconn *pg = PQconnectdb(conninfo);
     val[0] = '\0';
     if (PQstatus(pg) != CONNECTION_OK) {
@@ -137,6 +177,19 @@ static const char *sql1(const char *conninfo, const char *sql)
     return val;
 }
 
+/* The group's backend at where (a conninfo, or the SQLite file); NULL with msg set when
+ * refused. */
+static store_t *new_store(const store_options_t *o, char *msg, size_t msglen)
+{
+    store_options_t opt = *o;
+    if (backend == BACKEND_SQLITE) {
+        opt.path = opt.conninfo;
+        opt.conninfo = NULL;
+        return store_sqlite_new(base, &opt, msg, msglen);
+    }
+    return store_pg_new(base, &opt, msg, msglen);
+}
+
 static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_t sweep_ms,
                            int batch)
 {
@@ -146,12 +199,46 @@ static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_
                            .sweep_interval_ms = sweep_ms,
                            .sweep_batch = batch};
     char msg[512] = "";
-    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
+    store_t *s = new_store(&opt, msg, sizeof(msg));
     if (!s)
-        fprintf(stderr, "store_pg_new: %s\n", msg);
+        fprintf(stderr, "%s store: %s\n", backend == BACKEND_SQLITE ? "sqlite" : "postgres", msg);
     assert_non_null(s);
     assert_true(wait_for(is_ready, s, 10000));
     return s;
+}
+
+/* A second store on this run's database. The SQLite file takes one opener at a time, so there
+ * st_main is closed meanwhile; close_other opens it again. */
+static store_t *open_other(int pool, uint64_t sweep_ms, int batch)
+{
+    if (backend == BACKEND_SQLITE) {
+        store_free(st_main);
+        st_main = NULL;
+    }
+    return open_store(db_conninfo, pool, true, sweep_ms, batch);
+}
+
+static void close_other(store_t *s)
+{
+    store_free(s);
+    if (backend == BACKEND_SQLITE)
+        st_main = open_store(db_conninfo, 4, true, 0, 0);
+}
+
+static int schema_version(void)
+{
+    return backend == BACKEND_SQLITE ? store_sqlite_schema_version() : store_schema_version();
+}
+
+/* "1" when the table exists, "0" when not. */
+static const char *table_exists(const char *conninfo, const char *table)
+{
+    char *sql = backend == BACKEND_SQLITE
+                    ? xasprintf("SELECT count(*) FROM sqlite_master WHERE name = '%s'", table)
+                    : xasprintf("SELECT (to_regclass('%s') IS NOT NULL)::int", table);
+    const char *v = sql1(conninfo, sql);
+    free(sql);
+    return v;
 }
 
 /* A claim's outcome, copied out of the callback. */
@@ -281,6 +368,7 @@ static get_out_t do_get(store_t *s, const char *key)
 static int group_setup(void **state)
 {
     (void)state;
+    backend = BACKEND_PG;
     const char *url = getenv("IDEMGW_TEST_PG_URL");
     if (!url || !url[0]) {
         fprintf(stderr,
@@ -305,11 +393,32 @@ static int group_setup(void **state)
     return base ? 0 : -1;
 }
 
+/* The SQLite group: a fresh directory, the file made by the first store. */
+static int sqlite_setup(void **state)
+{
+    (void)state;
+    backend = BACKEND_SQLITE;
+    log_threshold = getenv("IDEMGW_TEST_LOG") ? LOG_DEBUG : LOG_ERROR;
+    snprintf(sqlite_dir, sizeof(sqlite_dir), "/tmp/idemgw-store-sqlite.XXXXXX");
+    if (!mkdtemp(sqlite_dir))
+        return -1;
+    db_conninfo = xasprintf("%s/keys.db", sqlite_dir);
+    base = event_base_new();
+    return base ? 0 : -1;
+}
+
 static int group_teardown(void **state)
 {
     (void)state;
     store_free(st_main);
     st_main = NULL;
+    if (backend == BACKEND_SQLITE && sqlite_dir[0]) {
+        char *rm = xasprintf("rm -rf '%s'", sqlite_dir);
+        if (system(rm) != 0)
+            fprintf(stderr, "could not remove %s\n", sqlite_dir);
+        free(rm);
+        sqlite_dir[0] = '\0';
+    }
     if (admin_url) {
         char *sql = xasprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", dbname);
         sql1(admin_url, sql);
@@ -317,8 +426,11 @@ static int group_teardown(void **state)
     }
     if (base)
         event_base_free(base);
+    base = NULL;
     free(db_conninfo);
+    db_conninfo = NULL;
     free(admin_url);
+    admin_url = NULL;
     return 0;
 }
 
@@ -339,20 +451,21 @@ static void test_strings(void **state)
     assert_string_equal(store_state_str(STORE_STATE_UNKNOWN), "unknown");
     assert_string_equal(store_state_str((store_state_t)42), "invalid");
     assert_true(store_schema_version() >= 1);
+    assert_true(store_sqlite_schema_version() >= 1);
 }
 
 static void test_migrations_once(void **state)
 {
     (void)state;
     st_main = open_store(db_conninfo, 4, true, 0, 0);
-    char *want = xasprintf("%d", store_schema_version());
+    char *want = xasprintf("%d", schema_version());
     assert_string_equal(sql1(db_conninfo, "SELECT max(version) FROM schema_migrations"), want);
     assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM schema_migrations"), want);
     /* a second start finds everything in place and applies nothing */
-    store_t *again = open_store(db_conninfo, 1, true, 0, 0);
+    store_t *again = open_other(1, 0, 0);
     assert_string_equal(sql1(db_conninfo, "SELECT count(*) FROM schema_migrations"), want);
-    assert_string_equal(sql1(db_conninfo, "SELECT to_regclass('idem_keys') IS NOT NULL"), "t");
-    store_free(again);
+    assert_string_equal(table_exists(db_conninfo, "idem_keys"), "1");
+    close_other(again);
     free(want);
 }
 
@@ -360,22 +473,41 @@ static void test_newer_schema_refused(void **state)
 {
     (void)state;
     char *sql = xasprintf("INSERT INTO schema_migrations (version, name) VALUES (%d, 'future')",
-                          store_schema_version() + 1);
+                          schema_version() + 1);
     sql1(db_conninfo, sql);
     free(sql);
+    if (backend == BACKEND_SQLITE) {
+        store_free(st_main); /* its lock would refuse the new one first */
+        st_main = NULL;
+    }
     store_options_t opt = {.conninfo = db_conninfo, .pool_size = 1, .migrate = true};
     char msg[512] = "";
-    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
+    store_t *s = new_store(&opt, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, "newer"));
-    sql = xasprintf("DELETE FROM schema_migrations WHERE version = %d", store_schema_version() + 1);
+    sql = xasprintf("DELETE FROM schema_migrations WHERE version = %d", schema_version() + 1);
     sql1(db_conninfo, sql);
     free(sql);
+    if (backend == BACKEND_SQLITE)
+        st_main = open_store(db_conninfo, 4, true, 0, 0);
 }
 
 static void test_missing_schema_without_migrate_refused(void **state)
 {
     (void)state;
+    if (backend == BACKEND_SQLITE) {
+        char *path = xasprintf("%s/empty.db", sqlite_dir);
+        store_options_t opt = {.path = path, .migrate = false};
+        char msg[512] = "";
+        store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+        assert_null(s);
+        assert_non_null(strstr(msg, "migrations are disabled"));
+        /* nothing was created in the file (the check ran in a rolled back transaction) */
+        assert_string_equal(table_exists(path, "idem_keys"), "0");
+        assert_string_equal(table_exists(path, "schema_migrations"), "0");
+        free(path);
+        return;
+    }
     char other[80];
     snprintf(other, sizeof(other), "%s_empty", dbname);
     char *sql = xasprintf("CREATE DATABASE %s", other);
@@ -807,7 +939,7 @@ static void test_pipeline_in_order(void **state)
     (void)state;
     /* one connection: every op goes through the same pipeline, and each sees the effects of
      * the ops sent before it (each is its own transaction, committed at its sync) */
-    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    store_t *s = open_other(1, 0, 0);
     memset(pipe_outs, 0, sizeof(pipe_outs));
     pipe_seq = 0;
     for (int i = 0; i < PIPE_KEYS; i++) {
@@ -839,7 +971,7 @@ static void test_pipeline_in_order(void **state)
         assert_true(o[3].found);
         assert_int_equal(o[3].state, STORE_STATE_SUCCEEDED);
     }
-    store_free(s);
+    close_other(s);
 }
 
 static void test_pipeline_error_fails_one(void **state)
@@ -847,6 +979,8 @@ static void test_pipeline_error_fails_one(void **state)
     (void)state;
     /* a key that is not valid UTF-8 fails its statement when the server binds it (the test
      * clusters are UTF8); the ops around it in the same pipeline are unaffected */
+    if (backend == BACKEND_SQLITE)
+        skip(); /* SQLite keeps any bytes as text: no such statement error */
     store_t *s = open_store(db_conninfo, 1, true, 0, 0);
     memset(pipe_outs, 0, sizeof(pipe_outs));
     pipe_seq = 0;
@@ -936,11 +1070,13 @@ static void test_duplicates_batched(void **state)
     assert_false(do_get(st_main, "t:dupb:h:absent").found);
 
     /* counts still in memory are written by store_free, before it returns */
-    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    store_t *s = open_other(1, 0, 0);
     for (int i = 0; i < 5; i++)
         assert_int_equal(store_note_duplicate(s, keys[0], NULL, NULL), STORE_OK);
     store_free(s);
     assert_string_equal(attempts_of(keys[0]), "46");
+    if (backend == BACKEND_SQLITE)
+        st_main = open_store(db_conninfo, 4, true, 0, 0);
 }
 
 #define CONCURRENT 50
@@ -961,7 +1097,8 @@ static bool all_done(void *arg)
 static void test_concurrent_two_stores(void **state)
 {
     (void)state;
-    store_t *other = open_store(db_conninfo, 4, true, 0, 0);
+    /* SQLite: one store per file, so the claims race inside one store's batches instead */
+    store_t *other = backend == BACKEND_SQLITE ? st_main : open_store(db_conninfo, 4, true, 0, 0);
     static claim_out_t outs[CONCURRENT];
     memset(outs, 0, sizeof(outs));
     for (int round = 0; round < 3; round++) {
@@ -987,7 +1124,8 @@ static void test_concurrent_two_stores(void **state)
     store_get_stats(other, &b);
     printf("# concurrent claims: retries after the snapshot corner: %llu\n",
            (unsigned long long)(a.claim_retries + b.claim_retries));
-    store_free(other);
+    if (other != st_main)
+        store_free(other);
 }
 
 static bool swept_35(void *arg)
@@ -1012,9 +1150,9 @@ static void test_sweeper(void **state)
     live.window_ms = 0; /* expiry is still at least the lease */
     (void)do_claim(st_main, &live);
 
-    store_t *sw = open_store(db_conninfo, 2, true, 20, 10);
+    store_t *sw = open_other(2, 20, 10);
     assert_true(wait_for(swept_35, sw, 10000));
-    store_free(sw);
+    close_other(sw);
     assert_string_equal(
         sql1(db_conninfo, "SELECT count(*) FROM idem_keys WHERE key LIKE 'sweep:%'"), "1");
     get_out_t g = do_get(st_main, "sweep:live");
@@ -1053,7 +1191,7 @@ static void shut_release_cb(store_status_t st, bool released, const store_row_t 
 static void test_free_fails_pending(void **state)
 {
     (void)state;
-    store_t *s = open_store(db_conninfo, 1, true, 0, 0);
+    store_t *s = open_other(1, 0, 0);
     shut_t sh = {0, STORE_OK};
     for (int i = 0; i < 5; i++)
         assert_int_equal(store_get(s, "t:charge:h:basic", shut_get_cb, &sh), STORE_OK);
@@ -1064,6 +1202,7 @@ static void test_free_fails_pending(void **state)
     store_free(s);
     assert_int_equal(sh.calls, 7);
     assert_int_equal(sh.last, STORE_ERR_SHUTDOWN);
+    close_other(NULL);
 }
 
 static const char *cluster_script(void)
@@ -1090,6 +1229,8 @@ static char *run_cmd(const char *cmd)
 static void test_restart_recovers(void **state)
 {
     (void)state;
+    if (backend == BACKEND_SQLITE)
+        skip(); /* stops and starts a Postgres cluster */
     if (access(cluster_script(), X_OK) != 0)
         fail_msg("cannot run %s (run from the repository root or set IDEMGW_PG_CLUSTER_SCRIPT)",
                  cluster_script());
@@ -1145,8 +1286,163 @@ static void test_restart_recovers(void **state)
     free(cmd);
 }
 
+/* ---- the embedded store only ---- */
+
+/* One process per file: a second opener is refused while the first holds the file, with a
+ * message that names the file and the way out; the operator's shared mode is not. */
+static void test_sqlite_lock_refuses_second(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_SQLITE)
+        skip();
+    store_options_t opt = {.path = db_conninfo, .migrate = true};
+    char msg[512] = "";
+    store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+    assert_null(s);
+    assert_non_null(strstr(msg, db_conninfo));
+    assert_non_null(strstr(msg, "in use by another process"));
+    char pid[32];
+    snprintf(pid, sizeof(pid), "(pid %ld)", (long)getpid());
+    assert_non_null(strstr(msg, pid));
+    assert_non_null(strstr(msg, "Postgres"));
+
+    /* `idemgw key` beside a running gateway: no lock, one short transaction */
+    store_options_t shared = {.path = db_conninfo, .shared = true};
+    store_t *op = store_sqlite_new(base, &shared, msg, sizeof(msg));
+    assert_non_null(op);
+    assert_true(store_ready(op));
+    store_claim_req_t req = req_for("t:lock:h:shared", "d1");
+    assert_true(do_claim(st_main, &req).acquired);
+    assert_int_equal(do_get(op, req.key).state, STORE_STATE_IN_PROGRESS);
+    store_free(op);
+
+    /* shared never creates a file */
+    char *absent = xasprintf("%s/absent.db", sqlite_dir);
+    shared.path = absent;
+    assert_null(store_sqlite_new(base, &shared, msg, sizeof(msg)));
+    assert_int_equal(access(absent, F_OK), -1);
+    free(absent);
+
+    /* the lock goes with the store */
+    store_free(st_main);
+    st_main = open_store(db_conninfo, 4, true, 0, 0);
+}
+
+#define BATCH_CLAIMS 300
+
+/* Calls waiting together go in one transaction (one fsync), each with its own answer. */
+static void test_sqlite_batching(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_SQLITE)
+        skip();
+    static claim_out_t outs[BATCH_CLAIMS];
+    memset(outs, 0, sizeof(outs));
+    store_stats_t before, after;
+    store_get_stats(st_main, &before);
+    char key[64];
+    for (int i = 0; i < BATCH_CLAIMS; i++) {
+        snprintf(key, sizeof(key), "t:batch:h:%d", i);
+        store_claim_req_t req = req_for(key, "d1");
+        assert_int_equal(store_claim(st_main, &req, claim_cb, &outs[i]), STORE_OK);
+    }
+    /* a repeat of the first, queued behind it: sees its claim, made in the same transaction */
+    claim_out_t again;
+    memset(&again, 0, sizeof(again));
+    store_claim_req_t first = req_for("t:batch:h:0", "d1");
+    assert_int_equal(store_claim(st_main, &first, claim_cb, &again), STORE_OK);
+    for (int i = 0; i < BATCH_CLAIMS; i++)
+        assert_true(wait_for(flag_set, &outs[i].done, 10000));
+    assert_true(wait_for(flag_set, &again.done, 10000));
+    for (int i = 0; i < BATCH_CLAIMS; i++) {
+        assert_int_equal(outs[i].st, STORE_OK);
+        assert_true(outs[i].acquired);
+        assert_int_equal(outs[i].fence, 1);
+    }
+    assert_int_equal(again.st, STORE_OK);
+    assert_false(again.acquired);
+    assert_int_equal(again.state, STORE_STATE_IN_PROGRESS);
+    store_get_stats(st_main, &after);
+    uint64_t txns = after.transactions - before.transactions;
+    uint64_t ops = after.batched_ops - before.batched_ops;
+    printf("# %d claims: %llu operations in %llu transactions\n", BATCH_CLAIMS + 1,
+           (unsigned long long)ops, (unsigned long long)txns);
+    assert_int_equal(ops, BATCH_CLAIMS + 1);
+    assert_true(txns >= 1);
+    assert_true(ops > txns);
+    assert_int_equal(after.claims - before.claims, BATCH_CLAIMS + 1);
+}
+
+typedef struct {
+    int calls;
+    store_status_t st;
+} count_out_t;
+
+static void count_claim_cb(store_status_t st, const store_claim_result_t *res, void *arg)
+{
+    (void)res;
+    count_out_t *o = arg;
+    o->calls++;
+    o->st = st;
+}
+
+static bool count_called(void *arg)
+{
+    return ((count_out_t *)arg)->calls > 0;
+}
+
+/* The writer is stuck behind another connection's lock: the claim fails "unavailable" at its
+ * deadline, once, and the late result neither calls back again nor takes the key. */
+static void test_sqlite_deadline_missed(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_SQLITE)
+        skip();
+    store_free(st_main);
+    st_main = NULL;
+    store_options_t opt = {.path = db_conninfo, .migrate = true, .timeout_ms = 400};
+    char msg[512] = "";
+    store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+    assert_non_null(s);
+
+    sqlite3 *blocker = NULL;
+    assert_int_equal(sqlite3_open_v2(db_conninfo, &blocker, SQLITE_OPEN_READWRITE, NULL),
+                     SQLITE_OK);
+    assert_int_equal(sqlite3_exec(blocker, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+
+    count_out_t o = {0, STORE_OK};
+    store_claim_req_t req = req_for("t:deadline:h:1", "d1");
+    uint64_t t0 = util_now_ms();
+    assert_int_equal(store_claim(s, &req, count_claim_cb, &o), STORE_OK);
+    assert_true(wait_for(count_called, &o, 5000));
+    uint64_t took = util_now_ms() - t0;
+    assert_int_equal(o.st, STORE_ERR_UNAVAILABLE);
+    assert_true(took >= 350 && took < 2000);
+
+    /* the lock goes while the writer still waits for it (busy timeout 1.5 x the deadline) */
+    bool never = false;
+    (void)wait_for(flag_set, &never, 100);
+    assert_int_equal(sqlite3_exec(blocker, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(blocker);
+    (void)wait_for(flag_set, &never, 800);
+    assert_int_equal(o.calls, 1);
+    store_stats_t stats;
+    store_get_stats(s, &stats);
+    assert_true(stats.unavailable >= 1);
+    assert_int_equal(stats.queued, 0);
+
+    /* the claim was never run: the key is free */
+    assert_false(do_get(s, req.key).found);
+    claim_out_t c = do_claim(s, &req);
+    assert_true(c.acquired);
+    assert_int_equal(c.fence, 1);
+    store_free(s);
+    st_main = open_store(db_conninfo, 4, true, 0, 0);
+}
+
 int main(void)
 {
+    /* the same cases for each backend; the ones a backend cannot have skip there */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_strings),
         cmocka_unit_test(test_migrations_once),
@@ -1167,14 +1463,19 @@ int main(void)
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_free_fails_pending),
         cmocka_unit_test(test_restart_recovers),
+        cmocka_unit_test(test_sqlite_lock_refuses_second),
+        cmocka_unit_test(test_sqlite_batching),
+        cmocka_unit_test(test_sqlite_deadline_missed),
     };
+    int failed = cmocka_run_group_tests_name("store_sqlite", tests, sqlite_setup, group_teardown);
     const char *url = getenv("IDEMGW_TEST_PG_URL");
     if (!url || !url[0]) {
         /* `make unit` without a Postgres: say so and skip, rather than fail the run */
-        printf("1..0 # SKIP store: IDEMGW_TEST_PG_URL is not set (make check starts a Postgres; "
-               "or d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh start "
-               "$d/pg))\n");
-        return 0;
+        printf("# SKIP store_postgres: IDEMGW_TEST_PG_URL is not set (make check starts a "
+               "Postgres; or d=$(mktemp -d); export IDEMGW_TEST_PG_URL=$(scripts/pg-cluster.sh "
+               "start $d/pg))\n");
+        return failed;
     }
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return failed +
+           cmocka_run_group_tests_name("store_postgres", tests, group_setup, group_teardown);
 }

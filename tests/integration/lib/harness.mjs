@@ -218,7 +218,9 @@ export async function startGateway(t, { upstream, databaseUrl, config = {}, env 
   await fs.writeFile(configPath, toYaml(cfg));
   const adminUrl = `http://127.0.0.1:${adminPort}`;
   const h = await startProcess(t, IDEMGW_BIN, ['-c', configPath, ...args], {
-    env,
+    // as systemd's StateDirectory= would: a gateway with no database_url keeps its default
+    // embedded store (idemgw-keys.db) in its own folder, not in the shared working directory
+    env: { STATE_DIRECTORY: dir, ...env },
     readyUrl: `${adminUrl}/${databaseUrl && waitStore ? 'readyz' : 'healthz'}`,
     name: 'idemgw',
   });
@@ -236,9 +238,31 @@ export async function run(cmd, args, opts = {}) {
   }
 }
 
+/**
+ * The store createDatabase() makes: 'postgres', or 'sqlite' when IDEMGW_TEST_STORE=sqlite
+ * (tests/run-all.sh runs the idempotency suite a second time that way).
+ */
+export const TEST_STORE = process.env.IDEMGW_TEST_STORE === 'sqlite' ? 'sqlite' : 'postgres';
+
+/**
+ * A test option that skips a Postgres-only test under the embedded store, with why:
+ * test('...', postgresOnly('two gateways on one database'), async (t) => ...).
+ */
+export function postgresOnly(why) {
+  return { skip: TEST_STORE === 'sqlite' ? `Postgres only: ${why}` : false };
+}
+
 let dbCounter = 0;
-/** Creates a fresh database on the cluster at IDEMGW_TEST_PG_URL and returns its URL. */
+/**
+ * Creates a fresh database on the cluster at IDEMGW_TEST_PG_URL and returns its URL; under
+ * IDEMGW_TEST_STORE=sqlite, a fresh folder and returns sqlite:FOLDER/keys.db (the file is made
+ * by the gateway; the folder is in TMPDIR, which run-all.sh removes).
+ */
 export async function createDatabase() {
+  if (TEST_STORE === 'sqlite') {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-sqlite-'));
+    return `sqlite:${path.join(dir, 'keys.db')}`;
+  }
   const base = process.env.IDEMGW_TEST_PG_URL;
   if (!base) throw new Error('IDEMGW_TEST_PG_URL is not set (tests/run-all.sh starts a cluster and sets it)');
   const name = `t_${process.pid}_${Date.now().toString(36)}_${dbCounter++}`;

@@ -1,0 +1,40 @@
+/* The embedded backend of the store (store.h): one SQLite file for one gateway process, with
+ * the semantics of the Postgres backend (the one-step claim, the fence, leases, windows,
+ * sweeper, batched duplicate counts), its own schema (sql/sqlite/, compiled in).
+ *
+ * SQLite blocks, so a writer thread owns the connection: the loop queues operations, the
+ * thread runs every operation waiting when it is free in one transaction (one fsync), and
+ * hands the results back through an eventfd watched on the loop, where the callbacks run.
+ * WAL with synchronous=FULL: a result, a claim above all, is delivered only after the
+ * transaction carrying it committed to disk.
+ *
+ * One process per file: the store holds an exclusive lock (flock on PATH.lock) for its life,
+ * and a second opener is refused. Several replicas need Postgres. */
+#ifndef IDEMGW_STORE_SQLITE_H
+#define IDEMGW_STORE_SQLITE_H
+
+#include "store.h"
+
+#include <stddef.h>
+
+struct event_base;
+
+extern const store_ops_t store_sqlite_ops;
+
+/* The file name of the embedded store when the config names none, in $STATE_DIRECTORY
+ * (systemd's StateDirectory=) or else the working directory. */
+#define STORE_SQLITE_DEFAULT_FILE "idemgw-keys.db"
+
+/* Opens opt->path (created when missing, unless opt->shared), takes the process lock, applies
+ * missing migrations (opt->migrate) and starts the writer thread; the store is ready when this
+ * returns. Returns NULL with msg set when the file cannot be opened or locked (another process
+ * holds it), or the schema is newer than known or missing with migrations off.
+ * opt->shared (for `idemgw key`): no process lock and nothing created; writes go through
+ * SQLite's own locking, beside a gateway that may be running. */
+store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt, char *msg,
+                          size_t msglen);
+
+/* The newest migration number of sql/sqlite/ this binary knows. */
+int store_sqlite_schema_version(void);
+
+#endif

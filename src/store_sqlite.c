@@ -1,0 +1,1394 @@
+/* The embedded store (store_sqlite.h): one SQLite file, one writer thread, batched commits.
+ *
+ * Threads: the loop thread makes ops and queues them (q_head, under mu); the writer thread
+ * takes every op waiting when it is free (up to BATCH_MAX), runs them in one BEGIN IMMEDIATE
+ * transaction, each inside its own savepoint so a failing op rolls back only itself, commits,
+ * and only then moves the batch to the done list (under mu) and wakes the loop through the
+ * eventfd. The loop runs the callbacks. An op is owned by the queue, then by the writer, then
+ * by the done list; the loop frees it after its callback.
+ *
+ * Deadlines (store.timeout): a timer on the loop per op. An op still queued at its deadline is
+ * taken out and fails STORE_ERR_UNAVAILABLE; one the writer holds is answered
+ * STORE_ERR_UNAVAILABLE at once and marked answered, so its late result calls nobody. The
+ * writer does not start an op past its deadline, so a claim the caller was told failed never
+ * takes the key afterwards (Postgres's claim carries its deadline for the same reason).
+ *
+ * Clock: each op reads the wall clock when the writer starts it; leases, windows and expiry are
+ * compared with that, as Postgres compares with now().
+ *
+ * Duplicates are counted in memory and written every DUP_FLUSH_MS as one op, as the Postgres
+ * backend does; store_free writes what is left before it returns. */
+#include "store_sqlite.h"
+
+#include "key.h"
+#include "log.h"
+#include "store_migrations.h"
+#include "util.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#define QUEUE_MAX 10000
+#define BATCH_MAX 512 /* ops per transaction: bounds the wait of the last one */
+#define DUP_FLUSH_MS 500
+#define DUP_FLUSH_KEYS 4096
+/* Durations are clamped so that now + duration stays far inside int64 milliseconds. */
+#define DURATION_MAX_MS INT64_C(1000000000000)
+#define ISO_LEN 24 /* 2025-01-01T00:00:00.000Z */
+
+typedef enum {
+    SQ_CLAIM = 0,
+    SQ_FINISH,
+    SQ_GET,
+    SQ_DUP,
+    SQ_SWEEP,
+    SQ_EXTEND,
+    SQ_RELEASE,
+    SQ_FORGET,
+} sq_kind_t;
+
+static const char *const kind_names[] = {"claim", "finish", "get",     "duplicates",
+                                         "sweep", "extend", "release", "forget"};
+
+/* A row read by the writer, every string owned. Times in epoch milliseconds. */
+typedef struct sq_row {
+    store_state_t state;
+    int64_t fence;
+    int attempts;
+    char *digest;
+    char *result; /* NUL-terminated copy, or NULL */
+    size_t result_len;
+    bool too_large;
+    char *session, *jsonrpc;
+    int64_t lease_until, created_at, expires_at;
+    int64_t finished_at; /* -1: NULL */
+} sq_row_t;
+
+typedef enum {
+    SQ_QUEUED = 0, /* in the queue: the deadline may take it out */
+    SQ_TAKEN,      /* the writer has it, or it is on the done list */
+} sq_where_t;
+
+typedef struct sq_op {
+    struct sq_op *next;
+    sq_kind_t kind;
+    /* parameters, copied: the op outlives the caller's strings */
+    char *key, *tool, *subject, *digest, *session, *jsonrpc;
+    bool explicit_key, takeover, too_large;
+    int64_t lease_ms, window_ms, fence;
+    store_state_t state;
+    char *result;
+    size_t result_len;
+    int batch;       /* sweep: rows per statement */
+    char **dup_keys; /* duplicate flush: keys and their counts */
+    int *dup_counts;
+    size_t n_dups;
+    union {
+        store_claim_cb claim;
+        store_finish_cb finish;
+        store_get_cb get;
+        store_release_cb release;
+    } cb;
+    void *arg;
+    bool internal; /* the sweeper's batch or the duplicate flush: no callback */
+
+    struct store_sqlite *store;
+    uint64_t deadline_wall_ms; /* 0: none (internal ops) */
+    struct event *deadline_ev;
+    sq_where_t where; /* under mu */
+    bool answered;    /* loop only: the deadline already called back */
+
+    /* results, written by the writer before the op reaches the done list */
+    store_status_t status;
+    bool acquired; /* claim; release: released */
+    bool matched;  /* finish, extend: a row changed; sweep: rows > 0 */
+    int64_t rows;  /* sweep: rows deleted */
+    bool has_row;  /* claim, get, release, forget */
+    sq_row_t row;
+    int64_t now_ms; /* the store's clock when the op ran */
+} sq_op_t;
+
+typedef struct sq_dup {
+    char *key; /* NULL: empty slot */
+    int count;
+} sq_dup_t;
+
+enum {
+    STMT_SELECT = 0,
+    STMT_INSERT,
+    STMT_TAKEOVER,
+    STMT_FINISH,
+    STMT_DUP,
+    STMT_EXTEND,
+    STMT_RELEASE,
+    STMT_DELETE,
+    STMT_SWEEP,
+    STMT_COUNT_
+};
+
+typedef struct store_sqlite {
+    struct event_base *base;
+    char *path;
+    int lock_fd; /* -1 in shared mode */
+    sqlite3 *db; /* the writer's once it runs */
+    sqlite3_stmt *stmts[STMT_COUNT_];
+    uint64_t timeout_ms;
+    uint64_t sweep_interval_ms;
+    int sweep_batch;
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    sq_op_t *q_head, *q_tail;
+    int q_len;
+    sq_op_t *done_head, *done_tail;
+    bool stopping;
+    uint64_t transactions, batched_ops;
+
+    int efd; /* the writer wakes the loop: results are on the done list */
+    struct event *done_ev;
+    struct event *sweep_ev, *sweep_more_ev, *dup_ev;
+    bool sweeping;
+    bool closing;
+    sq_dup_t *dups;
+    size_t dups_cap, dups_len;
+    store_stats_t stats; /* the loop's counters */
+} store_sqlite_t;
+
+static const char *const stmt_sql[STMT_COUNT_] = {
+    [STMT_SELECT] = "SELECT state, fence, attempts, args_digest, result, result_too_large,"
+                    " lease_until, created_at, first_session_id, first_jsonrpc_id, expires_at,"
+                    " finished_at FROM idem_keys WHERE key = ?1",
+    [STMT_INSERT] = "INSERT INTO idem_keys (key, tool, subject, args_digest, explicit_key, state,"
+                    " fence, attempts, first_session_id, first_jsonrpc_id, lease_until, created_at,"
+                    " updated_at, expires_at)"
+                    " VALUES (?1, ?2, ?3, ?4, ?5, 'in_progress', 1, 1, ?6, ?7, ?8, ?9, ?9, ?10)",
+    /* a takeover: ?6 attempts, ?7 created_at and the first ids are the new life's when the row
+     * had expired, else the row's own (see exec_claim) */
+    [STMT_TAKEOVER] = "UPDATE idem_keys SET tool = ?2, subject = ?3, args_digest = ?4,"
+                      " explicit_key = ?5, state = 'in_progress', fence = fence + 1,"
+                      " attempts = ?6, created_at = ?7, first_session_id = ?8,"
+                      " first_jsonrpc_id = ?9, result = NULL, result_too_large = 0,"
+                      " lease_until = ?10, updated_at = ?11, finished_at = NULL,"
+                      " expires_at = ?12 WHERE key = ?1",
+    [STMT_FINISH] = "UPDATE idem_keys SET state = ?3, result = ?4, result_too_large = ?5,"
+                    " updated_at = ?6, finished_at = ?6, expires_at = ?7"
+                    " WHERE key = ?1 AND fence = ?2",
+    [STMT_DUP] = "UPDATE idem_keys SET attempts = min(attempts + ?2, 2147483647), updated_at = ?3"
+                 " WHERE key = ?1",
+    [STMT_EXTEND] = "UPDATE idem_keys SET lease_until = ?3, expires_at = max(expires_at, ?3),"
+                    " updated_at = ?4 WHERE key = ?1 AND fence = ?2 AND state = 'in_progress'",
+    [STMT_RELEASE] = "UPDATE idem_keys SET state = 'failed', fence = fence + 1, lease_until = ?2,"
+                     " updated_at = ?2 WHERE key = ?1",
+    [STMT_DELETE] = "DELETE FROM idem_keys WHERE key = ?1",
+    /* expired as a claim judges it (expires_at <= now: times are whole milliseconds here).
+     * An in-progress row whose lease still runs is never deleted (its expiry is never before
+     * its lease, but be sure) */
+    [STMT_SWEEP] = "DELETE FROM idem_keys WHERE key IN (SELECT key FROM idem_keys"
+                   " WHERE expires_at <= ?1 AND NOT (state = 'in_progress' AND lease_until > ?1)"
+                   " ORDER BY expires_at LIMIT ?2)",
+};
+
+static const char *const state_names[] = {
+    [STORE_STATE_IN_PROGRESS] = "in_progress",
+    [STORE_STATE_SUCCEEDED] = "succeeded",
+    [STORE_STATE_FAILED] = "failed",
+    [STORE_STATE_UNKNOWN] = "unknown",
+};
+
+int store_sqlite_schema_version(void)
+{
+    return store_sqlite_migrations_count;
+}
+
+static struct event *must_event(struct event *ev)
+{
+    if (!ev) {
+        fprintf(stderr, "idemgw: out of memory creating an event\n");
+        abort();
+    }
+    return ev;
+}
+
+static int64_t clamp_ms(uint64_t ms)
+{
+    return (int64_t)(ms > (uint64_t)DURATION_MAX_MS ? (uint64_t)DURATION_MAX_MS : ms);
+}
+
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+/* Epoch milliseconds as ISO 8601 UTC with milliseconds, as the Postgres backend prints them. */
+static void iso_utc(int64_t ms, char out[ISO_LEN + 1])
+{
+    time_t sec = (time_t)(ms / 1000);
+    int frac = (int)(ms % 1000);
+    if (frac < 0) {
+        frac += 1000;
+        sec--;
+    }
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char head[32];
+    strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, ISO_LEN + 1, "%.19s.%03dZ", head, frac);
+}
+
+static void row_free(sq_row_t *r)
+{
+    free(r->digest);
+    free(r->result);
+    free(r->session);
+    free(r->jsonrpc);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- ops ---- */
+
+static void op_free(sq_op_t *op)
+{
+    if (!op)
+        return;
+    free(op->key);
+    free(op->tool);
+    free(op->subject);
+    free(op->digest);
+    free(op->session);
+    free(op->jsonrpc);
+    free(op->result);
+    for (size_t i = 0; i < op->n_dups; i++)
+        free(op->dup_keys[i]);
+    free(op->dup_keys);
+    free(op->dup_counts);
+    row_free(&op->row);
+    if (op->deadline_ev)
+        event_free(op->deadline_ev);
+    free(op);
+}
+
+static sq_op_t *op_new(sq_kind_t kind, const char *key)
+{
+    sq_op_t *op = xcalloc(1, sizeof(*op));
+    op->kind = kind;
+    op->key = dup_or_null(key);
+    return op;
+}
+
+/* ---- the writer thread ---- */
+
+static char *col_text(sqlite3_stmt *st, int col)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    return t ? xstrdup((const char *)t) : NULL;
+}
+
+static bool parse_state(const char *txt, store_state_t *out)
+{
+    for (unsigned i = 0; txt && i < ARRAY_LEN(state_names); i++) {
+        if (strcmp(txt, state_names[i]) == 0) {
+            *out = (store_state_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Reads key's row: 1 found (row filled), 0 none, -1 error. */
+static int row_load(store_sqlite_t *s, const char *key, sq_row_t *row)
+{
+    sqlite3_stmt *st = s->stmts[STMT_SELECT];
+    memset(row, 0, sizeof(*row));
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int out = 0;
+    if (rc == SQLITE_ROW) {
+        out = 1;
+        const char *state = (const char *)sqlite3_column_text(st, 0);
+        if (!parse_state(state, &row->state))
+            out = -1;
+        row->fence = sqlite3_column_int64(st, 1);
+        row->attempts = sqlite3_column_int(st, 2);
+        row->digest = col_text(st, 3);
+        if (sqlite3_column_type(st, 4) != SQLITE_NULL) {
+            const void *b = sqlite3_column_blob(st, 4);
+            size_t n = (size_t)sqlite3_column_bytes(st, 4);
+            row->result = xmalloc(n + 1);
+            if (n)
+                memcpy(row->result, b, n);
+            row->result[n] = '\0';
+            row->result_len = n;
+        }
+        row->too_large = sqlite3_column_int(st, 5) != 0;
+        row->lease_until = sqlite3_column_int64(st, 6);
+        row->created_at = sqlite3_column_int64(st, 7);
+        row->session = col_text(st, 8);
+        row->jsonrpc = col_text(st, 9);
+        row->expires_at = sqlite3_column_int64(st, 10);
+        row->finished_at =
+            sqlite3_column_type(st, 11) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 11);
+        if (!row->digest)
+            out = -1;
+    } else if (rc != SQLITE_DONE) {
+        out = -1;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (out < 0)
+        row_free(row);
+    return out;
+}
+
+/* Runs a prepared write statement to its end; the rows it changed, or -1. */
+static int64_t stmt_run(store_sqlite_t *s, sqlite3_stmt *st)
+{
+    int rc = sqlite3_step(st);
+    int64_t changed = rc == SQLITE_DONE ? sqlite3_changes64(s->db) : -1;
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return changed;
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *v)
+{
+    if (v)
+        sqlite3_bind_text(st, i, v, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+/* The one-step claim of sql/ (store_pg.c), as steps inside the writer's transaction: insert,
+ * take over (expired; or same arguments and failed, or in progress past its lease when the
+ * caller allows it), or return the existing row. An expired row starts a new life (created_at,
+ * attempts, first ids) but keeps counting its fence. */
+static store_status_t exec_claim(store_sqlite_t *s, sq_op_t *op, int64_t now)
+{
+    sq_row_t old;
+    int found = row_load(s, op->key, &old);
+    if (found < 0)
+        return STORE_ERR_STATEMENT;
+    int64_t lease_until = now + op->lease_ms;
+    int64_t expires_at = now + (op->lease_ms > op->window_ms ? op->lease_ms : op->window_ms);
+    sqlite3_stmt *st;
+    if (found) {
+        bool expired = old.expires_at <= now;
+        bool take = expired ||
+                    (strcmp(old.digest, op->digest) == 0 &&
+                     (old.state == STORE_STATE_FAILED || (old.state == STORE_STATE_IN_PROGRESS &&
+                                                          old.lease_until <= now && op->takeover)));
+        if (!take) {
+            op->row = old;
+            op->has_row = true;
+            return STORE_OK;
+        }
+        st = s->stmts[STMT_TAKEOVER];
+        sqlite3_bind_int(st, 6, expired ? 1 : old.attempts + 1);
+        sqlite3_bind_int64(st, 7, expired ? now : old.created_at);
+        bind_text(st, 8, expired ? op->session : old.session);
+        bind_text(st, 9, expired ? op->jsonrpc : old.jsonrpc);
+        sqlite3_bind_int64(st, 10, lease_until);
+        sqlite3_bind_int64(st, 11, now);
+        sqlite3_bind_int64(st, 12, expires_at);
+    } else {
+        st = s->stmts[STMT_INSERT];
+        bind_text(st, 6, op->session);
+        bind_text(st, 7, op->jsonrpc);
+        sqlite3_bind_int64(st, 8, lease_until);
+        sqlite3_bind_int64(st, 9, now);
+        sqlite3_bind_int64(st, 10, expires_at);
+    }
+    bind_text(st, 1, op->key);
+    bind_text(st, 2, op->tool);
+    bind_text(st, 3, op->subject);
+    bind_text(st, 4, op->digest);
+    sqlite3_bind_int(st, 5, op->explicit_key);
+    int64_t changed = stmt_run(s, st);
+    row_free(&old);
+    if (changed != 1 || row_load(s, op->key, &op->row) != 1)
+        return STORE_ERR_STATEMENT;
+    op->has_row = true;
+    op->acquired = true;
+    return STORE_OK;
+}
+
+static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
+{
+    sqlite3_stmt *st;
+    int64_t n;
+    int found;
+    switch (op->kind) {
+    case SQ_CLAIM:
+        return exec_claim(s, op, now);
+    case SQ_FINISH:
+        st = s->stmts[STMT_FINISH];
+        bind_text(st, 1, op->key);
+        sqlite3_bind_int64(st, 2, op->fence);
+        bind_text(st, 3, state_names[op->state]);
+        if (op->result)
+            sqlite3_bind_blob(st, 4, op->result, (int)op->result_len, SQLITE_STATIC);
+        else
+            sqlite3_bind_null(st, 4);
+        sqlite3_bind_int(st, 5, op->too_large);
+        sqlite3_bind_int64(st, 6, now);
+        sqlite3_bind_int64(st, 7, now + op->window_ms);
+        n = stmt_run(s, st);
+        op->matched = n > 0;
+        return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_GET:
+        found = row_load(s, op->key, &op->row);
+        op->has_row = found == 1;
+        return found < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_DUP:
+        st = s->stmts[STMT_DUP];
+        for (size_t i = 0; i < op->n_dups; i++) {
+            bind_text(st, 1, op->dup_keys[i]);
+            sqlite3_bind_int(st, 2, op->dup_counts[i]);
+            sqlite3_bind_int64(st, 3, now);
+            n = stmt_run(s, st);
+            if (n < 0)
+                return STORE_ERR_STATEMENT;
+            op->rows += n;
+        }
+        return STORE_OK;
+    case SQ_SWEEP:
+        st = s->stmts[STMT_SWEEP];
+        sqlite3_bind_int64(st, 1, now);
+        sqlite3_bind_int(st, 2, op->batch);
+        n = stmt_run(s, st);
+        op->rows = n;
+        op->matched = n > 0;
+        return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_EXTEND:
+        st = s->stmts[STMT_EXTEND];
+        bind_text(st, 1, op->key);
+        sqlite3_bind_int64(st, 2, op->fence);
+        sqlite3_bind_int64(st, 3, now + op->lease_ms);
+        sqlite3_bind_int64(st, 4, now);
+        n = stmt_run(s, st);
+        op->matched = n > 0;
+        return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_RELEASE:
+        /* the row as it was; released when unknown, or in progress past its lease */
+        found = row_load(s, op->key, &op->row);
+        if (found < 0)
+            return STORE_ERR_STATEMENT;
+        op->has_row = found == 1;
+        if (!found || !(op->row.state == STORE_STATE_UNKNOWN ||
+                        (op->row.state == STORE_STATE_IN_PROGRESS && op->row.lease_until <= now)))
+            return STORE_OK;
+        st = s->stmts[STMT_RELEASE];
+        bind_text(st, 1, op->key);
+        sqlite3_bind_int64(st, 2, now);
+        n = stmt_run(s, st);
+        op->acquired = n > 0;
+        return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_FORGET:
+        found = row_load(s, op->key, &op->row);
+        if (found < 0)
+            return STORE_ERR_STATEMENT;
+        op->has_row = found == 1;
+        if (!found)
+            return STORE_OK;
+        st = s->stmts[STMT_DELETE];
+        bind_text(st, 1, op->key);
+        return stmt_run(s, st) < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    }
+    return STORE_ERR_STATEMENT;
+}
+
+static bool exec_sql(sqlite3 *db, const char *sql)
+{
+    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+}
+
+/* Codes that say the file, not the statement, is in trouble: "unavailable". */
+static store_status_t status_of(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_IOERR:
+    case SQLITE_FULL:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PROTOCOL:
+    case SQLITE_NOMEM:
+        return STORE_ERR_UNAVAILABLE;
+    default:
+        return STORE_ERR_STATEMENT;
+    }
+}
+
+static void batch_fail(sq_op_t *batch, store_status_t st)
+{
+    for (sq_op_t *op = batch; op; op = op->next) {
+        if (op->status == STORE_OK) {
+            op->status = st;
+            row_free(&op->row);
+            op->has_row = false;
+        }
+    }
+}
+
+/* One transaction for the whole batch; every op's result is final once it committed. */
+static void run_batch(store_sqlite_t *s, sq_op_t *batch)
+{
+    int ran = 0;
+    if (!exec_sql(s->db, "BEGIN IMMEDIATE")) {
+        int rc = sqlite3_extended_errcode(s->db);
+        log_warn(0, "store: sqlite: cannot begin a transaction: %s", sqlite3_errmsg(s->db));
+        batch_fail(batch, status_of(rc));
+        return;
+    }
+    for (sq_op_t *op = batch; op; op = op->next) {
+        int64_t now = (int64_t)util_wall_ms();
+        op->now_ms = now;
+        if (op->deadline_wall_ms && (uint64_t)now > op->deadline_wall_ms) {
+            /* answered unavailable by the loop already, or about to be: never run it */
+            op->status = STORE_ERR_UNAVAILABLE;
+            continue;
+        }
+        if (!exec_sql(s->db, "SAVEPOINT op")) {
+            op->status = status_of(sqlite3_extended_errcode(s->db));
+            continue;
+        }
+        op->status = exec_op(s, op, now);
+        if (op->status != STORE_OK) {
+            int rc = sqlite3_extended_errcode(s->db);
+            char h[KEY_HASH_LOG_LEN + 1] = "-";
+            if (op->key)
+                key_hash_log(op->key, h);
+            log_error(0, "store: sqlite: %s of key %s failed: %s", kind_names[op->kind], h,
+                      sqlite3_errmsg(s->db));
+            row_free(&op->row);
+            op->has_row = false;
+            if (sqlite3_get_autocommit(s->db)) {
+                /* SQLite rolled the whole transaction back: nothing of the batch holds */
+                batch_fail(batch, status_of(rc));
+                return;
+            }
+            op->status = status_of(rc);
+            exec_sql(s->db, "ROLLBACK TO op");
+        }
+        exec_sql(s->db, "RELEASE op");
+        ran++;
+    }
+    if (!exec_sql(s->db, "COMMIT")) {
+        int rc = sqlite3_extended_errcode(s->db);
+        log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
+                  sqlite3_errmsg(s->db));
+        if (!sqlite3_get_autocommit(s->db))
+            exec_sql(s->db, "ROLLBACK");
+        batch_fail(batch,
+                   status_of(rc) == STORE_ERR_STATEMENT ? STORE_ERR_UNAVAILABLE : status_of(rc));
+        return;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->transactions++;
+    s->batched_ops += (uint64_t)ran;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *writer_main(void *arg)
+{
+    store_sqlite_t *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->q_head && !s->stopping)
+            pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->q_head) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        /* everything waiting, up to BATCH_MAX, in one transaction */
+        sq_op_t *batch = s->q_head, *last = batch;
+        int n = 1;
+        batch->where = SQ_TAKEN;
+        while (last->next && n < BATCH_MAX) {
+            last = last->next;
+            last->where = SQ_TAKEN;
+            n++;
+        }
+        s->q_head = last->next;
+        if (!s->q_head)
+            s->q_tail = NULL;
+        s->q_len -= n;
+        last->next = NULL;
+        pthread_mutex_unlock(&s->mu);
+
+        run_batch(s, batch);
+
+        pthread_mutex_lock(&s->mu);
+        if (s->done_tail)
+            s->done_tail->next = batch;
+        else
+            s->done_head = batch;
+        s->done_tail = last;
+        pthread_mutex_unlock(&s->mu);
+        uint64_t one = 1;
+        ssize_t w = write(s->efd, &one, sizeof(one));
+        (void)w; /* EAGAIN: the counter is already nonzero, the loop wakes anyway */
+    }
+    return NULL;
+}
+
+/* ---- the loop side: delivering results ---- */
+
+/* The row as store.h hands it out: times formatted, lease and expiry judged by the clock the
+ * op ran with. iso holds the four formatted times. */
+static void row_view(const sq_row_t *r, int64_t now, store_row_t *out, char iso[4][ISO_LEN + 1])
+{
+    memset(out, 0, sizeof(*out));
+    out->state = r->state;
+    out->fence = r->fence;
+    out->attempts = r->attempts;
+    out->args_digest = r->digest;
+    out->result = r->result;
+    out->result_len = r->result_len;
+    out->result_too_large = r->too_large;
+    out->lease_expired = r->state == STORE_STATE_IN_PROGRESS && r->lease_until <= now;
+    iso_utc(r->created_at, iso[0]);
+    out->created_at = iso[0];
+    if (r->finished_at >= 0) {
+        iso_utc(r->finished_at, iso[1]);
+        out->finished_at = iso[1];
+    }
+    iso_utc(r->lease_until, iso[2]);
+    out->lease_until = iso[2];
+    iso_utc(r->expires_at, iso[3]);
+    out->expires_at = iso[3];
+    out->first_session_id = r->session;
+    out->first_jsonrpc_id = r->jsonrpc;
+    out->expires_in_ms = r->expires_at > now ? r->expires_at - now : 0;
+}
+
+/* Calls op's callback with st and, when st is STORE_OK, its results. */
+static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
+{
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    if (op->internal) {
+        if (op->kind == SQ_SWEEP) {
+            s->sweeping = false;
+            if (st == STORE_OK) {
+                s->stats.swept += (uint64_t)op->rows;
+                /* a full batch means more may wait: continue after the loop has run once */
+                if (op->rows >= op->batch && !s->closing) {
+                    struct timeval zero = {0, 0};
+                    evtimer_add(s->sweep_more_ev, &zero);
+                }
+            }
+        } else if (st != STORE_OK) {
+            log_warn(0, "store: duplicate counts of %zu keys lost: %s", op->n_dups,
+                     store_status_str(st));
+        }
+        return;
+    }
+    store_row_t row;
+    char iso[4][ISO_LEN + 1];
+    bool ok = st == STORE_OK;
+    if (ok && op->has_row)
+        row_view(&op->row, op->now_ms, &row, iso);
+    switch (op->kind) {
+    case SQ_CLAIM: {
+        if (!ok) {
+            op->cb.claim(st, NULL, op->arg);
+            break;
+        }
+        store_claim_result_t cr;
+        memset(&cr, 0, sizeof(cr));
+        s->stats.claims++;
+        cr.row = row;
+        cr.acquired = op->acquired;
+        cr.fence = row.fence;
+        cr.attempts = row.attempts;
+        /* every takeover increments the fence; only a fresh insert has fence 1 */
+        cr.taken_over = cr.acquired && cr.fence > 1;
+        op->cb.claim(STORE_OK, &cr, op->arg);
+        break;
+    }
+    case SQ_GET:
+    case SQ_FORGET:
+        op->cb.get(st, ok && op->has_row ? &row : NULL, op->arg);
+        break;
+    case SQ_RELEASE:
+        op->cb.release(st, ok && op->acquired, ok && op->has_row ? &row : NULL, op->arg);
+        break;
+    case SQ_SWEEP:
+        if (ok)
+            s->stats.swept += (uint64_t)op->rows;
+        /* fall through */
+    default:
+        if (op->cb.finish)
+            op->cb.finish(st, ok && (op->kind == SQ_DUP || op->matched), op->arg);
+        break;
+    }
+}
+
+static sq_op_t *take_done(store_sqlite_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    sq_op_t *list = s->done_head;
+    s->done_head = s->done_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    return list;
+}
+
+/* Delivers a list of ops: with their own results, or with force (store_free) instead. */
+static void deliver(store_sqlite_t *s, sq_op_t *list, bool force, store_status_t forced)
+{
+    while (list) {
+        sq_op_t *op = list;
+        list = op->next;
+        op->next = NULL;
+        if (op->deadline_ev)
+            event_del(op->deadline_ev);
+        if (!op->answered)
+            op_callback(s, op, force && !op->internal ? forced : op->status);
+        op_free(op);
+    }
+}
+
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    store_sqlite_t *s = arg;
+    uint64_t n;
+    ssize_t r = read(fd, &n, sizeof(n));
+    (void)r;
+    deliver(s, take_done(s), false, STORE_OK);
+}
+
+/* The op missed store.timeout: out of the queue if it is still there, else its late result is
+ * dropped when it comes. Either way the caller hears "unavailable" now, once. */
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    sq_op_t *op = arg;
+    store_sqlite_t *s = op->store;
+    bool queued = false;
+    pthread_mutex_lock(&s->mu);
+    if (op->where == SQ_QUEUED) {
+        sq_op_t **pp = &s->q_head, *prev = NULL;
+        while (*pp && *pp != op) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = op->next;
+            if (s->q_tail == op)
+                s->q_tail = prev;
+            s->q_len--;
+            op->next = NULL;
+            queued = true;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    char h[KEY_HASH_LOG_LEN + 1] = "-";
+    if (op->key)
+        key_hash_log(op->key, h);
+    log_warn(0, "store: %s of key %s got no answer within %llu ms%s", kind_names[op->kind], h,
+             (unsigned long long)s->timeout_ms, queued ? " (still queued)" : "");
+    op_callback(s, op, STORE_ERR_UNAVAILABLE);
+    if (queued)
+        op_free(op);
+    else
+        op->answered = true;
+}
+
+/* ---- queueing ---- */
+
+/* Whether a public call is accepted now. */
+static store_status_t admit(store_sqlite_t *s)
+{
+    store_status_t st = STORE_OK;
+    pthread_mutex_lock(&s->mu);
+    int q = s->q_len;
+    pthread_mutex_unlock(&s->mu);
+    if (s->closing)
+        st = STORE_ERR_SHUTDOWN;
+    else if (q >= QUEUE_MAX)
+        st = STORE_ERR_UNAVAILABLE;
+    if (st == STORE_ERR_UNAVAILABLE)
+        s->stats.unavailable++;
+    return st;
+}
+
+static void enqueue(store_sqlite_t *s, sq_op_t *op)
+{
+    op->store = s;
+    op->where = SQ_QUEUED;
+    op->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->q_tail)
+        s->q_tail->next = op;
+    else
+        s->q_head = op;
+    s->q_tail = op;
+    s->q_len++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Accepts an op from a public call, or frees it when refused. */
+static store_status_t submit(store_sqlite_t *s, sq_op_t *op)
+{
+    store_status_t st = admit(s);
+    if (st != STORE_OK) {
+        op_free(op);
+        return st;
+    }
+    if (!op->internal) {
+        op->deadline_wall_ms = util_wall_ms() + s->timeout_ms;
+        op->deadline_ev = must_event(evtimer_new(s->base, on_deadline, op));
+        struct timeval tv = util_ms_to_tv(s->timeout_ms);
+        evtimer_add(op->deadline_ev, &tv);
+    }
+    enqueue(s, op);
+    return STORE_OK;
+}
+
+/* ---- duplicates counted in memory ---- */
+
+static sq_dup_t *dup_slot(sq_dup_t *t, size_t cap, const char *key)
+{
+    size_t i = (size_t)util_fnv1a64(key) & (cap - 1);
+    while (t[i].key && strcmp(t[i].key, key) != 0)
+        i = (i + 1) & (cap - 1);
+    return &t[i];
+}
+
+static void dup_add(store_sqlite_t *s, const char *key)
+{
+    if ((s->dups_len + 1) * 2 > s->dups_cap) {
+        size_t cap = s->dups_cap ? s->dups_cap * 2 : 64;
+        sq_dup_t *t = xcalloc(cap, sizeof(*t));
+        for (size_t i = 0; i < s->dups_cap; i++)
+            if (s->dups[i].key)
+                *dup_slot(t, cap, s->dups[i].key) = s->dups[i];
+        free(s->dups);
+        s->dups = t;
+        s->dups_cap = cap;
+    }
+    sq_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    if (!d->key) {
+        d->key = xstrdup(key);
+        s->dups_len++;
+    }
+    if (d->count < INT32_MAX)
+        d->count++;
+}
+
+/* The counts as one internal op (the table is emptied), or NULL when there are none. */
+static sq_op_t *dup_take(store_sqlite_t *s)
+{
+    if (s->dups_len == 0)
+        return NULL;
+    sq_op_t *op = op_new(SQ_DUP, NULL);
+    op->internal = true;
+    op->dup_keys = xcalloc(s->dups_len, sizeof(*op->dup_keys));
+    op->dup_counts = xcalloc(s->dups_len, sizeof(*op->dup_counts));
+    for (size_t i = 0; i < s->dups_cap; i++) {
+        if (!s->dups[i].key)
+            continue;
+        op->dup_keys[op->n_dups] = s->dups[i].key;
+        op->dup_counts[op->n_dups++] = s->dups[i].count;
+    }
+    /* the keys moved into the op; a burst of distinct keys does not pin its table */
+    if (s->dups_cap > 1024) {
+        free(s->dups);
+        s->dups = NULL;
+        s->dups_cap = 0;
+    } else {
+        memset(s->dups, 0, s->dups_cap * sizeof(*s->dups));
+    }
+    s->dups_len = 0;
+    return op;
+}
+
+static void dup_flush(store_sqlite_t *s)
+{
+    if (s->closing || s->dups_len == 0)
+        return;
+    sq_op_t *op = dup_take(s);
+    if (submit(s, op) != STORE_OK)
+        log_warn(0, "store: duplicate counts lost: the queue is full");
+}
+
+static void dup_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    dup_flush(arg);
+}
+
+/* ---- sweeper ---- */
+
+static sq_op_t *sweep_op(const store_sqlite_t *s)
+{
+    sq_op_t *op = op_new(SQ_SWEEP, NULL);
+    op->batch = s->sweep_batch;
+    return op;
+}
+
+static void sweep_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_sqlite_t *s = arg;
+    if (s->sweeping || s->closing)
+        return;
+    sq_op_t *op = sweep_op(s);
+    op->internal = true;
+    s->sweeping = true;
+    if (submit(s, op) != STORE_OK)
+        s->sweeping = false;
+}
+
+/* ---- opening: the lock, the file, the schema ---- */
+
+/* One gateway process per file: an exclusive flock on PATH.lock for the store's life. The
+ * holder writes its pid there, so the refusal can name it. */
+static int lock_file(const char *path, char *msg, size_t msglen)
+{
+    char *lock_path = xasprintf("%s.lock", path);
+    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(msg, msglen, "cannot open the lock file %s: %s", lock_path, strerror(errno));
+        free(lock_path);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int err = errno;
+        char pid[32] = "", holder[64] = "";
+        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        if (pid[0])
+            snprintf(holder, sizeof(holder), " (pid %s)", pid);
+        if (err == EWOULDBLOCK)
+            snprintf(msg, msglen,
+                     "the embedded store %s is in use by another process%s, which holds %s: one "
+                     "gateway process per file; several replicas or workers need Postgres "
+                     "(database_url: postgres://...)",
+                     path, holder, lock_path);
+        else
+            snprintf(msg, msglen, "cannot lock %s: %s", lock_path, strerror(err));
+        close(fd);
+        free(lock_path);
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        log_warn(0, "store: cannot write the pid into %s", lock_path);
+    free(lock_path);
+    return fd;
+}
+
+/* Brings the schema up to date in one transaction; the same rules as Postgres (a newer schema
+ * is refused, a missing one is applied only with migrate). Nothing is created when it is
+ * refused: the transaction rolls back. */
+static store_status_t migrate(sqlite3 *db, bool allow, char *msg, size_t msglen)
+{
+    int known = store_sqlite_schema_version(), version = -1;
+    sqlite3_stmt *st = NULL;
+    store_status_t rc = STORE_ERR_STATEMENT;
+    if (!exec_sql(db, "BEGIN IMMEDIATE") ||
+        !exec_sql(db,
+                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                  " version INTEGER PRIMARY KEY,"
+                  " name TEXT NOT NULL,"
+                  " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))") ||
+        sqlite3_prepare_v2(db, "SELECT coalesce(max(version), 0) FROM schema_migrations", -1, &st,
+                           NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        snprintf(msg, msglen, "reading the schema version: %s", sqlite3_errmsg(db));
+        rc = status_of(sqlite3_extended_errcode(db));
+        goto out;
+    }
+    version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (version > known) {
+        snprintf(msg, msglen,
+                 "database schema version %d is newer than this binary knows (%d); run a newer "
+                 "idemgw",
+                 version, known);
+        rc = STORE_ERR_SCHEMA;
+        goto out;
+    }
+    if (version < known && !allow) {
+        snprintf(msg, msglen,
+                 "database schema version %d, this binary needs %d; migrations are disabled "
+                 "(enable them or apply sql/sqlite/ by hand)",
+                 version, known);
+        rc = STORE_ERR_SCHEMA;
+        goto out;
+    }
+    for (int i = version; i < known; i++) {
+        const store_migration_t *m = &store_sqlite_migrations[i];
+        char *ins = xasprintf("INSERT INTO schema_migrations (version, name) VALUES (%d, '%s')",
+                              m->version, m->name);
+        bool ok = exec_sql(db, m->sql) && exec_sql(db, ins);
+        free(ins);
+        if (!ok) {
+            snprintf(msg, msglen, "applying %s: %s", m->name, sqlite3_errmsg(db));
+            goto out;
+        }
+    }
+    if (!exec_sql(db, "COMMIT")) {
+        snprintf(msg, msglen, "committing the migrations: %s", sqlite3_errmsg(db));
+        rc = status_of(sqlite3_extended_errcode(db));
+        goto out;
+    }
+    if (version < known)
+        log_info(0, "store: sqlite schema migrated from version %d to %d", version, known);
+    return STORE_OK;
+out:
+    sqlite3_finalize(st);
+    if (!sqlite3_get_autocommit(db))
+        exec_sql(db, "ROLLBACK");
+    return rc;
+}
+
+/* Opens the file in WAL mode with synchronous=FULL: a commit is on disk when it returns. */
+static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate, char *msg,
+                              size_t msglen)
+{
+    if (!shared) {
+        /* created here, not by SQLite, so the keys (subjects, results) are the owner's only;
+         * SQLite gives its -wal and -shm files the same mode */
+        int fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) {
+            snprintf(msg, msglen, "cannot open %s: %s", s->path, strerror(errno));
+            return STORE_ERR_UNAVAILABLE;
+        }
+        close(fd);
+    }
+    int rc = sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
+        snprintf(msg, msglen, "cannot open %s: %s", s->path,
+                 s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
+        return STORE_ERR_UNAVAILABLE;
+    }
+    sqlite3_extended_result_codes(s->db, 1);
+    /* a lock held by another connection (an operator's `idemgw key`, a sqlite3 shell) is waited
+     * for a little longer than the ops' deadline: ops past it are not started anyway */
+    sqlite3_busy_timeout(s->db, (int)(s->timeout_ms + s->timeout_ms / 2));
+    sqlite3_stmt *st = NULL;
+    bool wal = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) == SQLITE_OK &&
+               sqlite3_step(st) == SQLITE_ROW &&
+               strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
+    sqlite3_finalize(st);
+    if (!wal || !exec_sql(s->db, "PRAGMA synchronous = FULL")) {
+        snprintf(msg, msglen, "%s: cannot use write-ahead logging with synchronous=FULL: %s",
+                 s->path, sqlite3_errmsg(s->db));
+        return STORE_ERR_UNAVAILABLE;
+    }
+    store_status_t mst = migrate(s->db, allow_migrate, msg, msglen);
+    if (mst != STORE_OK)
+        return mst;
+    for (int i = 0; i < STMT_COUNT_; i++) {
+        if (sqlite3_prepare_v3(s->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &s->stmts[i],
+                               NULL) != SQLITE_OK) {
+            snprintf(msg, msglen, "preparing a statement: %s", sqlite3_errmsg(s->db));
+            return STORE_ERR_STATEMENT;
+        }
+    }
+    return STORE_OK;
+}
+
+/* ---- life ---- */
+
+static void sq_free(store_sqlite_t *s)
+{
+    if (!s)
+        return;
+    s->closing = true;
+    sq_op_t *failed = NULL;
+    if (s->thread_started) {
+        /* queued calls fail; the counts still in memory are written before the thread ends */
+        sq_op_t *dups = dup_take(s);
+        pthread_mutex_lock(&s->mu);
+        failed = s->q_head;
+        s->q_head = s->q_tail = NULL;
+        s->q_len = 0;
+        if (dups) {
+            dups->store = s;
+            dups->where = SQ_QUEUED;
+            s->q_head = s->q_tail = dups;
+            s->q_len = 1;
+        }
+        s->stopping = true;
+        pthread_cond_signal(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+    }
+    /* the contract's one exception: these callbacks run before store_free returns. What the
+     * writer had already taken fails the same way: its caller is going away. */
+    deliver(s, failed, true, STORE_ERR_SHUTDOWN);
+    deliver(s, take_done(s), true, STORE_ERR_SHUTDOWN);
+    for (int i = 0; i < STMT_COUNT_; i++)
+        sqlite3_finalize(s->stmts[i]);
+    if (s->db && sqlite3_close(s->db) != SQLITE_OK)
+        log_warn(0, "store: closing %s: %s", s->path, sqlite3_errmsg(s->db));
+    if (s->lock_fd >= 0)
+        close(s->lock_fd); /* the lock goes with it; the file stays, so no race on its name */
+    if (s->done_ev)
+        event_free(s->done_ev);
+    if (s->sweep_ev)
+        event_free(s->sweep_ev);
+    if (s->sweep_more_ev)
+        event_free(s->sweep_more_ev);
+    if (s->dup_ev)
+        event_free(s->dup_ev);
+    if (s->efd >= 0)
+        close(s->efd);
+    for (size_t i = 0; i < s->dups_cap; i++)
+        free(s->dups[i].key);
+    free(s->dups);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->path);
+    free(s);
+}
+
+static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *opt, char *msg,
+                               size_t msglen)
+{
+    if (!opt->path || !opt->path[0]) {
+        snprintf(msg, msglen, "no file named for the embedded store");
+        return NULL;
+    }
+    store_sqlite_t *s = xcalloc(1, sizeof(*s));
+    s->base = base;
+    s->path = xstrdup(opt->path);
+    s->lock_fd = -1;
+    s->efd = -1;
+    s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
+    s->sweep_interval_ms = opt->sweep_interval_ms;
+    s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+
+    if (!opt->shared && (s->lock_fd = lock_file(s->path, msg, msglen)) < 0)
+        goto fail;
+    /* an operator's look (shared) never creates the schema */
+    if (open_db(s, opt->shared, opt->migrate && !opt->shared, msg, msglen) != STORE_OK)
+        goto fail;
+    s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->efd < 0) {
+        snprintf(msg, msglen, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    s->done_ev = must_event(event_new(base, s->efd, EV_READ | EV_PERSIST, on_done, s));
+    s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
+    s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
+    s->dup_ev = must_event(event_new(base, -1, EV_PERSIST, dup_tick, s));
+    event_add(s->done_ev, NULL);
+    if (s->sweep_interval_ms > 0) {
+        struct timeval tv = util_ms_to_tv(s->sweep_interval_ms);
+        event_add(s->sweep_ev, &tv);
+    }
+    struct timeval dup_tv = util_ms_to_tv(DUP_FLUSH_MS);
+    event_add(s->dup_ev, &dup_tv);
+    int prc = pthread_create(&s->thread, NULL, writer_main, s);
+    if (prc != 0) {
+        snprintf(msg, msglen, "cannot start the writer thread: %s", strerror(prc));
+        goto fail;
+    }
+    s->thread_started = true;
+    s->stats.connects = 1;
+    return s;
+fail:
+    sq_free(s);
+    return NULL;
+}
+
+/* ---- the store interface ---- */
+
+static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
+                                void *arg)
+{
+    sq_op_t *op = op_new(SQ_CLAIM, req->key);
+    op->tool = dup_or_null(req->tool);
+    op->subject = dup_or_null(req->subject);
+    op->digest = dup_or_null(req->args_digest);
+    op->session = dup_or_null(req->session_id);
+    op->jsonrpc = dup_or_null(req->jsonrpc_id);
+    op->explicit_key = req->explicit_key;
+    op->takeover = req->takeover_lease_expired;
+    op->lease_ms = clamp_ms(req->lease_ms);
+    op->window_ms = clamp_ms(req->window_ms);
+    op->cb.claim = cb;
+    op->arg = arg;
+    if (!req->key || !req->tool || !req->subject || !req->args_digest) {
+        op_free(op);
+        return STORE_ERR_STATEMENT;
+    }
+    return submit(impl, op);
+}
+
+static store_status_t ops_finish(void *impl, const char *key, int64_t fence, store_state_t state,
+                                 const char *result, size_t result_len, bool too_large,
+                                 uint64_t window_ms, store_finish_cb cb, void *arg)
+{
+    /* finishing back into in_progress would hold the key with no lease owner */
+    if (!key || state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
+        result_len > INT32_MAX)
+        return STORE_ERR_STATEMENT;
+    sq_op_t *op = op_new(SQ_FINISH, key);
+    op->fence = fence;
+    op->state = state;
+    if (result) {
+        op->result = xmalloc(result_len ? result_len : 1);
+        memcpy(op->result, result, result_len);
+        op->result_len = result_len;
+    }
+    op->too_large = too_large;
+    op->window_ms = clamp_ms(window_ms);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void *arg)
+{
+    if (!key)
+        return STORE_ERR_STATEMENT;
+    sq_op_t *op = op_new(SQ_GET, key);
+    op->cb.get = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb, void *arg)
+{
+    store_sqlite_t *s = impl;
+    store_status_t st = admit(s);
+    if (st != STORE_OK || !key)
+        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
+    dup_add(s, key);
+    if (s->dups_len >= DUP_FLUSH_KEYS)
+        dup_flush(s);
+    if (cb) {
+        /* accepted once counted in memory: answered by the writer's next batch, never from
+         * inside this call */
+        sq_op_t *op = op_new(SQ_DUP, NULL);
+        op->cb.finish = cb;
+        op->arg = arg;
+        return submit(s, op);
+    }
+    return STORE_OK;
+}
+
+static int ops_pending_duplicates(const void *impl, const char *key)
+{
+    const store_sqlite_t *s = impl;
+    if (!s->dups_len || !key)
+        return 0;
+    const sq_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
+    return d->key ? d->count : 0;
+}
+
+static store_status_t ops_extend_lease(void *impl, const char *key, int64_t fence,
+                                       uint64_t lease_ms, store_finish_cb cb, void *arg)
+{
+    if (!key)
+        return STORE_ERR_STATEMENT;
+    sq_op_t *op = op_new(SQ_EXTEND, key);
+    op->fence = fence;
+    op->lease_ms = clamp_ms(lease_ms);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static store_status_t ops_sweep_now(void *impl, store_finish_cb cb, void *arg)
+{
+    sq_op_t *op = sweep_op(impl);
+    op->cb.finish = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static store_status_t ops_release(void *impl, const char *key, store_release_cb cb, void *arg)
+{
+    if (!key)
+        return STORE_ERR_STATEMENT;
+    sq_op_t *op = op_new(SQ_RELEASE, key);
+    op->cb.release = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, void *arg)
+{
+    if (!key)
+        return STORE_ERR_STATEMENT;
+    sq_op_t *op = op_new(SQ_FORGET, key);
+    op->cb.get = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
+static bool ops_ready(const void *impl)
+{
+    const store_sqlite_t *s = impl;
+    return s && !s->closing && s->thread_started;
+}
+
+static void ops_get_stats(const void *impl, store_stats_t *out)
+{
+    store_sqlite_t *s = (store_sqlite_t *)impl; /* the mutex, not the state, changes */
+    *out = s->stats;
+    pthread_mutex_lock(&s->mu);
+    out->queued = s->q_len;
+    out->transactions = s->transactions;
+    out->batched_ops = s->batched_ops;
+    pthread_mutex_unlock(&s->mu);
+    out->connections_up = ops_ready(s) ? 1 : 0;
+}
+
+static void ops_free(void *impl)
+{
+    sq_free(impl);
+}
+
+const store_ops_t store_sqlite_ops = {
+    .name = "sqlite",
+    .claim = ops_claim,
+    .finish = ops_finish,
+    .get = ops_get,
+    .note_duplicate = ops_note_duplicate,
+    .pending_duplicates = ops_pending_duplicates,
+    .extend_lease = ops_extend_lease,
+    .sweep_now = ops_sweep_now,
+    .release = ops_release,
+    .forget = ops_forget,
+    .ready = ops_ready,
+    .get_stats = ops_get_stats,
+    .free = ops_free,
+};
+
+store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt, char *msg,
+                          size_t msglen)
+{
+    store_sqlite_t *s = sq_open(base, opt, msg, msglen);
+    return s ? store_from_ops(&store_sqlite_ops, s) : NULL;
+}
