@@ -14,6 +14,7 @@ COPY Makefile ./
 COPY src src
 COPY include include
 COPY sql sql
+COPY scripts/embed-sql.sh scripts/
 RUN make -j"$(nproc)" && strip build/idemgw
 
 FROM ${BASE}

@@ -33,7 +33,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench faults fuzz fuzz-bins fuzz-smoke format
+.PHONY: all asan clean check unit integration bench faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test
 
 all: $(BUILD)/idemgw
 
@@ -141,3 +141,16 @@ format:
 
 clean:
 	rm -rf build build-asan build-fuzz
+
+# The Debian package (build/deb/idemgw_VERSION_ARCH.deb): binary, /etc/idemgw/idemgw.yaml,
+# systemd unit, man page.
+deb: all
+	$(Q)scripts/make-deb.sh
+
+# Installs that package on this machine and checks it (root; not part of `make check`).
+package-test: all
+	$(Q)scripts/package-test.sh
+
+# Builds the container image on a debootstrapped Debian 12 base and runs it with podman.
+image-test:
+	$(Q)scripts/image-test.sh

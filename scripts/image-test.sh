@@ -37,7 +37,7 @@ fi
 
 image=localhost/idemgw:test
 echo "image-test: building $image on $base"
-podman build -q "${ulimits[@]}" --build-arg "BASE=$base" -t "$image" . >"$work/build.log" 2>&1 \
+podman build -q --format docker "${ulimits[@]}" --build-arg "BASE=$base" -t "$image" . >"$work/build.log" 2>&1 \
     || { tail -40 "$work/build.log" >&2; exit 1; }
 size=$(podman image inspect --format '{{.Size}}' "$image")
 base_size=$(podman image inspect --format '{{.Size}}' "$base")

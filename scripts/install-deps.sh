@@ -28,6 +28,8 @@ apt_packages=(
     ca-certificates            # npm talks https to its registry
     openssl                    # test certificates for the https-upstream tests
     chromium                   # a real browser for the CORS test (headless)
+    podman runc debootstrap    # `make image-test`: build and run the container image
+    systemd man-db             # `make package-test`: systemd-analyze verify, man -l
 )
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

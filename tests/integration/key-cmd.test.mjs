@@ -62,6 +62,9 @@ test('idemgw key --show and --forget: the row is printed, then gone; the same ca
   assert.ok(Date.parse(row.finished_at) >= Date.parse(row.created_at));
   assert.ok(Date.parse(row.expires_at) > Date.now());
 
+  // the replay's count is written within half a second: wait for it, or it could land on the
+  // row the call below makes after the forget
+  await waitFor(async () => rowOf(await keyCmd(gw, args, '--show')).row.attempts === 2 || null, { what: 'the replay counted' });
   const forgot = rowOf(await keyCmd(gw, args, '--forget'));
   assert.equal(forgot.key, key);
   const { forgotten, ...was } = forgot.row;
