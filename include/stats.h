@@ -7,6 +7,25 @@
 
 #include <stdint.h>
 
+/* Duration histograms: bucket upper bounds in milliseconds, the last one +Inf. */
+#define STATS_BUCKETS 12
+extern const uint64_t stats_bucket_le_ms[STATS_BUCKETS - 1];
+
+/* The outcomes a request's duration is filed under (bounded: anything else is other). */
+typedef enum {
+    STATS_OUT_FORWARDED = 0,
+    STATS_OUT_EXECUTED,
+    STATS_OUT_REPLAY,
+    STATS_OUT_IN_PROGRESS,
+    STATS_OUT_UNKNOWN,
+    STATS_OUT_REFUSED,
+    STATS_OUT_OTHER,
+    STATS_OUT_N
+} stats_outcome_t;
+
+extern const char *const stats_outcome_names[STATS_OUT_N];
+
+/* Every member is a uint64_t (the admin endpoint adds the workers' slots up as arrays). */
 typedef struct server_stats {
     uint64_t connections;     /* agent connections accepted */
     uint64_t requests;        /* agent requests handled */
@@ -24,6 +43,19 @@ typedef struct server_stats {
     uint64_t store_errors;    /* store calls that failed */
     uint64_t open_conns;      /* gauge: agent connections open now */
     uint64_t duplicates[DUP_SOURCE_N]; /* duplicates (replayed, in progress, unknown) by source */
+    /* agent requests by outcome: per bucket (not cumulative), sum of milliseconds, count */
+    uint64_t request_buckets[STATS_OUT_N][STATS_BUCKETS];
+    uint64_t request_ms[STATS_OUT_N];
+    uint64_t request_count[STATS_OUT_N];
+    /* requests sent to the upstream: from sending to the end of its answer */
+    uint64_t upstream_buckets[STATS_BUCKETS];
+    uint64_t upstream_ms;
+    uint64_t upstream_count;
 } server_stats_t;
+
+/* Files a finished request (its log line's outcome) and its duration. */
+void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms);
+/* Files one upstream exchange's duration. */
+void stats_observe_upstream(server_stats_t *s, uint64_t ms);
 
 #endif

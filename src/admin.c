@@ -69,6 +69,28 @@ static void probe_done(bool ok, void *arg)
         probe_answer(p, ok, false);
 }
 
+/* One Prometheus histogram series: cumulative buckets in seconds, the sum, the count. labels
+ * is "" or "name=\"value\"," (ending in a comma). */
+static void histogram(struct evbuffer *b, const char *name, const char *labels,
+                      const uint64_t *buckets, uint64_t sum_ms, uint64_t count)
+{
+    uint64_t cum = 0;
+    for (int i = 0; i < STATS_BUCKETS; i++) {
+        cum += buckets[i];
+        if (i < STATS_BUCKETS - 1)
+            evbuffer_add_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels,
+                                (double)stats_bucket_le_ms[i] / 1000.0, (unsigned long long)cum);
+        else
+            evbuffer_add_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels,
+                                (unsigned long long)cum);
+    }
+    size_t l = strlen(labels);
+    evbuffer_add_printf(b, "%s_sum%s%.*s%s %.3f\n%s_count%s%.*s%s %llu\n", name, l ? "{" : "",
+                        (int)(l ? l - 1 : 0), labels, l ? "}" : "", (double)sum_ms / 1000.0, name,
+                        l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "",
+                        (unsigned long long)count);
+}
+
 static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req)
 {
     server_stats_t sum = {0};
@@ -117,6 +139,20 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
         evbuffer_add_printf(b, "idemgw_duplicates_total{source=\"%s\"} %llu\n",
                             dup_source_name((dup_source_t)d),
                             (unsigned long long)s->duplicates[d]);
+    evbuffer_add_printf(b, "# HELP idemgw_request_duration_seconds Agent requests, from the "
+                           "request's arrival to its end, by outcome.\n"
+                           "# TYPE idemgw_request_duration_seconds histogram\n");
+    for (int o = 0; o < STATS_OUT_N; o++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "outcome=\"%s\",", stats_outcome_names[o]);
+        histogram(b, "idemgw_request_duration_seconds", labels, s->request_buckets[o],
+                  s->request_ms[o], s->request_count[o]);
+    }
+    evbuffer_add_printf(b, "# HELP idemgw_upstream_duration_seconds Requests to the upstream, "
+                           "from sending to the end of its answer.\n"
+                           "# TYPE idemgw_upstream_duration_seconds histogram\n");
+    histogram(b, "idemgw_upstream_duration_seconds", "", s->upstream_buckets, s->upstream_ms,
+              s->upstream_count);
     size_t n = evbuffer_get_length(b);
     http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
                       n, NULL, req->keep_alive);

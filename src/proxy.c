@@ -109,6 +109,7 @@ struct exchange {
     const char *outcome; /* for the log line: "forwarded", "replay", ... */
     char *log_fields;    /* extra JSON members for the log line */
     uint64_t start_ms;
+    uint64_t forward_ms; /* when the request went upstream (0: it did not) */
 };
 
 struct proxy {
@@ -335,6 +336,8 @@ static void exchange_free(exchange_t *ex)
 {
     proxy_t *p = ex->proxy;
     log_exchange(ex);
+    stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
+                          util_now_ms() - ex->start_ms);
     if (ex->obs && ex->obs->detach)
         ex->obs->detach(ex->obs_arg);
     if (ex->client)
@@ -684,6 +687,8 @@ static void on_up_end(void *arg, upstream_result_t res)
     upstream_conn_t *up = ex->up;
     ex->up = NULL;
     ex->up_result = res;
+    if (ex->forward_ms)
+        stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
     if (res != UPSTREAM_OK && !ex->cut)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
@@ -744,6 +749,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
                             extra_headers);
     evbuffer_add_buffer(out, ex->req->body);
     p->ctx.stats->forwarded++;
+    ex->forward_ms = util_now_ms();
     ex->up = upstream_send(p->ctx.pool, out, fresh, &up_cbs, ex);
     evbuffer_free(out);
 }

@@ -56,3 +56,28 @@ test('a new id after harness_within is the model re-issuing the call', async (t)
   await waitForLog(gw, /"rpc_id":2.*"duplicate_source":"model"/);
   assert.equal((await counts(gw)).model, 1);
 });
+
+test('/metrics: request and upstream duration histograms, by outcome', async (t) => {
+  const { gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-hist', amount_cents: 5 };
+  await s.call('issue_refund', args, { id: 'h1' });
+  await s.call('issue_refund', args, { id: 'h2' });
+  await waitForLog(gw, /"rpc_id":"h2".*"outcome":"replay"/);
+  const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  const value = (series) => {
+    const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+    assert.ok(line, `${series} in /metrics`);
+    return Number(line.split(' ')[1]);
+  };
+  assert.match(text, /# TYPE idemgw_request_duration_seconds histogram/);
+  assert.equal(value('idemgw_request_duration_seconds_count{outcome="executed"}'), 1);
+  assert.equal(value('idemgw_request_duration_seconds_count{outcome="replay"}'), 1);
+  assert.equal(value('idemgw_request_duration_seconds_bucket{outcome="replay",le="+Inf"}'), 1);
+  // buckets are cumulative
+  const buckets = [...text.matchAll(/^idemgw_request_duration_seconds_bucket\{outcome="forwarded",le="[^"]+"\} (\d+)$/gm)].map((m) => Number(m[1]));
+  assert.equal(buckets.length, 12);
+  for (let i = 1; i < buckets.length; i++) assert.ok(buckets[i] >= buckets[i - 1]);
+  assert.ok(value('idemgw_upstream_duration_seconds_count') >= 3, 'initialize, initialized and the executed call went up');
+  assert.ok(value('idemgw_upstream_duration_seconds_sum') >= 0);
+});
