@@ -30,6 +30,7 @@ apt_packages=(
     chromium                   # a real browser for the CORS test (headless)
     podman runc debootstrap    # `make image-test`: build and run the container image
     systemd man-db             # `make package-test`: systemd-analyze verify, man -l
+    prometheus                 # promtool and a real scrape in tests/integration/prometheus
 )
 
 sudo_() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }

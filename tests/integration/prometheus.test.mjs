@@ -1,0 +1,70 @@
+// /metrics as Prometheus sees it: promtool lints it and the alert rules, a real Prometheus
+// (Debian's) scrapes a gateway and a PromQL query over its HTTP API returns the duplicates by
+// source, and every query of the Grafana dashboard names a series the gateway exports.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import {
+  REPO, createDatabase, freePort, rawSession, run, startGateway, startProcess, startRefundServer, tempDir, waitFor,
+  waitForLog,
+} from './lib/harness.mjs';
+
+async function gateway(t) {
+  const upstream = await startRefundServer(t);
+  return startGateway(t, { upstream: upstream.url, databaseUrl: await createDatabase(), config: { subject: { static: 'p' } } });
+}
+
+test('promtool passes /metrics and the alert rules', async (t) => {
+  const gw = await gateway(t);
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  const dir = await tempDir(t, 'idemgw-prom-');
+  await fs.writeFile(path.join(dir, 'metrics.txt'), metrics);
+  const lint = await run('sh', ['-c', `promtool check metrics < ${path.join(dir, 'metrics.txt')}`]);
+  assert.equal(lint.code, 0, `${lint.stdout}${lint.stderr}`);
+  const rules = await run('promtool', ['check', 'rules', path.join(REPO, 'conf/prometheus-alerts.yml')]);
+  assert.equal(rules.code, 0, rules.stdout + rules.stderr);
+  assert.match(rules.stdout, /SUCCESS: 5 rules found/);
+
+  // The dashboard's queries use series the gateway exports.
+  const dash = JSON.parse(await fs.readFile(path.join(REPO, 'conf/grafana-dashboard.json'), 'utf8'));
+  const exprs = dash.panels.flatMap((p) => p.targets.map((x) => x.expr));
+  assert.ok(exprs.length >= 6);
+  for (const e of exprs) {
+    for (const name of e.match(/idemgw_[a-z_]+/g)) {
+      const base = name.replace(/_(bucket|count|sum)$/, '');
+      assert.match(metrics, new RegExp(`^${base}`, 'm'), `${name} (in "${e}") is exported`);
+    }
+  }
+});
+
+test('a real Prometheus scrapes the gateway: PromQL counts the duplicates by source', async (t) => {
+  const gw = await gateway(t);
+  const dir = await tempDir(t, 'idemgw-prom-');
+  const port = await freePort();
+  await fs.writeFile(path.join(dir, 'prometheus.yml'),
+    `global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: idemgw\n    static_configs:\n      - targets: ["127.0.0.1:${gw.adminPort}"]\n`);
+  await startProcess(t, 'prometheus', [`--config.file=${path.join(dir, 'prometheus.yml')}`, `--storage.tsdb.path=${path.join(dir, 'data')}`,
+    `--web.listen-address=127.0.0.1:${port}`], { readyUrl: `http://127.0.0.1:${port}/-/ready`, name: 'prometheus' });
+
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-prom', amount_cents: 2 };
+  await s.call('issue_refund', args, { id: 'p1' });
+  await s.call('issue_refund', args, { id: 'p1' }); // transport
+  await s.call('issue_refund', args, { id: 'p2' }); // harness
+  await waitForLog(gw, /"rpc_id":"p2".*"duplicate_source":"harness"/);
+
+  const query = async (q) => {
+    const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(q)}`);
+    const body = await res.json();
+    assert.equal(body.status, 'success', JSON.stringify(body));
+    return Object.fromEntries(body.data.result.map((r) => [r.metric.source ?? '', Number(r.value[1])]));
+  };
+  const got = await waitFor(async () => {
+    const r = await query('sum by (source) (idemgw_duplicates_total{job="idemgw"})');
+    return r.transport === 1 && r.harness === 1 ? r : null;
+  }, { timeoutMs: 20000, what: 'Prometheus to scrape the duplicates' });
+  assert.deepEqual(got, { reconnect: 0, transport: 1, harness: 1, model: 0, late: 0 });
+  const replays = await query('idemgw_request_duration_seconds_count{outcome="replay"}');
+  assert.equal(Object.values(replays)[0], 2);
+});
