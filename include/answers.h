@@ -18,6 +18,7 @@ typedef enum {
     ANSWER_STORE_ERROR,
     ANSWER_NO_SUBJECT,    /* detail: why there is no caller identity */
     ANSWER_BAD_SUBJECT,   /* detail: why the caller identity is unusable */
+    ANSWER_BAD_TOKEN,     /* detail: why the bearer token did not verify (jwt subject) */
     ANSWER_BAD_ARGUMENTS, /* detail: the canonical parser's status */
     ANSWER_BAD_KEY,       /* detail: the key status, detail2: its explanation */
     ANSWER_REPLAY_FAILED,

@@ -9,21 +9,46 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+typedef struct host_port {
+    char *host;    /* numeric address or name, no brackets */
+    uint16_t port; /* TCP port */
+} host_port_t;
+
 typedef enum {
     SUBJECT_DEFAULT = 0,   /* not configured: the bearer token's SHA-256 when the request has
                               one, else the one shared subject SUBJECT_SHARED_NAME */
     SUBJECT_HEADER,        /* a trusted header set by an auth proxy in front */
     SUBJECT_BEARER_SHA256, /* sha256 of the bearer token, hex */
     SUBJECT_STATIC,        /* one fixed name, for a single-tenant sidecar */
+    SUBJECT_JWT,           /* claims of a verified JWT bearer token (jwt.h) */
 } subject_kind_t;
 
 /* The subject of every caller without a bearer token when no subject source is configured:
  * on a server without authentication its callers are all the same caller to it, too. */
 #define SUBJECT_SHARED_NAME "anonymous"
 
+/* subject: {jwt: {...}}: where the keys come from and what a token must say. */
+typedef struct subject_jwt_conf {
+    char *jwks_file;        /* a JWK Set file, read at start and on reload; or NULL */
+    char *jwks_url;         /* an https URL of a JWK Set, fetched on the loop; or NULL */
+    host_port_t jwks;       /* jwks_url's host and port */
+    char *jwks_path;        /* jwks_url's path */
+    char *jwks_host_header; /* the Host header for it ("host:port") */
+    char *ca_file;          /* PEM CAs that verify jwks_url's server; NULL = system store */
+    char *issuer;           /* iss must equal it */
+    char **audiences;       /* aud must name one of them */
+    size_t n_audiences;
+    char **claims; /* the subject is made of these claims (default iss, sub) */
+    size_t n_claims;
+    unsigned algorithms; /* jwt_alg_t bits (default RS256, ES256, PS256, EdDSA) */
+    uint64_t leeway_ms;  /* clock skew allowed on exp and nbf (default 30s) */
+    uint64_t refresh_ms; /* jwks_url is fetched again this often (default 5m) */
+} subject_jwt_conf_t;
+
 typedef struct subject_conf {
     subject_kind_t kind;
     char *value; /* header name for SUBJECT_HEADER, the name for SUBJECT_STATIC, else NULL */
+    subject_jwt_conf_t jwt; /* SUBJECT_JWT only */
 } subject_conf_t;
 
 typedef enum {
@@ -41,11 +66,6 @@ typedef enum {
 /* The embedded store's file when nothing names a database: in $STATE_DIRECTORY (systemd's
  * StateDirectory=) when set, else the working directory. */
 #define CONFIG_SQLITE_DEFAULT_FILE "idemgw-keys.db"
-
-typedef struct host_port {
-    char *host;    /* numeric address or name, no brackets */
-    uint16_t port; /* TCP port */
-} host_port_t;
 
 typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */

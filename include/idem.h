@@ -17,6 +17,7 @@
 struct event_base;
 struct store;
 struct replay_cache;
+struct subject;
 
 typedef struct idem idem_t;
 
@@ -27,6 +28,7 @@ typedef struct idem_ctx {
     struct replay_cache *cache;
     server_stats_t *stats;
     struct catalog *catalog; /* the upstream's tools: which arguments its schemas declare */
+    struct subject *subject; /* who is calling (subject.h) */
     /* a pending call of session finished: the proxy may stop routing its resumes here */
     void (*session_idle)(void *arg, const char *session);
     void *arg;

@@ -1,33 +1,56 @@
 /* Who is calling: the subject that starts every idempotency key, from the subject setting
- * (a fixed value, a header a trusted front end sets, or a hash of the bearer token).
+ * (a fixed value, a header a trusted front end sets, a hash of the bearer token, or the
+ * claims of a verified JWT bearer token).
+ *
+ * The subject is an object made by main with the event base, because the jwt source keeps
+ * state there: the JWK Sets it verifies with (jwks_source.h), fetched on the loop.
  *
  * subject_resolve calls done exactly once: before it returns for the sources that need no
- * I/O, or later from the event loop for a source that must fetch something first. req must
- * stay valid until done runs. */
+ * I/O, or later from the event loop when a token names a key the gateway must fetch first.
+ * req is read during the call only (what a later answer needs is copied); arg must stay
+ * valid until done runs. */
 #ifndef IDEMGW_SUBJECT_H
 #define IDEMGW_SUBJECT_H
 
 #include "answers.h"
 #include "config.h"
 #include "http_conn.h"
+#include "util.h"
 
 #include <stdbool.h>
 
+struct event_base;
+
+typedef struct subject subject_t;
+
 typedef struct subject_result {
     const char *subject; /* the caller, or NULL when it cannot be established */
-    answer_t refusal;    /* when NULL: ANSWER_NO_SUBJECT or ANSWER_BAD_SUBJECT */
+    answer_t refusal;    /* when NULL: ANSWER_NO_SUBJECT, ANSWER_BAD_SUBJECT or ANSWER_BAD_TOKEN */
     const char *why;     /* when NULL: a phrase for the refusal ("the request has no ...") */
+    const char *reason;  /* ANSWER_BAD_TOKEN: the short reason for the log ("expired"), else NULL */
 } subject_result_t;
 
 /* The result's strings are valid during the call only. */
 typedef void (*subject_done_fn)(void *arg, const subject_result_t *res);
 
-void subject_resolve(const subject_conf_t *conf, const http_request_t *req, subject_done_fn done,
-                     void *arg);
+/* conf is read at each resolve: it must live until the next subject_reconfigure (main's
+ * config does). NULL with msg when a jwt source cannot start (unreadable jwks_file, a CA file
+ * without certificates, a jwks_url host that does not resolve). */
+subject_t *subject_new(struct event_base *base, const subject_conf_t *conf, char *msg,
+                       size_t msglen) MUST_CHECK;
+/* Resolves still waiting for a key fetch are dropped without done: free the subject after
+ * the stages that asked (shutdown). */
+void subject_free(subject_t *s);
+/* A reload (SIGHUP). The jwt source is kept when its file, URL and CA are the same (the file
+ * is read again); else a new one is made, and calls waiting on the old one's fetch wait on
+ * the new one's. When the new one cannot start, the old one stays, logged. */
+void subject_reconfigure(subject_t *s, const subject_conf_t *conf);
+
+void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn done, void *arg);
 
 /* Whether two requests come from the same caller as far as the gateway can tell (the subject
- * header, every copy, and Authorization), compared in constant time. */
-bool subject_same_caller(const subject_conf_t *conf, const http_request_t *a,
-                         const http_request_t *b);
+ * header, every copy, and Authorization), compared in constant time. With a jwt subject two
+ * tokens that verify now to the same subject are the same caller too (a refreshed token). */
+bool subject_same_caller(const subject_t *s, const http_request_t *a, const http_request_t *b);
 
 #endif

@@ -61,6 +61,10 @@ void util_sha256(const void *data, size_t n, unsigned char out[32]);
 /* The same as lower-case hex (65 bytes with the NUL). */
 void util_sha256_hex(const void *data, size_t n, char out[65]);
 
+/* Reads a whole file of at most max bytes into a NUL-terminated buffer (free it), its length in
+ * *len; NULL with err ("cannot open ...: reason", "larger than N bytes"). */
+char *util_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen);
+
 /* Frees n strings and the array holding them. */
 void util_strv_free(char **v, size_t n);
 

@@ -70,6 +70,13 @@ static const struct {
                             "gateway's operator has the error in the gateway's log."},
     [ANSWER_NO_SUBJECT] = {"no_subject", "false", "refused", SUBJECT_REFUSED},
     [ANSWER_BAD_SUBJECT] = {"bad_subject", "false", "refused", SUBJECT_REFUSED},
+    [ANSWER_BAD_TOKEN] = {"bad_token", "false", "refused",
+                          "Refused: this tool is protected against duplicate execution, and the "
+                          "caller's access token was not accepted (%s), so the call cannot be "
+                          "attributed to a caller. Nothing was executed. Retrying with the same "
+                          "token will be refused the same way: an expired token must be "
+                          "refreshed first; for any other reason the token or the gateway's "
+                          "settings must change."},
     [ANSWER_BAD_ARGUMENTS] = {"bad_arguments", "false", "refused",
                               "Refused: the call's arguments cannot be put in canonical form "
                               "(%s), so duplicates could not be recognised. Nothing was "

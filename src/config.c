@@ -181,11 +181,11 @@ bool config_host_is_loopback(const char *host)
 
 /* ---- upstream URL ---- */
 
-const char *config_set_upstream(config_t *c, const char *url)
+/* Splits an http(s) URL into its scheme, authority and path; NULL or what is wrong. */
+static const char *url_split(const char *url, bool *tls_out, authority_t *a, const char **path_out)
 {
     bool tls;
     const char *p;
-    authority_t a;
     if (strncasecmp(url, "http://", 7) == 0) {
         tls = false;
         p = url + 7;
@@ -198,9 +198,9 @@ const char *config_set_upstream(config_t *c, const char *url)
     size_t alen = strcspn(p, "/?#");
     if (memchr(p, '@', alen))
         return "credentials in the URL are not supported";
-    if (alen == 0 || authority_parse(p, alen, &a) != 0)
+    if (alen == 0 || authority_parse(p, alen, a) != 0)
         return "bad host or port";
-    if (a.port == 0)
+    if (a->port == 0)
         return "port must be 1-65535";
     const char *path = p + alen;
     if (*path != '/')
@@ -212,7 +212,28 @@ const char *config_set_upstream(config_t *c, const char *url)
         if ((unsigned char)*q <= 0x20 || *q == 0x7f)
             return "spaces and control characters are not allowed in the path";
     }
-    int port = a.port >= 0 ? a.port : (tls ? 443 : 80);
+    if (a->port < 0)
+        a->port = tls ? 443 : 80;
+    *tls_out = tls;
+    *path_out = path;
+    return NULL;
+}
+
+static char *host_header(const authority_t *a)
+{
+    return a->v6 ? xasprintf("[%.*s]:%d", (int)a->hlen, a->host, a->port)
+                 : xasprintf("%.*s:%d", (int)a->hlen, a->host, a->port);
+}
+
+const char *config_set_upstream(config_t *c, const char *url)
+{
+    bool tls;
+    authority_t a;
+    const char *path;
+    const char *err = url_split(url, &tls, &a, &path);
+    if (err)
+        return err;
+    int port = a.port;
 
     free(c->upstream_url);
     free(c->upstream.host);
@@ -223,9 +244,45 @@ const char *config_set_upstream(config_t *c, const char *url)
     c->upstream.host = xstrndup(a.host, a.hlen);
     c->upstream.port = (uint16_t)port;
     c->upstream_path = xstrdup(path);
-    c->upstream_host_header = a.v6 ? xasprintf("[%.*s]:%d", (int)a.hlen, a.host, port)
-                                   : xasprintf("%.*s:%d", (int)a.hlen, a.host, port);
+    c->upstream_host_header = host_header(&a);
     return NULL;
+}
+
+const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url)
+{
+    bool tls;
+    authority_t a;
+    const char *path;
+    const char *err = url_split(url, &tls, &a, &path);
+    if (err)
+        return err;
+    /* the keys decide who a caller is: they must come from a server that proved its name */
+    if (!tls)
+        return "must be https://";
+    free(j->jwks_url);
+    free(j->jwks.host);
+    free(j->jwks_path);
+    free(j->jwks_host_header);
+    j->jwks_url = xstrdup(url);
+    j->jwks.host = xstrndup(a.host, a.hlen);
+    j->jwks.port = (uint16_t)a.port;
+    j->jwks_path = xstrdup(path);
+    j->jwks_host_header = host_header(&a);
+    return NULL;
+}
+
+void config_subject_jwt_free(subject_jwt_conf_t *j)
+{
+    free(j->jwks_file);
+    free(j->jwks_url);
+    free(j->jwks.host);
+    free(j->jwks_path);
+    free(j->jwks_host_header);
+    free(j->ca_file);
+    free(j->issuer);
+    util_strv_free(j->audiences, j->n_audiences);
+    util_strv_free(j->claims, j->n_claims);
+    memset(j, 0, sizeof(*j));
 }
 
 /* ---- allowed_hosts / allowed_origins ---- */
@@ -612,6 +669,7 @@ void config_free(config_t *c)
     util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
     util_strv_free(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);
+    config_subject_jwt_free(&c->subject.jwt);
     policy_free(&c->policy);
     free(c);
 }

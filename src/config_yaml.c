@@ -1,6 +1,7 @@
 /* The YAML reader of the config module: walks a libfyaml document with tables of known keys and
  * writes into config_t. Every problem is collected with its line; nothing stops at the first. */
 #include "config_yaml.h"
+#include "jwt.h"
 #include "log.h"
 #include "util.h"
 
@@ -540,6 +541,184 @@ static bool header_token_valid(const char *s)
     return true;
 }
 
+/* ---- subject: {jwt: {...}} ---- */
+
+/* A JWK Set is small; a file this large is a mistake. */
+#define JWKS_MAX_FILE_BYTES (1024u * 1024)
+
+static void fn_jwt_jwks_file(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    const char *s = scalar(cx, v, line, path, "a file name");
+    if (!s)
+        return;
+    char err[300];
+    size_t len = 0;
+    char *text = *s ? util_read_file(s, JWKS_MAX_FILE_BYTES, &len, err, sizeof(err)) : NULL;
+    if (!*s) {
+        err_at(cx, line, "%s: must not be empty", path);
+        return;
+    }
+    if (!text) {
+        err_at(cx, line, "%s: %s", path, err);
+        return;
+    }
+    /* a set that will not parse is refused now, not at the first call */
+    jwks_t *keys = jwks_parse(text, len, err, sizeof(err));
+    free(text);
+    if (!keys) {
+        err_at(cx, line, "%s: '%.200s' is not a usable JWK Set: %s", path, s, err);
+        return;
+    }
+    jwks_free(keys);
+    set_string(&j->jwks_file, s);
+}
+
+static void fn_jwt_jwks_url(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    const char *s = scalar(cx, v, line, path, "a URL");
+    if (!s)
+        return;
+    const char *err = config_set_jwks_url(base, s);
+    if (err)
+        err_at(cx, line, "%s: bad URL '%.200s': %s", path, s, err);
+}
+
+static void fn_jwt_ca_file(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    const char *s = scalar(cx, v, line, path, "a file name");
+    if (!s)
+        return;
+    if (!*s)
+        err_at(cx, line, "%s: must not be empty", path);
+    else if (access(s, R_OK) != 0)
+        err_at(cx, line, "%s: cannot read '%.200s': %s", path, s, strerror(errno));
+    else
+        set_string(&j->ca_file, s);
+}
+
+static void audience_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    if (!*s)
+        err_at(cx, line, "%s: must not be empty", path);
+    else
+        strv_push(&j->audiences, &j->n_audiences, xstrdup(s));
+}
+
+/* A string or a list of strings. */
+static void fn_jwt_audience(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    util_strv_free(j->audiences, j->n_audiences);
+    j->audiences = NULL;
+    j->n_audiences = 0;
+    if (v && !fy_node_is_alias(v) && fy_node_is_sequence(v)) {
+        walk_list(cx, v, line, path, base, false, audience_entry);
+        return;
+    }
+    const char *s = scalar(cx, v, line, path, "a string or a list of strings");
+    if (s)
+        audience_entry(cx, s, line, path, base);
+}
+
+static void claim_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    if (!*s)
+        err_at(cx, line, "%s: must not be empty", path);
+    else
+        strv_push(&j->claims, &j->n_claims, xstrdup(s));
+}
+
+static void fn_jwt_claims(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    util_strv_free(j->claims, j->n_claims);
+    j->claims = NULL;
+    j->n_claims = 0;
+    walk_list(cx, v, line, path, base, false, claim_entry);
+}
+
+static void algorithm_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    unsigned bit = jwt_alg_parse(s);
+    if (!bit)
+        err_at(cx, line, "%s: '%.64s' is not allowed (allowed: %s; none and HS* never are)", path,
+               s, jwt_alg_names());
+    j->algorithms |= bit;
+}
+
+static void fn_jwt_algorithms(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    subject_jwt_conf_t *j = base;
+    j->algorithms = 0;
+    walk_list(cx, v, line, path, base, false, algorithm_entry);
+    if (!j->algorithms)
+        j->algorithms = JWT_ALGS_DEFAULT; /* the error is reported; keep a sane value */
+}
+
+#define JWT_CONF(f) offsetof(subject_jwt_conf_t, f)
+/* Reload: subject is replaced whole (the key "subject" is reloadable). */
+static const key_spec_t jwt_keys[] = {
+    {.name = "jwks_file", .kind = K_FN, .fn = fn_jwt_jwks_file, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "jwks_url", .kind = K_FN, .fn = fn_jwt_jwks_url, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "ca_file", .kind = K_FN, .fn = fn_jwt_ca_file, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "issuer", .kind = K_STR, .off = JWT_CONF(issuer), .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "audience", .kind = K_FN, .fn = fn_jwt_audience, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "claims", .kind = K_FN, .fn = fn_jwt_claims, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "algorithms", .kind = K_FN, .fn = fn_jwt_algorithms, .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "leeway",
+     .kind = K_DUR,
+     .off = JWT_CONF(leeway_ms),
+     .min = 0,
+     .max = 10 * 60 * MS_S,
+     .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "refresh",
+     .kind = K_DUR,
+     .off = JWT_CONF(refresh_ms),
+     .min = 10 * MS_S,
+     .max = MS_D,
+     .reload = CONFIG_KEY_RELOADABLE},
+};
+#undef JWT_CONF
+
+static void subject_jwt(ctx_t *cx, struct fy_node *v, int line, const char *path, config_t *c)
+{
+    subject_jwt_conf_t *j = &c->subject.jwt;
+    config_subject_jwt_free(j);
+    if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
+        err_at(cx, line, "%s: expected a mapping (jwks_url or jwks_file, issuer, audience, ...)",
+               path);
+        return;
+    }
+    j->algorithms = JWT_ALGS_DEFAULT;
+    j->leeway_ms = 30 * MS_S;
+    j->refresh_ms = 5 * 60 * MS_S;
+    size_t before = cx->n_errs;
+    walk_map(cx, v, line, path, jwt_keys, ARRAY_LEN(jwt_keys), j, -1);
+    if (!j->n_claims) {
+        strv_push(&j->claims, &j->n_claims, xstrdup("iss"));
+        strv_push(&j->claims, &j->n_claims, xstrdup("sub"));
+    }
+    if (cx->n_errs > before)
+        return; /* a missing key may only be a bad one, already reported */
+    /* the keys say a token is genuine; issuer and audience say it is meant for this server,
+     * not a token the same identity provider issued to another service */
+    if (!j->jwks_file && !j->jwks_url)
+        err_at(cx, line, "%s: give jwks_url or jwks_file (where the issuer's keys are)", path);
+    else if (!j->issuer)
+        err_at(cx, line, "%s: issuer is required (the iss every token must have)", path);
+    else if (!j->n_audiences)
+        err_at(cx, line, "%s: audience is required (the aud naming this server)", path);
+    else if (j->ca_file && !j->jwks_url)
+        err_at(cx, line, "%s: ca_file is only used with jwks_url", path);
+    else
+        c->subject.kind = SUBJECT_JWT;
+}
+
 static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
@@ -548,8 +727,8 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
     int seen = 0;
     bool any = false;
     if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
-        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, got %s", path,
-               node_kind(v));
+        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, jwt, got %s",
+               path, node_kind(v));
         return;
     }
     while ((pair = fy_node_mapping_iterate(v, &it))) {
@@ -562,14 +741,19 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
             continue;
         any = true;
         child_path(cpath, path, key);
-        bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static");
+        bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static") ||
+                     !strcmp(key, "jwt");
         if (!known) {
-            err_at(cx, kline, "unknown key '%.64s' in %s (allowed: header, bearer, static)", key,
-                   path);
+            err_at(cx, kline, "unknown key '%.64s' in %s (allowed: header, bearer, static, jwt)",
+                   key, path);
             continue;
         }
         if (seen++) {
-            err_at(cx, kline, "%s: give only one of header, bearer, static", path);
+            err_at(cx, kline, "%s: give only one of header, bearer, static, jwt", path);
+            continue;
+        }
+        if (!strcmp(key, "jwt")) {
+            subject_jwt(cx, vn, kline, cpath, c);
             continue;
         }
         const char *s = scalar(cx, vn, vline, cpath, "a string");
@@ -609,7 +793,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         }
     }
     if (!seen && !any)
-        err_at(cx, line, "%s: give one of header, bearer, static", path);
+        err_at(cx, line, "%s: give one of header, bearer, static, jwt", path);
 }
 
 static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)

@@ -21,6 +21,10 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
 /* Parses an upstream URL into c's upstream fields (replacing earlier ones). NULL on success,
  * else a static message saying what is wrong; c is then unchanged. */
 const char *config_set_upstream(config_t *c, const char *url);
+/* The same for subject.jwt.jwks_url, which must be https. */
+const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url);
+/* Frees what a jwt subject setting holds and zeroes it. */
+void config_subject_jwt_free(subject_jwt_conf_t *j);
 
 /* Checks one allowed_hosts / allowed_origins entry. Returns the normalised copy to store, or
  * NULL with *err set to a static message. */

@@ -205,7 +205,9 @@ static const char *status_hint(const call_t *c, answer_t a, char *buf, size_t le
     return buf;
 }
 
-static void answer(call_t *c, answer_t a, const char *detail, const char *detail2)
+/* why (may be NULL): a short reason the log line carries with the code ("expired"). */
+static void answer_why(call_t *c, answer_t a, const char *detail, const char *detail2,
+                       const char *why)
 {
     server_stats_t *stats = c->idem->ctx.stats;
     if (strcmp(answer_outcome(a), "refused") == 0)
@@ -218,17 +220,25 @@ static void answer(call_t *c, answer_t a, const char *detail, const char *detail
     char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2,
                              status_hint(c, a, hint, sizeof(hint)));
     /* the log line says why, with the code the agent got */
-    char fields[360];
+    char fields[400];
+    int n;
     if (c->key)
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"%s",
-                 KEY_HASH_LOG_LEN, c->key_hash, answer_code(a), c->dup_fields);
+        n = snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"%s",
+                     KEY_HASH_LOG_LEN, c->key_hash, answer_code(a), c->dup_fields);
     else
-        snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
+        n = snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
+    if (why && n > 0 && (size_t)n < sizeof(fields))
+        snprintf(fields + n, sizeof(fields) - (size_t)n, ",\"why\":\"%.40s\"", why);
     exchange_set_log_fields(c->ex, fields);
     exchange_set_outcome(c->ex, answer_outcome(a));
     set_state(c, CALL_DONE);
     exchange_respond_json(c->ex, 200, body, NULL);
     free(body);
+}
+
+static void answer(call_t *c, answer_t a, const char *detail, const char *detail2)
+{
+    answer_why(c, a, detail, detail2, NULL);
 }
 
 /* A key the gateway advertised in tools/list (advertise_key) is the gateway's, not the
@@ -810,7 +820,7 @@ static void on_subject(void *arg, const subject_result_t *res)
 {
     call_t *c = arg;
     if (!res->subject) {
-        answer(c, res->refusal, res->why, NULL);
+        answer_why(c, res->refusal, res->why, NULL, res->reason);
         return;
     }
     c->subject = xstrdup(res->subject);
@@ -1158,7 +1168,7 @@ void idem_call(void *arg, exchange_t *ex)
         c->rules.on_store_down = ON_STORE_DOWN_REJECT; /* never sent upstream */
     }
     exchange_set_observer(ex, &call_ops, c);
-    subject_resolve(&cfg->subject, exchange_request(ex), on_subject, c);
+    subject_resolve(i->ctx.subject, exchange_request(ex), on_subject, c);
 }
 
 /* --- tasks/get, tasks/result, tasks/cancel: to the session that owns the task --- */
@@ -1198,7 +1208,7 @@ void idem_task(void *arg, exchange_t *ex)
     a->idem = i;
     a->ex = ex;
     a->task_id = id;
-    subject_resolve(&i->ctx.cfg->subject, exchange_request(ex), on_task_subject, a);
+    subject_resolve(i->ctx.subject, exchange_request(ex), on_task_subject, a);
 }
 
 void idem_stream(void *arg, exchange_t *ex)
@@ -1251,7 +1261,7 @@ void idem_cancelled(void *arg, const http_request_t *note, const char *session,
     k->idem = i;
     k->session = xstrdup(session);
     k->request_id = json_deep_copy(request_id);
-    subject_resolve(&i->ctx.cfg->subject, note, on_cancel_subject, k);
+    subject_resolve(i->ctx.subject, note, on_cancel_subject, k);
 }
 
 idem_t *idem_new(const idem_ctx_t *ctx)

@@ -18,6 +18,7 @@
 #include "store.h"
 #include "store_pg.h"
 #include "store_sqlite.h"
+#include "subject.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -59,6 +60,7 @@ typedef struct server {
     bool catalog_fetched;       /* the upstream's tools/list was read once */
     bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
+    struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
@@ -428,6 +430,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     apply_http_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
+    subject_reconfigure(server->subject, &neu->subject);
     catalog_set_policy(server->catalog, &neu->policy);
     admin_ctx.store_missing = !server->store && policy_needs_store(&neu->policy);
     if (!evtimer_pending(server->fetch_retry, NULL))
@@ -458,6 +461,7 @@ static void wire_stages(server_t *s)
         .pool = s->pool,
         .stats = s->stats,
         .catalog = s->catalog,
+        .subject = s->subject,
         .worker = s->worker,
         .n_workers = s->n_workers,
         .draining = &s->draining,
@@ -472,6 +476,7 @@ static void wire_stages(server_t *s)
         .stats = s->stats,
         .catalog = s->catalog,
         .tools_changed = tools_changed,
+        .subject = s->subject,
         .session_idle = session_idle,
         .arg = s->proxy,
     };
@@ -597,6 +602,11 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         log_info(0, "no database configured (database_url: none): no tool needs it (none is "
                     "non_idempotent with on_store_down: reject)");
     }
+    server->subject = subject_new(server->base, &cfg->subject, msg, sizeof(msg));
+    if (!server->subject) {
+        fprintf(stderr, "idemgw: subject: %s\n", msg);
+        goto out;
+    }
     wire_stages(server);
     mcp_site.arg = server->proxy;
     apply_http_limits(cfg);
@@ -675,6 +685,7 @@ out:
     upstream_pool_free(server->pool);
     proxy_free(server->proxy);
     idem_free(server->idem);
+    subject_free(server->subject);
     catalog_free(server->catalog);
     replay_cache_free(server->cache);
     if (server->tls)

@@ -773,7 +773,7 @@ static bool resume_stream(exchange_t *get)
             continue;
         /* a session id and an event id are not credentials: the resume must come from the
          * caller of the stream it resumes, or it is the upstream's to judge */
-        if (!subject_same_caller(&p->ctx.cfg->subject, ex->req, get->req)) {
+        if (!subject_same_caller(p->ctx.subject, ex->req, get->req)) {
             log_info(get->conn_id, "stream resume not served from the gateway: another caller "
                                    "than the stream's");
             return false;

@@ -1,5 +1,6 @@
 #include "util.h"
 #include "log.h"
+#include <errno.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -200,4 +201,29 @@ void util_strv_free(char **v, size_t n)
     for (size_t i = 0; i < n; i++)
         free(v[i]);
     free(v);
+}
+
+char *util_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = xmalloc(max + 1);
+    size_t n = fread(buf, 1, max + 1, f);
+    bool failed = ferror(f);
+    int e = errno;
+    fclose(f);
+    if (failed || n > max) {
+        if (failed)
+            snprintf(err, errlen, "cannot read %s: %s", path, strerror(e));
+        else
+            snprintf(err, errlen, "%s is larger than %zu bytes", path, max);
+        free(buf);
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
 }

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "jwt.h"
 #include "log.h"
 #include "util.h"
 
@@ -304,13 +305,13 @@ static const struct bad_case {
     {"upstream_userinfo", 2, "credentials in the URL are not supported"},
     {"upstream_port", 2, "port must be 1-65535"},
     {"upstream_missing", 1, "upstream is required"},
-    {"subject_two_keys", 5, "subject: give only one of header, bearer, static"},
+    {"subject_two_keys", 5, "subject: give only one of header, bearer, static, jwt"},
     {"subject_bearer", 3, "subject.bearer: unknown value 'md5' (allowed: sha256)"},
     {"subject_header_bad", 4, "subject.header: 'X Subject' is not a valid header name"},
     {"subject_authorization", 4,
      "subject.header: Authorization carries a credential; use 'bearer: sha256' instead"},
-    {"subject_empty", 3, "subject: give one of header, bearer, static"},
-    {"subject_unknown", 4, "unknown key 'jwt' in subject (allowed: header, bearer, static)"},
+    {"subject_empty", 3, "subject: give one of header, bearer, static, jwt"},
+    {"subject_unknown", 4, "unknown key 'mtls' in subject (allowed: header, bearer, static, jwt)"},
     {"subject_static_space", 4,
      "subject.static: must be 1-256 printable ASCII characters without spaces"},
     {"allowed_host_port", 5, "allowed_hosts[1]: 'localhost:8080': give the host without a port"},
@@ -935,6 +936,104 @@ static void test_reload_merge(void **state)
     config_free(running);
 }
 
+static void test_subject_jwt(void **state)
+{
+    config_t *c = must_load_str("upstream: http://h/mcp\n"
+                                "subject:\n"
+                                "  jwt:\n"
+                                "    jwks_url: https://idp.example:8443/keys\n"
+                                "    jwks_file: tests/data/jwks/ed25519.json\n"
+                                "    issuer: https://idp.example\n"
+                                "    audience: mcp-refunds\n");
+    const subject_jwt_conf_t *j = &c->subject.jwt;
+    assert_int_equal(c->subject.kind, SUBJECT_JWT);
+    assert_string_equal(j->jwks.host, "idp.example");
+    assert_int_equal(j->jwks.port, 8443);
+    assert_string_equal(j->jwks_path, "/keys");
+    assert_string_equal(j->jwks_host_header, "idp.example:8443");
+    assert_null(j->ca_file);
+    assert_int_equal(j->n_audiences, 1);
+    assert_string_equal(j->audiences[0], "mcp-refunds");
+    /* the defaults */
+    assert_int_equal(j->n_claims, 2);
+    assert_string_equal(j->claims[0], "iss");
+    assert_string_equal(j->claims[1], "sub");
+    assert_int_equal(j->algorithms, JWT_ALGS_DEFAULT);
+    assert_int_equal(j->leeway_ms, 30000);
+    assert_int_equal(j->refresh_ms, 300000);
+    config_free(c);
+
+    c = must_load_str("upstream: http://h/mcp\n"
+                      "subject:\n"
+                      "  jwt:\n"
+                      "    jwks_url: https://idp.example/keys\n"
+                      "    ca_file: tests/data/jwks/ed25519.json\n"
+                      "    issuer: https://idp.example\n"
+                      "    audience: [a, b]\n"
+                      "    claims: [sub, tenant]\n"
+                      "    algorithms: [ES384, EdDSA]\n"
+                      "    leeway: 0s\n"
+                      "    refresh: 1h\n");
+    j = &c->subject.jwt;
+    assert_int_equal(j->jwks.port, 443);
+    assert_int_equal(j->n_audiences, 2);
+    assert_string_equal(j->audiences[1], "b");
+    assert_string_equal(j->claims[1], "tenant");
+    assert_int_equal(j->algorithms, JWT_ALG_ES384 | JWT_ALG_EDDSA);
+    assert_int_equal(j->leeway_ms, 0);
+    assert_int_equal(j->refresh_ms, 3600000);
+    config_free(c);
+
+#define JWT_HEAD "upstream: http://h/mcp\nsubject:\n  jwt:\n"
+    expect_one_error(JWT_HEAD "    issuer: i\n    audience: a\n",
+                     "t.yaml:3: subject.jwt: give jwks_url or jwks_file (where the issuer's keys "
+                     "are)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    audience: a\n",
+                     "t.yaml:3: subject.jwt: issuer is required (the iss every token must have)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n",
+                     "t.yaml:3: subject.jwt: audience is required (the aud naming this server)");
+    expect_one_error(JWT_HEAD "    jwks_url: http://i/k\n    issuer: i\n    audience: a\n",
+                     "t.yaml:4: subject.jwt.jwks_url: bad URL 'http://i/k': must be https://");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: a\n"
+                              "    algorithms: [RS256, HS256]\n",
+                     "t.yaml:7: subject.jwt.algorithms[1]: 'HS256' is not allowed (allowed: "
+                     "RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA; none and HS* "
+                     "never are)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: a\n"
+                              "    algorithms: [none]\n",
+                     "t.yaml:7: subject.jwt.algorithms[0]: 'none' is not allowed (allowed: "
+                     "RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384, EdDSA; none and HS* "
+                     "never are)");
+    expect_one_error(JWT_HEAD "    jwks_file: tests/data/jwks/bad.json\n    issuer: i\n"
+                              "    audience: a\n",
+                     "t.yaml:4: subject.jwt.jwks_file: 'tests/data/jwks/bad.json' is not a usable "
+                     "JWK Set: key 1: x must be a base64url string of 32 bytes");
+    expect_one_error(JWT_HEAD "    jwks_file: /nonexistent.json\n    issuer: i\n    audience: a\n",
+                     "t.yaml:4: subject.jwt.jwks_file: cannot open /nonexistent.json: No such "
+                     "file or directory");
+    expect_one_error(JWT_HEAD "    jwks_file: tests/data/jwks/ed25519.json\n    issuer: i\n"
+                              "    audience: a\n    ca_file: tests/data/jwks/ed25519.json\n",
+                     "t.yaml:3: subject.jwt: ca_file is only used with jwks_url");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: []\n",
+                     "t.yaml:6: subject.jwt.audience: the list is empty (leave the key out for "
+                     "the default)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: a\n"
+                              "    refresh: 1s\n",
+                     "t.yaml:7: subject.jwt.refresh: 1s is out of range (10s to 1d)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: a\n"
+                              "    kid: x\n",
+                     "t.yaml:7: unknown key 'kid' in subject.jwt (allowed: jwks_file, jwks_url, "
+                     "ca_file, issuer, audience, claims, algorithms, leeway, refresh)");
+    expect_one_error(JWT_HEAD "    jwks_url: https://i/k\n    issuer: i\n    audience: a\n"
+                              "    claims: []\n",
+                     "t.yaml:7: subject.jwt.claims: the list is empty (leave the key out for the "
+                     "default)");
+    expect_one_error("upstream: http://h/mcp\nsubject:\n  jwt: yes\n",
+                     "t.yaml:3: subject.jwt: expected a mapping (jwks_url or jwks_file, issuer, "
+                     "audience, ...)");
+#undef JWT_HEAD
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -958,6 +1057,7 @@ int main(void)
         cmocka_unit_test_setup(test_origin_allowed, clear_env),
         cmocka_unit_test_setup(test_keys_classified, clear_env),
         cmocka_unit_test_setup(test_reload_merge, clear_env),
+        cmocka_unit_test_setup(test_subject_jwt, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

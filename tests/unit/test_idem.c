@@ -10,6 +10,7 @@
 #include "idem.h"
 #include "replay_cache.h"
 #include "store.h"
+#include "subject.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -227,6 +228,7 @@ typedef struct world {
     replay_cache_t *cache;
     store_t *store;
     server_stats_t stats;
+    subject_t *subject;
     idem_t *idem;
 } world_t;
 
@@ -247,9 +249,13 @@ static int setup(void **state)
     w.base = event_base_new();
     w.cache = replay_cache_new(100, 1 << 20);
     w.store = store_from_ops(&fake_ops, &fs);
+    char msg[200];
+    w.subject = subject_new(w.base, &w.cfg->subject, msg, sizeof(msg));
+    assert_non_null(w.subject);
     idem_ctx_t ctx = {
         .base = w.base,
         .cfg = w.cfg,
+        .subject = w.subject,
         .store = w.store,
         .cache = w.cache,
         .stats = &w.stats,
@@ -261,6 +267,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     idem_free(w.idem);
+    subject_free(w.subject);
     store_free(w.store);
     replay_cache_free(w.cache);
     event_base_free(w.base);

@@ -6,6 +6,7 @@
 #include "exchange.h"
 #include "http_conn.h"
 #include "proxy.h"
+#include "subject.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -99,6 +100,8 @@ static void stage_call(void *arg, exchange_t *ex)
 
 /* --- set-up --- */
 
+static subject_t *subject;
+
 static int setup(void **state)
 {
     base = event_base_new();
@@ -129,7 +132,14 @@ static int setup(void **state)
     char msg[200];
     pool = upstream_pool_new(&uo, msg, sizeof(msg));
     assert_non_null(pool);
-    proxy_ctx_t pc = {.base = base, .cfg = cfg, .pool = pool, .stats = &stats, .n_workers = 1};
+    subject = subject_new(base, &cfg->subject, msg, sizeof(msg));
+    assert_non_null(subject);
+    proxy_ctx_t pc = {.base = base,
+                      .cfg = cfg,
+                      .pool = pool,
+                      .stats = &stats,
+                      .subject = subject,
+                      .n_workers = 1};
     proxy = proxy_new(&pc);
     proxy_stage_t stage = {.call = stage_call};
     proxy_set_stage(proxy, &stage);
@@ -148,6 +158,7 @@ static int teardown(void **state)
     for (int i = 0; i < 200 && (conns.open > 0 || proxy_exchanges(proxy) > 0); i++)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     proxy_free(proxy);
+    subject_free(subject);
     upstream_pool_free(pool);
     if (up_listener)
         evconnlistener_free(up_listener);
