@@ -61,6 +61,10 @@ const catalog_tool_t *catalog_find(const catalog_t *c, const char *tool);
 size_t catalog_size(const catalog_t *c);
 const catalog_tool_t *catalog_at(const catalog_t *c, size_t i);
 
+/* Whether tool is a name the policy or the server's tools/list gives (a metric label may be
+ * made of it). */
+bool catalog_known(const catalog_t *c, const char *tool);
+
 /* Whether the server's own inputSchema of tool has the property prop. */
 bool catalog_declares(const catalog_t *c, const char *tool, const char *prop);
 

@@ -5,6 +5,7 @@
 
 #include "dupsource.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Duration histograms: bucket upper bounds in milliseconds, the last one +Inf. */
@@ -25,7 +26,23 @@ typedef enum {
 
 extern const char *const stats_outcome_names[STATS_OUT_N];
 
-/* Every member is a uint64_t (the admin endpoint adds the workers' slots up as arrays). */
+/* One tool's calls and duplicates, in a worker's slot table. Tools named by the policy or
+ * listed by the server get a slot of their own (STATS_TOOLS at most); any other name, and
+ * any beyond the cap, count under STATS_OTHER_TOOL: label values stay bounded. */
+#define STATS_TOOLS 64
+#define STATS_TOOL_NAME 64
+#define STATS_OTHER_TOOL "_other"
+
+typedef struct stats_tool {
+    char name[STATS_TOOL_NAME]; /* written before used is set */
+    uint32_t used;              /* set (atomically) once name is in place */
+    uint32_t cls;               /* tool_class_t, as the last call was classified */
+    uint64_t calls[STATS_OUT_N];
+    uint64_t duplicates[DUP_SOURCE_N];
+} stats_tool_t;
+
+/* The members up to `tools` are uint64_t counters the admin endpoint adds up as arrays;
+ * the tool tables are merged by name. */
 typedef struct server_stats {
     uint64_t connections;     /* agent connections accepted */
     uint64_t requests;        /* agent requests handled */
@@ -42,7 +59,6 @@ typedef struct server_stats {
     uint64_t passthrough;     /* protected calls forwarded unprotected (store down) */
     uint64_t store_errors;    /* store calls that failed */
     uint64_t open_conns;      /* gauge: agent connections open now */
-    uint64_t duplicates[DUP_SOURCE_N]; /* duplicates (replayed, in progress, unknown) by source */
     /* agent requests by outcome: per bucket (not cumulative), sum of milliseconds, count */
     uint64_t request_buckets[STATS_OUT_N][STATS_BUCKETS];
     uint64_t request_ms[STATS_OUT_N];
@@ -51,7 +67,15 @@ typedef struct server_stats {
     uint64_t upstream_buckets[STATS_BUCKETS];
     uint64_t upstream_ms;
     uint64_t upstream_count;
+    stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;
+
+/* The slot of tool name (known: named by the policy or listed by the server), made when new;
+ * unknown names and names past the cap get STATS_OTHER_TOOL's. */
+stats_tool_t *stats_tool(server_stats_t *s, const char *name, bool known);
+
+/* The outcome a log line's outcome text is filed under. */
+stats_outcome_t stats_outcome_of(const char *outcome);
 
 /* Files a finished request (its log line's outcome) and its duration. */
 void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms);

@@ -1,10 +1,12 @@
 #include "admin.h"
+#include "policy.h"
 #include "store.h"
 #include "upstream.h"
 #include "util.h"
 
 #include <event2/buffer.h>
 #include <llhttp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,16 +93,88 @@ static void histogram(struct evbuffer *b, const char *name, const char *labels,
                         (unsigned long long)count);
 }
 
+/* Adds a worker's tool table to the sum's, by name. */
+static void merge_tools(server_stats_t *sum, const server_stats_t *w)
+{
+    for (int i = 0; i < STATS_TOOLS; i++) {
+        const stats_tool_t *from = &w->tools[i];
+        if (!__atomic_load_n(&from->used, __ATOMIC_ACQUIRE))
+            continue;
+        char name[STATS_TOOL_NAME];
+        snprintf(name, sizeof(name), "%s", from->name);
+        stats_tool_t *to = stats_tool(sum, name, strcmp(name, STATS_OTHER_TOOL) != 0);
+        to->cls = from->cls;
+        for (int o = 0; o < STATS_OUT_N; o++)
+            to->calls[o] += from->calls[o];
+        for (int d = 0; d < DUP_SOURCE_N; d++)
+            to->duplicates[d] += from->duplicates[d];
+    }
+}
+
+/* A label value in the text format: backslash, quote and newline escaped. */
+static void label_value(char *out, size_t outlen, const char *v)
+{
+    size_t o = 0;
+    for (; *v && o + 3 < outlen; v++) {
+        if (*v == '\\' || *v == '"')
+            out[o++] = '\\';
+        if (*v == '\n') {
+            out[o++] = '\\';
+            out[o++] = 'n';
+            continue;
+        }
+        out[o++] = *v;
+    }
+    out[o] = '\0';
+}
+
+/* Per tool: calls by class and outcome, duplicates by source (only the series with counts). */
+static void tool_series(struct evbuffer *b, const server_stats_t *s)
+{
+    evbuffer_add_printf(b, "# HELP idemgw_tool_calls_total Tool calls by tool (the policy's and "
+                           "the server's; others as _other), class and outcome.\n"
+                           "# TYPE idemgw_tool_calls_total counter\n");
+    for (int i = 0; i < STATS_TOOLS; i++) {
+        const stats_tool_t *t = &s->tools[i];
+        char name[2 * STATS_TOOL_NAME];
+        label_value(name, sizeof(name), t->name);
+        for (int o = 0; t->used && o < STATS_OUT_N; o++)
+            if (t->calls[o])
+                evbuffer_add_printf(b,
+                                    "idemgw_tool_calls_total{tool=\"%s\",class=\"%s\","
+                                    "outcome=\"%s\"} %llu\n",
+                                    name,
+                                    strcmp(t->name, STATS_OTHER_TOOL) == 0
+                                        ? "mixed"
+                                        : tool_class_name((tool_class_t)t->cls),
+                                    stats_outcome_names[o], (unsigned long long)t->calls[o]);
+    }
+    evbuffer_add_printf(b, "# HELP idemgw_duplicates_total Duplicate protected calls (replayed, "
+                           "answered in progress or unknown), by tool and the layer that most "
+                           "likely retried.\n# TYPE idemgw_duplicates_total counter\n");
+    for (int i = 0; i < STATS_TOOLS; i++) {
+        const stats_tool_t *t = &s->tools[i];
+        char name[2 * STATS_TOOL_NAME];
+        label_value(name, sizeof(name), t->name);
+        for (int d = 0; t->used && d < DUP_SOURCE_N; d++)
+            if (t->duplicates[d])
+                evbuffer_add_printf(b, "idemgw_duplicates_total{tool=\"%s\",source=\"%s\"} %llu\n",
+                                    name, dup_source_name((dup_source_t)d),
+                                    (unsigned long long)t->duplicates[d]);
+    }
+}
+
 static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req)
 {
-    server_stats_t sum = {0};
+    server_stats_t *sum = xcalloc(1, sizeof(*sum));
     for (int w = 0; w < ctx->n_workers; w++) {
         const uint64_t *from = (const uint64_t *)&ctx->all_stats[w];
-        uint64_t *to = (uint64_t *)&sum;
-        for (size_t i = 0; i < sizeof(sum) / sizeof(uint64_t); i++)
+        uint64_t *to = (uint64_t *)sum;
+        for (size_t i = 0; i < offsetof(server_stats_t, tools) / sizeof(uint64_t); i++)
             to[i] += from[i];
+        merge_tools(sum, &ctx->all_stats[w]);
     }
-    const server_stats_t *s = &sum;
+    const server_stats_t *s = sum;
     struct evbuffer *b = evbuffer_new();
 #define COUNTER(name, help, v)                                                                     \
     evbuffer_add_printf(b,                                                                         \
@@ -132,13 +206,7 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
                         "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
                         (unsigned long long)s->open_conns,
                         ctx->store && store_ready(ctx->store) ? 1 : 0);
-    evbuffer_add_printf(b, "# HELP idemgw_duplicates_total Duplicate protected calls (replayed, "
-                           "answered in progress or unknown), by the layer that most likely "
-                           "retried.\n# TYPE idemgw_duplicates_total counter\n");
-    for (int d = 0; d < DUP_SOURCE_N; d++)
-        evbuffer_add_printf(b, "idemgw_duplicates_total{source=\"%s\"} %llu\n",
-                            dup_source_name((dup_source_t)d),
-                            (unsigned long long)s->duplicates[d]);
+    tool_series(b, s);
     evbuffer_add_printf(b, "# HELP idemgw_request_duration_seconds Agent requests, from the "
                            "request's arrival to its end, by outcome.\n"
                            "# TYPE idemgw_request_duration_seconds histogram\n");
@@ -157,6 +225,7 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
     http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
                       n, NULL, req->keep_alive);
     evbuffer_free(b);
+    free(sum);
 }
 
 void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)

@@ -241,6 +241,12 @@ int catalog_learn(catalog_t *c, const char *result, size_t len)
     return n;
 }
 
+bool catalog_known(const catalog_t *c, const char *tool)
+{
+    const catalog_tool_t *k = tool ? catalog_find(c, tool) : NULL;
+    return tool && (policy_find(c->policy, tool) || (k && k->listed));
+}
+
 bool catalog_declares(const catalog_t *c, const char *tool, const char *prop)
 {
     const catalog_tool_t *k = tool ? catalog_find(c, tool) : NULL;

@@ -309,7 +309,9 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt)
     };
     dup_thresholds_t t = {cfg->dup_harness_ms, cfg->dup_model_ms};
     dup_source_t src = dup_source(&f, &t);
-    c->idem->ctx.stats->duplicates[src]++;
+    const char *tool = msg_of(c)->tool;
+    catalog_t *cat = c->idem->ctx.catalog;
+    stats_tool(c->idem->ctx.stats, tool, cat && catalog_known(cat, tool))->duplicates[src]++;
     snprintf(c->dup_fields, sizeof(c->dup_fields),
              ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu",
              dup_source_name(src), attempt, row->created_at ? row->created_at : "",

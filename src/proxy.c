@@ -332,12 +332,26 @@ static void get_list_remove(exchange_t *ex)
 
 /* --- the agent's side --- */
 
+/* A tools/call, by tool, class and outcome, for /metrics. */
+static void count_tool_call(const exchange_t *ex)
+{
+    const proxy_t *p = ex->proxy;
+    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
+        return;
+    const char *tool = ex->msg.tool;
+    stats_tool_t *t = stats_tool(p->ctx.stats, tool, catalog_known(p->ctx.catalog, tool));
+    t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
+    stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
+    t->calls[o]++;
+}
+
 static void exchange_free(exchange_t *ex)
 {
     proxy_t *p = ex->proxy;
     log_exchange(ex);
     stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
                           util_now_ms() - ex->start_ms);
+    count_tool_call(ex);
     if (ex->obs && ex->obs->detach)
         ex->obs->detach(ex->obs_arg);
     if (ex->client)

@@ -1,6 +1,7 @@
 /* Duration histograms for /metrics (see include/stats.h). */
 #include "stats.h"
 
+#include <stdio.h>
 #include <string.h>
 
 const uint64_t stats_bucket_le_ms[STATS_BUCKETS - 1] = {5,   10,   25,   50,   100,  250,
@@ -21,12 +22,17 @@ static int bucket(uint64_t ms)
     return b;
 }
 
-void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms)
+stats_outcome_t stats_outcome_of(const char *outcome)
 {
-    int o = STATS_OUT_OTHER;
     for (int i = 0; i < STATS_OUT_OTHER; i++)
         if (outcome && strcmp(outcome, stats_outcome_names[i]) == 0)
-            o = i;
+            return (stats_outcome_t)i;
+    return STATS_OUT_OTHER;
+}
+
+void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms)
+{
+    stats_outcome_t o = stats_outcome_of(outcome);
     s->request_buckets[o][bucket(ms)]++;
     s->request_ms[o] += ms;
     s->request_count[o]++;
@@ -37,4 +43,26 @@ void stats_observe_upstream(server_stats_t *s, uint64_t ms)
     s->upstream_buckets[bucket(ms)]++;
     s->upstream_ms += ms;
     s->upstream_count++;
+}
+
+static stats_tool_t *claim_slot(stats_tool_t *t, const char *name)
+{
+    snprintf(t->name, sizeof(t->name), "%s", name);
+    __atomic_store_n(&t->used, 1, __ATOMIC_RELEASE);
+    return t;
+}
+
+stats_tool_t *stats_tool(server_stats_t *s, const char *name, bool known)
+{
+    stats_tool_t *other = &s->tools[STATS_TOOLS - 1];
+    if (!known || !name || strlen(name) >= STATS_TOOL_NAME)
+        return other->used ? other : claim_slot(other, STATS_OTHER_TOOL);
+    for (int i = 0; i < STATS_TOOLS - 1; i++) {
+        stats_tool_t *t = &s->tools[i];
+        if (!t->used)
+            return claim_slot(t, name);
+        if (strcmp(t->name, name) == 0)
+            return t;
+    }
+    return other->used ? other : claim_slot(other, STATS_OTHER_TOOL);
 }

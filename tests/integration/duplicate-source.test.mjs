@@ -14,9 +14,12 @@ async function setup(t, config = {}) {
   return { upstream, gw };
 }
 
+// Duplicates by source, added up over tools (a source with none has no series).
 async function counts(gw) {
   const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-  return Object.fromEntries([...text.matchAll(/^idemgw_duplicates_total\{source="(\w+)"\} (\d+)$/gm)].map((m) => [m[1], Number(m[2])]));
+  const out = { reconnect: 0, transport: 0, harness: 0, model: 0, late: 0 };
+  for (const m of text.matchAll(/^idemgw_duplicates_total\{tool="[^"]*",source="(\w+)"\} (\d+)$/gm)) out[m[1]] += Number(m[2]);
+  return out;
 }
 
 const lineOf = (gw, id) => gw.logs().split('\n').filter((l) => l.includes('"rpc_method":"tools/call"') && l.includes(`"rpc_id":${JSON.stringify(id)}`)).map((l) => JSON.parse(l)).pop();
@@ -45,6 +48,10 @@ test('a re-POST with the same id is transport, a new id at once is harness, a ne
   assert.equal(transport.length, 1);
   assert.match(transport[0], /"duplicate_source":"transport"/);
   assert.deepEqual(await counts(gw), { reconnect: 1, transport: 1, harness: 1, model: 0, late: 0 });
+  const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  assert.match(text, /^idemgw_duplicates_total\{tool="issue_refund",source="harness"\} 1$/m);
+  assert.match(text, /^idemgw_tool_calls_total\{tool="issue_refund",class="non_idempotent",outcome="executed"\} 1$/m);
+  assert.match(text, /^idemgw_tool_calls_total\{tool="issue_refund",class="non_idempotent",outcome="replay"\} 3$/m);
 });
 
 test('a new id after harness_within is the model re-issuing the call', async (t) => {
