@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The idemgw demo, from a fresh clone on Debian 12 (as root, or as a user with sudo):
 #   1. installs what is missing (scripts/install-deps.sh) and builds build/idemgw (make),
-#   2. starts a private Postgres in a local folder, a refund MCP server as the upstream, and
-#      the gateway in front of it with the demo policy conf/demo.yaml,
+#   2. starts a refund MCP server as the upstream and the gateway in front of it with the
+#      demo policy conf/demo.yaml, its keys in the embedded store (the default: one SQLite
+#      file in the demo's folder, fresh on every run),
 #   3. runs a retrying agent (scripts/demo-agent.mjs): the same refund call N times, two of them
 #      at once; one refund is executed, the others get the stored answer replayed,
 #   4. prints how to point a real MCP client at the gateway, then keeps everything running
-#      until Ctrl-C (which stops the gateway, the refund server and Postgres).
+#      until Ctrl-C (which stops the gateway and the refund server).
 #
 #   scripts/demo.sh [--once] [--calls N] [--no-install]
 #     --once        run the demo, stop everything and exit (0 when exactly one refund ran)
@@ -14,7 +15,7 @@
 #     --no-install  skip step 1's install (the tests run it so: they never install anything)
 #
 # Environment:
-#   IDEMGW_DEMO_DIR   working folder: Postgres data, logs, ledger (default .run/demo)
+#   IDEMGW_DEMO_DIR   working folder: the key store, logs, ledger (default .run/demo)
 #   IDEMGW_BIN        gateway binary to run; when set, the build step is skipped
 #   NO_COLOR          no colours (there are none anyway when stdout is not a terminal)
 # shellcheck disable=SC2317 # cleanup functions run from traps
@@ -65,7 +66,7 @@ die() {
 rel() { case "$1" in "$root"/*) echo "${1#"$root"/}" ;; *) echo "$1" ;; esac; }
 
 # --- cleanup: whatever was started is stopped, on every way out ------------------------------
-gw_pid='' up_pid='' pg_started=0
+gw_pid='' up_pid=''
 stop_pid() {
     local pid=$1
     [ -n "$pid" ] || return 0
@@ -80,11 +81,10 @@ stop_pid() {
 cleanup() {
     local rc=$?
     trap - EXIT INT TERM
-    if [ -n "$gw_pid$up_pid" ] || [ "$pg_started" = 1 ]; then
-        printf '\nStopping the demo: gateway, refund server, Postgres... '
+    if [ -n "$gw_pid$up_pid" ]; then
+        printf '\nStopping the demo: gateway, refund server... '
         stop_pid "$gw_pid"
         stop_pid "$up_pid"
-        [ "$pg_started" = 1 ] && scripts/pg-cluster.sh stop "$dir/pg" >/dev/null 2>&1
         echo 'stopped.'
     fi
     exit "$rc"
@@ -150,9 +150,6 @@ else
     for m in @modelcontextprotocol/sdk zod; do
         [ -d "tests/node_modules/$m" ] || missing+=("tests/node_modules/$m")
     done
-    command -v psql >/dev/null || missing+=(psql)
-    compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || [ -x "${PGBIN:-}/initdb" ] \
-        || missing+=(initdb)
     [ ${#missing[@]} = 0 ] || die "--no-install: missing ${missing[*]}; run scripts/install-deps.sh"
     ok 'present (--no-install: nothing installed)'
 fi
@@ -175,18 +172,14 @@ step 'policy'
 check=$("$bin" --check-config -c conf/demo.yaml 2>&1) || die "$check"
 ok "conf/demo.yaml"
 
-# --- 2. Postgres, refund server, gateway ----------------------------------------------------
-step 'Postgres'
-pg_started=1
-pg_url=$(scripts/pg-cluster.sh start "$dir/pg" 2>"$dir/pg-start.log") \
-    || die "could not start Postgres:" "$(cat "$dir/pg-start.log")"
-# A fresh database on every run, so the demo always starts with no stored keys.
-db_url=${pg_url%/*}/idemgw_demo
-psql "$pg_url" -qX -v ON_ERROR_STOP=1 -c 'DROP DATABASE IF EXISTS idemgw_demo WITH (FORCE)' \
-    -c 'CREATE DATABASE idemgw_demo' >"$dir/psql.log" 2>&1 \
-    || die "could not create the demo database:" "$(cat "$dir/psql.log")"
-ok "$db_url"
-printf '  %-16s%s\n' '' "${D}a private cluster in $(rel "$dir/pg"); the gateway creates its table at start${N}"
+# --- 2. key store, refund server, gateway -------------------------------------------------
+step 'key store'
+# The embedded store, fresh on every run, so the demo always starts with no stored keys.
+state=$dir/state
+rm -rf "$state"
+mkdir -p "$state"
+ok "$(rel "$state")/idemgw-keys.db"
+printf '  %-16s%s\n' '' "${D}one SQLite file (the default when no database_url is set); several gateways share a Postgres instead${N}"
 
 step 'refund server'
 ledger=$dir/ledger.jsonl
@@ -212,7 +205,7 @@ admin=http://127.0.0.1:$admin_port
 IDEMGW_UPSTREAM=$upstream \
     IDEMGW_LISTEN=127.0.0.1:$gw_port \
     IDEMGW_ADMIN_LISTEN=127.0.0.1:$admin_port \
-    IDEMGW_DATABASE_URL=$db_url \
+    STATE_DIRECTORY=$state \
     "$bin" -c conf/demo.yaml >"$dir/gateway.log" 2>&1 &
 gw_pid=$!
 why=$(wait_ready "$gw_pid" 30 http "$admin/readyz" 2>&1) \
@@ -251,7 +244,7 @@ arguments (without "note", which the policy excludes):
   $bin key -c conf/demo.yaml --subject demo-agent --tool issue_refund --args '$args'
   ${D}$key${N}
 and the row stored under that key (state, attempts, first JSON-RPC id and session, times):
-  IDEMGW_DATABASE_URL=$db_url $bin key -c conf/demo.yaml --subject demo-agent --tool issue_refund --args '$args' --show
+  STATE_DIRECTORY=$state $bin key -c conf/demo.yaml --subject demo-agent --tool issue_refund --args '$args' --show
 
 Logs: $(rel "$dir/gateway.log") (gateway, JSON lines), $(rel "$dir/upstream.log"), $(rel "$ledger")
 Admin: $admin/readyz  $admin/metrics
@@ -261,7 +254,7 @@ if [ "$once" = 1 ]; then
     exit "$agent_rc"
 fi
 
-printf '\n%sThe gateway, the refund server and Postgres keep running. Press Ctrl-C to stop them.%s\n' "$B" "$N"
+printf '\n%sThe gateway and the refund server keep running. Press Ctrl-C to stop them.%s\n' "$B" "$N"
 trap 'exit 0' INT TERM
 # Returns when Ctrl-C is pressed (the trap exits and cleans up) or if the gateway stops by itself.
 wait "$gw_pid" || true

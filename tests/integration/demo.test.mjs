@@ -1,6 +1,6 @@
 // Smoke test of the README's run command: scripts/demo.sh --once must bring everything up,
 // show one refund executed and every other call replayed, stop everything and exit 0.
-// It runs in its own temporary folder (IDEMGW_DEMO_DIR) with its own Postgres and free
+// It runs in its own temporary folder (IDEMGW_DEMO_DIR) with its own key store and free
 // ports, so it never meets the other tests or a demo a developer has running.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
