@@ -14,7 +14,7 @@
 #   BENCH_STORE_POOL=4    the gateway's store.pool, and pgbench's client count
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
-#   BENCH_ONLY="passthrough protected replay sse memory growth"   run only these sections
+#   BENCH_ONLY="passthrough protected replay sse memory growth jwt"   run only these sections
 # Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,9 +40,10 @@ else
 fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
-only=${BENCH_ONLY:-"passthrough protected replay sse memory growth"}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt"}
 workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
+NODE=${NODE:-$root/tools/node/bin/node}
 
 # pgbench takes whole seconds
 secs=${duration%s}
@@ -427,6 +428,19 @@ if want growth; then
         rp=$(wrk_run replay "$gw_port" "$load_conns")
         record growth "\"rows\":$rows,\"live_rows_at_start\":$live,\"conns\":$load_conns,\"protected\":$pr,\"replay\":$rp${insert_s:+,\"bulk_insert_s\":$insert_s}"
     done
+fi
+
+# ---- (7) JWT verification per protected call ------------------------------------------------
+if want jwt; then
+    log "jwt: verifying RS256 and ES256 tokens"
+    # shellcheck disable=SC2046
+    cc -std=c11 -D_GNU_SOURCE -Iinclude -O2 -o build/bench/jwt-bench tests/bench/jwt-bench.c \
+        build/libidemgw.a $(pkg-config --libs libevent libevent_openssl jansson libfyaml libpq openssl sqlite3) -lm
+    "$NODE" tests/bench/jwt-tokens.mjs "$tmp"
+    verifies=$([ "$smoke" = 1 ] && echo 200 || echo 20000)
+    while read -r line; do
+        printf '{"section":"jwt",%s\n' "${line#\{}" >>"$results"
+    done < <(build/bench/jwt-bench "$tmp/jwks.json" "$tmp/tokens.txt" "$verifies")
 fi
 
 # ---- report ---------------------------------------------------------------------------------

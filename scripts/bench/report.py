@@ -91,9 +91,12 @@ def main():
             growth["ratio_protected_large_small"] = ratio(b["protected"]["rps"], a["protected"]["rps"])
             growth["ratio_replay_large_small"] = ratio(b["replay"]["rps"], a["replay"]["rps"])
 
+    # (7) JWT verification
+    jwt = {r["alg"]: {"verifies": r["verifies"], "us_per_verify": r["us_per_verify"]} for r in by("jwt")} or None
+
     doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected,
            "protected_sqlite": protected_sqlite, "replay": replay,
-           "sse": sse, "memory": memory, "growth": growth}
+           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt}
     with open(dst, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -160,6 +163,11 @@ def print_table(d):
                          f" {fmt(run['replay']['rps']):>15} {fmt(ms(run['replay']['p99_us']), 2):>8}")
         lines.append(f"  large / small: protected {fmt(g.get('ratio_protected_large_small'), 2)}, "
                      f"replay {fmt(g.get('ratio_replay_large_small'), 2)}")
+    j = d.get("jwt")
+    if j:
+        lines += ["", "(7) JWT verification per protected call (subject: {jwt: ...})"]
+        for alg, v in j.items():
+            lines.append(f"  {alg:6s} {fmt(v['us_per_verify'], 1):>8} us per token ({fmt(v['verifies'])} verified)")
     bad = []
     for e in d["passthrough"] or []:
         bad += [f"pass-through {t} c={e['conns']}" for t in ("direct", "nginx", "idemgw") if failed(e[t])]
