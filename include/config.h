@@ -14,6 +14,15 @@ typedef struct host_port {
     uint16_t port; /* TCP port */
 } host_port_t;
 
+/* An http(s) URL the gateway sends to (other than the upstream): its parts, allocated. */
+typedef struct http_url {
+    char *url;         /* as given */
+    bool tls;          /* https */
+    host_port_t hp;    /* host and port (default 80 / 443) */
+    char *path;        /* "/" at least */
+    char *host_header; /* "host:port" */
+} http_url_t;
+
 typedef enum {
     SUBJECT_DEFAULT = 0,   /* not configured: the bearer token's SHA-256 when the request has
                               one, else the one shared subject SUBJECT_SHARED_NAME */
@@ -126,6 +135,7 @@ typedef struct config {
     bool forward_other_paths; /* other paths than upstream_path: plain reverse proxy (true) */
     cors_mode_t cors;         /* CORS headers on answers the gateway writes (mirror) */
     bool status_tool;         /* tools/list offers idemgw_call_status, answered by the gateway */
+    http_url_t otlp;          /* OTLP/HTTP traces go here (otlp_endpoint); url NULL: off */
     uint64_t dup_harness_ms;  /* duplicates.harness_within (dupsource.h) */
     uint64_t dup_model_ms;    /* duplicates.model_within */
 
@@ -189,6 +199,10 @@ int config_reload_merge(const config_t *running, config_t *next, config_restart_
  * "[::]:port" for IPv6). Port 1-65535. 0 or -1; on success out->host is allocated (free it),
  * on failure out is untouched. */
 int config_parse_host_port(const char *s, host_port_t *out);
+
+/* Parses an http(s) URL into out (free with config_http_url_free); NULL, or what is wrong. */
+const char *config_parse_http_url(const char *url, http_url_t *out);
+void config_http_url_free(http_url_t *u);
 
 /* true when host names the loopback interface: localhost, 127.0.0.0/8, ::1. */
 bool config_host_is_loopback(const char *host);

@@ -44,6 +44,7 @@ typedef struct proxy_ctx {
     struct upstream_pool *pool;
     server_stats_t *stats;
     struct catalog *catalog; /* the upstream's tools, learned from tools/list; NULL: policy only */
+    struct tracer *tracer;   /* OpenTelemetry spans; NULL: tracing off */
     struct subject *subject; /* who is calling: a resume must come from the stream's caller */
     int worker, n_workers;
     const bool *draining; /* the process is shutting down: agent connections are not kept */

@@ -67,6 +67,8 @@ typedef struct server_stats {
     uint64_t upstream_buckets[STATS_BUCKETS];
     uint64_t upstream_ms;
     uint64_t upstream_count;
+    uint64_t spans_exported; /* spans the OTLP endpoint took */
+    uint64_t spans_dropped;  /* spans dropped: the exporter lagged or the endpoint refused */
     stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;
 

@@ -198,6 +198,9 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
     COUNTER("passthrough_total", "Protected calls forwarded unprotected, store down.",
             s->passthrough);
     COUNTER("store_errors_total", "Store calls that failed.", s->store_errors);
+    COUNTER("spans_exported_total", "Trace spans the OTLP endpoint took.", s->spans_exported);
+    COUNTER("spans_dropped_total", "Trace spans dropped: the exporter lagged or was refused.",
+            s->spans_dropped);
 #undef COUNTER
     evbuffer_add_printf(b,
                         "# HELP idemgw_open_connections Agent connections open.\n"

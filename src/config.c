@@ -248,6 +248,33 @@ const char *config_set_upstream(config_t *c, const char *url)
     return NULL;
 }
 
+const char *config_parse_http_url(const char *url, http_url_t *out)
+{
+    bool tls;
+    authority_t a;
+    const char *path;
+    const char *err = url_split(url, &tls, &a, &path);
+    if (err)
+        return err;
+    config_http_url_free(out);
+    out->url = xstrdup(url);
+    out->tls = tls;
+    out->hp.host = xstrndup(a.host, a.hlen);
+    out->hp.port = (uint16_t)a.port;
+    out->path = xstrdup(path);
+    out->host_header = host_header(&a);
+    return NULL;
+}
+
+void config_http_url_free(http_url_t *u)
+{
+    free(u->url);
+    free(u->hp.host);
+    free(u->path);
+    free(u->host_header);
+    memset(u, 0, sizeof(*u));
+}
+
 const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url)
 {
     bool tls;
@@ -657,6 +684,7 @@ void config_free(config_t *c)
     if (!c)
         return;
     free(c->path);
+    config_http_url_free(&c->otlp);
     free(c->listen.host);
     free(c->admin_listen.host);
     free(c->upstream_url);

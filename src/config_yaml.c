@@ -495,6 +495,22 @@ static void fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path
         err_at(cx, line, "%s: bad URL '%.200s': %s", path, s, err);
 }
 
+static void fn_otlp_endpoint(ctx_t *cx, struct fy_node *v, int line, const char *path,
+                             void *base)
+{
+    config_t *c = base;
+    const char *s = scalar(cx, v, line, path, "a URL");
+    if (!s)
+        return;
+    /* OTLP endpoints are given as a base URL, often without a path: it is the root */
+    const char *scheme_end = strstr(s, "://");
+    char *url = scheme_end && !strchr(scheme_end + 3, '/') ? xasprintf("%s/", s) : xstrdup(s);
+    const char *err = config_parse_http_url(url, &c->otlp);
+    if (err)
+        err_at(cx, line, "%s: bad URL '%.200s': %s", path, s, err);
+    free(url);
+}
+
 static void fn_upstream_ca_file(ctx_t *cx, struct fy_node *v, int line, const char *path,
                                 void *base)
 {
@@ -913,6 +929,19 @@ static void str_carry(char **dst, const char *src)
     *dst = src ? xstrdup(src) : NULL;
 }
 
+static bool otlp_same(const config_t *a, const config_t *b)
+{
+    return str_same(a->otlp.url, b->otlp.url);
+}
+
+static void otlp_carry(config_t *next, const config_t *running)
+{
+    config_http_url_free(&next->otlp);
+    if (running->otlp.url)
+        (void)config_parse_http_url(running->otlp.url, &next->otlp);
+}
+
+
 static bool upstream_same(const config_t *a, const config_t *b)
 {
     return str_same(a->upstream_url, b->upstream_url);
@@ -1079,6 +1108,12 @@ static const key_spec_t top_keys[] = {
     {.name = "forward_other_paths", .kind = K_BOOL, .off = CFG(forward_other_paths), LIVE},
     {.name = "cors", .kind = K_ENUM, .off = CFG(cors), .names = cors_names, LIVE},
     {.name = "status_tool", .kind = K_BOOL, .off = CFG(status_tool), LIVE},
+    {.name = "otlp_endpoint",
+     .kind = K_FN,
+     .fn = fn_otlp_endpoint,
+     RESTART,
+     .same = otlp_same,
+     .carry = otlp_carry},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
     {.name = "duplicates",
      .kind = K_SECTION,

@@ -19,6 +19,7 @@
 #include "store_pg.h"
 #include "store_sqlite.h"
 #include "subject.h"
+#include "trace.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -54,6 +55,7 @@ typedef struct server {
     struct upstream_pool *pool; /* keep-alive upstream connections */
     struct proxy *proxy;        /* the MCP listener's requests */
     catalog_t *catalog;         /* the upstream's tools and their annotations */
+    tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
     catalog_fetch_t *fetch;     /* the gateway's own tools/list in progress, or NULL */
     struct event *fetch_retry;  /* the next try after a failed one */
     uint64_t fetch_backoff_ms;
@@ -462,6 +464,7 @@ static void wire_stages(server_t *s)
         .stats = s->stats,
         .catalog = s->catalog,
         .subject = s->subject,
+        .tracer = s->tracer,
         .worker = s->worker,
         .n_workers = s->n_workers,
         .draining = &s->draining,
@@ -607,6 +610,14 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         fprintf(stderr, "idemgw: subject: %s\n", msg);
         goto out;
     }
+    if (cfg->otlp.url) {
+        server->tracer = tracer_new(server->base, &cfg->otlp, server->stats, msg, sizeof(msg));
+        if (!server->tracer) {
+            fprintf(stderr, "idemgw: otlp_endpoint: %s\n", msg);
+            goto out;
+        }
+        log_info(0, "traces: OTLP/HTTP JSON to %s", cfg->otlp.url);
+    }
     wire_stages(server);
     mcp_site.arg = server->proxy;
     apply_http_limits(cfg);
@@ -687,6 +698,7 @@ out:
     idem_free(server->idem);
     subject_free(server->subject);
     catalog_free(server->catalog);
+    tracer_free(server->tracer);
     replay_cache_free(server->cache);
     if (server->tls)
         SSL_CTX_free(server->tls);

@@ -1,5 +1,6 @@
 #include "proxy.h"
 #include "catalog.h"
+#include "trace.h"
 #include "cors.h"
 #include "handoff.h"
 #include "log.h"
@@ -110,6 +111,11 @@ struct exchange {
     char *log_fields;    /* extra JSON members for the log line */
     uint64_t start_ms;
     uint64_t forward_ms; /* when the request went upstream (0: it did not) */
+    /* tracing: the agent's request (SERVER) and the call to the upstream (CLIENT) */
+    span_ctx_t span, client_span;
+    uint8_t parent_span_id[8]; /* the agent's span, from its traceparent */
+    bool has_parent, traced;
+    uint64_t start_ns, forward_ns;
 };
 
 struct proxy {
@@ -332,6 +338,101 @@ static void get_list_remove(exchange_t *ex)
 
 /* --- the agent's side --- */
 
+/* --- tracing --- */
+
+/* The agent's traceparent: the header, else params._meta.traceparent of the body. */
+static void trace_start(exchange_t *ex)
+{
+    span_ctx_t parent;
+    const char *tp = http_headers_get(&ex->req->headers, "traceparent");
+    ex->has_parent = trace_parse_parent(tp, &parent);
+    ex->traced = true;
+    ex->start_ns = trace_now_ns();
+    trace_new_span(&ex->span, ex->has_parent ? &parent : NULL);
+    if (ex->has_parent)
+        memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
+}
+
+static void trace_adopt_meta(exchange_t *ex, const char *body, size_t len)
+{
+    size_t po, pl, mo, ml, to, tl;
+    span_ctx_t parent;
+    if (ex->has_parent || !mcp_member_span(body, len, "params", &po, &pl) ||
+        !mcp_member_span(body + po, pl, "_meta", &mo, &ml) ||
+        !mcp_member_span(body + po + mo, ml, "traceparent", &to, &tl) || tl < 2)
+        return;
+    char value[80];
+    snprintf(value, sizeof(value), "%.*s", (int)(tl - 2), body + po + mo + to + 1);
+    if (!trace_parse_parent(value, &parent))
+        return;
+    ex->has_parent = true;
+    memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
+    trace_new_span(&ex->span, &parent);
+}
+
+/* One member of the log fields ("\"key_hash\":\"...\"" ...), unquoted, into out; NULL if absent. */
+static const char *log_field(const exchange_t *ex, const char *name, char *out, size_t outlen)
+{
+    if (!ex->log_fields)
+        return NULL;
+    char *obj = xasprintf("{%s}", ex->log_fields);
+    size_t off, len;
+    const char *r = NULL;
+    if (mcp_member_span(obj, strlen(obj), name, &off, &len) && len >= 2 && obj[off] == '"') {
+        snprintf(out, outlen, "%.*s", (int)(len - 2), obj + off + 1);
+        r = out;
+    }
+    free(obj);
+    return r;
+}
+
+static void trace_record(exchange_t *ex, int kind)
+{
+    const char *method = ex->has_msg && ex->msg.method ? ex->msg.method : ex->req->method_name;
+    const char *tool = ex->has_msg ? ex->msg.tool : NULL;
+    char name[300], status[8], key_hash[80], source[40], code[40], id[80];
+    snprintf(name, sizeof(name), "%s%s%s", method, tool ? " " : "", tool ? tool : "");
+    snprintf(status, sizeof(status), "%d", ex->status);
+    const char *rpc_id = NULL;
+    if (ex->has_msg && ex->msg.id_text) {
+        const char *t = ex->msg.id_text;
+        size_t n = strlen(t);
+        snprintf(id, sizeof(id), "%.*s", (int)(t[0] == '"' && n >= 2 ? n - 2 : n),
+                 t[0] == '"' && n >= 2 ? t + 1 : t);
+        rpc_id = id;
+    }
+    span_attr_t attrs[] = {
+        {"mcp.method.name", ex->has_msg ? ex->msg.method : NULL},
+        {"mcp.session.id", http_headers_get(&ex->req->headers, "mcp-session-id")},
+        {"mcp.protocol.version", http_headers_get(&ex->req->headers, "mcp-protocol-version")},
+        {"gen_ai.tool.name", tool},
+        {"jsonrpc.request.id", rpc_id},
+        {"network.transport", "tcp"},
+        {"http.response.status_code", ex->status ? status : NULL},
+        {"idemgw.outcome", kind == SPAN_SERVER ? (ex->outcome ? ex->outcome : "forwarded") : NULL},
+        {"idemgw.class", kind == SPAN_SERVER && tool && ex->proxy->ctx.catalog
+                             ? tool_class_name(catalog_classify(ex->proxy->ctx.catalog, tool, NULL))
+                             : NULL},
+        {"idemgw.key_hash", kind == SPAN_SERVER ? log_field(ex, "key_hash", key_hash, sizeof(key_hash)) : NULL},
+        {"idemgw.duplicate_source",
+         kind == SPAN_SERVER ? log_field(ex, "duplicate_source", source, sizeof(source)) : NULL},
+        {"idemgw.code", kind == SPAN_SERVER ? log_field(ex, "code", code, sizeof(code)) : NULL},
+    };
+    span_t s = {
+        .name = name,
+        .kind = kind,
+        .ctx = kind == SPAN_SERVER ? ex->span : ex->client_span,
+        .parent_span_id = kind == SPAN_SERVER ? (ex->has_parent ? ex->parent_span_id : NULL)
+                                              : ex->span.span_id,
+        .start_ns = kind == SPAN_SERVER ? ex->start_ns : ex->forward_ns,
+        .end_ns = trace_now_ns(),
+        .attrs = attrs,
+        .n_attrs = ARRAY_LEN(attrs),
+        .error = kind == SPAN_SERVER ? ex->status >= 500 : ex->up_result != UPSTREAM_OK,
+    };
+    tracer_record(ex->proxy->ctx.tracer, &s);
+}
+
 /* A tools/call, by tool, class and outcome, for /metrics. */
 static void count_tool_call(const exchange_t *ex)
 {
@@ -349,6 +450,8 @@ static void exchange_free(exchange_t *ex)
 {
     proxy_t *p = ex->proxy;
     log_exchange(ex);
+    if (ex->traced)
+        trace_record(ex, SPAN_SERVER);
     stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
                           util_now_ms() - ex->start_ms);
     count_tool_call(ex);
@@ -703,6 +806,8 @@ static void on_up_end(void *arg, upstream_result_t res)
     ex->up_result = res;
     if (ex->forward_ms)
         stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
+    if (ex->traced && ex->forward_ns)
+        trace_record(ex, SPAN_CLIENT);
     if (res != UPSTREAM_OK && !ex->cut)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
@@ -755,6 +860,16 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
 {
     proxy_t *p = ex->proxy;
     set_state(ex, EX_FORWARDING);
+    char *traced_extra = NULL;
+    if (ex->traced) {
+        /* the upstream continues the trace from the gateway's CLIENT span */
+        char tp[64];
+        trace_new_span(&ex->client_span, &ex->span);
+        trace_format_parent(&ex->client_span, tp, sizeof(tp));
+        ex->forward_ns = trace_now_ns();
+        traced_extra = xasprintf("%straceparent: %s\r\n", extra_headers ? extra_headers : "", tp);
+        extra_headers = traced_extra;
+    }
     struct evbuffer *out = evbuffer_new();
     size_t blen = evbuffer_get_length(ex->req->body);
     long long body_len = ex->req->method == HTTP_POST || blen > 0 ? (long long)blen : -1;
@@ -766,6 +881,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
     ex->forward_ms = util_now_ms();
     ex->up = upstream_send(p->ctx.pool, out, fresh, &up_cbs, ex);
     evbuffer_free(out);
+    free(traced_extra);
 }
 
 /* --- GET streams: resumes and the drain --- */
@@ -1012,6 +1128,8 @@ static bool body_acceptable(exchange_t *ex)
         return false;
     }
     ex->has_msg = true;
+    if (ex->traced)
+        trace_adopt_meta(ex, body ? body : "", blen);
     const char *mismatch = header_mismatch(ex->req, &ex->msg);
     if (mismatch) {
         refuse(ex, 400, -32020, mismatch, NULL);
@@ -1087,6 +1205,8 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
     p->open++;
     http_conn_fill_client_ip(conn, req);
     http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+    if (p->ctx.tracer)
+        trace_start(ex);
 
     if (!head_acceptable(ex))
         return;

@@ -1,0 +1,251 @@
+/* OpenTelemetry traces as OTLP/HTTP JSON (see include/trace.h). */
+#include "trace.h"
+
+#include "log.h"
+#include "upstream.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <jansson.h>
+#include <openssl/rand.h>
+#include <openssl/ssl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct tracer {
+    struct event_base *base;
+    struct ssl_ctx_st *tls;
+    upstream_pool_t *pool;
+    upstream_limits_t limits;
+    char *target, *host;
+    struct evbuffer *pending; /* serialized spans, comma-separated */
+    size_t n_pending;
+    bool sending;
+    int status;
+    struct event *timer;
+    server_stats_t *stats; /* spans_exported, spans_dropped */
+    uint64_t in_flight;
+};
+
+static const upstream_cbs_t export_cbs;
+
+uint64_t trace_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void random_bytes(uint8_t *out, size_t n)
+{
+    do {
+        if (RAND_bytes(out, (int)n) != 1) {
+            fprintf(stderr, "idemgw: RAND_bytes failed\n");
+            abort();
+        }
+        /* all-zero ids are invalid in W3C trace context */
+    } while (memcmp(out, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", n) == 0);
+}
+
+void trace_new_span(span_ctx_t *out, const span_ctx_t *parent)
+{
+    if (parent) {
+        memcpy(out->trace_id, parent->trace_id, sizeof(out->trace_id));
+        out->sampled = parent->sampled;
+    } else {
+        random_bytes(out->trace_id, sizeof(out->trace_id));
+        out->sampled = true;
+    }
+    random_bytes(out->span_id, sizeof(out->span_id));
+}
+
+static bool unhex(const char *s, size_t n, uint8_t *out)
+{
+    for (size_t i = 0; i < n; i++) {
+        int hi = util_hexval(s[2 * i]), lo = util_hexval(s[2 * i + 1]);
+        if (hi < 0 || lo < 0 || (s[2 * i] >= 'A' && s[2 * i] <= 'F') ||
+            (s[2 * i + 1] >= 'A' && s[2 * i + 1] <= 'F'))
+            return false; /* lower-case hex only */
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+static bool all_zero(const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
+bool trace_parse_parent(const char *v, span_ctx_t *out)
+{
+    uint8_t version, flags;
+    if (!v || strlen(v) < 55 || v[2] != '-' || v[35] != '-' || v[52] != '-' ||
+        !unhex(v, 1, &version) || version == 0xff || (version == 0 && strlen(v) != 55) ||
+        !unhex(v + 3, 16, out->trace_id) || !unhex(v + 36, 8, out->span_id) ||
+        !unhex(v + 53, 1, &flags) || all_zero(out->trace_id, 16) || all_zero(out->span_id, 8))
+        return false;
+    out->sampled = flags & 1;
+    return true;
+}
+
+void trace_format_parent(const span_ctx_t *sc, char *out, size_t outlen)
+{
+    char t[33], s[17];
+    util_hex(sc->trace_id, 16, t);
+    util_hex(sc->span_id, 8, s);
+    snprintf(out, outlen, "00-%s-%s-%s", t, s, sc->sampled ? "01" : "00");
+}
+
+/* --- export --- */
+
+static void send_batch(tracer_t *t)
+{
+    if (t->sending || t->n_pending == 0)
+        return;
+    struct evbuffer *body = evbuffer_new();
+    evbuffer_add_printf(body, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[{\"key\":"
+                              "\"service.name\",\"value\":{\"stringValue\":\"idemgw\"}}]},"
+                              "\"scopeSpans\":[{\"scope\":{\"name\":\"idemgw\"},\"spans\":[");
+    evbuffer_add_buffer(body, t->pending);
+    evbuffer_add(body, "]}]}]}", 6);
+    t->in_flight = t->n_pending;
+    t->n_pending = 0;
+    http_headers_t none;
+    http_headers_init(&none);
+    struct evbuffer *req = evbuffer_new();
+    http_write_request_head(req, "POST", t->target, &none, t->host, NULL,
+                            (long long)evbuffer_get_length(body),
+                            "Content-Type: application/json\r\n");
+    evbuffer_add_buffer(req, body);
+    http_headers_free(&none);
+    evbuffer_free(body);
+    t->sending = true;
+    t->status = 0;
+    (void)upstream_send(t->pool, req, false, &export_cbs, t);
+    evbuffer_free(req);
+}
+
+static void on_export_head(void *arg, int status, const http_headers_t *h)
+{
+    ((tracer_t *)arg)->status = status;
+}
+
+static void on_export_body(void *arg, const char *data, size_t len)
+{
+}
+
+static void on_export_end(void *arg, upstream_result_t res)
+{
+    tracer_t *t = arg;
+    t->sending = false;
+    if (res == UPSTREAM_OK && t->status >= 200 && t->status < 300) {
+        t->stats->spans_exported += t->in_flight;
+    } else {
+        t->stats->spans_dropped += t->in_flight;
+        log_warn(0, "traces: the OTLP endpoint did not take %llu spans (%s, HTTP %d)",
+                 (unsigned long long)t->in_flight, upstream_result_str(res), t->status);
+    }
+    t->in_flight = 0;
+    if (t->n_pending >= TRACE_BATCH)
+        send_batch(t);
+}
+
+static const upstream_cbs_t export_cbs = {on_export_head, on_export_body, on_export_end};
+
+static void flush_tick(evutil_socket_t fd, short what, void *arg)
+{
+    send_batch(arg);
+}
+
+tracer_t *tracer_new(struct event_base *base, const http_url_t *url, server_stats_t *stats,
+                     char *msg, size_t msglen)
+{
+    if (!url->url)
+        return NULL;
+    tracer_t *t = xcalloc(1, sizeof(*t));
+    t->base = base;
+    t->stats = stats;
+    t->limits = (upstream_limits_t){.connect_timeout_ms = 2000, .timeout_ms = 5000,
+                                    .idle_timeout_ms = 5000, .pool = 1};
+    if (url->tls && !(t->tls = upstream_tls_new(NULL, msg, msglen))) {
+        free(t);
+        return NULL;
+    }
+    upstream_opts_t uo = {.base = base, .tls = t->tls, .host = url->hp.host, .port = url->hp.port,
+                          .limits = &t->limits};
+    if (!(t->pool = upstream_pool_new(&uo, msg, msglen))) {
+        if (t->tls)
+            SSL_CTX_free(t->tls);
+        free(t);
+        return NULL;
+    }
+    size_t plen = strlen(url->path);
+    t->target = xasprintf("%.*s/v1/traces", (int)(plen && url->path[plen - 1] == '/' ? plen - 1 : plen),
+                          url->path);
+    t->host = xstrdup(url->host_header);
+    t->pending = evbuffer_new();
+    t->timer = event_new(base, -1, EV_PERSIST, flush_tick, t);
+    struct timeval tv = {TRACE_FLUSH_MS / 1000, (TRACE_FLUSH_MS % 1000) * 1000};
+    evtimer_add(t->timer, &tv);
+    return t;
+}
+
+void tracer_free(tracer_t *t)
+{
+    if (!t)
+        return;
+    event_free(t->timer);
+    upstream_pool_free(t->pool);
+    if (t->tls)
+        SSL_CTX_free(t->tls);
+    evbuffer_free(t->pending);
+    free(t->target);
+    free(t->host);
+    free(t);
+}
+
+void tracer_record(tracer_t *t, const span_t *s)
+{
+    if (!t || !s->ctx.sampled)
+        return;
+    if (t->n_pending >= TRACE_MAX_PENDING) {
+        t->stats->spans_dropped++;
+        return;
+    }
+    char tid[33], sid[17], pid[17];
+    util_hex(s->ctx.trace_id, 16, tid);
+    util_hex(s->ctx.span_id, 8, sid);
+    if (s->parent_span_id)
+        util_hex(s->parent_span_id, 8, pid);
+    json_t *attrs = json_array();
+    for (size_t i = 0; i < s->n_attrs; i++)
+        if (s->attrs[i].value)
+            json_array_append_new(attrs, json_pack("{s:s, s:{s:s}}", "key", s->attrs[i].key,
+                                                   "value", "stringValue", s->attrs[i].value));
+    char *attrs_text = json_dumps(attrs, JSON_COMPACT);
+    json_decref(attrs);
+    json_t *name = json_string(s->name);
+    char *name_text = json_dumps(name, JSON_ENCODE_ANY);
+    json_decref(name);
+    evbuffer_add_printf(t->pending,
+                        "%s{\"traceId\":\"%s\",\"spanId\":\"%s\"%s%s%s,\"name\":%s,\"kind\":%d,"
+                        "\"startTimeUnixNano\":\"%llu\",\"endTimeUnixNano\":\"%llu\","
+                        "\"attributes\":%s,\"status\":{\"code\":%d}}",
+                        t->n_pending ? "," : "", tid, sid,
+                        s->parent_span_id ? ",\"parentSpanId\":\"" : "",
+                        s->parent_span_id ? pid : "", s->parent_span_id ? "\"" : "",
+                        name_text ? name_text : "\"span\"", s->kind,
+                        (unsigned long long)s->start_ns, (unsigned long long)s->end_ns,
+                        attrs_text ? attrs_text : "[]", s->error ? 2 : 0);
+    free(attrs_text);
+    free(name_text);
+    t->n_pending++;
+    if (t->n_pending >= TRACE_BATCH)
+        send_batch(t);
+}
