@@ -822,6 +822,7 @@ static void test_keys_classified(void **state)
         "store.sweep_interval",
         "store.cache_entries",
         "store.cache_bytes",
+        "otlp_endpoint",
     };
     static const char *const reloadable[] = {
         "timeouts.client_header",
@@ -911,12 +912,14 @@ static void test_reload_merge(void **state)
     setenv("PGHOST", "db", 1);
     next = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:9001\nworkers: 3\n"
                          "upstream: https://other:8443/x\nupstream_ca_file: conf/idemgw.yaml\n"
-                         "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n");
+                         "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n"
+                         "otlp_endpoint: http://collector:4318\n");
     unsetenv("PGHOST");
-    assert_int_equal(config_reload_merge(running, next, report_key, &r), 9);
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 10);
     assert_string_equal(r.text, "listen\nadmin_listen\nworkers\nupstream\nupstream_ca_file\n"
                                 "store.pool\nstore.timeout\nstore.cache_entries\n"
-                                "store.cache_bytes\n");
+                                "store.cache_bytes\notlp_endpoint\n");
+    assert_null(next->otlp.url);
     assert_string_equal(next->listen.host, "127.0.0.1");
     assert_int_equal(next->listen.port, 8080);
     assert_int_equal(next->admin_listen.port, 8081);
