@@ -358,14 +358,18 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     log_info(0, "signal %d: draining (up to %llu ms)", (int)sig,
              (unsigned long long)server->cfg->drain_timeout_ms);
     server->draining = true;
-    /* Close the agent port at once, so a replacement process can take it (it binds with
-     * SO_REUSEPORT too) and new connections go there, not into a backlog nobody serves. The
-     * admin port stays open: /readyz answers 503 from now on, /healthz still 200. */
+    /* Close both ports at once, so a replacement process can bind them and new connections
+     * go there, not into a backlog nobody serves; a readiness probe now fails. Connections
+     * already open are served to their end. */
     if (server->listener) {
         evconnlistener_free(server->listener);
         server->listener = NULL;
         log_info(0, "stopped listening on %s:%u", server->cfg->listen.host,
                  server->cfg->listen.port);
+    }
+    if (server->admin_listener) {
+        evconnlistener_free(server->admin_listener);
+        server->admin_listener = NULL;
     }
     stop_catalog_fetch();
     http_conn_close_idle(&conns);
@@ -495,10 +499,10 @@ static void wire_stages(server_t *s)
     proxy_set_stage(s->proxy, &stage);
 }
 
-/* Every listener binds with SO_REUSEPORT: workers share the agent port, and a replacement
- * process binds both ports while this one drains (the kernel then spreads new connections
- * over every open socket; this process closes its agent socket at SIGTERM). */
-static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site)
+/* shared: SO_REUSEPORT, for the workers of one gateway on its agent port. Never otherwise:
+ * a second gateway started on a port by mistake must fail, not silently take half of its
+ * connections. (A replacement binds once this process has closed its ports at SIGTERM.) */
+static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site, bool shared)
 {
     struct addrinfo hints = {0}, *res = NULL;
     hints.ai_socktype = SOCK_STREAM;
@@ -510,10 +514,10 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
         fprintf(stderr, "idemgw: cannot resolve %s: %s\n", hp->host, gai_strerror(rc));
         return NULL;
     }
-    struct evconnlistener *l =
-        evconnlistener_new_bind(server->base, on_accept, site,
-                                LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE_PORT,
-                                1024, res->ai_addr, (int)res->ai_addrlen);
+    struct evconnlistener *l = evconnlistener_new_bind(server->base, on_accept, site,
+                                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                                           (shared ? LEV_OPT_REUSEABLE_PORT : 0),
+                                                       1024, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);
     if (l)
         evconnlistener_set_error_cb(l, on_accept_error);
@@ -644,12 +648,12 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .draining = &server->draining,
         .store_missing = !server->store && policy_needs_store(&cfg->policy),
     };
-    server->listener = listen_on(&cfg->listen, &mcp_site);
+    server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
     if (n_workers > 1)
         handoff_start(server->base, worker, adopt_conn, &mcp_site);
     /* one admin endpoint; /metrics sums every worker's counters from shared memory */
     if (worker == 0)
-        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site);
+        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
     if (!server->listener || (worker == 0 && !server->admin_listener)) {
         rc = WORKER_START_FAILED;
         goto out;
