@@ -173,6 +173,10 @@ typedef struct store_stats {
     int connections_up;     /* connections ready now */
     uint64_t transactions;  /* embedded store: write transactions committed (one fsync each) */
     uint64_t batched_ops;   /* embedded store: operations those transactions carried */
+    uint64_t claim_batches; /* Postgres: batch claim statements (two or more claims) */
+    uint64_t claims_batched;   /* claims those statements carried */
+    uint64_t finish_batches;   /* Postgres: batch finish statements */
+    uint64_t finishes_batched; /* finishes those statements carried */
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);
