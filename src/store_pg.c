@@ -1343,6 +1343,14 @@ static void pg_free(store_pg_t *s)
 {
     if (!s)
         return;
+    if (s->stats.claim_batches || s->stats.finish_batches)
+        log_info(0,
+                 "store: group commit: %llu claims in %llu batches, %llu finishes in %llu "
+                 "batches",
+                 (unsigned long long)s->stats.claims_batched,
+                 (unsigned long long)s->stats.claim_batches,
+                 (unsigned long long)s->stats.finishes_batched,
+                 (unsigned long long)s->stats.finish_batches);
     dup_flush_sync(s);
     s->closing = true;
     for (int i = 0; i < s->pool_size; i++) {
