@@ -115,6 +115,7 @@ struct store_pg {
     uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
     bool migrate;
+    bool group_commit; /* batch queued claims and finishes (else one statement each) */
     uint64_t sweep_interval_ms;
     int sweep_batch;
 

@@ -684,7 +684,7 @@ static store_op_t *batch_gather(store_pg_t *s, store_op_t *first)
 void store_pump(store_pg_t *s)
 {
     while (s->q_head) {
-        int cls = batch_class(s->q_head->kind);
+        int cls = s->group_commit ? batch_class(s->q_head->kind) : -1;
         if (cls >= 0 && !s->q_head->slot &&
             s->batch_inflight[cls] >= s->pool_size * STORE_BATCH_SLOTS_PER_CONN)
             return;
@@ -1303,6 +1303,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
+    s->group_commit = opt->group_commit;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));

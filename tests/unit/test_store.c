@@ -196,6 +196,7 @@ static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_
     store_options_t opt = {.conninfo = conninfo,
                            .pool_size = pool,
                            .migrate = migrate,
+                           .group_commit = true,
                            .sweep_interval_ms = sweep_ms,
                            .sweep_batch = batch};
     char msg[512] = "";
