@@ -102,6 +102,7 @@ typedef struct config {
     uint64_t sweep_interval_ms; /* how often expired keys are deleted (default 60s) */
     int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
+    bool store_group_commit;    /* Postgres: batch queued claims and finishes (off) */
 
     /* timeouts */
     uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */

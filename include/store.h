@@ -105,6 +105,7 @@ typedef struct store_options {
     int pool_size;              /* connections, default 4 */
     uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
+    bool group_commit;          /* Postgres: queued claims (finishes) share one statement */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;
@@ -173,6 +174,10 @@ typedef struct store_stats {
     int connections_up;     /* connections ready now */
     uint64_t transactions;  /* embedded store: write transactions committed (one fsync each) */
     uint64_t batched_ops;   /* embedded store: operations those transactions carried */
+    uint64_t claim_batches; /* Postgres: batch claim statements (two or more claims) */
+    uint64_t claims_batched;   /* claims those statements carried */
+    uint64_t finish_batches;   /* Postgres: batch finish statements */
+    uint64_t finishes_batched; /* finishes those statements carried */
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);

@@ -994,6 +994,7 @@ static const key_spec_t store_keys[] = {
      .max = 100000000,
      RESTART},
     {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40, RESTART},
+    {.name = "group_commit", .kind = K_BOOL, .off = CFG(store_group_commit), RESTART},
 };
 
 /* Read on every use: a reload applies to the next request, connection or drain. */

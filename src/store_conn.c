@@ -718,12 +718,7 @@ static void conn_uncork(evutil_socket_t fd, short what, void *arg)
 
 bool store_conn_send(store_conn_t *c, store_op_t *op)
 {
-    if (op->kind == STORE_OP_CLAIM) {
-        /* the last parameter: the op's deadline by this connection's server clock */
-        free(op->values[op->nparams - 1]);
-        op->values[op->nparams - 1] =
-            xasprintf("%lld", (long long)((int64_t)op->deadline_wall_ms + c->clock_offset_ms));
-    }
+    store_op_bind(op, c->clock_offset_ms);
     conn_cork(c);
     /* a sync per op: its own implicit transaction, so an error aborts only this op. Without
      * the sync the statement never commits, so a failure here means it did not happen. */

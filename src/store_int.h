@@ -24,13 +24,20 @@ typedef enum {
     STORE_OP_EXTEND,
     STORE_OP_RELEASE,
     STORE_OP_FORGET,
-    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
+    STORE_OP_CLAIM_BATCH,  /* claims queued together: one statement, one commit */
+    STORE_OP_FINISH_BATCH, /* finishes queued together, committed without waiting for the flush */
+    STORE_OP_COUNT_,       /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
 /* Ops in flight on one connection in pipeline mode. Enough to hide the round trip at the
  * rates one loop reaches; a dead connection fails at most this many ops as unavailable. */
 #define STORE_PIPELINE_DEPTH 32
+/* Group commit: at most this many claim statements (and as many finish statements) in flight
+ * per connection of the pool. Claims queued behind them leave as one batch statement when one
+ * comes back; with no concurrency each call still goes alone. */
+#define STORE_BATCH_SLOTS_PER_CONN 1
+#define STORE_BATCH_MAX 128 /* calls in one batch statement */
 
 /* One call, from the API until its callback. Owns copies of its parameters because it may wait
  * in the queue after the caller's strings are gone. */
@@ -49,6 +56,9 @@ typedef struct store_op {
     } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */
+    struct store_op **members;  /* a batch: the calls it carries, in the order of its arrays */
+    int nmembers;
+    bool slot;                  /* holds one of the claim or finish statement slots */
     bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
     int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
@@ -105,6 +115,7 @@ struct store_pg {
     uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
     bool migrate;
+    bool group_commit; /* batch queued claims and finishes (else one statement each) */
     uint64_t sweep_interval_ms;
     int sweep_batch;
 
@@ -125,6 +136,7 @@ struct store_pg {
     bool schema_ok;      /* migrations checked (and applied) by some connection */
     bool schema_refused; /* the database is newer than this binary: stay down */
     bool closing;        /* store_free in progress */
+    int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
     store_stats_t stats;
 };
 
@@ -149,6 +161,8 @@ store_status_t store_migrate_sync(store_pg_t *s, char *msg, size_t msglen);
 void store_conn_params(const store_pg_t *s, const char **kw, const char **val);
 
 /* store.c, called by store_conn.c */
+/* Fills the parameters that depend on the connection (the claim's deadline by its clock). */
+void store_op_bind(store_op_t *op, int64_t clock_offset_ms);
 const char *store_stmt_name(store_op_kind_t kind);
 const char *store_stmt_sql(store_op_kind_t kind);
 /* A connection became IDLE (or finished an op): hand it queued work. */

@@ -73,9 +73,10 @@ enum {
 /* The row may be taken over by this claim ($4 digest, $10 takeover flag). An explicit key
  * reused with other arguments has a different digest and is never taken over unless expired:
  * the caller must see it to refuse the call. */
-#define TAKEOVER_COND(k, digest)                                                                   \
+#define TAKEOVER_COND(k, digest) TAKEOVER_COND_IF(k, digest, "$10::boolean")
+#define TAKEOVER_COND_IF(k, digest, flag)                                                          \
     "(" k ".expires_at <= now() OR (" k ".args_digest = " digest " AND (" k ".state = 'failed'"    \
-    " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND $10::boolean))))"
+    " OR (" k ".state = 'in_progress' AND " k ".lease_until <= now() AND " flag "))))"
 
 /* The claim's own deadline ($11: epoch milliseconds by the database's clock). A claim the
  * gateway gave up on may still reach the database later: a backend that was stopped, or one
@@ -116,11 +117,72 @@ static const char claim_sql[] =
                                                           " WHERE k.key = $1::text AND NOT EXISTS "
                                                           "(SELECT 1 FROM ins)";
 
+/* Group commit: the claims queued while the claim slots were busy, one row of each array per
+ * call ($1..$11 as in claim_sql, keys distinct: one key's later claims wait for the next
+ * statement, as if they came after). The rows are inserted in key order, so two batches on
+ * overlapping keys lock them in the same order and cannot deadlock. Each call's takeover flag
+ * and deadline are looked up by key where the update decides. The result has claim_sql's
+ * columns, then the key and the call's position (1-based); a call with no row, or a stale one,
+ * hit the READ COMMITTED corner and is re-run alone. */
+#define BATCH_ROW(col) "(SELECT r." col " FROM r WHERE r.key = excluded.key)"
+/* clang-format off */
+static const char claim_batch_sql[] =
+    "WITH r AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
+    " $4::text[], $5::boolean[], $6::text[], $7::text[], $8::bigint[], $9::bigint[],"
+    " $10::boolean[], $11::bigint[]) WITH ORDINALITY AS r(key, tool, subject, args_digest,"
+    " explicit_key, session_id, jsonrpc_id, lease_ms, window_ms, takeover, deadline, i)),"
+    " ins AS ("
+    " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
+    "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
+    "  expires_at)"
+    " SELECT r.key, r.tool, r.subject, r.args_digest, r.explicit_key, 'in_progress'::text, 1, 1,"
+    "  r.session_id, r.jsonrpc_id, now() + r.lease_ms * interval '1 millisecond', now(), now(),"
+    "  now() + greatest(r.lease_ms, r.window_ms) * interval '1 millisecond'"
+    " FROM r WHERE clock_timestamp() <= to_timestamp(r.deadline / 1000.0) ORDER BY r.key"
+    " ON CONFLICT (key) DO UPDATE SET"
+    "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
+    "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
+    "  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
+    "  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"
+    "  first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"
+    "   ELSE k.first_session_id END,"
+    "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
+    "   ELSE k.first_jsonrpc_id END,"
+    "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
+    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
+    " WHERE clock_timestamp() <= to_timestamp(" BATCH_ROW("deadline") " / 1000.0) AND "
+    TAKEOVER_COND_IF("k", "excluded.args_digest", BATCH_ROW("takeover"))
+    " RETURNING true, false, " ROW_COLS ", k.key)"
+    " SELECT ins.*, r.i FROM ins JOIN r ON r.key = ins.key"
+    " UNION ALL"
+    " SELECT false, " TAKEOVER_COND_IF("k", "r.args_digest", "r.takeover") ", " ROW_COLS
+    ", k.key, r.i FROM r JOIN idem_keys k ON k.key = r.key"
+    " WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.key = r.key)";
+/* clang-format on */
+
 static const char finish_sql[] =
     "UPDATE idem_keys SET state = $3::text, result = $4::bytea, result_too_large = $5::boolean,"
     " updated_at = now(), finished_at = now(),"
     " expires_at = now() + $6::bigint * interval '1 millisecond'"
     " WHERE key = $1::text AND fence = $2::bigint";
+
+/* Group commit of finishes: $1..$6 as in finish_sql, one row per call, keys distinct. Returns
+ * the positions (1-based) whose fence matched. The rows are locked in key order first (no
+ * deadlock with a claim batch). The commit does not wait for the WAL flush: a finish lost in a
+ * crash of Postgres leaves the claim in progress, which blocks a second execution and reads as
+ * unknown once its lease ends; claims stay synchronous. */
+static const char finish_batch_sql[] =
+    "WITH f AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::bytea[],"
+    " $5::boolean[], $6::bigint[]) WITH ORDINALITY AS f(key, fence, state, result, too_large,"
+    " window_ms, i)),"
+    " l AS MATERIALIZED (SELECT k.key FROM idem_keys k WHERE k.key IN (SELECT f.key FROM f)"
+    "  ORDER BY k.key FOR UPDATE),"
+    " c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+    " UPDATE idem_keys k SET state = f.state, result = f.result, result_too_large = f.too_large,"
+    " updated_at = now(), finished_at = now(),"
+    " expires_at = now() + f.window_ms * interval '1 millisecond'"
+    " FROM f JOIN l ON l.key = f.key, c"
+    " WHERE k.key = f.key AND k.fence = f.fence AND c.v = 'off' RETURNING f.i";
 
 static const char get_sql[] =
     "SELECT false, false, " ROW_COLS " FROM idem_keys k WHERE k.key = $1::text";
@@ -187,6 +249,8 @@ static const struct {
     [STORE_OP_EXTEND] = {"idemgw_extend", extend_sql},
     [STORE_OP_RELEASE] = {"idemgw_release", release_sql},
     [STORE_OP_FORGET] = {"idemgw_forget", forget_sql},
+    [STORE_OP_CLAIM_BATCH] = {"idemgw_claim_batch", claim_batch_sql},
+    [STORE_OP_FINISH_BATCH] = {"idemgw_finish_batch", finish_batch_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -239,6 +303,7 @@ int store_schema_version(void)
 }
 
 static struct event *must_event(struct event *ev);
+static void op_deadline(evutil_socket_t fd, short what, void *arg);
 
 /* ---- ops ---- */
 
@@ -280,8 +345,30 @@ static int64_t clamp_ms(uint64_t ms)
     return (int64_t)(ms > DURATION_MAX_MS ? DURATION_MAX_MS : ms);
 }
 
+/* Which slots an op's kind uses: 0 claims, 1 finishes, -1 none. */
+static int batch_class(store_op_kind_t kind)
+{
+    if (kind == STORE_OP_CLAIM || kind == STORE_OP_CLAIM_BATCH)
+        return 0;
+    if (kind == STORE_OP_FINISH || kind == STORE_OP_FINISH_BATCH)
+        return 1;
+    return -1;
+}
+
+/* The op's statement is over (answered or failed): its slot is free for the next batch. */
+static void op_release_slot(store_op_t *op)
+{
+    if (!op->slot)
+        return;
+    op->slot = false;
+    op->store->batch_inflight[batch_class(op->kind)]--;
+}
+
+/* Frees op; a batch's members are freed by whoever delivered them. */
 static void op_free(store_op_t *op)
 {
+    op_release_slot(op);
+    free(op->members);
     for (int i = 0; i < op->nparams; i++)
         free(op->values[i]);
     if (op->deadline_ev)
@@ -333,6 +420,15 @@ static store_op_t *queue_pop(store_pg_t *s)
 
 static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
 {
+    if (op->nmembers) {
+        /* a batch that failed as a whole: each call it carried fails the same way */
+        for (int i = 0; i < op->nmembers; i++) {
+            op_callback(s, op->members[i], st);
+            op_free(op->members[i]);
+        }
+        op->nmembers = 0;
+        return;
+    }
     if (st == STORE_ERR_UNAVAILABLE)
         s->stats.unavailable++;
     if (op->internal) {
@@ -380,11 +476,15 @@ void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st)
     if (op->deadline_ev)
         event_del(op->deadline_ev);
     op->conn = NULL;
-    if (op->kind == STORE_OP_FINISH) {
-        char h[KEY_HASH_LOG_LEN + 1];
-        key_hash(op->values[0], h);
-        log_warn(0, "store: finish of key %s fence %s lost: %s", h, op->values[1],
-                 store_status_str(st));
+    op_release_slot(op);
+    for (int i = 0; i < (op->nmembers ? op->nmembers : 1); i++) {
+        const store_op_t *f = op->nmembers ? op->members[i] : op;
+        if (f->kind == STORE_OP_FINISH) {
+            char h[KEY_HASH_LOG_LEN + 1];
+            key_hash(f->values[0], h);
+            log_warn(0, "store: finish of key %s fence %s lost: %s", h, f->values[1],
+                     store_status_str(st));
+        }
     }
     deliver_later(s, op, st);
 }
@@ -399,6 +499,9 @@ static void deliver_all(store_pg_t *s)
         op_callback(s, op, op->fail_status);
         op_free(op);
     }
+    /* the failed statements' slots are free: a blocked batch may leave now */
+    if (!s->closing)
+        store_pump(s);
 }
 
 static void deliver_cb(evutil_socket_t fd, short what, void *arg)
@@ -426,11 +529,165 @@ void store_conn_lost(store_pg_t *s)
         store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
 }
 
+static bool key_among(store_op_t *const *ops, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ops[i]->values[0], key) == 0)
+            return true;
+    return false;
+}
+
+/* A text array literal of parameter param of each op ({"a",NULL,"b"}); a binary parameter (a
+ * bytea) goes as its hex text form. */
+static char *array_literal(store_op_t *const *ops, int n, int param)
+{
+    size_t len = 3;
+    for (int i = 0; i < n; i++) {
+        const store_op_t *o = ops[i];
+        if (!o->values[param])
+            len += 5;
+        else if (o->formats[param])
+            len += 2 * (size_t)o->lengths[param] + 6;
+        else
+            len += 2 * strlen(o->values[param]) + 3;
+    }
+    char *out = xmalloc(len), *p = out;
+    *p++ = '{';
+    for (int i = 0; i < n; i++) {
+        const store_op_t *o = ops[i];
+        const char *v = o->values[param];
+        if (i)
+            *p++ = ',';
+        if (!v) {
+            memcpy(p, "NULL", 4);
+            p += 4;
+            continue;
+        }
+        *p++ = '"';
+        if (o->formats[param]) {
+            static const char hex[] = "0123456789abcdef";
+            *p++ = '\\';
+            *p++ = '\\';
+            *p++ = 'x';
+            for (int j = 0; j < o->lengths[param]; j++) {
+                *p++ = hex[(unsigned char)v[j] >> 4];
+                *p++ = hex[(unsigned char)v[j] & 15];
+            }
+        } else {
+            /* a backslash before each double quote and backslash */
+            for (; *v; v++) {
+                if (*v == '"' || *v == '\\')
+                    *p++ = '\\';
+                *p++ = *v;
+            }
+        }
+        *p++ = '"';
+    }
+    *p++ = '}';
+    *p = '\0';
+    return out;
+}
+
+void store_op_bind(store_op_t *op, int64_t clock_offset_ms)
+{
+    if (op->kind == STORE_OP_CLAIM) {
+        /* the last parameter: the op's deadline by this connection's server clock */
+        free(op->values[op->nparams - 1]);
+        op->values[op->nparams - 1] =
+            xasprintf("%lld", (long long)((int64_t)op->deadline_wall_ms + clock_offset_ms));
+    } else if (op->kind == STORE_OP_CLAIM_BATCH) {
+        /* each claim keeps its own deadline */
+        char *d = xmalloc((size_t)op->nmembers * 22 + 3), *p = d;
+        *p++ = '{';
+        for (int i = 0; i < op->nmembers; i++)
+            p += sprintf(p, "%s%lld", i ? "," : "",
+                         (long long)((int64_t)op->members[i]->deadline_wall_ms + clock_offset_ms));
+        *p++ = '}';
+        *p = '\0';
+        free(op->values[op->nparams - 1]);
+        op->values[op->nparams - 1] = d;
+    }
+}
+
+/* Arms op's client-side deadline for the wall-clock time at (already past: at once). */
+static void op_arm_deadline(store_op_t *op, uint64_t at)
+{
+    uint64_t now = util_wall_ms(), left = at > now ? at - now : 0;
+    struct timeval tv = {(time_t)(left / 1000), (suseconds_t)(left % 1000) * 1000};
+    op->deadline_wall_ms = at;
+    evtimer_add(op->deadline_ev, &tv);
+}
+
+/* first (a claim or a finish, just taken from the queue) and the calls of the same kind queued
+ * behind it, up to STORE_BATCH_MAX with distinct keys, as one op. A call whose key is used by an
+ * op left in the queue before it stays, so each key's calls still run in the order made. */
+static store_op_t *batch_gather(store_pg_t *s, store_op_t *first)
+{
+    enum { SCAN = 4 * STORE_BATCH_MAX };
+    store_op_t *ms[STORE_BATCH_MAX], *left[SCAN];
+    int n = 0, nleft = 0;
+    ms[n++] = first;
+    store_op_t **pp = &s->q_head, *prev = NULL;
+    while (*pp && n < STORE_BATCH_MAX && nleft < SCAN) {
+        store_op_t *o = *pp;
+        bool keyed = o->nparams > 0 && o->values[0] && !o->formats[0] && !o->nmembers;
+        if (o->kind == first->kind && !o->slot && keyed && !key_among(ms, n, o->values[0]) &&
+            !key_among(left, nleft, o->values[0])) {
+            *pp = o->next;
+            if (s->q_tail == o)
+                s->q_tail = prev;
+            s->q_len--;
+            o->next = NULL;
+            ms[n++] = o;
+            continue;
+        }
+        if (keyed)
+            left[nleft++] = o;
+        prev = o;
+        pp = &o->next;
+    }
+    if (n == 1)
+        return first;
+
+    bool claim = first->kind == STORE_OP_CLAIM;
+    store_op_t *b = op_new(claim ? STORE_OP_CLAIM_BATCH : STORE_OP_FINISH_BATCH);
+    b->members = xmalloc((size_t)n * sizeof(*b->members));
+    b->nmembers = n;
+    b->store = s;
+    uint64_t at = UINT64_MAX;
+    for (int i = 0; i < n; i++) {
+        b->members[i] = ms[i];
+        /* the batch carries the nearest deadline; each claim's own goes to the database */
+        if (ms[i]->deadline_wall_ms < at)
+            at = ms[i]->deadline_wall_ms;
+        event_del(ms[i]->deadline_ev);
+    }
+    b->nparams = first->nparams;
+    for (int i = 0; i < b->nparams; i++)
+        b->values[i] = claim && i == b->nparams - 1 ? NULL : array_literal(ms, n, i);
+    b->deadline_ev = must_event(evtimer_new(s->base, op_deadline, b));
+    op_arm_deadline(b, at);
+    if (claim) {
+        s->stats.claim_batches++;
+        s->stats.claims_batched += (uint64_t)n;
+    } else {
+        s->stats.finish_batches++;
+        s->stats.finishes_batched += (uint64_t)n;
+    }
+    return b;
+}
+
 /* Sends queued ops, each to the connection with the fewest in flight, until every connection's
- * pipeline is full or the queue is empty. */
+ * pipeline is full or the queue is empty. A claim or finish waits at the head while its kind's
+ * slots are all in flight (the queue behind it waits too, so each key's calls keep their
+ * order); when one comes back, it leaves together with the calls of its kind queued behind. */
 void store_pump(store_pg_t *s)
 {
     while (s->q_head) {
+        int cls = s->group_commit ? batch_class(s->q_head->kind) : -1;
+        if (cls >= 0 && !s->q_head->slot &&
+            s->batch_inflight[cls] >= s->pool_size * STORE_BATCH_SLOTS_PER_CONN)
+            return;
         store_conn_t *c = NULL;
         for (int i = 0; i < s->pool_size; i++) {
             store_conn_t *k = &s->conns[i];
@@ -440,6 +697,11 @@ void store_pump(store_pg_t *s)
         if (!c)
             return;
         store_op_t *op = queue_pop(s);
+        if (cls >= 0 && !op->slot) {
+            op = batch_gather(s, op);
+            op->slot = true;
+            s->batch_inflight[cls]++;
+        }
         if (!store_conn_send(c, op)) {
             /* not sent; the connection is gone. Another one may take it, else it fails. */
             if (store_up_count(s) > 0)
@@ -478,7 +740,7 @@ static void op_deadline(evutil_socket_t fd, short what, void *arg)
     store_op_t *op = arg;
     store_conn_t *c = op->conn;
     char h[KEY_HASH_LOG_LEN + 1];
-    key_hash(op->nparams > 0 ? op->values[0] : NULL, h);
+    key_hash(op->nparams > 0 && !op->nmembers ? op->values[0] : NULL, h);
     log_warn(0, "store: %s of key %s got no answer within %llu ms", store_stmt_name(op->kind), h,
              (unsigned long long)op->store->op_deadline_ms);
     if (c) {
@@ -552,82 +814,165 @@ static bool parse_state(const char *txt, store_state_t *st)
     return false;
 }
 
-static const char *nullable(const PGresult *r, int col)
+static const char *nullable(const PGresult *r, int t, int col)
 {
-    return PQgetisnull(r, 0, col) ? NULL : PQgetvalue(r, 0, col);
+    return PQgetisnull(r, t, col) ? NULL : PQgetvalue(r, t, col);
+}
+
+static bool col_bool_at(const PGresult *r, int t, int col)
+{
+    return !PQgetisnull(r, t, col) && PQgetvalue(r, t, col)[0] == 't';
 }
 
 static bool col_bool(const PGresult *r, int col)
 {
-    return !PQgetisnull(r, 0, col) && PQgetvalue(r, 0, col)[0] == 't';
+    return col_bool_at(r, 0, col);
 }
 
-/* Fills row from tuple 0. *buf receives the decoded result (freed by the caller). */
-static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
+/* Fills row from tuple t (a batch's results have more columns after the row's). *buf
+ * receives the decoded result (freed by the caller). */
+static bool parse_row_at(const PGresult *r, int t, store_row_t *row, char **buf)
 {
     memset(row, 0, sizeof(*row));
     *buf = NULL;
-    if (PQnfields(r) != COL_COUNT_ || !parse_state(PQgetvalue(r, 0, COL_STATE), &row->state))
+    if (PQnfields(r) < COL_COUNT_ || !parse_state(PQgetvalue(r, t, COL_STATE), &row->state))
         return false;
-    row->fence = strtoll(PQgetvalue(r, 0, COL_FENCE), NULL, 10);
-    row->attempts = atoi(PQgetvalue(r, 0, COL_ATTEMPTS));
-    row->args_digest = PQgetvalue(r, 0, COL_DIGEST);
-    if (!PQgetisnull(r, 0, COL_RESULT)) {
-        if (!decode_bytea(PQgetvalue(r, 0, COL_RESULT), buf, &row->result_len))
+    row->fence = strtoll(PQgetvalue(r, t, COL_FENCE), NULL, 10);
+    row->attempts = atoi(PQgetvalue(r, t, COL_ATTEMPTS));
+    row->args_digest = PQgetvalue(r, t, COL_DIGEST);
+    if (!PQgetisnull(r, t, COL_RESULT)) {
+        if (!decode_bytea(PQgetvalue(r, t, COL_RESULT), buf, &row->result_len))
             return false;
         row->result = *buf;
     }
-    row->result_too_large = col_bool(r, COL_TOO_LARGE);
-    row->lease_expired = col_bool(r, COL_LEASE_EXPIRED);
-    row->created_at = PQgetvalue(r, 0, COL_CREATED);
-    row->first_session_id = nullable(r, COL_SESSION);
-    row->first_jsonrpc_id = nullable(r, COL_JSONRPC);
-    row->expires_in_ms = strtoll(PQgetvalue(r, 0, COL_EXPIRES_IN), NULL, 10);
-    row->finished_at = nullable(r, COL_FINISHED);
-    row->lease_until = PQgetvalue(r, 0, COL_LEASE_UNTIL);
-    row->expires_at = PQgetvalue(r, 0, COL_EXPIRES_AT);
+    row->result_too_large = col_bool_at(r, t, COL_TOO_LARGE);
+    row->lease_expired = col_bool_at(r, t, COL_LEASE_EXPIRED);
+    row->created_at = PQgetvalue(r, t, COL_CREATED);
+    row->first_session_id = nullable(r, t, COL_SESSION);
+    row->first_jsonrpc_id = nullable(r, t, COL_JSONRPC);
+    row->expires_in_ms = strtoll(PQgetvalue(r, t, COL_EXPIRES_IN), NULL, 10);
+    row->finished_at = nullable(r, t, COL_FINISHED);
+    row->lease_until = PQgetvalue(r, t, COL_LEASE_UNTIL);
+    row->expires_at = PQgetvalue(r, t, COL_EXPIRES_AT);
     return true;
 }
 
-static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
+static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
+{
+    return PQnfields(r) == COL_COUNT_ && parse_row_at(r, 0, row, buf);
+}
+
+/* Gives a claim its row (tuple t of res): acquired or the existing one. */
+static void claim_deliver(store_pg_t *s, store_op_t *op, const PGresult *res, int t)
 {
     store_claim_result_t cr;
     char *buf = NULL;
-    char h[KEY_HASH_LOG_LEN + 1];
-
     memset(&cr, 0, sizeof(cr));
-    bool stale = PQntuples(res) == 0 || (!col_bool(res, COL_ACQUIRED) && col_bool(res, COL_STALE));
-    if (stale) {
-        /* the READ COMMITTED corner: run the statement again with a fresh snapshot */
-        if (op->retries++ < CLAIM_RETRIES) {
-            s->stats.claim_retries++;
-            queue_push(s, op, true);
-            store_pump(s);
-            return;
-        }
-        key_hash(op->values[0], h);
-        log_error(0, "store: claim of key %s found no stable row after %d tries", h,
-                  CLAIM_RETRIES + 1);
-        store_pump(s);
-        op_callback(s, op, STORE_ERR_STATEMENT);
-        goto out;
-    }
-    if (!parse_row(res, &cr.row, &buf)) {
+    if (!parse_row_at(res, t, &cr.row, &buf)) {
         log_error(0, "store: claim returned an unexpected row");
-        store_pump(s);
         op_callback(s, op, STORE_ERR_STATEMENT);
-        goto out;
+        free(buf);
+        return;
     }
     s->stats.claims++;
-    cr.acquired = col_bool(res, COL_ACQUIRED);
+    cr.acquired = col_bool_at(res, t, COL_ACQUIRED);
     cr.fence = cr.row.fence;
     cr.attempts = cr.row.attempts;
     /* every takeover increments the fence; only a fresh insert has fence 1 */
     cr.taken_over = cr.acquired && cr.fence > 1;
-    store_pump(s);
     op->cb.claim(STORE_OK, &cr, op->arg);
-out:
     free(buf);
+}
+
+/* The READ COMMITTED corner (no row, or a stale one): the claim goes again at the head of the
+ * queue with a fresh snapshot. False when it has run out of tries (the caller fails it). */
+static bool claim_retry(store_pg_t *s, store_op_t *op)
+{
+    if (op->retries++ >= CLAIM_RETRIES) {
+        char h[KEY_HASH_LOG_LEN + 1];
+        key_hash(op->values[0], h);
+        log_error(0, "store: claim of key %s found no stable row after %d tries", h,
+                  CLAIM_RETRIES + 1);
+        return false;
+    }
+    s->stats.claim_retries++;
+    queue_push(s, op, true);
+    return true;
+}
+
+static bool claim_stale(const PGresult *res, int t)
+{
+    return t < 0 || (!col_bool_at(res, t, COL_ACQUIRED) && col_bool_at(res, t, COL_STALE));
+}
+
+/* A batch of claims answered: each gets its own row, found by its position in the arrays. */
+static void claim_batch_done(store_pg_t *s, store_op_t *b, PGresult *res)
+{
+    int n = b->nmembers;
+    int *tup = xmalloc((size_t)n * sizeof(*tup));
+    for (int i = 0; i < n; i++)
+        tup[i] = -1;
+    for (int t = 0; PQnfields(res) == COL_COUNT_ + 2 && t < PQntuples(res); t++) {
+        long i = strtol(PQgetvalue(res, t, COL_COUNT_ + 1), NULL, 10) - 1;
+        if (i >= 0 && i < n)
+            tup[i] = t;
+    }
+    /* the retries first, in their order at the head of the queue, then the answers */
+    for (int i = n - 1; i >= 0; i--) {
+        store_op_t *m = b->members[i];
+        if (claim_stale(res, tup[i]) && claim_retry(s, m)) {
+            op_arm_deadline(m, m->deadline_wall_ms);
+            b->members[i] = NULL;
+        }
+    }
+    store_pump(s);
+    for (int i = 0; i < n; i++) {
+        store_op_t *m = b->members[i];
+        if (!m)
+            continue;
+        if (claim_stale(res, tup[i]))
+            op_callback(s, m, STORE_ERR_STATEMENT);
+        else
+            claim_deliver(s, m, res, tup[i]);
+        op_free(m);
+    }
+    b->nmembers = 0;
+    free(tup);
+}
+
+/* A batch of finishes answered: the positions whose fence matched came back. */
+static void finish_batch_done(store_pg_t *s, store_op_t *b, PGresult *res)
+{
+    int n = b->nmembers;
+    bool *matched = xcalloc((size_t)n, sizeof(*matched));
+    for (int t = 0; t < PQntuples(res); t++) {
+        long i = strtol(PQgetvalue(res, t, 0), NULL, 10) - 1;
+        if (i >= 0 && i < n)
+            matched[i] = true;
+    }
+    store_pump(s);
+    for (int i = 0; i < n; i++) {
+        store_op_t *m = b->members[i];
+        if (m->cb.finish)
+            m->cb.finish(STORE_OK, matched[i], m->arg);
+        op_free(m);
+    }
+    b->nmembers = 0;
+    free(matched);
+}
+
+static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
+{
+    if (claim_stale(res, PQntuples(res) > 0 ? 0 : -1)) {
+        bool again = claim_retry(s, op);
+        store_pump(s);
+        if (again)
+            return;
+        op_callback(s, op, STORE_ERR_STATEMENT);
+    } else {
+        store_pump(s);
+        claim_deliver(s, op, res, 0);
+    }
     op_free(op);
 }
 
@@ -635,6 +980,7 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
 {
     ExecStatusType rs = PQresultStatus(res);
     bool ok = rs == PGRES_TUPLES_OK || rs == PGRES_COMMAND_OK;
+    op_release_slot(op);
 
     const char *sqlstate = ok ? NULL : PQresultErrorField(res, PG_DIAG_SQLSTATE);
     /* 57014: statement_timeout; 55P03: lock_timeout. The statement was rolled back; the
@@ -665,8 +1011,17 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
         op_free(op);
         return;
     }
-    if (op->kind == STORE_OP_CLAIM) {
-        claim_done(s, op, res);
+    if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_BATCH ||
+        op->kind == STORE_OP_FINISH_BATCH) {
+        if (op->kind == STORE_OP_CLAIM) {
+            claim_done(s, op, res); /* frees op, or queues it again */
+        } else {
+            if (op->kind == STORE_OP_CLAIM_BATCH)
+                claim_batch_done(s, op, res);
+            else
+                finish_batch_done(s, op, res);
+            op_free(op);
+        }
         PQclear(res);
         return;
     }
@@ -948,6 +1303,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
+    s->group_commit = opt->group_commit;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
@@ -988,6 +1344,14 @@ static void pg_free(store_pg_t *s)
 {
     if (!s)
         return;
+    if (s->stats.claim_batches || s->stats.finish_batches)
+        log_info(0,
+                 "store: group commit: %llu claims in %llu batches, %llu finishes in %llu "
+                 "batches",
+                 (unsigned long long)s->stats.claims_batched,
+                 (unsigned long long)s->stats.claim_batches,
+                 (unsigned long long)s->stats.finishes_batched,
+                 (unsigned long long)s->stats.finish_batches);
     dup_flush_sync(s);
     s->closing = true;
     for (int i = 0; i < s->pool_size; i++) {

@@ -822,6 +822,7 @@ static void test_keys_classified(void **state)
         "store.sweep_interval",
         "store.cache_entries",
         "store.cache_bytes",
+        "store.group_commit",
         "otlp_endpoint",
     };
     static const char *const reloadable[] = {
