@@ -34,8 +34,8 @@ const char *peer_cert_status_str(peer_cert_status_t st);
 /* Why a call is refused, for the agent ("the client certificate has no URI SAN"). */
 const char *peer_cert_status_phrase(peer_cert_status_t st, peer_cert_source_t src);
 
-/* Writes the caller's name from cert (NULL: no certificate) to out, NUL-terminated. A name
- * that does not fit in outlen is PEER_CERT_BAD_TEXT. */
+/* Writes the caller's name from cert (NULL: no certificate) to out, NUL-terminated; out is
+ * empty unless PEER_CERT_OK. A name that does not fit in outlen is PEER_CERT_BAD_TEXT. */
 peer_cert_status_t peer_cert_name(const struct x509_st *cert, peer_cert_source_t src, char *out,
                                   size_t outlen) MUST_CHECK;
 

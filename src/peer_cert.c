@@ -154,7 +154,9 @@ peer_cert_status_t peer_cert_name(const struct x509_st *cert, peer_cert_source_t
         out[0] = '\0';
     if (!cert)
         return PEER_CERT_NO_CERT;
-    if (src == PEER_CERT_CN)
-        return from_cn(cert, out, outlen);
-    return from_san(cert, src, out, outlen);
+    peer_cert_status_t st =
+        src == PEER_CERT_CN ? from_cn(cert, out, outlen) : from_san(cert, src, out, outlen);
+    if (st != PEER_CERT_OK && outlen)
+        out[0] = '\0'; /* a name that failed a check is not handed on */
+    return st;
 }
