@@ -20,7 +20,7 @@ typedef void (*catalog_fetch_done_fn)(void *arg, int n_tools, const char *error)
 typedef struct catalog_fetch_opts {
     struct event_base *base;
     upstream_pool_t *pool;
-    const char *target;  /* the MCP endpoint's path */
+    const char *target;  /* the MCP endpoint's path (copied, as host and headers) */
     const char *host;    /* the Host header */
     const char *headers; /* extra request header lines ("Name: v\r\n"...), may be NULL */
     catalog_t *catalog;  /* learns every page */

@@ -30,6 +30,7 @@ typedef enum {
     SUBJECT_BEARER_SHA256, /* sha256 of the bearer token, hex */
     SUBJECT_STATIC,        /* one fixed name, for a single-tenant sidecar */
     SUBJECT_JWT,           /* claims of a verified JWT bearer token (jwt.h) */
+    SUBJECT_CLIENT_CERT,   /* the agent's verified TLS client certificate (peer_cert.h) */
 } subject_kind_t;
 
 /* The subject of every caller without a bearer token when no subject source is configured:
@@ -58,7 +59,26 @@ typedef struct subject_conf {
     subject_kind_t kind;
     char *value; /* header name for SUBJECT_HEADER, the name for SUBJECT_STATIC, else NULL */
     subject_jwt_conf_t jwt; /* SUBJECT_JWT only */
+    int client_cert; /* SUBJECT_CLIENT_CERT: which name of the certificate, peer_cert_source_t */
 } subject_conf_t;
+
+/* listen_tls: client_cert, in the order of its names. */
+typedef enum {
+    LISTEN_TLS_CLIENT_OPTIONAL = 0, /* asked for and verified when given */
+    LISTEN_TLS_CLIENT_REQUIRED,     /* the handshake fails without one */
+    LISTEN_TLS_CLIENT_NONE,         /* not asked for (no client_ca_file) */
+} listen_tls_client_t;
+
+/* listen_tls: {...}: agents connect with TLS. Every key is reloadable: a reload makes a new
+ * TLS context for new connections, open ones keep theirs. */
+typedef struct listen_tls_conf {
+    bool enabled;         /* listen_tls is given */
+    char *cert_file;      /* PEM certificate chain, the server's first */
+    char *key_file;       /* PEM private key */
+    char *client_ca_file; /* PEM CAs that verify client certificates; NULL: none asked for */
+    int client_cert;      /* listen_tls_client_t (default REQUIRED with client_ca_file) */
+    int min_version;      /* 0: TLS 1.2, 1: TLS 1.3 */
+} listen_tls_conf_t;
 
 typedef enum {
     CORS_MIRROR = 0, /* the gateway's own answers carry the CORS headers the upstream gives */
@@ -80,6 +100,7 @@ typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
 
     host_port_t listen;       /* agents connect here (default 127.0.0.1:8080) */
+    listen_tls_conf_t listen_tls; /* TLS towards agents, when enabled */
     int workers;              /* processes sharing listen with SO_REUSEPORT (default 1) */
     host_port_t admin_listen; /* /healthz, /readyz, /metrics (default 127.0.0.1:8081) */
 

@@ -24,6 +24,8 @@ struct evbuffer;
 struct bufferevent;
 struct evconnlistener;
 struct sockaddr;
+struct ssl_ctx_st;
+struct x509_st;
 
 typedef struct http_request {
     uint64_t conn_id;  /* the connection that read it, for logs */
@@ -35,6 +37,8 @@ typedef struct http_request {
     bool keep_alive;       /* the agent wants the connection kept */
     char client_ip[64];    /* peer address, for X-Forwarded-For */
     uint64_t start_ms;     /* when the request head started */
+    struct x509_st *peer_cert; /* the agent's verified TLS client certificate, or NULL; a
+                                  reference of the request's own */
 } http_request_t;
 
 void http_request_free(http_request_t *req);
@@ -88,6 +92,9 @@ typedef struct http_site {
      * the message as plain text */
     char *(*error_body)(const char *message);
     const char *error_type; /* its Content-Type */
+    /* agents connect with TLS when set; each connection takes a reference to the context it
+     * is accepted with, so the owner may replace (and free) it at a reload */
+    struct ssl_ctx_st *tls;
 } http_site_t;
 
 /* Accept callback for evconnlistener_new_bind; arg is an http_site_t that outlives it. */
@@ -100,8 +107,9 @@ void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t 
 
 /* Hands the agent's socket and req (re-serialised, with any input read after it) to another
  * process with send(arg, fd, bytes, len), and closes this copy without writing to it. False
- * when it cannot: a connection that was itself handed over, one with output pending, more
- * than max_bytes to pass on, or the send failed. */
+ * when it cannot: a TLS connection (its session cannot leave the process), one that was
+ * itself handed over, one with output pending, more than max_bytes to pass on, or the send
+ * failed. */
 typedef bool (*http_send_fd_fn)(void *arg, int fd, const char *bytes, size_t len);
 bool http_conn_hand_off(http_conn_t *conn, const http_request_t *req, size_t max_bytes,
                         http_send_fd_fn send, void *arg);

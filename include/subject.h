@@ -1,6 +1,6 @@
 /* Who is calling: the subject that starts every idempotency key, from the subject setting
- * (a fixed value, a header a trusted front end sets, a hash of the bearer token, or the
- * claims of a verified JWT bearer token).
+ * (a fixed value, a header a trusted front end sets, a hash of the bearer token, the claims
+ * of a verified JWT bearer token, or a name in the agent's verified TLS client certificate).
  *
  * The subject is an object made by main with the event base, because the jwt source keeps
  * state there: the JWK Sets it verifies with (jwks_source.h), fetched on the loop.
@@ -49,7 +49,8 @@ void subject_reconfigure(subject_t *s, const subject_conf_t *conf);
 void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn done, void *arg);
 
 /* Whether two requests come from the same caller as far as the gateway can tell (the subject
- * header, every copy, and Authorization), compared in constant time. With a jwt subject two
+ * header, every copy, and Authorization; with a client_cert subject, the name the client
+ * certificate gives too), compared in constant time. With a jwt subject two
  * tokens that verify now to the same subject are the same caller too (a refreshed token). */
 bool subject_same_caller(const subject_t *s, const http_request_t *a, const http_request_t *b);
 

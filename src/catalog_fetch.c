@@ -26,7 +26,8 @@
 typedef enum { STEP_INITIALIZE, STEP_INITIALIZED, STEP_LIST, STEP_DELETE } step_t;
 
 struct catalog_fetch {
-    catalog_fetch_opts_t o;
+    catalog_fetch_opts_t o; /* its strings point to the copies below */
+    char *target, *host, *headers;
     step_t step;
     upstream_conn_t *up;
     rpc_reader_t reader;
@@ -248,6 +249,10 @@ catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
 {
     catalog_fetch_t *f = xcalloc(1, sizeof(*f));
     f->o = *opts;
+    /* the caller's strings may go before the fetch ends (a reload frees the old config) */
+    f->o.target = f->target = xstrdup(opts->target);
+    f->o.host = f->host = xstrdup(opts->host);
+    f->o.headers = f->headers = opts->headers ? xstrdup(opts->headers) : NULL;
     f->later = evtimer_new(opts->base, finish_cb, f);
     f->step = STEP_INITIALIZE;
     send_step(f);
@@ -265,6 +270,9 @@ void catalog_fetch_cancel(catalog_fetch_t *f)
     free(f->session);
     free(f->protocol);
     free(f->cursor);
+    free(f->target);
+    free(f->host);
+    free(f->headers);
     free(f);
 }
 

@@ -298,6 +298,14 @@ const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url)
     return NULL;
 }
 
+void config_listen_tls_free(listen_tls_conf_t *t)
+{
+    free(t->cert_file);
+    free(t->key_file);
+    free(t->client_ca_file);
+    memset(t, 0, sizeof(*t));
+}
+
 void config_subject_jwt_free(subject_jwt_conf_t *j)
 {
     free(j->jwks_file);
@@ -624,6 +632,12 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
     }
     fill_allowed_defaults(c);
     choose_store(c, name, errs);
+    if (c->subject.kind == SUBJECT_CLIENT_CERT &&
+        (!c->listen_tls.enabled || !c->listen_tls.client_ca_file))
+        config_errors_add(errs,
+                          "%s: subject.client_cert needs listen_tls with client_ca_file (the "
+                          "CAs that verify the agents' certificates)",
+                          name ? name : "env");
 
     bool failed = errs->n > before;
     config_errors_free(&local);
@@ -698,6 +712,7 @@ void config_free(config_t *c)
     util_strv_free(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);
     config_subject_jwt_free(&c->subject.jwt);
+    config_listen_tls_free(&c->listen_tls);
     policy_free(&c->policy);
     free(c);
 }

@@ -3,6 +3,7 @@
 #include "config_yaml.h"
 #include "jwt.h"
 #include "log.h"
+#include "peer_cert.h"
 #include "util.h"
 
 #include <errno.h>
@@ -557,6 +558,72 @@ static bool header_token_valid(const char *s)
     return true;
 }
 
+/* ---- listen_tls: {...} ---- */
+
+static const char *const client_cert_names[] = {"optional", "required", NULL};
+static const char *const tls_version_names[] = {"1.2", "1.3", NULL};
+
+#define TLS_CONF(f) offsetof(listen_tls_conf_t, f)
+/* Reload: listen_tls is replaced whole (the key "listen_tls" is reloadable). */
+static const key_spec_t listen_tls_keys[] = {
+    {.name = "cert_file",
+     .kind = K_STR,
+     .off = TLS_CONF(cert_file),
+     .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "key_file", .kind = K_STR, .off = TLS_CONF(key_file), .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "client_ca_file",
+     .kind = K_STR,
+     .off = TLS_CONF(client_ca_file),
+     .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "client_cert",
+     .kind = K_ENUM,
+     .off = TLS_CONF(client_cert),
+     .names = client_cert_names,
+     .reload = CONFIG_KEY_RELOADABLE},
+    {.name = "min_version",
+     .kind = K_ENUM,
+     .off = TLS_CONF(min_version),
+     .names = tls_version_names,
+     .reload = CONFIG_KEY_RELOADABLE},
+};
+#undef TLS_CONF
+
+static void readable(ctx_t *cx, int line, const char *path, const char *key, const char *file)
+{
+    if (file && access(file, R_OK) != 0)
+        err_at(cx, line, "%s.%s: cannot read '%.200s': %s", path, key, file, strerror(errno));
+}
+
+static void fn_listen_tls(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    listen_tls_conf_t *t = &c->listen_tls;
+    config_listen_tls_free(t);
+    if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
+        err_at(cx, line, "%s: expected a mapping (cert_file, key_file, client_ca_file, ...)", path);
+        return;
+    }
+    t->client_cert = -1;
+    size_t before = cx->n_errs;
+    walk_map(cx, v, line, path, listen_tls_keys, ARRAY_LEN(listen_tls_keys), t, -1);
+    if (t->client_cert < 0)
+        t->client_cert = t->client_ca_file ? LISTEN_TLS_CLIENT_REQUIRED : LISTEN_TLS_CLIENT_NONE;
+    if (cx->n_errs > before)
+        return;
+    if (!t->cert_file || !t->key_file) {
+        err_at(cx, line, "%s: cert_file and key_file are required", path);
+        return;
+    }
+    if (!t->client_ca_file && t->client_cert != LISTEN_TLS_CLIENT_NONE) {
+        err_at(cx, line, "%s: client_cert needs client_ca_file (the CAs that verify them)", path);
+        return;
+    }
+    readable(cx, line, path, "cert_file", t->cert_file);
+    readable(cx, line, path, "key_file", t->key_file);
+    readable(cx, line, path, "client_ca_file", t->client_ca_file);
+    t->enabled = cx->n_errs == before;
+}
+
 /* ---- subject: {jwt: {...}} ---- */
 
 /* A JWK Set is small; a file this large is a mistake. */
@@ -743,8 +810,10 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
     int seen = 0;
     bool any = false;
     if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
-        err_at(cx, line, "%s: expected a mapping with one of header, bearer, static, jwt, got %s",
-               path, node_kind(v));
+        err_at(
+            cx, line,
+            "%s: expected a mapping with one of header, bearer, static, jwt, client_cert, got %s",
+            path, node_kind(v));
         return;
     }
     while ((pair = fy_node_mapping_iterate(v, &it))) {
@@ -758,14 +827,16 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         any = true;
         child_path(cpath, path, key);
         bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static") ||
-                     !strcmp(key, "jwt");
+                     !strcmp(key, "jwt") || !strcmp(key, "client_cert");
         if (!known) {
-            err_at(cx, kline, "unknown key '%.64s' in %s (allowed: header, bearer, static, jwt)",
+            err_at(cx, kline,
+                   "unknown key '%.64s' in %s (allowed: header, bearer, static, jwt, client_cert)",
                    key, path);
             continue;
         }
         if (seen++) {
-            err_at(cx, kline, "%s: give only one of header, bearer, static, jwt", path);
+            err_at(cx, kline, "%s: give only one of header, bearer, static, jwt, client_cert",
+                   path);
             continue;
         }
         if (!strcmp(key, "jwt")) {
@@ -775,7 +846,21 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         const char *s = scalar(cx, vn, vline, cpath, "a string");
         if (!s)
             continue;
-        if (!strcmp(key, "header")) {
+        if (!strcmp(key, "client_cert")) {
+            int i = 0;
+            while (peer_cert_source_names[i] && strcmp(s, peer_cert_source_names[i]) != 0)
+                i++;
+            if (!peer_cert_source_names[i]) {
+                err_at(cx, vline,
+                       "%s: unknown value '%.64s' (allowed: spiffe, san_uri, san_dns, cn)", cpath,
+                       s);
+            } else {
+                c->subject.kind = SUBJECT_CLIENT_CERT;
+                c->subject.client_cert = i;
+                free(c->subject.value);
+                c->subject.value = NULL;
+            }
+        } else if (!strcmp(key, "header")) {
             if (!header_token_valid(s)) {
                 err_at(cx, vline, "%s: '%.64s' is not a valid header name", cpath, s);
             } else if (!strcasecmp(s, "authorization") || !strcasecmp(s, "proxy-authorization") ||
@@ -809,7 +894,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         }
     }
     if (!seen && !any)
-        err_at(cx, line, "%s: give one of header, bearer, static, jwt", path);
+        err_at(cx, line, "%s: give one of header, bearer, static, jwt, client_cert", path);
 }
 
 static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
@@ -1120,6 +1205,7 @@ static const key_spec_t top_keys[] = {
      .kind = K_SECTION,
      .sub = duplicate_keys,
      .n_sub = ARRAY_LEN(duplicate_keys)},
+    {.name = "listen_tls", .kind = K_FN, .fn = fn_listen_tls, LIVE},
     {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
     {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},

@@ -25,6 +25,7 @@ const char *config_set_upstream(config_t *c, const char *url);
 const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url);
 /* Frees what a jwt subject setting holds and zeroes it. */
 void config_subject_jwt_free(subject_jwt_conf_t *j);
+void config_listen_tls_free(listen_tls_conf_t *t);
 
 /* Checks one allowed_hosts / allowed_origins entry. Returns the normalised copy to store, or
  * NULL with *err set to a static message. */

@@ -6,10 +6,14 @@
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -41,6 +45,8 @@ struct http_conn {
     bool lingering;                /* answer sent and write side shut: draining input, then close */
     bool adopted;                  /* handed over by another worker: never handed on again */
     bool handed_off;               /* given to another worker: close our copy, touch nothing */
+    bool tls;                      /* bev is an OpenSSL bufferevent (listen_tls) */
+    X509 *peer_cert;               /* the verified client certificate, from the handshake */
     char peer[64];                 /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
 };
@@ -69,6 +75,7 @@ void http_request_free(http_request_t *req)
     http_headers_free(&req->headers);
     if (req->body)
         evbuffer_free(req->body);
+    X509_free(req->peer_cert);
     free(req);
 }
 
@@ -121,6 +128,7 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
     event_free(c->resume);
     event_free(c->flush_ev);
     http_request_free(c->req);
+    X509_free(c->peer_cert);
     log_debug(c->id, "connection closed");
     http_context_t *ctx = c->site->ctx;
     free(c);
@@ -152,6 +160,8 @@ static void linger(http_conn_t *c)
     if (c->lingering)
         return;
     c->lingering = true;
+    if (c->tls) /* close_notify, written to the socket at once: the output is empty */
+        SSL_shutdown(bufferevent_openssl_get_ssl(c->bev));
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
     evbuffer_drain(bufferevent_get_input(c->bev),
                    evbuffer_get_length(bufferevent_get_input(c->bev)));
@@ -187,6 +197,8 @@ static int on_message_begin(void *arg)
     c->req->start_ms = util_now_ms();
     c->req->body = evbuffer_new();
     c->req->target = xstrdup("");
+    if (c->peer_cert && X509_up_ref(c->peer_cert))
+        c->req->peer_cert = c->peer_cert;
     c->req_complete = false;
     arm_timer(c, c->site->ctx->limits->header_timeout_ms);
     return 0;
@@ -371,9 +383,33 @@ static void output_added(struct evbuffer *buf, const struct evbuffer_cb_info *in
     event_active(c->flush_ev, 0, 0);
 }
 
+/* The TLS handshake is done: the client certificate, verified by then, is kept for the
+ * requests (a subject may be read from it). */
+static void tls_connected(http_conn_t *c)
+{
+    SSL *ssl = bufferevent_openssl_get_ssl(c->bev);
+    if (SSL_get_verify_result(ssl) == X509_V_OK)
+        c->peer_cert = SSL_get1_peer_certificate(ssl);
+    log_debug(c->id, "TLS %s established%s", SSL_get_version(ssl),
+              c->peer_cert ? " with a client certificate" : "");
+}
+
 static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     http_conn_t *c = arg;
+    if (what & BEV_EVENT_CONNECTED) {
+        if (c->tls)
+            tls_connected(c);
+        return;
+    }
+    if (c->tls && (what & BEV_EVENT_ERROR) && !c->peer_cert && c->state == CONN_IDLE) {
+        unsigned long e = bufferevent_get_openssl_error(bev);
+        if (e) {
+            char buf[256];
+            ERR_error_string_n(e, buf, sizeof(buf));
+            log_debug(c->id, "TLS: %s", buf);
+        }
+    }
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
         /* whether the agent left early is the handler's to say (gone): a GET stream ends so */
         if (c->state == CONN_HANDLING)
@@ -410,14 +446,39 @@ static void format_peer(const struct sockaddr *sa, char *out, size_t outlen)
         inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, out, (socklen_t)outlen);
 }
 
-static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_t *site)
+/* A TLS server bufferevent over fd, or NULL (fd then still ours to close). */
+static struct bufferevent *tls_bev(struct event_base *base, int fd, struct ssl_ctx_st *tls)
 {
-    http_conn_t *c = xcalloc(1, sizeof(*c));
+    SSL *ssl = SSL_new(tls);
+    if (!ssl)
+        return NULL;
+    /* frees ssl when it fails, and with itself (BEV_OPT_CLOSE_ON_FREE) */
+    struct bufferevent *bev = bufferevent_openssl_socket_new(
+        base, fd, ssl, BUFFEREVENT_SSL_ACCEPTING, BEV_OPT_CLOSE_ON_FREE);
+    if (bev) /* an agent that closes without close_notify has finished, not failed */
+        bufferevent_openssl_set_allow_dirty_shutdown(bev, 1);
+    return bev;
+}
+
+/* tls: the context of a TLS connection, NULL for plain HTTP. NULL when the connection cannot
+ * be made (fd closed). */
+static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_t *site,
+                             struct ssl_ctx_st *tls)
+{
     http_context_t *ctx = site->ctx;
+    struct bufferevent *bev = tls ? tls_bev(ctx->base, fd, tls)
+                                  : bufferevent_socket_new(ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    if (!bev) {
+        log_warn(0, "cannot set up a connection%s", tls ? " (TLS)" : "");
+        evutil_closesocket(fd);
+        return NULL;
+    }
+    http_conn_t *c = xcalloc(1, sizeof(*c));
     c->id = ++ctx->next_id;
     c->site = site;
     c->state = CONN_IDLE;
-    c->bev = bufferevent_socket_new(ctx->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->bev = bev;
+    c->tls = tls != NULL;
     c->timer = evtimer_new(ctx->base, timer_cb, c);
     c->resume = event_new(ctx->base, -1, 0, resume_cb, c);
     c->flush_ev = event_new(ctx->base, -1, 0, flush_cb, c);
@@ -466,7 +527,7 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     ctx->refusing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    conn_new(fd, sa, arg);
+    conn_new(fd, sa, site, site->tls);
 }
 
 void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t len)
@@ -475,7 +536,10 @@ void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t 
     socklen_t sl = sizeof(ss);
     bool have_peer = getpeername(fd, (struct sockaddr *)&ss, &sl) == 0;
     evutil_make_socket_nonblocking(fd);
-    http_conn_t *c = conn_new(fd, have_peer ? (struct sockaddr *)&ss : NULL, site);
+    /* only plain connections are handed over */
+    http_conn_t *c = conn_new(fd, have_peer ? (struct sockaddr *)&ss : NULL, site, NULL);
+    if (!c)
+        return;
     c->adopted = true;
     struct evbuffer *in = bufferevent_get_input(c->bev);
     evbuffer_unfreeze(in, 0); /* a socket bufferevent lets only itself add input */
@@ -488,7 +552,8 @@ void http_conn_adopt(int fd, const http_site_t *site, const char *bytes, size_t 
 bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, size_t max_bytes,
                         http_send_fd_fn send, void *arg)
 {
-    if (c->adopted || c->free_scheduled || evbuffer_get_length(bufferevent_get_output(c->bev)))
+    if (c->tls || c->adopted || c->free_scheduled ||
+        evbuffer_get_length(bufferevent_get_output(c->bev)))
         return false;
     /* the request as the agent sent it (headers in order, Host included), then whatever the
      * agent sent after it */
@@ -526,6 +591,11 @@ void http_conn_flush(http_conn_t *conn)
     struct evbuffer *out = bufferevent_get_output(conn->bev);
     if (conn->free_scheduled || (bufferevent_get_enabled(conn->bev) & EV_WRITE))
         return; /* the bufferevent is writing a backlog: keep the order */
+    if (conn->tls && evbuffer_get_length(out) > 0) {
+        /* only the bufferevent can encrypt: it writes once enabled */
+        bufferevent_enable(conn->bev, EV_WRITE);
+        return;
+    }
     if (evbuffer_get_length(out) > 0) {
         /* a socket bufferevent freezes the front of its output for everyone but itself */
         evbuffer_unfreeze(out, 1);

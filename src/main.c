@@ -10,6 +10,7 @@
 #include "key_cmd.h"
 #include "policy_cmd.h"
 #include "tools_cmd.h"
+#include "tls_listen.h"
 #include "log.h"
 #include "mcp.h"
 #include "proxy.h"
@@ -67,6 +68,7 @@ typedef struct server {
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
     struct ssl_ctx_st *tls;    /* for an https upstream, else NULL */
+    struct ssl_ctx_st *listen_tls; /* agents' TLS (listen_tls), else NULL; mcp_site.tls */
     bool draining;             /* SIGTERM seen: no new connections or requests */
     server_stats_t *stats;     /* this worker's counters (a slot of all_stats) */
     server_stats_t *all_stats; /* every worker's counters, shared memory; /metrics sums them */
@@ -415,6 +417,32 @@ static void apply_upstream_limits(const config_t *cfg)
     };
 }
 
+/* A reload's listen_tls: a new context for new connections (open ones keep theirs). One that
+ * cannot be made keeps the running one. */
+static void reload_listen_tls(const config_t *neu)
+{
+    if (!neu->listen_tls.enabled) {
+        if (server->listen_tls)
+            log_warn(0, "reload: listen_tls removed: new agent connections are plain HTTP");
+        SSL_CTX_free(server->listen_tls);
+        server->listen_tls = NULL;
+        mcp_site.tls = NULL;
+        return;
+    }
+    char msg[512];
+    struct ssl_ctx_st *tls = tls_listen_new(&neu->listen_tls, msg, sizeof(msg));
+    if (!tls) {
+        log_error(0, "reload: %s; %s", msg,
+                  server->listen_tls ? "keeping the running certificate"
+                                     : "agent connections stay plain HTTP");
+        return;
+    }
+    SSL_CTX_free(server->listen_tls);
+    server->listen_tls = tls;
+    mcp_site.tls = tls;
+    log_info(0, "reload: listen_tls certificate loaded from %s", neu->listen_tls.cert_file);
+}
+
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
 {
     const char *path = arg;
@@ -437,6 +465,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
     subject_reconfigure(server->subject, &neu->subject);
+    reload_listen_tls(neu);
     catalog_set_policy(server->catalog, &neu->policy);
     admin_ctx.store_missing = !server->store && policy_needs_store(&neu->policy);
     if (!evtimer_pending(server->fetch_retry, NULL))
@@ -623,6 +652,21 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         }
         log_info(0, "traces: OTLP/HTTP JSON to %s", cfg->otlp.url);
     }
+    if (cfg->listen_tls.enabled) {
+        server->listen_tls = tls_listen_new(&cfg->listen_tls, msg, sizeof(msg));
+        if (!server->listen_tls) {
+            fprintf(stderr, "idemgw: %s\n", msg);
+            goto out;
+        }
+        mcp_site.tls = server->listen_tls;
+        if (n_workers > 1 && worker == 0)
+            log_info(0,
+                     "listen_tls with %d workers: a TLS connection cannot move between "
+                     "workers, so a stream resume (Last-Event-ID) is served only when it "
+                     "reaches the worker reading that stream; elsewhere it goes to the "
+                     "upstream as when no hand-off is possible",
+                     n_workers);
+    }
     wire_stages(server);
     mcp_site.arg = server->proxy;
     apply_http_limits(cfg);
@@ -675,8 +719,9 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
                     "Authorization header (a bearer token's, as subject bearer-...); requests "
                     "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
                     "subject when an auth proxy in front names the caller");
-    log_info(0, "idemgw %s listening on %s:%u (admin %s:%u), upstream %s, store %s", IDEMGW_VERSION,
-             cfg->listen.host, cfg->listen.port, cfg->admin_listen.host, cfg->admin_listen.port,
+    log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
+             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
+             server->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
              cfg->upstream_url,
              server->store ? store_backend_name(server->store) : "not configured");
     event_base_dispatch(server->base);
@@ -707,6 +752,9 @@ out:
     replay_cache_free(server->cache);
     if (server->tls)
         SSL_CTX_free(server->tls);
+    /* open connections hold references of their own */
+    SSL_CTX_free(server->listen_tls);
+    mcp_site.tls = NULL;
     /* give deferred frees scheduled during shutdown a last turn */
     event_base_loop(server->base, EVLOOP_NONBLOCK);
     handoff_stop();

@@ -2,6 +2,7 @@
 #include "jwks_source.h"
 #include "jwt.h"
 #include "log.h"
+#include "peer_cert.h"
 #include "util.h"
 
 #include <openssl/crypto.h>
@@ -95,6 +96,26 @@ static void from_credentials(const http_request_t *req, subject_done_fn done, vo
     char subject[12 + 33] = "credentials-";
     util_hex(md, 16, subject + 12);
     accept_subject(done, arg, subject);
+}
+
+/* --- client certificate --- */
+
+/* The longest name of a certificate taken as a subject. */
+#define CERT_NAME_MAX 1024
+
+static void from_client_cert(const subject_conf_t *conf, const http_request_t *req,
+                             subject_done_fn done, void *arg)
+{
+    char name[CERT_NAME_MAX + 1];
+    peer_cert_source_t src = (peer_cert_source_t)conf->client_cert;
+    peer_cert_status_t st = peer_cert_name(req->peer_cert, src, name, sizeof(name));
+    if (st == PEER_CERT_OK) {
+        accept_subject(done, arg, name);
+        return;
+    }
+    bool absent = st == PEER_CERT_NO_CERT || st == PEER_CERT_MISSING;
+    refuse(done, arg, absent ? ANSWER_NO_SUBJECT : ANSWER_BAD_SUBJECT,
+           peer_cert_status_phrase(st, src));
 }
 
 /* --- jwt --- */
@@ -277,6 +298,9 @@ void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn do
     case SUBJECT_JWT:
         from_jwt(s, req, done, arg);
         return;
+    case SUBJECT_CLIENT_CERT:
+        from_client_cert(conf, req, done, arg);
+        return;
     case SUBJECT_DEFAULT:
         if (has_bearer(req))
             from_bearer(req, done, arg);
@@ -308,6 +332,15 @@ static void caller_digest(const subject_conf_t *conf, const http_request_t *req,
         /* name and value with their terminating NULs: no two header lists hash alike */
         EVP_DigestUpdate(md, subject ? "s" : "a", 2);
         EVP_DigestUpdate(md, v, strlen(v) + 1);
+    }
+    if (conf->kind == SUBJECT_CLIENT_CERT) {
+        /* the caller the certificate names; no name (or no certificate) hashes as none */
+        char name[CERT_NAME_MAX + 1];
+        bool named = peer_cert_name(req->peer_cert, (peer_cert_source_t)conf->client_cert, name,
+                                    sizeof(name)) == PEER_CERT_OK;
+        EVP_DigestUpdate(md, named ? "c" : "n", 2);
+        if (named)
+            EVP_DigestUpdate(md, name, strlen(name) + 1);
     }
     unsigned int len = 0;
     EVP_DigestFinal_ex(md, out, &len);

@@ -399,7 +399,31 @@ export async function makeCertificates(t) {
   await fs.writeFile(f('ext.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
   await ossl('x509', '-req', '-in', f('server.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'),
     '-CAcreateserial', '-days', '2', '-extfile', f('ext.cnf'), '-out', f('server.pem'));
-  return { ca: f('ca.pem'), otherCa: f('other-ca.pem'), cert: f('server.pem'), key: f('server.key') };
+  return {
+    dir, ca: f('ca.pem'), caKey: f('ca.key'), otherCa: f('other-ca.pem'), otherCaKey: f('other-ca.key'),
+    cert: f('server.pem'), key: f('server.key'),
+  };
+}
+
+/**
+ * A certificate signed by the CA of certs (makeCertificates), or by its other CA with
+ * { otherCa: true }: subject CN cn, with subject alternative names san (e.g.
+ * ['URI:spiffe://example.org/ns/a/sa/b', 'DNS:agent.example']). Returns {cert, key} paths.
+ */
+export async function makeClientCertificate(certs, name, { cn = name, san = [], otherCa = false } = {}) {
+  const f = (ext) => path.join(certs.dir, `client-${name}.${ext}`);
+  const ossl = async (...args) => {
+    const r = await run('openssl', args);
+    if (r.code !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr}`);
+  };
+  await ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${cn}`,
+    '-keyout', f('key'), '-out', f('csr'));
+  const ext = ['extendedKeyUsage=clientAuth', ...(san.length ? [`subjectAltName=${san.join(',')}`] : [])];
+  await fs.writeFile(f('cnf'), ext.join('\n') + '\n');
+  const [ca, caKey] = otherCa ? [certs.otherCa, certs.otherCaKey] : [certs.ca, certs.caKey];
+  await ossl('x509', '-req', '-in', f('csr'), '-CA', ca, '-CAkey', caKey, '-CAcreateserial',
+    '-days', '2', '-extfile', f('cnf'), '-out', f('pem'));
+  return { cert: f('pem'), key: f('key') };
 }
 
 /** The ledger's entries (one per real execution), parsed; [] when the file is missing. */
