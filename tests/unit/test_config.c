@@ -380,6 +380,19 @@ static void test_exact_messages(void **state)
     expect_one_error("listen: 127.0.0.1:1\n",
                      "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
     expect_one_error("", "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
+    /* listen_tls: what a working TLS listener needs, said before anything starts */
+    expect_one_error("upstream: http://h/mcp\nlisten_tls: {cert_file: conf/idemgw.yaml}\n",
+                     "t.yaml:2: listen_tls: cert_file and key_file are required");
+    expect_one_error("upstream: http://h/mcp\nlisten_tls: {cert_file: conf/idemgw.yaml, "
+                     "key_file: conf/idemgw.yaml, client_cert: required}\n",
+                     "t.yaml:2: listen_tls: client_cert needs client_ca_file (the CAs that verify "
+                     "them)");
+    expect_one_error("upstream: http://h/mcp\nsubject: {client_cert: spiffe}\n",
+                     "t.yaml: subject.client_cert needs listen_tls with client_ca_file (the CAs "
+                     "that verify the agents' certificates)");
+    expect_one_error("upstream: http://h/mcp\nlisten_tls: on\n",
+                     "t.yaml:2: listen_tls: expected a mapping (cert_file, key_file, "
+                     "client_ca_file, ...)");
 }
 
 /* Errors are all collected, and reported in line order even though sections are read in
