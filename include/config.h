@@ -39,14 +39,11 @@ typedef enum {
 
 /* subject: {jwt: {...}}: where the keys come from and what a token must say. */
 typedef struct subject_jwt_conf {
-    char *jwks_file;        /* a JWK Set file, read at start and on reload; or NULL */
-    char *jwks_url;         /* an https URL of a JWK Set, fetched on the loop; or NULL */
-    host_port_t jwks;       /* jwks_url's host and port */
-    char *jwks_path;        /* jwks_url's path */
-    char *jwks_host_header; /* the Host header for it ("host:port") */
-    char *ca_file;          /* PEM CAs that verify jwks_url's server; NULL = system store */
-    char *issuer;           /* iss must equal it */
-    char **audiences;       /* aud must name one of them */
+    char *jwks_file;  /* a JWK Set file, read at start and on reload; or NULL */
+    http_url_t jwks;  /* jwks_url: an https JWK Set fetched on the loop; url NULL: none */
+    char *ca_file;    /* PEM CAs that verify jwks_url's server; NULL = system store */
+    char *issuer;     /* iss must equal it */
+    char **audiences; /* aud must name one of them */
     size_t n_audiences;
     char **claims; /* the subject is made of these claims (default iss, sub) */
     size_t n_claims;
@@ -99,10 +96,10 @@ typedef enum {
 typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
 
-    host_port_t listen;       /* agents connect here (default 127.0.0.1:8080) */
+    host_port_t listen;           /* agents connect here (default 127.0.0.1:8080) */
     listen_tls_conf_t listen_tls; /* TLS towards agents, when enabled */
-    int workers;              /* processes sharing listen with SO_REUSEPORT (default 1) */
-    host_port_t admin_listen; /* /healthz, /readyz, /metrics (default 127.0.0.1:8081) */
+    int workers;                  /* processes sharing listen with SO_REUSEPORT (default 1) */
+    host_port_t admin_listen;     /* /healthz, /readyz, /metrics (default 127.0.0.1:8081) */
 
     char *upstream_url;         /* full URL as given, e.g. http://127.0.0.1:3001/mcp */
     bool upstream_tls;          /* https:// */

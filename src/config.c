@@ -277,25 +277,10 @@ void config_http_url_free(http_url_t *u)
 
 const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url)
 {
-    bool tls;
-    authority_t a;
-    const char *path;
-    const char *err = url_split(url, &tls, &a, &path);
-    if (err)
-        return err;
     /* the keys decide who a caller is: they must come from a server that proved its name */
-    if (!tls)
+    if (strncasecmp(url, "https://", 8) != 0 && strncasecmp(url, "http://", 7) == 0)
         return "must be https://";
-    free(j->jwks_url);
-    free(j->jwks.host);
-    free(j->jwks_path);
-    free(j->jwks_host_header);
-    j->jwks_url = xstrdup(url);
-    j->jwks.host = xstrndup(a.host, a.hlen);
-    j->jwks.port = (uint16_t)a.port;
-    j->jwks_path = xstrdup(path);
-    j->jwks_host_header = host_header(&a);
-    return NULL;
+    return config_parse_http_url(url, &j->jwks);
 }
 
 void config_listen_tls_free(listen_tls_conf_t *t)
@@ -309,10 +294,7 @@ void config_listen_tls_free(listen_tls_conf_t *t)
 void config_subject_jwt_free(subject_jwt_conf_t *j)
 {
     free(j->jwks_file);
-    free(j->jwks_url);
-    free(j->jwks.host);
-    free(j->jwks_path);
-    free(j->jwks_host_header);
+    config_http_url_free(&j->jwks);
     free(j->ca_file);
     free(j->issuer);
     util_strv_free(j->audiences, j->n_audiences);

@@ -790,13 +790,13 @@ static void subject_jwt(ctx_t *cx, struct fy_node *v, int line, const char *path
         return; /* a missing key may only be a bad one, already reported */
     /* the keys say a token is genuine; issuer and audience say it is meant for this server,
      * not a token the same identity provider issued to another service */
-    if (!j->jwks_file && !j->jwks_url)
+    if (!j->jwks_file && !j->jwks.url)
         err_at(cx, line, "%s: give jwks_url or jwks_file (where the issuer's keys are)", path);
     else if (!j->issuer)
         err_at(cx, line, "%s: issuer is required (the iss every token must have)", path);
     else if (!j->n_audiences)
         err_at(cx, line, "%s: audience is required (the aud naming this server)", path);
-    else if (j->ca_file && !j->jwks_url)
+    else if (j->ca_file && !j->jwks.url)
         err_at(cx, line, "%s: ca_file is only used with jwks_url", path);
     else
         c->subject.kind = SUBJECT_JWT;

@@ -170,11 +170,11 @@ jwks_source_t *jwks_source_new(const jwks_source_opts_t *opts, char *msg, size_t
         if (!(s->file_keys = read_file(s->file, msg, msglen)))
             goto fail;
     }
-    if (!c->jwks_url)
+    if (!c->jwks.url)
         return s;
-    s->url = xstrdup(c->jwks_url);
-    s->path = xstrdup(c->jwks_path);
-    s->host_header = xstrdup(c->jwks_host_header);
+    s->url = xstrdup(c->jwks.url);
+    s->path = xstrdup(c->jwks.path);
+    s->host_header = xstrdup(c->jwks.host_header);
     s->ca_file = c->ca_file ? xstrdup(c->ca_file) : NULL;
     char err[256];
     if (!(s->tls = upstream_tls_new(c->ca_file, err, sizeof(err)))) {
@@ -191,8 +191,8 @@ jwks_source_t *jwks_source_new(const jwks_source_opts_t *opts, char *msg, size_t
     upstream_opts_t uo = {
         .base = opts->base,
         .tls = s->tls,
-        .host = c->jwks.host,
-        .port = c->jwks.port,
+        .host = c->jwks.hp.host,
+        .port = c->jwks.hp.port,
         .limits = &s->limits,
     };
     if (!(s->pool = upstream_pool_new(&uo, err, sizeof(err)))) {
@@ -236,7 +236,7 @@ void jwks_source_free(jwks_source_t *s)
 
 bool jwks_source_same_origin(const jwks_source_t *s, const subject_jwt_conf_t *conf)
 {
-    return str_same(s->file, conf->jwks_file) && str_same(s->url, conf->jwks_url) &&
+    return str_same(s->file, conf->jwks_file) && str_same(s->url, conf->jwks.url) &&
            str_same(s->ca_file, conf->ca_file);
 }
 

@@ -965,10 +965,10 @@ static void test_subject_jwt(void **state)
                                 "    audience: mcp-refunds\n");
     const subject_jwt_conf_t *j = &c->subject.jwt;
     assert_int_equal(c->subject.kind, SUBJECT_JWT);
-    assert_string_equal(j->jwks.host, "idp.example");
-    assert_int_equal(j->jwks.port, 8443);
-    assert_string_equal(j->jwks_path, "/keys");
-    assert_string_equal(j->jwks_host_header, "idp.example:8443");
+    assert_string_equal(j->jwks.hp.host, "idp.example");
+    assert_int_equal(j->jwks.hp.port, 8443);
+    assert_string_equal(j->jwks.path, "/keys");
+    assert_string_equal(j->jwks.host_header, "idp.example:8443");
     assert_null(j->ca_file);
     assert_int_equal(j->n_audiences, 1);
     assert_string_equal(j->audiences[0], "mcp-refunds");
@@ -993,7 +993,7 @@ static void test_subject_jwt(void **state)
                       "    leeway: 0s\n"
                       "    refresh: 1h\n");
     j = &c->subject.jwt;
-    assert_int_equal(j->jwks.port, 443);
+    assert_int_equal(j->jwks.hp.port, 443);
     assert_int_equal(j->n_audiences, 2);
     assert_string_equal(j->audiences[1], "b");
     assert_string_equal(j->claims[1], "tenant");
