@@ -4,6 +4,7 @@
 #ifndef IDEMGW_STORE_INT_H
 #define IDEMGW_STORE_INT_H
 
+#include "dup_table.h"
 #include "store.h"
 
 #include <libpq-fe.h>
@@ -101,10 +102,6 @@ typedef struct store_conn {
 } store_conn_t;
 
 /* One key's duplicates counted since the last flush (a slot of an open-addressing table). */
-typedef struct store_dup {
-    char *key; /* NULL: empty slot */
-    int count;
-} store_dup_t;
 
 struct store_pg {
     struct event_base *base;
@@ -128,9 +125,7 @@ struct store_pg {
     struct event *sweep_more_ev; /* zero timeout: next batch after yielding to the loop */
     bool sweeping;               /* a sweeper batch is queued or in flight */
 
-    store_dup_t *dups; /* duplicates per key not yet written; dups_cap slots, power of 2 */
-    size_t dups_cap;
-    size_t dups_len;      /* keys in the table */
+    dup_table_t dups; /* duplicates per key not yet written */
     struct event *dup_ev; /* every STORE_DUP_FLUSH_MS: writes the counts in one statement */
 
     bool schema_ok;      /* migrations checked (and applied) by some connection */

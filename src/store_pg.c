@@ -1101,89 +1101,26 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- duplicates counted in memory ---- */
 
-static size_t dup_hash(const char *key)
+/* The table's counts, taken (the table is emptied), as two array literals, keys
+ * ({"k1","k2"}) and counts ({1,2}), in the same order. */
+static void dup_arrays(store_pg_t *s, char **keys_out, char **counts_out)
 {
-    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)key; *p; p++)
-        h = (h ^ *p) * UINT64_C(1099511628211);
-    return (size_t)(h ^ (h >> 32));
-}
-
-/* The slot holding key, or the empty slot where it goes (the table is never full). */
-static store_dup_t *dup_slot(store_dup_t *t, size_t cap, const char *key)
-{
-    size_t i = dup_hash(key) & (cap - 1);
-    while (t[i].key && strcmp(t[i].key, key) != 0)
-        i = (i + 1) & (cap - 1);
-    return &t[i];
-}
-
-static void dup_grow(store_pg_t *s)
-{
-    size_t cap = s->dups_cap ? s->dups_cap * 2 : 64;
-    store_dup_t *t = xcalloc(cap, sizeof(*t));
-    for (size_t i = 0; i < s->dups_cap; i++)
-        if (s->dups[i].key)
-            *dup_slot(t, cap, s->dups[i].key) = s->dups[i];
-    free(s->dups);
-    s->dups = t;
-    s->dups_cap = cap;
-}
-
-static void dup_add(store_pg_t *s, const char *key)
-{
-    if ((s->dups_len + 1) * 2 > s->dups_cap)
-        dup_grow(s);
-    store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
-    if (!d->key) {
-        d->key = xstrdup(key);
-        s->dups_len++;
-    }
-    if (d->count < INT32_MAX)
-        d->count++;
-}
-
-static int pg_pending_duplicates(const store_pg_t *s, const char *key)
-{
-    if (!s->dups_len)
-        return 0;
-    const store_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
-    return d->key ? (int)d->count : 0;
-}
-
-static void dup_clear(store_pg_t *s)
-{
-    for (size_t i = 0; i < s->dups_cap; i++)
-        free(s->dups[i].key);
-    /* a burst of distinct keys should not pin its table forever */
-    if (s->dups_cap > 1024) {
-        free(s->dups);
-        s->dups = NULL;
-        s->dups_cap = 0;
-    } else if (s->dups) {
-        memset(s->dups, 0, s->dups_cap * sizeof(*s->dups));
-    }
-    s->dups_len = 0;
-}
-
-/* The table as two array literals, keys ({"k1","k2"}) and counts ({1,2}), in the same order. */
-static void dup_arrays(const store_pg_t *s, char **keys_out, char **counts_out)
-{
+    size_t n = s->dups.len;
+    char **dkeys;
+    int *dcounts;
+    dup_table_take(&s->dups, &dkeys, &dcounts);
     size_t klen = 3, clen = 3;
-    for (size_t i = 0; i < s->dups_cap; i++) {
-        if (s->dups[i].key) {
-            klen += 2 * strlen(s->dups[i].key) + 3;
-            clen += 12;
-        }
+    for (size_t i = 0; i < n; i++) {
+        klen += 2 * strlen(dkeys[i]) + 3;
+        clen += 12;
     }
     char *keys = xmalloc(klen), *counts = xmalloc(clen);
     size_t k = 0, c = 0;
     keys[k++] = '{';
     counts[c++] = '{';
-    for (size_t i = 0; i < s->dups_cap; i++) {
-        const store_dup_t *d = &s->dups[i];
-        if (!d->key)
-            continue;
+    for (size_t i = 0; i < n; i++) {
+        const dup_entry_t e = {dkeys[i], dcounts[i]};
+        const dup_entry_t *d = &e;
         if (k > 1) {
             keys[k++] = ',';
             counts[c++] = ',';
@@ -1197,7 +1134,10 @@ static void dup_arrays(const store_pg_t *s, char **keys_out, char **counts_out)
         }
         keys[k++] = '"';
         c += (size_t)snprintf(counts + c, clen - c, "%d", d->count);
+        free(dkeys[i]);
     }
+    free(dkeys);
+    free(dcounts);
     keys[k++] = '}';
     keys[k] = '\0';
     counts[c++] = '}';
@@ -1211,15 +1151,14 @@ static void dup_arrays(const store_pg_t *s, char **keys_out, char **counts_out)
 static void dup_flush(store_pg_t *s)
 {
     /* the conditions of admit(), without counting a refusal nobody asked for */
-    if (s->dups_len == 0 || s->closing || s->schema_refused || store_up_count(s) == 0 ||
+    if (s->dups.len == 0 || s->closing || s->schema_refused || store_up_count(s) == 0 ||
         s->q_len >= QUEUE_MAX)
         return;
     store_op_t *op = op_new(STORE_OP_DUP);
+    op->dup_keys = (int)s->dups.len;
     dup_arrays(s, &op->values[0], &op->values[1]);
     op->nparams = 2;
     op->internal = true;
-    op->dup_keys = (int)s->dups_len;
-    dup_clear(s);
     (void)submit(s, op); /* admitted above: cannot be refused */
 }
 
@@ -1234,10 +1173,11 @@ static void dup_tick(evutil_socket_t fd, short what, void *arg)
  * short blocking connection, only while the database was reachable a moment ago. */
 static void dup_flush_sync(store_pg_t *s)
 {
-    if (s->dups_len == 0 || !s->schema_ok || store_up_count(s) == 0)
+    if (s->dups.len == 0 || !s->schema_ok || store_up_count(s) == 0)
         return;
     const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
     char *values[2];
+    size_t n = s->dups.len;
     dup_arrays(s, &values[0], &values[1]);
     store_conn_params(s, kw, val);
     PGconn *pg = PQconnectdbParams(kw, val, 1);
@@ -1248,7 +1188,7 @@ static void dup_flush_sync(store_pg_t *s)
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
         msg[strcspn(msg, "\n")] = '\0';
-        log_warn(0, "store: duplicate counts of %zu keys lost at close: %s", s->dups_len, msg);
+        log_warn(0, "store: duplicate counts of %zu keys lost at close: %s", n, msg);
     }
     PQclear(r);
     PQfinish(pg);
@@ -1371,8 +1311,7 @@ static void pg_free(store_pg_t *s)
     event_free(s->sweep_ev);
     event_free(s->sweep_more_ev);
     event_free(s->dup_ev);
-    dup_clear(s);
-    free(s->dups);
+    dup_table_free(&s->dups);
     free(s->conns);
     free(s->conninfo);
     free(s->pg_options);
@@ -1446,8 +1385,8 @@ static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_fi
     store_status_t st = admit(s);
     if (st != STORE_OK || !key)
         return st != STORE_OK ? st : STORE_ERR_STATEMENT;
-    dup_add(s, key);
-    if (s->dups_len >= DUP_FLUSH_KEYS)
+    dup_table_add(&s->dups, key);
+    if (s->dups.len >= DUP_FLUSH_KEYS)
         dup_flush(s);
     if (cb) {
         store_op_t *op = op_new(STORE_OP_DUP);
@@ -1523,7 +1462,7 @@ static store_status_t ops_note_duplicate(void *impl, const char *key, store_fini
 
 static int ops_pending_duplicates(const void *impl, const char *key)
 {
-    return pg_pending_duplicates(impl, key);
+    return dup_table_count(&((const store_pg_t *)impl)->dups, key);
 }
 
 static store_status_t ops_extend_lease(void *impl, const char *key, int64_t fence,

@@ -20,6 +20,8 @@
  * backend does; store_free writes what is left before it returns. */
 #include "store_sqlite.h"
 
+#include "dup_table.h"
+
 #include "key.h"
 #include "log.h"
 #include "store_migrations.h"
@@ -119,10 +121,6 @@ typedef struct sq_op {
     int64_t now_ms; /* the store's clock when the op ran */
 } sq_op_t;
 
-typedef struct sq_dup {
-    char *key; /* NULL: empty slot */
-    int count;
-} sq_dup_t;
 
 enum {
     STMT_SELECT = 0,
@@ -163,8 +161,7 @@ typedef struct store_sqlite {
     struct event *sweep_ev, *sweep_more_ev, *dup_ev;
     bool sweeping;
     bool closing;
-    sq_dup_t *dups;
-    size_t dups_cap, dups_len;
+    dup_table_t dups; /* duplicates per key not yet written (the loop's) */
     store_stats_t stats; /* the loop's counters */
 } store_sqlite_t;
 
@@ -864,65 +861,21 @@ static store_status_t submit(store_sqlite_t *s, sq_op_t *op)
 
 /* ---- duplicates counted in memory ---- */
 
-static sq_dup_t *dup_slot(sq_dup_t *t, size_t cap, const char *key)
-{
-    size_t i = (size_t)util_fnv1a64(key) & (cap - 1);
-    while (t[i].key && strcmp(t[i].key, key) != 0)
-        i = (i + 1) & (cap - 1);
-    return &t[i];
-}
-
-static void dup_add(store_sqlite_t *s, const char *key)
-{
-    if ((s->dups_len + 1) * 2 > s->dups_cap) {
-        size_t cap = s->dups_cap ? s->dups_cap * 2 : 64;
-        sq_dup_t *t = xcalloc(cap, sizeof(*t));
-        for (size_t i = 0; i < s->dups_cap; i++)
-            if (s->dups[i].key)
-                *dup_slot(t, cap, s->dups[i].key) = s->dups[i];
-        free(s->dups);
-        s->dups = t;
-        s->dups_cap = cap;
-    }
-    sq_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
-    if (!d->key) {
-        d->key = xstrdup(key);
-        s->dups_len++;
-    }
-    if (d->count < INT32_MAX)
-        d->count++;
-}
-
 /* The counts as one internal op (the table is emptied), or NULL when there are none. */
 static sq_op_t *dup_take(store_sqlite_t *s)
 {
-    if (s->dups_len == 0)
+    if (s->dups.len == 0)
         return NULL;
     sq_op_t *op = op_new(SQ_DUP, NULL);
     op->internal = true;
-    op->dup_keys = xcalloc(s->dups_len, sizeof(*op->dup_keys));
-    op->dup_counts = xcalloc(s->dups_len, sizeof(*op->dup_counts));
-    for (size_t i = 0; i < s->dups_cap; i++) {
-        if (!s->dups[i].key)
-            continue;
-        op->dup_keys[op->n_dups] = s->dups[i].key;
-        op->dup_counts[op->n_dups++] = s->dups[i].count;
-    }
-    /* the keys moved into the op; a burst of distinct keys does not pin its table */
-    if (s->dups_cap > 1024) {
-        free(s->dups);
-        s->dups = NULL;
-        s->dups_cap = 0;
-    } else {
-        memset(s->dups, 0, s->dups_cap * sizeof(*s->dups));
-    }
-    s->dups_len = 0;
+    op->n_dups = s->dups.len;
+    dup_table_take(&s->dups, &op->dup_keys, &op->dup_counts); /* the keys move into the op */
     return op;
 }
 
 static void dup_flush(store_sqlite_t *s)
 {
-    if (s->closing || s->dups_len == 0)
+    if (s->closing || s->dups.len == 0)
         return;
     sq_op_t *op = dup_take(s);
     if (submit(s, op) != STORE_OK)
@@ -1159,9 +1112,7 @@ static void sq_free(store_sqlite_t *s)
         event_free(s->dup_ev);
     if (s->efd >= 0)
         close(s->efd);
-    for (size_t i = 0; i < s->dups_cap; i++)
-        free(s->dups[i].key);
-    free(s->dups);
+    dup_table_free(&s->dups);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s->path);
@@ -1283,8 +1234,8 @@ static store_status_t ops_note_duplicate(void *impl, const char *key, store_fini
     store_status_t st = admit(s);
     if (st != STORE_OK || !key)
         return st != STORE_OK ? st : STORE_ERR_STATEMENT;
-    dup_add(s, key);
-    if (s->dups_len >= DUP_FLUSH_KEYS)
+    dup_table_add(&s->dups, key);
+    if (s->dups.len >= DUP_FLUSH_KEYS)
         dup_flush(s);
     if (cb) {
         /* accepted once counted in memory: answered by the writer's next batch, never from
@@ -1299,11 +1250,7 @@ static store_status_t ops_note_duplicate(void *impl, const char *key, store_fini
 
 static int ops_pending_duplicates(const void *impl, const char *key)
 {
-    const store_sqlite_t *s = impl;
-    if (!s->dups_len || !key)
-        return 0;
-    const sq_dup_t *d = dup_slot(s->dups, s->dups_cap, key);
-    return d->key ? d->count : 0;
+    return dup_table_count(&((const store_sqlite_t *)impl)->dups, key);
 }
 
 static store_status_t ops_extend_lease(void *impl, const char *key, int64_t fence,
