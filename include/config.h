@@ -155,6 +155,7 @@ typedef struct config {
     cors_mode_t cors;         /* CORS headers on answers the gateway writes (mirror) */
     bool status_tool;         /* tools/list offers idemgw_call_status, answered by the gateway */
     http_url_t otlp;          /* OTLP/HTTP traces go here (otlp_endpoint); url NULL: off */
+    double otlp_sample_ratio; /* traces the gateway starts that are sampled, 0 to 1 (1) */
     uint64_t dup_harness_ms;  /* duplicates.harness_within (dupsource.h) */
     uint64_t dup_model_ms;    /* duplicates.model_within */
 

@@ -26,6 +26,27 @@ typedef enum {
 
 extern const char *const stats_outcome_names[STATS_OUT_N];
 
+/* Store operations as the gateway's callers see them (from the call to its callback, time
+ * queued for a connection included): the label of idemgw_store_operation_duration_seconds. */
+typedef enum {
+    STATS_STORE_CLAIM = 0,
+    STATS_STORE_FINISH,
+    STATS_STORE_GET,
+    STATS_STORE_DUP,
+    STATS_STORE_EXTEND,
+    STATS_STORE_RELEASE,
+    STATS_STORE_FORGET,
+    STATS_STORE_SWEEP,
+    STATS_STORE_COUNT, /* the count of keys held unknown, read on a scrape */
+    STATS_STORE_N
+} stats_store_op_t;
+
+extern const char *const stats_store_op_names[STATS_STORE_N];
+
+/* Store operation histograms: bucket upper bounds in microseconds (finer than requests'),
+ * the last one +Inf. */
+extern const uint64_t stats_store_bucket_le_us[STATS_BUCKETS - 1];
+
 /* One tool's calls and duplicates, in a worker's slot table. Tools named by the policy or
  * listed by the server get a slot of their own (STATS_TOOLS at most); any other name, and
  * any beyond the cap, count under STATS_OTHER_TOOL: label values stay bounded. */
@@ -69,6 +90,25 @@ typedef struct server_stats {
     uint64_t upstream_count;
     uint64_t spans_exported; /* spans the OTLP endpoint took */
     uint64_t spans_dropped;  /* spans dropped: the exporter lagged or the endpoint refused */
+    uint64_t cache_hits;     /* replay cache lookups that found a live entry */
+    uint64_t cache_misses;   /* replay cache lookups that did not */
+    uint64_t protected_in_flight; /* gauge: protected calls the upstream runs now (claimed) */
+    /* store operations by stats_store_op_t: per bucket, sum of microseconds, count */
+    uint64_t store_op_buckets[STATS_STORE_N][STATS_BUCKETS];
+    uint64_t store_op_us[STATS_STORE_N];
+    uint64_t store_op_count[STATS_STORE_N];
+    /* this worker's store, copied from store_get_stats every second (store_observe) */
+    uint64_t store_present;          /* 1: this worker has a store */
+    uint64_t store_up;               /* 1: it is ready */
+    uint64_t store_conns_wanted;     /* gauge: connections the pool keeps (Postgres pool_size) */
+    uint64_t store_conns_open;       /* gauge: connections ready */
+    uint64_t store_conns_busy;       /* gauge: connections with statements in flight */
+    uint64_t store_queued;           /* gauge: operations waiting for a connection (the writer) */
+    uint64_t store_claims;           /* claim statements that returned a row */
+    uint64_t store_connects;         /* connections that became ready */
+    uint64_t store_swept;            /* expired rows deleted */
+    uint64_t store_batches;          /* statements or transactions that carried several calls */
+    uint64_t store_batched;          /* calls those carried */
     stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;
 
@@ -83,5 +123,7 @@ stats_outcome_t stats_outcome_of(const char *outcome);
 void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms);
 /* Files one upstream exchange's duration. */
 void stats_observe_upstream(server_stats_t *s, uint64_t ms);
+/* Files one store operation's duration. */
+void stats_observe_store(server_stats_t *s, stats_store_op_t op, uint64_t us);
 
 #endif

@@ -91,6 +91,8 @@ typedef void (*store_claim_cb)(store_status_t st, const store_claim_result_t *re
 typedef void (*store_finish_cb)(store_status_t st, bool fence_matched, void *arg);
 typedef void (*store_get_cb)(store_status_t st, const store_row_t *row /* NULL: no row */,
                              void *arg);
+/* n: the rows counted (0 unless st == STORE_OK). */
+typedef void (*store_count_cb)(store_status_t st, int64_t n, void *arg);
 /* row: the row as it was before the call (NULL: no row); released: it was changed. */
 typedef void (*store_release_cb)(store_status_t st, bool released, const store_row_t *row,
                                  void *arg);
@@ -157,6 +159,10 @@ store_status_t store_release(store_t *s, const char *key, store_release_cb cb,
  * second's row. */
 store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
 
+/* Counts the live rows held in state UNKNOWN (every replica's): for /metrics, read when it is
+ * scraped, never on a call's path. STORE_ERR_STATEMENT when the backend cannot count. */
+store_status_t store_count_unknown(store_t *s, store_count_cb cb, void *arg) MUST_CHECK;
+
 /* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
 
@@ -172,6 +178,8 @@ typedef struct store_stats {
     uint64_t swept;         /* rows deleted by the sweeper and store_sweep_now */
     int queued;             /* calls waiting for a connection now */
     int connections_up;     /* connections ready now */
+    int connections_busy;   /* of those, with statements in flight now */
+    int connections_wanted; /* connections the store keeps open when it can */
     uint64_t transactions;  /* embedded store: write transactions committed (one fsync each) */
     uint64_t batched_ops;   /* embedded store: operations those transactions carried */
     uint64_t claim_batches; /* Postgres: batch claim statements (two or more claims) */
@@ -181,6 +189,12 @@ typedef struct store_stats {
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);
+
+struct server_stats;
+/* Times every call with a callback into stats (idemgw_store_operation_duration_seconds) and
+ * copies the store's gauges and counters there every second, on base's loop. Once, after the
+ * store is made; store_free stops it. */
+void store_observe(store_t *s, struct server_stats *stats, struct event_base *base);
 
 /* A backend: the operations above, on its own state (impl). Each follows the contract of the
  * function of the same name. The backends are store_pg.h and store_sqlite.h. */
@@ -198,6 +212,7 @@ typedef struct store_ops {
     store_status_t (*sweep_now)(void *impl, store_finish_cb cb, void *arg);
     store_status_t (*release)(void *impl, const char *key, store_release_cb cb, void *arg);
     store_status_t (*forget)(void *impl, const char *key, store_get_cb cb, void *arg);
+    store_status_t (*count_unknown)(void *impl, store_count_cb cb, void *arg); /* may be NULL */
     bool (*ready)(const void *impl);
     void (*get_stats)(const void *impl, store_stats_t *out);
     void (*free)(void *impl);

@@ -16,6 +16,7 @@
 #define TRACE_MAX_PENDING 4096 /* spans waiting to be sent, at most */
 #define TRACE_BATCH 512        /* spans per request */
 #define TRACE_FLUSH_MS 1000    /* a batch leaves at least this often */
+#define TRACE_EXIT_MS 2000     /* at exit, what is held is sent within this, or dropped */
 
 struct event_base;
 typedef struct tracer tracer_t;
@@ -45,10 +46,20 @@ typedef struct span {
     bool error; /* status ERROR */
 } span_t;
 
-/* NULL (tracing off) when url has no endpoint; NULL with msg when it cannot be used. */
-tracer_t *tracer_new(struct event_base *base, const http_url_t *url, server_stats_t *stats,
-                     char *msg, size_t msglen);
+/* NULL (tracing off) when url has no endpoint; NULL with msg when it cannot be used.
+ * sample_ratio: the share of the traces the gateway starts (no traceparent from the agent)
+ * that are sampled; a continued trace keeps its parent's sampled flag. */
+tracer_t *tracer_new(struct event_base *base, const http_url_t *url, double sample_ratio,
+                     server_stats_t *stats, char *msg, size_t msglen);
 void tracer_free(tracer_t *t);
+
+/* Whether a trace the gateway starts with trace_id is sampled (by the trace id, so every
+ * replica decides alike). */
+bool tracer_sampled(const tracer_t *t, const uint8_t trace_id[16]);
+
+/* At exit, once the loop has stopped: sends every span still held and runs the loop until the
+ * endpoint has answered, for at most within_ms; what is left then is counted dropped. */
+void tracer_drain(tracer_t *t, uint64_t within_ms);
 
 /* A finished span into the pending batch. */
 void tracer_record(tracer_t *t, const span_t *s);

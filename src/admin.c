@@ -72,25 +72,33 @@ static void probe_done(bool ok, void *arg)
 }
 
 /* One Prometheus histogram series: cumulative buckets in seconds, the sum, the count. labels
- * is "" or "name=\"value\"," (ending in a comma). */
-static void histogram(struct evbuffer *b, const char *name, const char *labels,
-                      const uint64_t *buckets, uint64_t sum_ms, uint64_t count)
+ * is "" or "name=\"value\"," (ending in a comma); le holds the STATS_BUCKETS - 1 finite
+ * bounds and sum the total, both in units of 1/per_second seconds. */
+static void histogram_in(struct evbuffer *b, const char *name, const char *labels,
+                         const uint64_t *le, double per_second, const uint64_t *buckets,
+                         uint64_t sum, uint64_t count)
 {
     uint64_t cum = 0;
     for (int i = 0; i < STATS_BUCKETS; i++) {
         cum += buckets[i];
         if (i < STATS_BUCKETS - 1)
             evbuffer_add_printf(b, "%s_bucket{%sle=\"%g\"} %llu\n", name, labels,
-                                (double)stats_bucket_le_ms[i] / 1000.0, (unsigned long long)cum);
+                                (double)le[i] / per_second, (unsigned long long)cum);
         else
             evbuffer_add_printf(b, "%s_bucket{%sle=\"+Inf\"} %llu\n", name, labels,
                                 (unsigned long long)cum);
     }
     size_t l = strlen(labels);
-    evbuffer_add_printf(b, "%s_sum%s%.*s%s %.3f\n%s_count%s%.*s%s %llu\n", name, l ? "{" : "",
-                        (int)(l ? l - 1 : 0), labels, l ? "}" : "", (double)sum_ms / 1000.0, name,
+    evbuffer_add_printf(b, "%s_sum%s%.*s%s %.6f\n%s_count%s%.*s%s %llu\n", name, l ? "{" : "",
+                        (int)(l ? l - 1 : 0), labels, l ? "}" : "", (double)sum / per_second, name,
                         l ? "{" : "", (int)(l ? l - 1 : 0), labels, l ? "}" : "",
                         (unsigned long long)count);
+}
+
+static void histogram(struct evbuffer *b, const char *name, const char *labels,
+                      const uint64_t *buckets, uint64_t sum_ms, uint64_t count)
+{
+    histogram_in(b, name, labels, stats_bucket_le_ms, 1e3, buckets, sum_ms, count);
 }
 
 /* Adds a worker's tool table to the sum's, by name. */
@@ -164,8 +172,73 @@ static void tool_series(struct evbuffer *b, const server_stats_t *s)
     }
 }
 
-static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req)
+/* The store's gauges and counters, every worker's added up. */
+static void store_series(struct evbuffer *b, const server_stats_t *s)
 {
+#define GAUGE(name, help, v)                                                                       \
+    evbuffer_add_printf(b,                                                                         \
+                        "# HELP idemgw_" name " " help "\n# TYPE idemgw_" name                     \
+                        " gauge\nidemgw_" name " %llu\n",                                          \
+                        (unsigned long long)(v))
+    /* up when every worker's store is: a worker without one cannot protect a call */
+    GAUGE("store_up", "Whether the store is connected (in every worker).",
+          s->store_present && s->store_up == s->store_present ? 1 : 0);
+    GAUGE("store_connections", "Store connections ready (Postgres; the SQLite writer).",
+          s->store_conns_open);
+    GAUGE("store_connections_busy", "Store connections with statements in flight.",
+          s->store_conns_busy);
+    GAUGE("store_connections_wanted", "Store connections the pools keep open when they can.",
+          s->store_conns_wanted);
+    GAUGE("store_queued_operations",
+          "Store operations waiting for a connection (Postgres) or the writer (SQLite).",
+          s->store_queued);
+    GAUGE("protected_calls_in_flight",
+          "Protected calls claimed and forwarded whose outcome is not yet recorded.",
+          s->protected_in_flight);
+#undef GAUGE
+    evbuffer_add_printf(
+        b,
+        "# HELP idemgw_store_connects_total Store connections that became ready (reconnects "
+        "included).\n# TYPE idemgw_store_connects_total counter\nidemgw_store_connects_total "
+        "%llu\n# HELP idemgw_store_swept_rows_total Expired keys the sweeper deleted.\n# TYPE "
+        "idemgw_store_swept_rows_total counter\nidemgw_store_swept_rows_total %llu\n"
+        "# HELP idemgw_store_batches_total Store statements (Postgres group commit) or "
+        "transactions (SQLite) that carried calls together.\n# TYPE idemgw_store_batches_total "
+        "counter\nidemgw_store_batches_total %llu\n# HELP idemgw_store_batched_operations_total "
+        "Calls those batches carried.\n# TYPE idemgw_store_batched_operations_total counter\n"
+        "idemgw_store_batched_operations_total %llu\n"
+        "# HELP idemgw_replay_cache_lookups_total Replay cache lookups of protected calls, by "
+        "result.\n# TYPE idemgw_replay_cache_lookups_total counter\n"
+        "idemgw_replay_cache_lookups_total{result=\"hit\"} %llu\n"
+        "idemgw_replay_cache_lookups_total{result=\"miss\"} %llu\n",
+        (unsigned long long)s->store_connects, (unsigned long long)s->store_swept,
+        (unsigned long long)s->store_batches, (unsigned long long)s->store_batched,
+        (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses);
+    evbuffer_add_printf(b, "# HELP idemgw_store_operation_duration_seconds Store operations, from "
+                           "the call to its answer (queueing included), by operation.\n"
+                           "# TYPE idemgw_store_operation_duration_seconds histogram\n");
+    for (int o = 0; o < STATS_STORE_N; o++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "op=\"%s\",", stats_store_op_names[o]);
+        histogram_in(b, "idemgw_store_operation_duration_seconds", labels, stats_store_bucket_le_us,
+                     1e6, s->store_op_buckets[o], s->store_op_us[o], s->store_op_count[o]);
+    }
+}
+
+/* A scrape waiting for the store's count of unknown keys. */
+typedef struct scrape {
+    const admin_ctx_t *ctx;
+    http_conn_t *conn; /* NULL once the scraper has gone */
+    bool keep_alive;
+} scrape_t;
+
+static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
+{
+    const admin_ctx_t *ctx = sc->ctx;
+    if (!sc->conn) {
+        free(sc);
+        return;
+    }
     server_stats_t *sum = xcalloc(1, sizeof(*sum));
     for (int w = 0; w < ctx->n_workers; w++) {
         const uint64_t *from = (const uint64_t *)&ctx->all_stats[w];
@@ -199,16 +272,23 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
             s->passthrough);
     COUNTER("store_errors_total", "Store calls that failed.", s->store_errors);
     COUNTER("spans_exported_total", "Trace spans the OTLP endpoint took.", s->spans_exported);
-    COUNTER("spans_dropped_total", "Trace spans dropped: the exporter lagged or was refused.",
+    COUNTER("spans_dropped_total",
+            "Trace spans dropped: the exporter lagged, was refused, or missed the deadline "
+            "at exit.",
             s->spans_dropped);
 #undef COUNTER
     evbuffer_add_printf(b,
                         "# HELP idemgw_open_connections Agent connections open.\n"
-                        "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n"
-                        "# HELP idemgw_store_up Whether the store is connected.\n"
-                        "# TYPE idemgw_store_up gauge\nidemgw_store_up %d\n",
-                        (unsigned long long)s->open_conns,
-                        ctx->store && store_ready(ctx->store) ? 1 : 0);
+                        "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n",
+                        (unsigned long long)s->open_conns);
+    store_series(b, s);
+    /* a count over the whole store (every replica's keys), so no worker sum; left out when
+     * the store could not answer */
+    evbuffer_add_printf(b, "# HELP idemgw_unknown_keys Keys held with an unknown outcome (every "
+                           "replica's), counted in the store at the scrape.\n"
+                           "# TYPE idemgw_unknown_keys gauge\n");
+    if (counted)
+        evbuffer_add_printf(b, "idemgw_unknown_keys %lld\n", (long long)unknown_keys);
     tool_series(b, s);
     evbuffer_add_printf(b, "# HELP idemgw_request_duration_seconds Agent requests, from the "
                            "request's arrival to its end, by outcome.\n"
@@ -225,10 +305,41 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
     histogram(b, "idemgw_upstream_duration_seconds", "", s->upstream_buckets, s->upstream_ms,
               s->upstream_count);
     size_t n = evbuffer_get_length(b);
-    http_conn_respond(conn, 200, "text/plain; version=0.0.4", (const char *)evbuffer_pullup(b, -1),
-                      n, NULL, req->keep_alive);
+    http_conn_set_observer(sc->conn, NULL, NULL, NULL);
+    http_conn_respond(sc->conn, 200, "text/plain; version=0.0.4",
+                      (const char *)evbuffer_pullup(b, -1), n, NULL, sc->keep_alive);
     evbuffer_free(b);
     free(sum);
+    free(sc);
+}
+
+static void scrape_gone(void *arg)
+{
+    ((scrape_t *)arg)->conn = NULL;
+}
+
+static void unknown_counted(store_status_t st, int64_t n, void *arg)
+{
+    metrics_answer(arg, st == STORE_OK, n);
+}
+
+/* The count of unknown keys is read from the store now, off every call's path (one
+ * statement per scrape, from the worker that serves /metrics); the rest is in memory. */
+static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req)
+{
+    scrape_t *sc = xcalloc(1, sizeof(*sc));
+    sc->ctx = ctx;
+    sc->conn = conn;
+    sc->keep_alive = req->keep_alive;
+    if (!ctx->store || !store_ready(ctx->store)) {
+        metrics_answer(sc, false, 0);
+        return;
+    }
+    http_conn_set_observer(conn, NULL, scrape_gone, sc);
+    if (store_count_unknown(ctx->store, unknown_counted, sc) != STORE_OK) {
+        http_conn_set_observer(conn, NULL, NULL, NULL);
+        metrics_answer(sc, false, 0);
+    }
 }
 
 void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)

@@ -478,6 +478,7 @@ static void config_defaults(config_t *c)
     c->store_pool = 4;
     c->store_timeout_ms = 5 * 1000;
     c->workers = 1;
+    c->otlp_sample_ratio = 1.0;
     c->sweep_interval_ms = 60 * 1000;
     c->cache_entries = 100000;
     c->cache_bytes = 64u * 1024 * 1024;

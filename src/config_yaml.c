@@ -512,6 +512,22 @@ static void fn_otlp_endpoint(ctx_t *cx, struct fy_node *v, int line, const char 
     free(url);
 }
 
+static void fn_otlp_sample_ratio(ctx_t *cx, struct fy_node *v, int line, const char *path,
+                                 void *base)
+{
+    config_t *c = base;
+    const char *s = scalar(cx, v, line, path, "a number from 0 to 1");
+    if (!s)
+        return;
+    char *end;
+    errno = 0;
+    double r = strtod(s, &end);
+    if (errno || end == s || *end || !(r >= 0.0 && r <= 1.0))
+        err_at(cx, line, "%s: '%.200s' is not a number from 0 to 1", path, s);
+    else
+        c->otlp_sample_ratio = r;
+}
+
 static void fn_upstream_ca_file(ctx_t *cx, struct fy_node *v, int line, const char *path,
                                 void *base)
 {
@@ -1019,6 +1035,16 @@ static bool otlp_same(const config_t *a, const config_t *b)
     return str_same(a->otlp.url, b->otlp.url);
 }
 
+static bool ratio_same(const config_t *a, const config_t *b)
+{
+    return a->otlp_sample_ratio == b->otlp_sample_ratio;
+}
+
+static void ratio_carry(config_t *next, const config_t *running)
+{
+    next->otlp_sample_ratio = running->otlp_sample_ratio;
+}
+
 static void otlp_carry(config_t *next, const config_t *running)
 {
     config_http_url_free(&next->otlp);
@@ -1200,6 +1226,12 @@ static const key_spec_t top_keys[] = {
      RESTART,
      .same = otlp_same,
      .carry = otlp_carry},
+    {.name = "otlp_sample_ratio",
+     .kind = K_FN,
+     .fn = fn_otlp_sample_ratio,
+     RESTART,
+     .same = ratio_same,
+     .carry = ratio_carry},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
     {.name = "duplicates",
      .kind = K_SECTION,

@@ -131,6 +131,15 @@ static void set_state(call_t *c, call_state_t to)
                   call_state_names[c->state], call_state_names[to]);
         abort();
     }
+    /* claimed and forwarded until the outcome is written: the in-flight gauge */
+    bool was = c->state == CALL_FORWARDED || c->state == CALL_RECORDING;
+    bool is = to == CALL_FORWARDED || to == CALL_RECORDING;
+    if (was != is) {
+        if (is)
+            c->idem->ctx.stats->protected_in_flight++;
+        else
+            c->idem->ctx.stats->protected_in_flight--;
+    }
     c->state = to;
 }
 
@@ -172,6 +181,8 @@ static void fwd_add(call_t *c)
 static void call_detach(void *arg)
 {
     call_t *c = arg;
+    if (c->state == CALL_FORWARDED || c->state == CALL_RECORDING)
+        c->idem->ctx.stats->protected_in_flight--;
     fwd_remove(c);
     free(c->key);
     free(c->subject);
@@ -588,8 +599,11 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
 static bool replay_from_cache(call_t *c)
 {
     const replay_entry_t *e = replay_cache_get(c->idem->ctx.cache, c->key, util_now_ms());
-    if (!e)
+    if (!e) {
+        c->idem->ctx.stats->cache_misses++;
         return false;
+    }
+    c->idem->ctx.stats->cache_hits++;
     if (c->explicit_key && strcmp(e->args_digest, c->args_digest) != 0) {
         answer(c, ANSWER_KEY_REUSED, NULL, NULL);
         return true;

@@ -630,6 +630,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             fprintf(stderr, "idemgw: store: %s\n", msg);
             goto out;
         }
+        store_observe(server->store, server->stats, server->base);
     } else if (policy_needs_store(&cfg->policy)) {
         log_warn(0, "no database configured (database_url: none): calls to non_idempotent tools "
                     "are refused (store_not_configured) and /readyz says not ready; remove "
@@ -645,7 +646,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         goto out;
     }
     if (cfg->otlp.url) {
-        server->tracer = tracer_new(server->base, &cfg->otlp, server->stats, msg, sizeof(msg));
+        server->tracer = tracer_new(server->base, &cfg->otlp, cfg->otlp_sample_ratio, server->stats,
+                                    msg, sizeof(msg));
         if (!server->tracer) {
             fprintf(stderr, "idemgw: otlp_endpoint: %s\n", msg);
             goto out;
@@ -726,6 +728,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
              server->store ? store_backend_name(server->store) : "not configured");
     event_base_dispatch(server->base);
     rc = 0;
+    /* the spans of the last requests are still held: send them, within a short deadline */
+    tracer_drain(server->tracer, TRACE_EXIT_MS);
 
     event_free(ev_term);
     event_free(ev_int);

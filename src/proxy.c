@@ -349,6 +349,8 @@ static void trace_start(exchange_t *ex)
     ex->traced = true;
     ex->start_ns = trace_now_ns();
     trace_new_span(&ex->span, ex->has_parent ? &parent : NULL);
+    if (!ex->has_parent)
+        ex->span.sampled = tracer_sampled(ex->proxy->ctx.tracer, ex->span.trace_id);
     if (ex->has_parent)
         memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
 }
@@ -388,6 +390,8 @@ static const char *log_field(const exchange_t *ex, const char *name, char *out, 
 
 static void trace_record(exchange_t *ex, int kind)
 {
+    if (!(kind == SPAN_SERVER ? ex->span : ex->client_span).sampled)
+        return; /* not exported: its attributes are not worth collecting */
     const char *method = ex->has_msg && ex->msg.method ? ex->msg.method : ex->req->method_name;
     const char *tool = ex->has_msg ? ex->msg.tool : NULL;
     char name[300], status[8], key_hash[80], source[40], code[40], id[80];

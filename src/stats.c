@@ -14,12 +14,32 @@ const char *const stats_outcome_names[STATS_OUT_N] = {
     [STATS_OUT_OTHER] = "other",
 };
 
-static int bucket(uint64_t ms)
+const char *const stats_store_op_names[STATS_STORE_N] = {
+    [STATS_STORE_CLAIM] = "claim",
+    [STATS_STORE_FINISH] = "finish",
+    [STATS_STORE_GET] = "get",
+    [STATS_STORE_DUP] = "dup",
+    [STATS_STORE_EXTEND] = "extend",
+    [STATS_STORE_RELEASE] = "release",
+    [STATS_STORE_FORGET] = "forget",
+    [STATS_STORE_SWEEP] = "sweep",
+    [STATS_STORE_COUNT] = "count_unknown",
+};
+
+const uint64_t stats_store_bucket_le_us[STATS_BUCKETS - 1] = {
+    250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000};
+
+static int bucket_of(const uint64_t *le, uint64_t v)
 {
     int b = 0;
-    while (b < STATS_BUCKETS - 1 && ms > stats_bucket_le_ms[b])
+    while (b < STATS_BUCKETS - 1 && v > le[b])
         b++;
     return b;
+}
+
+static int bucket(uint64_t ms)
+{
+    return bucket_of(stats_bucket_le_ms, ms);
 }
 
 stats_outcome_t stats_outcome_of(const char *outcome)
@@ -43,6 +63,13 @@ void stats_observe_upstream(server_stats_t *s, uint64_t ms)
     s->upstream_buckets[bucket(ms)]++;
     s->upstream_ms += ms;
     s->upstream_count++;
+}
+
+void stats_observe_store(server_stats_t *s, stats_store_op_t op, uint64_t us)
+{
+    s->store_op_buckets[op][bucket_of(stats_store_bucket_le_us, us)]++;
+    s->store_op_us[op] += us;
+    s->store_op_count[op]++;
 }
 
 static stats_tool_t *claim_slot(stats_tool_t *t, const char *name)

@@ -1,12 +1,135 @@
 #include "store.h"
+#include "stats.h"
 #include "util.h"
 
+#include <event2/event.h>
 #include <stdlib.h>
+#include <time.h>
+
+#define STORE_PUBLISH_MS 1000
 
 struct store {
     const store_ops_t *ops;
     void *impl;
+    server_stats_t *stats;    /* NULL: calls are not timed */
+    struct event *publish_ev; /* copies the store's gauges into stats */
 };
+
+/* One timed call: the caller's callback and argument, and when the call was made. */
+typedef struct timed {
+    store_t *store;
+    stats_store_op_t op;
+    uint64_t start_us;
+    union {
+        store_claim_cb claim;
+        store_finish_cb finish;
+        store_get_cb get;
+        store_release_cb release;
+        store_count_cb count;
+    } cb;
+    void *arg;
+} timed_t;
+
+static uint64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+static timed_t *timed_new(store_t *s, stats_store_op_t op, void *arg)
+{
+    timed_t *t = xcalloc(1, sizeof(*t));
+    t->store = s;
+    t->op = op;
+    t->arg = arg;
+    t->start_us = now_us();
+    return t;
+}
+
+/* Files the duration; the caller's callback runs next. Frees t. */
+static void timed_end(timed_t *t)
+{
+    uint64_t end = now_us();
+    stats_observe_store(t->store->stats, t->op, end > t->start_us ? end - t->start_us : 0);
+    free(t);
+}
+
+/* A call the backend refused at once has no callback coming: t is dropped. */
+static store_status_t timed_sent(timed_t *t, store_status_t st)
+{
+    if (t && st != STORE_OK)
+        free(t);
+    return st;
+}
+
+static void timed_claim(store_status_t st, const store_claim_result_t *res, void *arg)
+{
+    timed_t t = *(timed_t *)arg;
+    timed_end(arg);
+    t.cb.claim(st, res, t.arg);
+}
+
+static void timed_finish(store_status_t st, bool matched, void *arg)
+{
+    timed_t t = *(timed_t *)arg;
+    timed_end(arg);
+    if (t.cb.finish)
+        t.cb.finish(st, matched, t.arg);
+}
+
+static void timed_get(store_status_t st, const store_row_t *row, void *arg)
+{
+    timed_t t = *(timed_t *)arg;
+    timed_end(arg);
+    t.cb.get(st, row, t.arg);
+}
+
+static void timed_release(store_status_t st, bool released, const store_row_t *row, void *arg)
+{
+    timed_t t = *(timed_t *)arg;
+    timed_end(arg);
+    t.cb.release(st, released, row, t.arg);
+}
+
+static void timed_count(store_status_t st, int64_t n, void *arg)
+{
+    timed_t t = *(timed_t *)arg;
+    timed_end(arg);
+    t.cb.count(st, n, t.arg);
+}
+
+static void publish(evutil_socket_t fd, short what, void *arg)
+{
+    store_t *s = arg;
+    store_stats_t st;
+    s->ops->get_stats(s->impl, &st);
+    server_stats_t *o = s->stats;
+    o->store_present = 1;
+    o->store_up = s->ops->ready(s->impl) ? 1 : 0;
+    o->store_conns_wanted = (uint64_t)st.connections_wanted;
+    o->store_conns_open = (uint64_t)st.connections_up;
+    o->store_conns_busy = (uint64_t)st.connections_busy;
+    o->store_queued = (uint64_t)st.queued;
+    o->store_claims = st.claims;
+    o->store_connects = st.connects;
+    o->store_swept = st.swept;
+    /* Postgres batches claims and finishes into statements; SQLite batches every call into a
+     * transaction (one fsync) */
+    o->store_batches = st.claim_batches + st.finish_batches + st.transactions;
+    o->store_batched = st.claims_batched + st.finishes_batched + st.batched_ops;
+}
+
+void store_observe(store_t *s, server_stats_t *stats, struct event_base *base)
+{
+    s->stats = stats;
+    s->publish_ev = event_new(base, -1, EV_PERSIST, publish, s);
+    if (!s->publish_ev)
+        abort();
+    struct timeval tv = {STORE_PUBLISH_MS / 1000, (STORE_PUBLISH_MS % 1000) * 1000};
+    evtimer_add(s->publish_ev, &tv);
+    publish(-1, 0, s);
+}
 
 store_t *store_from_ops(const store_ops_t *ops, void *impl)
 {
@@ -25,6 +148,8 @@ void store_free(store_t *s)
 {
     if (!s)
         return;
+    if (s->publish_ev)
+        event_free(s->publish_ev);
     s->ops->free(s->impl);
     free(s);
 }
@@ -41,25 +166,44 @@ void store_get_stats(const store_t *s, store_stats_t *out)
 
 store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb, void *arg)
 {
-    return s->ops->claim(s->impl, req, cb, arg);
+    if (!s->stats)
+        return s->ops->claim(s->impl, req, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_CLAIM, arg);
+    t->cb.claim = cb;
+    return timed_sent(t, s->ops->claim(s->impl, req, timed_claim, t));
 }
 
 store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
                             const char *result, size_t result_len, bool too_large,
                             uint64_t window_ms, store_finish_cb cb, void *arg)
 {
-    return s->ops->finish(s->impl, key, fence, state, result, result_len, too_large, window_ms, cb,
-                          arg);
+    if (!s->stats)
+        return s->ops->finish(s->impl, key, fence, state, result, result_len, too_large, window_ms,
+                              cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_FINISH, arg);
+    t->cb.finish = cb;
+    return timed_sent(t, s->ops->finish(s->impl, key, fence, state, result, result_len, too_large,
+                                        window_ms, timed_finish, t));
 }
 
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)
 {
-    return s->ops->get(s->impl, key, cb, arg);
+    if (!s->stats)
+        return s->ops->get(s->impl, key, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_GET, arg);
+    t->cb.get = cb;
+    return timed_sent(t, s->ops->get(s->impl, key, timed_get, t));
 }
 
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
 {
-    return s->ops->note_duplicate(s->impl, key, cb, arg);
+    /* without a callback a duplicate is only counted in memory (its write is the batched
+     * flush): nothing to time, and a callback would make a backend queue an op for it */
+    if (!s->stats || !cb)
+        return s->ops->note_duplicate(s->impl, key, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_DUP, arg);
+    t->cb.finish = cb;
+    return timed_sent(t, s->ops->note_duplicate(s->impl, key, timed_finish, t));
 }
 
 int store_pending_duplicates(const store_t *s, const char *key)
@@ -70,20 +214,47 @@ int store_pending_duplicates(const store_t *s, const char *key)
 store_status_t store_extend_lease(store_t *s, const char *key, int64_t fence, uint64_t lease_ms,
                                   store_finish_cb cb, void *arg)
 {
-    return s->ops->extend_lease(s->impl, key, fence, lease_ms, cb, arg);
+    if (!s->stats)
+        return s->ops->extend_lease(s->impl, key, fence, lease_ms, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_EXTEND, arg);
+    t->cb.finish = cb;
+    return timed_sent(t, s->ops->extend_lease(s->impl, key, fence, lease_ms, timed_finish, t));
 }
 
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg)
 {
-    return s->ops->sweep_now(s->impl, cb, arg);
+    if (!s->stats)
+        return s->ops->sweep_now(s->impl, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_SWEEP, arg);
+    t->cb.finish = cb;
+    return timed_sent(t, s->ops->sweep_now(s->impl, timed_finish, t));
 }
 
 store_status_t store_release(store_t *s, const char *key, store_release_cb cb, void *arg)
 {
-    return s->ops->release(s->impl, key, cb, arg);
+    if (!s->stats)
+        return s->ops->release(s->impl, key, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_RELEASE, arg);
+    t->cb.release = cb;
+    return timed_sent(t, s->ops->release(s->impl, key, timed_release, t));
 }
 
 store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *arg)
 {
-    return s->ops->forget(s->impl, key, cb, arg);
+    if (!s->stats)
+        return s->ops->forget(s->impl, key, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_FORGET, arg);
+    t->cb.get = cb;
+    return timed_sent(t, s->ops->forget(s->impl, key, timed_get, t));
+}
+
+store_status_t store_count_unknown(store_t *s, store_count_cb cb, void *arg)
+{
+    if (!s->ops->count_unknown)
+        return STORE_ERR_STATEMENT;
+    if (!s->stats)
+        return s->ops->count_unknown(s->impl, cb, arg);
+    timed_t *t = timed_new(s, STATS_STORE_COUNT, arg);
+    t->cb.count = cb;
+    return timed_sent(t, s->ops->count_unknown(s->impl, timed_count, t));
 }

@@ -25,9 +25,10 @@ typedef enum {
     STORE_OP_EXTEND,
     STORE_OP_RELEASE,
     STORE_OP_FORGET,
-    STORE_OP_CLAIM_BATCH,  /* claims queued together: one statement, one commit */
-    STORE_OP_FINISH_BATCH, /* finishes queued together, committed without waiting for the flush */
-    STORE_OP_COUNT_,       /* number of kinds; also the number of prepared statements */
+    STORE_OP_CLAIM_BATCH,   /* claims queued together: one statement, one commit */
+    STORE_OP_FINISH_BATCH,  /* finishes queued together, committed without waiting for the flush */
+    STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
+    STORE_OP_COUNT_,        /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
@@ -54,6 +55,7 @@ typedef struct store_op {
         store_finish_cb finish;
         store_get_cb get;
         store_release_cb release;
+        store_count_cb count;
     } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */

@@ -237,6 +237,9 @@ static const char sweep_sql[] =
         "k") " ORDER BY k.expires_at"
              " LIMIT $1::integer FOR UPDATE SKIP LOCKED) AND " SWEEPABLE("d");
 
+static const char count_unknown_sql[] =
+    "SELECT count(*) FROM idem_keys WHERE state = 'unknown' AND expires_at > now()";
+
 static const struct {
     const char *name;
     const char *sql;
@@ -251,6 +254,7 @@ static const struct {
     [STORE_OP_FORGET] = {"idemgw_forget", forget_sql},
     [STORE_OP_CLAIM_BATCH] = {"idemgw_claim_batch", claim_batch_sql},
     [STORE_OP_FINISH_BATCH] = {"idemgw_finish_batch", finish_batch_sql},
+    [STORE_OP_COUNT_UNKNOWN] = {"idemgw_count_unknown", count_unknown_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -449,6 +453,9 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
         break;
     case STORE_OP_RELEASE:
         op->cb.release(st, false, NULL, op->arg);
+        break;
+    case STORE_OP_COUNT_UNKNOWN:
+        op->cb.count(st, 0, op->arg);
         break;
     default:
         /* a duplicate is reported once it is counted in memory: matched means accepted */
@@ -1051,6 +1058,10 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
             op->cb.release(STORE_ERR_STATEMENT, false, NULL, op->arg);
         }
         free(buf);
+    } else if (op->kind == STORE_OP_COUNT_UNKNOWN) {
+        bool one = PQntuples(res) == 1;
+        op->cb.count(one ? STORE_OK : STORE_ERR_STATEMENT,
+                     one ? strtoll(PQgetvalue(res, 0, 0), NULL, 10) : 0, op->arg);
     } else {
         long rows = strtol(PQcmdTuples(res), NULL, 10);
         if (op->kind == STORE_OP_SWEEP) {
@@ -1328,6 +1339,9 @@ static void pg_get_stats(const store_pg_t *s, store_stats_t *out)
     *out = s->stats;
     out->queued = s->q_len;
     out->connections_up = store_up_count(s);
+    out->connections_wanted = s->pool_size;
+    for (int i = 0; i < s->pool_size; i++)
+        out->connections_busy += s->conns[i].state == STORE_CONN_BUSY;
 }
 
 static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, store_claim_cb cb,
@@ -1435,6 +1449,14 @@ static store_status_t pg_sweep_now(store_pg_t *s, store_finish_cb cb, void *arg)
     return submit(s, op);
 }
 
+static store_status_t pg_count_unknown(store_pg_t *s, store_count_cb cb, void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_COUNT_UNKNOWN);
+    op->cb.count = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
 /* --- the store interface --- */
 
 static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
@@ -1486,6 +1508,11 @@ static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, v
     return pg_forget(impl, key, cb, arg);
 }
 
+static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg)
+{
+    return pg_count_unknown(impl, cb, arg);
+}
+
 static bool ops_ready(const void *impl)
 {
     return pg_ready(impl);
@@ -1512,6 +1539,7 @@ const store_ops_t store_pg_ops = {
     .sweep_now = ops_sweep_now,
     .release = ops_release,
     .forget = ops_forget,
+    .count_unknown = ops_count_unknown,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .free = ops_free,

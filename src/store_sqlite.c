@@ -58,10 +58,11 @@ typedef enum {
     SQ_EXTEND,
     SQ_RELEASE,
     SQ_FORGET,
+    SQ_COUNT_UNKNOWN,
 } sq_kind_t;
 
-static const char *const kind_names[] = {"claim", "finish", "get",     "duplicates",
-                                         "sweep", "extend", "release", "forget"};
+static const char *const kind_names[] = {"claim",  "finish",  "get",    "duplicates",   "sweep",
+                                         "extend", "release", "forget", "count_unknown"};
 
 /* A row read by the writer, every string owned. Times in epoch milliseconds. */
 typedef struct sq_row {
@@ -101,6 +102,7 @@ typedef struct sq_op {
         store_finish_cb finish;
         store_get_cb get;
         store_release_cb release;
+        store_count_cb count;
     } cb;
     void *arg;
     bool internal; /* the sweeper's batch or the duplicate flush: no callback */
@@ -115,12 +117,11 @@ typedef struct sq_op {
     store_status_t status;
     bool acquired; /* claim; release: released */
     bool matched;  /* finish, extend: a row changed; sweep: rows > 0 */
-    int64_t rows;  /* sweep: rows deleted */
+    int64_t rows;  /* sweep: rows deleted; count: rows counted */
     bool has_row;  /* claim, get, release, forget */
     sq_row_t row;
     int64_t now_ms; /* the store's clock when the op ran */
 } sq_op_t;
-
 
 enum {
     STMT_SELECT = 0,
@@ -132,6 +133,7 @@ enum {
     STMT_RELEASE,
     STMT_DELETE,
     STMT_SWEEP,
+    STMT_COUNT_UNKNOWN,
     STMT_COUNT_
 };
 
@@ -197,6 +199,8 @@ static const char *const stmt_sql[STMT_COUNT_] = {
     [STMT_SWEEP] = "DELETE FROM idem_keys WHERE key IN (SELECT key FROM idem_keys"
                    " WHERE expires_at <= ?1 AND NOT (state = 'in_progress' AND lease_until > ?1)"
                    " ORDER BY expires_at LIMIT ?2)",
+    [STMT_COUNT_UNKNOWN] = "SELECT count(*) FROM idem_keys WHERE state = 'unknown'"
+                           " AND expires_at > ?1",
 };
 
 static const char *const state_names[] = {
@@ -503,6 +507,14 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
         st = s->stmts[STMT_DELETE];
         bind_text(st, 1, op->key);
         return stmt_run(s, st) < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_COUNT_UNKNOWN: {
+        st = s->stmts[STMT_COUNT_UNKNOWN];
+        sqlite3_bind_int64(st, 1, now);
+        bool row = sqlite3_step(st) == SQLITE_ROW;
+        op->rows = row ? sqlite3_column_int64(st, 0) : 0;
+        sqlite3_reset(st);
+        return row ? STORE_OK : STORE_ERR_STATEMENT;
+    }
     }
     return STORE_ERR_STATEMENT;
 }
@@ -723,6 +735,9 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
         break;
     case SQ_RELEASE:
         op->cb.release(st, ok && op->acquired, ok && op->has_row ? &row : NULL, op->arg);
+        break;
+    case SQ_COUNT_UNKNOWN:
+        op->cb.count(st, ok ? op->rows : 0, op->arg);
         break;
     case SQ_SWEEP:
         if (ok)
@@ -1294,6 +1309,14 @@ static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, v
     return submit(impl, op);
 }
 
+static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg)
+{
+    sq_op_t *op = op_new(SQ_COUNT_UNKNOWN, NULL);
+    op->cb.count = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
 static bool ops_ready(const void *impl)
 {
     const store_sqlite_t *s = impl;
@@ -1310,6 +1333,7 @@ static void ops_get_stats(const void *impl, store_stats_t *out)
     out->batched_ops = s->batched_ops;
     pthread_mutex_unlock(&s->mu);
     out->connections_up = ops_ready(s) ? 1 : 0;
+    out->connections_wanted = 1; /* the writer's */
 }
 
 static void ops_free(void *impl)
@@ -1328,6 +1352,7 @@ const store_ops_t store_sqlite_ops = {
     .sweep_now = ops_sweep_now,
     .release = ops_release,
     .forget = ops_forget,
+    .count_unknown = ops_count_unknown,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .free = ops_free,

@@ -28,6 +28,9 @@ struct tracer {
     struct event *timer;
     server_stats_t *stats; /* spans_exported, spans_dropped */
     uint64_t in_flight;
+    uint64_t sample_below; /* a new trace is sampled when its id's last 8 bytes are below */
+    bool sample_all;
+    bool draining; /* tracer_drain: send until nothing is held, then stop the loop */
 };
 
 static const upstream_cbs_t export_cbs;
@@ -152,7 +155,9 @@ static void on_export_end(void *arg, upstream_result_t res)
                  (unsigned long long)t->in_flight, upstream_result_str(res), t->status);
     }
     t->in_flight = 0;
-    if (t->n_pending >= TRACE_BATCH)
+    if (t->draining && t->n_pending == 0)
+        event_base_loopexit(t->base, NULL);
+    else if (t->n_pending >= TRACE_BATCH || t->draining)
         send_batch(t);
 }
 
@@ -163,14 +168,57 @@ static void flush_tick(evutil_socket_t fd, short what, void *arg)
     send_batch(arg);
 }
 
-tracer_t *tracer_new(struct event_base *base, const http_url_t *url, server_stats_t *stats,
-                     char *msg, size_t msglen)
+bool tracer_sampled(const tracer_t *t, const uint8_t trace_id[16])
+{
+    if (t->sample_all)
+        return true;
+    uint64_t v = 0;
+    for (int i = 8; i < 16; i++)
+        v = v << 8 | trace_id[i];
+    return v < t->sample_below;
+}
+
+static void drain_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    event_base_loopexit(((tracer_t *)arg)->base, NULL);
+}
+
+void tracer_drain(tracer_t *t, uint64_t within_ms)
+{
+    if (!t || (t->n_pending == 0 && !t->sending))
+        return;
+    t->draining = true;
+    evtimer_del(t->timer);
+    struct event *deadline = evtimer_new(t->base, drain_deadline, t);
+    struct timeval tv = {(time_t)(within_ms / 1000), (suseconds_t)(within_ms % 1000) * 1000};
+    evtimer_add(deadline, &tv);
+    send_batch(t); /* when a batch is on its way, the rest leaves when it is answered */
+    event_base_dispatch(t->base);
+    event_free(deadline);
+    uint64_t lost = t->n_pending + (t->sending ? t->in_flight : 0);
+    if (lost) {
+        t->stats->spans_dropped += lost;
+        log_warn(0, "traces: %llu spans not sent within %llu ms at exit", (unsigned long long)lost,
+                 (unsigned long long)within_ms);
+    } else {
+        log_info(0, "traces: every span sent before exit");
+    }
+    t->draining = false;
+}
+
+tracer_t *tracer_new(struct event_base *base, const http_url_t *url, double sample_ratio,
+                     server_stats_t *stats, char *msg, size_t msglen)
 {
     if (!url->url)
         return NULL;
     tracer_t *t = xcalloc(1, sizeof(*t));
     t->base = base;
     t->stats = stats;
+    t->sample_all = sample_ratio >= 1.0;
+    /* 2^64 * ratio, below 2^64 since ratio < 1 here */
+    t->sample_below = sample_ratio > 0.0 && !t->sample_all
+                          ? (uint64_t)(sample_ratio * 18446744073709551616.0)
+                          : 0;
     t->limits = (upstream_limits_t){.connect_timeout_ms = 2000, .timeout_ms = 5000,
                                     .idle_timeout_ms = 5000, .pool = 1};
     if (url->tls && !(t->tls = upstream_tls_new(NULL, msg, msglen))) {
