@@ -85,3 +85,49 @@ test('spans for a protected call and its replay, continuing the agent\'s trace',
   assert.match(metrics, /^idemgw_spans_exported_total [1-9]/m);
   assert.match(metrics, /^idemgw_spans_dropped_total 0$/m);
 });
+
+test('SIGTERM: the spans still held are sent before the gateway exits', async (t) => {
+  const otlp = await receiver(t);
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { static: 's' }, otlp_endpoint: otlp.url },
+  });
+  const s = await rawSession(t, gw.url);
+  await s.call('issue_refund', { order_id: 'ord-exit', amount_cents: 5 }, { id: 'x1' });
+  // at once: the batch would otherwise leave on the exporter's next tick, after the exit
+  gw.proc.kill('SIGTERM');
+  const exit = await gw.exited;
+  assert.equal(exit.code, 0, gw.logs());
+  // the gateway exits once the receiver has answered, so the spans are there already
+  const server = otlp.spans.find((x) => x.kind === 2 && attr(x, 'jsonrpc.request.id') === 'x1');
+  assert.ok(server, `the last request's span was sent before the exit: ${gw.logs()}`);
+  assert.ok(otlp.spans.some((x) => x.kind === 3 && x.parentSpanId === server.spanId), 'and its CLIENT span');
+  assert.match(gw.logs(), /every span sent before exit/);
+});
+
+test('otlp_sample_ratio: traces the gateway starts are sampled by ratio; an agent\'s flag is kept', async (t) => {
+  const otlp = await receiver(t);
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { static: 's' }, otlp_endpoint: otlp.url, otlp_sample_ratio: 0 },
+  });
+  const s = await rawSession(t, gw.url);
+  const trace = 'aaf92f3577b34da6a3ce929d0e0e4736';
+  await s.call('issue_refund', { order_id: 'ord-s1', amount_cents: 1 }, { id: 'u1' });
+  await s.call('issue_refund', { order_id: 'ord-s2', amount_cents: 1 }, { id: 'u2', headers: { traceparent: `00-${trace}-00f067aa0ba902b7-00` } });
+  await s.call('issue_refund', { order_id: 'ord-s3', amount_cents: 1 }, { id: 's3', headers: { traceparent: `00-${trace}-00f067aa0ba902b7-01` } });
+  await waitFor(() => otlp.spans.some((x) => attr(x, 'jsonrpc.request.id') === 's3'), { what: 'the sampled span' });
+  gw.proc.kill('SIGTERM');
+  await gw.exited; // everything held is sent by now
+  const ids = otlp.spans.filter((x) => x.kind === 2).map((x) => attr(x, 'jsonrpc.request.id'));
+  assert.ok(!ids.includes('u1'), 'ratio 0: a trace the gateway starts is not sampled');
+  assert.ok(!ids.includes('u2'), 'the agent\'s unsampled flag is kept');
+  const ledger = await readLedger(upstream.ledger);
+  assert.match(ledger[0].traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/, 'the upstream is told it is not sampled');
+  assert.match(ledger[1].traceparent, new RegExp(`^00-${trace}-[0-9a-f]{16}-00$`));
+  assert.match(ledger[2].traceparent, new RegExp(`^00-${trace}-[0-9a-f]{16}-01$`));
+});

@@ -6,9 +6,21 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  REPO, createDatabase, freePort, rawSession, run, startGateway, startProcess, startRefundServer, tempDir, waitFor,
-  waitForLog,
+  REPO, createDatabase, freePort, rawSession, replayMarker, run, startGateway, startProcess, startRefundServer, tempDir,
+  waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
+
+/** /metrics as a map: 'name{labels}' (or 'name') to its value. */
+async function scrape(gw) {
+  const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  const out = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    out.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return out;
+}
 
 async function gateway(t) {
   const upstream = await startRefundServer(t);
@@ -69,4 +81,51 @@ test('a real Prometheus scrapes the gateway: PromQL counts the duplicates by sou
   assert.equal(byTool.harness, 1);
   const replays = await query('idemgw_request_duration_seconds_count{outcome="replay"}');
   assert.equal(Object.values(replays)[0], 2);
+});
+
+test('the store, cache and in-flight series move with the calls', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { static: 'p' }, tools: { slow_refund: { class: 'non_idempotent' } } },
+  });
+  const op = (m, name) => m.get(`idemgw_store_operation_duration_seconds_count{op="${name}"}`);
+  const before = await waitFor(async () => {
+    const m = await scrape(gw);
+    return m.get('idemgw_store_connections') > 0 ? m : null;
+  }, { what: 'the store pool gauges to be published' });
+  assert.equal(before.get('idemgw_store_up'), 1);
+  assert.ok(before.get('idemgw_store_connections_wanted') >= before.get('idemgw_store_connections'));
+  assert.equal(before.get('idemgw_unknown_keys'), 0, 'counted in the store at the scrape');
+  assert.ok(op(before, 'count_unknown') >= 1, 'the count is a timed store operation too');
+
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-metrics', amount_cents: 3 };
+  await s.call('issue_refund', args, { id: 'm1' });
+  const afterFirst = await scrape(gw);
+  assert.equal(op(afterFirst, 'claim'), op(before, 'claim') + 1, 'one claim per protected call');
+  assert.equal(op(afterFirst, 'finish'), op(before, 'finish') + 1);
+  assert.equal(afterFirst.get('idemgw_replay_cache_lookups_total{result="miss"}'),
+    before.get('idemgw_replay_cache_lookups_total{result="miss"}') + 1);
+  const hits = afterFirst.get('idemgw_replay_cache_lookups_total{result="hit"}');
+  const r = await s.call('issue_refund', args, { id: 'm2' });
+  assert.ok(replayMarker(r.message.result), 'a replay');
+  const afterReplay = await scrape(gw);
+  assert.equal(afterReplay.get('idemgw_replay_cache_lookups_total{result="hit"}'), hits + 1, 'answered from the cache');
+  assert.equal(op(afterReplay, 'claim'), op(afterFirst, 'claim'), 'a cached replay claims nothing');
+  assert.equal(afterReplay.get('idemgw_protected_calls_in_flight'), 0);
+
+  // A call the upstream holds: in flight until the upstream dies mid-answer, then held unknown.
+  const stuck = s.call('slow_refund', { order_id: 'ord-stuck', amount_cents: 4, delay_ms: 600000 }, { id: 'm3' }).catch(() => null);
+  await waitFor(async () => (await scrape(gw)).get('idemgw_protected_calls_in_flight') === 1, { what: 'the stuck call to be in flight' });
+  await waitForLedger(upstream.ledger, 2);
+  upstream.proc.kill('SIGKILL');
+  await stuck;
+  const end = await waitFor(async () => {
+    const m = await scrape(gw);
+    return m.get('idemgw_unknown_keys') === 1 ? m : null;
+  }, { what: 'the unknown outcome to be counted' });
+  assert.equal(end.get('idemgw_protected_calls_in_flight'), 0, 'no longer in flight');
+  assert.equal(op(end, 'finish'), op(afterReplay, 'finish') + 1, 'the unknown outcome was a finish');
 });
