@@ -14,7 +14,7 @@
 #   BENCH_STORE_POOL=4    the gateway's store.pool, and pgbench's client count
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
-#   BENCH_ONLY="passthrough protected replay sse memory growth jwt"   run only these sections
+#   BENCH_ONLY="passthrough protected replay sse memory growth jwt observability"   run only these sections
 # Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,7 +40,7 @@ else
 fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
-only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt"}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt observability"}
 workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
 NODE=${NODE:-$root/tools/node/bin/node}
@@ -130,6 +130,7 @@ pids+=($!)
 wait_port "$up_port" "fast upstream"
 
 ngx_port=$(free_port)
+otlp_port=$(free_port)
 mkdir -p "$tmp/nginx/logs" "$tmp/nginx/tmp"
 chmod 777 "$tmp/nginx/tmp"
 cat >"$tmp/nginx/nginx.conf" <<EOF
@@ -147,6 +148,12 @@ http {
     uwsgi_temp_path $tmp/nginx/tmp/uwsgi;
     scgi_temp_path $tmp/nginx/tmp/scgi;
     upstream mcp { server 127.0.0.1:$up_port; keepalive 64; }
+    # the OTLP endpoint of the observability section: takes every batch, answers {}
+    server {
+        listen 127.0.0.1:$otlp_port;
+        client_max_body_size 64m;
+        location / { return 200 '{}'; }
+    }
     server {
         listen 127.0.0.1:$ngx_port;
         keepalive_requests 1000000;
@@ -441,6 +448,58 @@ if want jwt; then
     while read -r line; do
         printf '{"section":"jwt",%s\n' "${line#\{}" >>"$results"
     done < <(build/bench/jwt-bench "$tmp/jwks.json" "$tmp/tokens.txt" "$verifies")
+fi
+
+# ---- (8) the cost of metrics and tracing -----------------------------------------------------
+# A gateway of its own per variant (the same config plus the tracing lines): tracing off, off
+# with /metrics scraped 10 times a second during the load, traces sampled at 10 %, every trace
+# exported (to nginx answering {}). Protected first executions and plain proxied reads each.
+metric() { # ADMIN_PORT NAME -> value (0 if absent)
+    curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; f=1} END {if (!f) print 0}'
+}
+if want observability; then
+    for variant in off scrape sampled on; do
+        ob_port=$(free_port)
+        ob_admin=$(free_port)
+        sed -e "s/^listen: .*/listen: 127.0.0.1:$ob_port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$ob_admin/" \
+            "$tmp/idemgw.yaml" >"$tmp/idemgw-ob.yaml"
+        case $variant in
+        sampled) printf 'otlp_endpoint: http://127.0.0.1:%s\notlp_sample_ratio: 0.1\n' "$otlp_port" >>"$tmp/idemgw-ob.yaml" ;;
+        on) printf 'otlp_endpoint: http://127.0.0.1:%s\n' "$otlp_port" >>"$tmp/idemgw-ob.yaml" ;;
+        esac
+        "$root/$IDEMGW" -c "$tmp/idemgw-ob.yaml" >>"$tmp/idemgw-ob.log" 2>&1 &
+        ob_pid=$!
+        pids+=("$ob_pid")
+        wait_port "$ob_port" "idemgw ($variant)"
+        for _ in $(seq 1 100); do
+            curl -sf "http://127.0.0.1:$ob_admin/readyz" >/dev/null && break
+            sleep 0.05
+        done
+        if [ "$smoke" != 1 ]; then
+            BENCH_MODE=read wrk -t2 -c"$load_conns" -d1s -s scripts/bench/mcp.lua "http://127.0.0.1:$ob_port/mcp" >/dev/null 2>&1 || true
+        fi
+        for mode in protected read; do
+            scraper=
+            : >"$tmp/scrapes"
+            if [ "$variant" = scrape ]; then
+                (while :; do
+                    curl -sf -o /dev/null "http://127.0.0.1:$ob_admin/metrics" && echo >>"$tmp/scrapes"
+                    sleep 0.1
+                done) &
+                scraper=$!
+                pids+=("$scraper")
+            fi
+            log "observability: tracing $variant, $mode calls, $load_conns connections"
+            w=$(wrk_run "$mode" "$ob_port" "$load_conns")
+            if [ -n "$scraper" ]; then
+                kill "$scraper" 2>/dev/null || true
+                wait "$scraper" 2>/dev/null || true
+            fi
+            record observability "\"variant\":\"$variant\",\"mode\":\"$mode\",\"conns\":$load_conns,\"idemgw\":$w,\"scrapes\":$(wc -l <"$tmp/scrapes"),\"spans_exported\":$(metric "$ob_admin" idemgw_spans_exported_total),\"spans_dropped\":$(metric "$ob_admin" idemgw_spans_dropped_total)"
+        done
+        kill "$ob_pid" 2>/dev/null || true
+        wait "$ob_pid" 2>/dev/null || true
+    done
 fi
 
 # ---- report ---------------------------------------------------------------------------------

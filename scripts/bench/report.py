@@ -94,9 +94,21 @@ def main():
     # (7) JWT verification
     jwt = {r["alg"]: {"verifies": r["verifies"], "us_per_verify": r["us_per_verify"]} for r in by("jwt")} or None
 
+    # (8) the cost of metrics and tracing: each variant's throughput over tracing off
+    observability = None
+    for r in by("observability"):
+        observability = observability or {}
+        observability.setdefault(r["mode"], {})[r["variant"]] = {
+            "idemgw": wrk(r["idemgw"]), "scrapes": r["scrapes"],
+            "spans_exported": r["spans_exported"], "spans_dropped": r["spans_dropped"]}
+    for mode, vs in (observability or {}).items():
+        off = (vs.get("off") or {}).get("idemgw", {}).get("rps")
+        for v in vs.values():
+            v["ratio_to_off"] = ratio(v["idemgw"]["rps"], off)
+
     doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected,
            "protected_sqlite": protected_sqlite, "replay": replay,
-           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt}
+           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt, "observability": observability}
     with open(dst, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -168,6 +180,14 @@ def print_table(d):
         lines += ["", "(7) JWT verification per protected call (subject: {jwt: ...})"]
         for alg, v in j.items():
             lines.append(f"  {alg:6s} {fmt(v['us_per_verify'], 1):>8} us per token ({fmt(v['verifies'])} verified)")
+    o = d.get("observability")
+    if o:
+        lines += ["", "(8) cost of metrics and tracing  (scrape: /metrics 10/s during the load; sampled: 10 %; on: every span)",
+                  "  calls      variant        req/s   p99 ms  / off   scrapes  spans sent  dropped"]
+        for mode, vs in o.items():
+            for name, v in vs.items():
+                lines.append(f"  {mode:10s} {name:8s} {fmt(v['idemgw']['rps']):>11} {fmt(ms(v['idemgw']['p99_us']), 2):>8}"
+                             f" {fmt(v['ratio_to_off'], 3):>6} {fmt(v['scrapes']):>9} {fmt(v['spans_exported']):>11} {fmt(v['spans_dropped']):>8}")
     bad = []
     for e in d["passthrough"] or []:
         bad += [f"pass-through {t} c={e['conns']}" for t in ("direct", "nginx", "idemgw") if failed(e[t])]
@@ -177,6 +197,8 @@ def print_table(d):
         bad.append("protected (sqlite)")
     if r:
         bad += [n for n, w in (("replay", r["idemgw"]), ("replay pass-through", r["passthrough"])) if failed(w)]
+    for mode, vs in (o or {}).items():
+        bad += [f"observability {mode} {name}" for name, v in vs.items() if failed(v["idemgw"])]
     for run in (g or {}).get("runs", []):
         bad += [f"growth {k} {run['rows']} rows" for k in ("protected", "replay") if failed(run[k])]
     if bad:

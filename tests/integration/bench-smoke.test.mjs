@@ -37,7 +37,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   assert.equal(code, 0, `bench.sh failed:\n${log}`);
 
   const doc = JSON.parse(await fs.readFile(path.join(out, 'latest.json'), 'utf8'));
-  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt']) {
+  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt', 'observability']) {
     assert.ok(doc[s], `section ${s} missing:\n${log}`);
   }
   assert.equal(doc.meta.smoke, true);
