@@ -161,12 +161,15 @@ static void arm(upstream_conn_t *up, uint64_t ms)
 }
 
 /* Only a connection whose last response was framed to its end, with nothing after it, may
- * serve another request; anything else could hand the next caller bytes meant for someone else. */
+ * serve another request; anything else could hand the next caller bytes meant for someone else.
+ * Nor one whose request is still being sent (the server answered before reading the whole
+ * body): the next request, written to the socket directly, would land inside that body. */
 static bool may_pool(upstream_conn_t *up, upstream_result_t res)
 {
     return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
            llhttp_should_keep_alive(&up->parser.llhttp) &&
            evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
+           evbuffer_get_length(bufferevent_get_output(up->bev)) == 0 &&
            !(up->pool->draining && *up->pool->draining) &&
            up->pool->n_idle < up->pool->limits->pool;
 }
