@@ -69,8 +69,9 @@ void tracer_record(tracer_t *t, const span_t *s);
 bool trace_parse_parent(const char *value, span_ctx_t *out);
 /* "00-<trace>-<span>-<flags>" of sc, into out (at least 56 bytes). */
 void trace_format_parent(const span_ctx_t *sc, char *out, size_t outlen);
-/* A new span: in parent's trace when parent is not NULL, else in a new trace. */
-void trace_new_span(span_ctx_t *out, const span_ctx_t *parent);
+/* A new span: in parent's trace when parent is not NULL, else in a new trace (sampled; see
+ * tracer_sampled). Ids come from t's generator. */
+void trace_new_span(tracer_t *t, span_ctx_t *out, const span_ctx_t *parent);
 /* Now, in Unix nanoseconds. */
 uint64_t trace_now_ns(void);
 

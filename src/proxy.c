@@ -348,7 +348,7 @@ static void trace_start(exchange_t *ex)
     ex->has_parent = trace_parse_parent(tp, &parent);
     ex->traced = true;
     ex->start_ns = trace_now_ns();
-    trace_new_span(&ex->span, ex->has_parent ? &parent : NULL);
+    trace_new_span(ex->proxy->ctx.tracer, &ex->span, ex->has_parent ? &parent : NULL);
     if (!ex->has_parent)
         ex->span.sampled = tracer_sampled(ex->proxy->ctx.tracer, ex->span.trace_id);
     if (ex->has_parent)
@@ -369,7 +369,7 @@ static void trace_adopt_meta(exchange_t *ex, const char *body, size_t len)
         return;
     ex->has_parent = true;
     memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
-    trace_new_span(&ex->span, &parent);
+    trace_new_span(ex->proxy->ctx.tracer, &ex->span, &parent);
 }
 
 /* One member of the log fields ("\"key_hash\":\"...\"" ...), unquoted, into out; NULL if absent. */
@@ -868,7 +868,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
     if (ex->traced) {
         /* the upstream continues the trace from the gateway's CLIENT span */
         char tp[64];
-        trace_new_span(&ex->client_span, &ex->span);
+        trace_new_span(ex->proxy->ctx.tracer, &ex->client_span, &ex->span);
         trace_format_parent(&ex->client_span, tp, sizeof(tp));
         ex->forward_ns = trace_now_ns();
         traced_extra = xasprintf("%straceparent: %s\r\n", extra_headers ? extra_headers : "", tp);

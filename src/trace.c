@@ -30,6 +30,7 @@ struct tracer {
     uint64_t sample_below; /* a new trace is sampled when its id's last 8 bytes are below */
     bool sample_all;
     bool draining; /* tracer_drain: send until nothing is held, then stop the loop */
+    uint64_t rng[4]; /* xoshiro256** state for trace and span ids */
 };
 
 static const upstream_cbs_t export_cbs;
@@ -41,27 +42,47 @@ uint64_t trace_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void random_bytes(uint8_t *out, size_t n)
+/* Trace and span ids need to be unpredictable enough not to collide, not secret: a xoshiro256**
+ * generator per tracer (made in its worker, after any fork), seeded from OpenSSL's, costs a few
+ * nanoseconds where RAND_bytes cost about a microsecond on every request. */
+static uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(uint64_t *r)
+{
+    uint64_t out = rotl(r[1] * 5, 7) * 9, t = r[1] << 17;
+    r[2] ^= r[0];
+    r[3] ^= r[1];
+    r[1] ^= r[2];
+    r[0] ^= r[3];
+    r[2] ^= t;
+    r[3] = rotl(r[3], 45);
+    return out;
+}
+
+static void random_bytes(tracer_t *t, uint8_t *out, size_t n)
 {
     do {
-        if (RAND_bytes(out, (int)n) != 1) {
-            fprintf(stderr, "idemgw: RAND_bytes failed\n");
-            abort();
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t v = rng_next(t->rng);
+            memcpy(out + i, &v, n - i < 8 ? n - i : 8);
         }
         /* all-zero ids are invalid in W3C trace context */
     } while (memcmp(out, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", n) == 0);
 }
 
-void trace_new_span(span_ctx_t *out, const span_ctx_t *parent)
+void trace_new_span(tracer_t *t, span_ctx_t *out, const span_ctx_t *parent)
 {
     if (parent) {
         memcpy(out->trace_id, parent->trace_id, sizeof(out->trace_id));
         out->sampled = parent->sampled;
     } else {
-        random_bytes(out->trace_id, sizeof(out->trace_id));
+        random_bytes(t, out->trace_id, sizeof(out->trace_id));
         out->sampled = true;
     }
-    random_bytes(out->span_id, sizeof(out->span_id));
+    random_bytes(t, out->span_id, sizeof(out->span_id));
 }
 
 static bool unhex(const char *s, size_t n, uint8_t *out)
@@ -239,6 +260,13 @@ tracer_t *tracer_new(struct event_base *base, const http_url_t *url, double samp
     tracer_t *t = xcalloc(1, sizeof(*t));
     t->base = base;
     t->stats = stats;
+    do {
+        if (RAND_bytes((unsigned char *)t->rng, sizeof(t->rng)) != 1) {
+            snprintf(msg, msglen, "RAND_bytes failed");
+            free(t);
+            return NULL;
+        }
+    } while (!(t->rng[0] | t->rng[1] | t->rng[2] | t->rng[3]));
     t->sample_all = sample_ratio >= 1.0;
     /* 2^64 * ratio, below 2^64 since ratio < 1 here */
     t->sample_below = sample_ratio > 0.0 && !t->sample_all

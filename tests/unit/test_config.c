@@ -377,6 +377,10 @@ static void test_exact_messages(void **state)
                      "idempotent, non_idempotent)");
     expect_one_error("upstream: http://h/mcp\nmigrate: 1\n",
                      "t.yaml:2: migrate: expected true or false, got '1'");
+    expect_one_error("upstream: http://h/mcp\notlp_sample_ratio: 1.5\n",
+                     "t.yaml:2: otlp_sample_ratio: '1.5' is not a number from 0 to 1");
+    expect_one_error("upstream: http://h/mcp\notlp_sample_ratio: half\n",
+                     "t.yaml:2: otlp_sample_ratio: 'half' is not a number from 0 to 1");
     expect_one_error("listen: 127.0.0.1:1\n",
                      "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
     expect_one_error("", "t.yaml:1: upstream is required (or set IDEMGW_UPSTREAM)");
@@ -508,8 +512,12 @@ static void test_store_enabled(void **state)
     config_t *c = must_load_str("upstream: http://h/mcp\n");
     assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
     assert_string_equal(c->store_path, "./idemgw-keys.db");
+    assert_true(c->otlp_sample_ratio == 1.0); /* every trace, unless told otherwise */
     config_free(c);
     unsetenv("PGUSER");
+    c = must_load_str("upstream: http://h/mcp\notlp_sample_ratio: 0.25\n");
+    assert_true(c->otlp_sample_ratio == 0.25);
+    config_free(c);
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: 'host=/tmp dbname=x'\n");
     assert_true(c->store_enabled);
     assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
@@ -838,6 +846,7 @@ static void test_keys_classified(void **state)
         "store.cache_bytes",
         "store.group_commit",
         "otlp_endpoint",
+        "otlp_sample_ratio",
     };
     static const char *const reloadable[] = {
         "timeouts.client_header",

@@ -357,8 +357,11 @@ static void first_execution_forwards_once_and_records(void **state)
     assert_int_equal(fs.claims, 1);
     assert_string_equal(fs.subject, "alice"); /* passed as is, not parsed out of the key */
     assert_int_equal(ex->forwards, 0);
+    assert_int_equal(w.stats.cache_misses, 1);
+    assert_int_equal(w.stats.protected_in_flight, 0); /* claimed is not yet in flight */
     deliver_acquired();
     assert_int_equal(ex->forwards, 1);
+    assert_int_equal(w.stats.protected_in_flight, 1);
     assert_true(ex->fresh);
     assert_non_null(strstr(ex->extra, "Accept-Encoding: identity"));
     assert_int_equal(answer_json(ex, RESULT), OBSERVE_HOLD);
@@ -366,7 +369,9 @@ static void first_execution_forwards_once_and_records(void **state)
     assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
     assert_non_null(strstr(fs.result, "\"text\":\"ok\""));
     assert_false(ex->released); /* held until the store has it */
+    assert_int_equal(w.stats.protected_in_flight, 1); /* until the outcome is recorded */
     fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_int_equal(w.stats.protected_in_flight, 0);
     assert_true(ex->released);
     assert_string_equal(ex->outcome, "executed");
     assert_non_null(strstr(ex->fields, "\"recorded\":\"succeeded\""));
@@ -381,6 +386,8 @@ static void first_execution_forwards_once_and_records(void **state)
     assert_non_null(strstr(again->body, "\"text\":\"ok\""));
     assert_string_equal(again->rextra, "Idempotent-Replayed: true\r\n");
     assert_int_equal(w.stats.cache_replays, 1);
+    assert_int_equal(w.stats.cache_hits, 1);
+    assert_int_equal(w.stats.cache_misses, 1);
     /* counted in the store too, so --show agrees with the marker */
     assert_non_null(strstr(again->body, "\"attempts\":2"));
     assert_int_equal(fs.duplicates, 1);
