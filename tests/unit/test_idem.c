@@ -135,8 +135,8 @@ void exchange_set_log_fields(exchange_t *ex, const char *fields)
 static struct {
     store_status_t fail_next; /* returned by the next call instead of STORE_OK */
     int claims, finishes, gets, duplicates; /* duplicates: replays recorded */
-    int dup_records[STORE_DUP_ANSWERS_];     /* every duplicate recorded, by answer */
-    dup_source_t dup_source;                 /* the last one's */
+    int dup_records[STORE_DUP_ANSWERS_];    /* every duplicate recorded, by answer */
+    dup_source_t dup_source;                /* the last one's */
     store_claim_cb claim_cb;
     store_finish_cb finish_cb;
     store_get_cb get_cb;
