@@ -8,12 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define STR_(x) #x
-#define STR(x) STR_(x)
+/* The history keeps the elements from last - 15 to last: STORE_DUP_HISTORY_MAX of them. */
+#define HISTORY_LAST "15"
+_Static_assert(STORE_DUP_HISTORY_MAX == 16, "HISTORY_LAST is STORE_DUP_HISTORY_MAX - 1");
 
 /* Adds the duplicates recorded since the last write, one element of $1 per key (keys
  * distinct): replays to attempts, the counts to theirs, the history after the row's, keeping
- * the last STORE_DUP_HISTORY_MAX. The rows are locked in key order first, so two gateways
+ * the last STORE_DUP_HISTORY_MAX (a jsonpath slice: no unnesting and sorting per row). The rows are locked in key order first, so two gateways
  * writing overlapping keys cannot deadlock. A key whose row is gone (swept) is skipped. */
 /* clang-format off */
 const char store_pg_dup_sql[] =
@@ -27,10 +28,8 @@ const char store_pg_dup_sql[] =
     " dup_unknown = k.dup_unknown + d.unknown, dup_reconnect = k.dup_reconnect + d.reconnect,"
     " dup_transport = k.dup_transport + d.transport, dup_harness = k.dup_harness + d.harness,"
     " dup_model = k.dup_model + d.model, dup_late = k.dup_late + d.late,"
-    " dup_history = (SELECT coalesce(jsonb_agg(h.e ORDER BY h.o), '[]'::jsonb) FROM"
-    "  (SELECT x.e, x.o FROM jsonb_array_elements(k.dup_history || d.history)"
-    "   WITH ORDINALITY AS x(e, o) ORDER BY x.o DESC"
-    "   LIMIT " STR(STORE_DUP_HISTORY_MAX) ") h)"
+    " dup_history = jsonb_path_query_array(k.dup_history || d.history,"
+    "  '$[last - " HISTORY_LAST " to last]')"
     " FROM d JOIN l ON l.key = d.key WHERE k.key = d.key";
 /* clang-format on */
 
