@@ -39,6 +39,7 @@ typedef enum {
     STORE_STATE_FAILED,  /* released: the next claim takes it over */
     STORE_STATE_UNKNOWN, /* outcome unknown, held: not executed again until it expires */
 } store_state_t;
+#define STORE_STATES 4 /* number of states */
 
 const char *store_state_str(store_state_t st);
 
@@ -207,7 +208,7 @@ typedef struct store_report_tool {
     int64_t runs;  /* forwarded to the upstream: first calls and takeovers */
     int64_t dup_answers[STORE_DUP_ANSWERS_];
     int64_t dup_sources[DUP_SOURCE_N];
-    int64_t states[4]; /* rows by store_state_t */
+    int64_t states[STORE_STATES]; /* rows by store_state_t */
 } store_report_tool_t;
 
 typedef struct store_report_key {

@@ -159,7 +159,7 @@ static json_t *tool_json(const store_report_tool_t *t)
     for (int i = 0; i < DUP_SOURCE_N; i++)
         json_object_set_new(src, dup_source_name((dup_source_t)i), json_integer(t->dup_sources[i]));
     json_object_set_new(o, "duplicates_by_source", src);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < STORE_STATES; i++)
         json_object_set_new(states, store_state_str((store_state_t)i), json_integer(t->states[i]));
     json_object_set_new(o, "states", states);
     return o;

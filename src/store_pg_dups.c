@@ -67,8 +67,8 @@ enum {
     RC_ATTEMPTS,
     RC_ANSWERS,                                   /* STORE_DUP_ANSWERS_ of them */
     RC_SOURCES = RC_ANSWERS + STORE_DUP_ANSWERS_, /* DUP_SOURCE_N */
-    RC_STATES = RC_SOURCES + DUP_SOURCE_N,        /* 4 */
-    RC_STATE = RC_STATES + 4,
+    RC_STATES = RC_SOURCES + DUP_SOURCE_N,        /* STORE_STATES */
+    RC_STATE = RC_STATES + STORE_STATES,
     RC_CREATED,
     RC_NOW,
     RC_COUNT_
@@ -93,7 +93,7 @@ void store_pg_parse_dups(const PGresult *r, int t, int col, store_row_t *row)
 
 static int state_of(const char *txt)
 {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < STORE_STATES; i++)
         if (strcmp(txt, store_state_str((store_state_t)i)) == 0)
             return i;
     return -1;
@@ -120,7 +120,7 @@ void store_pg_report_deliver(const PGresult *res, store_report_cb cb, void *arg)
                 o->dup_answers[i] = col_int(res, t, RC_ANSWERS + i);
             for (int i = 0; i < DUP_SOURCE_N; i++)
                 o->dup_sources[i] = col_int(res, t, RC_SOURCES + i);
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < STORE_STATES; i++)
                 o->states[i] = col_int(res, t, RC_STATES + i);
             int64_t attempts = col_int(res, t, RC_ATTEMPTS);
             o->runs = attempts - o->dup_answers[STORE_DUP_REPLAY];

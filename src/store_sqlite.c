@@ -535,7 +535,7 @@ static store_status_t exec_report(store_sqlite_t *s, sq_op_t *op, int64_t now)
             o->dup_answers[i] = sqlite3_column_int64(st, 3 + i);
         for (int i = 0; i < DUP_SOURCE_N; i++)
             o->dup_sources[i] = sqlite3_column_int64(st, 3 + STORE_DUP_ANSWERS_ + i);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < STORE_STATES; i++)
             o->states[i] = sqlite3_column_int64(st, 3 + STORE_DUP_ANSWERS_ + DUP_SOURCE_N + i);
         o->runs = attempts - o->dup_answers[STORE_DUP_REPLAY];
         o->calls =
