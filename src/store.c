@@ -57,9 +57,34 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
     return s->ops->get(s->impl, key, cb, arg);
 }
 
+const char *store_dup_answer_str(store_dup_answer_t a)
+{
+    static const char *const names[STORE_DUP_ANSWERS_] = {
+        [STORE_DUP_REPLAY] = "replay",
+        [STORE_DUP_IN_PROGRESS] = "in_progress",
+        [STORE_DUP_UNKNOWN] = "unknown",
+    };
+    return (unsigned)a < STORE_DUP_ANSWERS_ ? names[a] : "?";
+}
+
+store_status_t store_record_duplicate(store_t *s, const store_dup_t *dup, store_finish_cb cb,
+                                      void *arg)
+{
+    if (!dup->key || (unsigned)dup->answered >= STORE_DUP_ANSWERS_ ||
+        (unsigned)dup->source >= DUP_SOURCE_N)
+        return STORE_ERR_STATEMENT;
+    return s->ops->record_duplicate(s->impl, dup, cb, arg);
+}
+
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
 {
-    return s->ops->note_duplicate(s->impl, key, cb, arg);
+    store_dup_t d = {.key = key, .answered = STORE_DUP_REPLAY, .at_ms = util_wall_ms()};
+    return store_record_duplicate(s, &d, cb, arg);
+}
+
+store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb, void *arg)
+{
+    return s->ops->report(s->impl, since_ms, top, cb, arg);
 }
 
 int store_pending_duplicates(const store_t *s, const char *key)
