@@ -384,10 +384,10 @@ export async function startRefundServer(t, { jsonResponse = false, ledger, tls, 
 }
 
 /**
- * A private CA and a certificate it signed for localhost (openssl CLI), as PEM files:
- * { ca, cert, key }, plus otherCa, a CA that signed nothing here.
+ * A private CA and a certificate it signed for localhost and 127.0.0.1 (and dnsNames) with the
+ * openssl CLI, as PEM files: { ca, cert, key }, plus otherCa, a CA that signed nothing here.
  */
-export async function makeCertificates(t) {
+export async function makeCertificates(t, { dnsNames = [] } = {}) {
   const dir = await tempDir(t, 'idemgw-tls-');
   const f = (name) => path.join(dir, name);
   const ossl = async (...args) => {
@@ -400,7 +400,8 @@ export async function makeCertificates(t) {
   }
   await ossl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost',
     '-keyout', f('server.key'), '-out', f('server.csr'));
-  await fs.writeFile(f('ext.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  const sans = ['DNS:localhost', 'IP:127.0.0.1', ...dnsNames.map((n) => `DNS:${n}`)];
+  await fs.writeFile(f('ext.cnf'), `subjectAltName=${sans.join(',')}\n`);
   await ossl('x509', '-req', '-in', f('server.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'),
     '-CAcreateserial', '-days', '2', '-extfile', f('ext.cnf'), '-out', f('server.pem'));
   return {
