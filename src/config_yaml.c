@@ -811,7 +811,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
     void *it = NULL;
     struct fy_node_pair *pair;
     bool any = false, user_seen = false, static_seen = false, cert_seen = false;
-    int cert = -1;
+    int cert = -1, cert_line = line;
     if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
         err_at(
             cx, line,
@@ -869,12 +869,14 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
             int i = 0;
             while (peer_cert_source_names[i] && strcmp(s, peer_cert_source_names[i]) != 0)
                 i++;
-            if (!peer_cert_source_names[i])
+            if (!peer_cert_source_names[i]) {
                 err_at(cx, vline,
                        "%s: unknown value '%.64s' (allowed: spiffe, san_uri, san_dns, cn)", cpath,
                        s);
-            else
+            } else {
                 cert = i;
+                cert_line = kline;
+            }
         } else if (!strcmp(key, "header")) {
             if (!header_token_valid(s)) {
                 err_at(cx, vline, "%s: '%.64s' is not a valid header name", cpath, s);
@@ -914,6 +916,11 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
     }
     if (cert < 0)
         return;
+    if (!c->listen_tls.client_ca_file)
+        err_at(cx, cert_line,
+               "%s.client_cert: needs listen_tls with client_ca_file (the CAs that verify the "
+               "agents' certificates)",
+               path);
     c->subject.client_cert = cert;
     if (!user_seen) {
         c->subject.kind = SUBJECT_CLIENT_CERT;
@@ -1236,7 +1243,8 @@ static const key_spec_t top_keys[] = {
      .sub = duplicate_keys,
      .n_sub = ARRAY_LEN(duplicate_keys)},
     {.name = "listen_tls", .kind = K_FN, .fn = fn_listen_tls, LIVE},
-    {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
+    /* after listen_tls: client_cert needs its client_ca_file */
+    {.name = "subject", .kind = K_FN, .fn = fn_subject, .order = 1, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
     {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},
 };

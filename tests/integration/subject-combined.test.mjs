@@ -118,5 +118,5 @@ test('a combination that makes no sense is a configuration error at start', asyn
   await assert.rejects(startGateway(t, {
     upstream: upstream.url,
     config: { subject: { client_cert: 'spiffe', header: 'X-User' } },
-  }), /subject\.client_cert needs listen_tls with client_ca_file/);
+  }), /idemgw\.yaml:\d+: subject\.client_cert: needs listen_tls with client_ca_file/);
 });

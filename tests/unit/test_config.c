@@ -391,8 +391,13 @@ static void test_exact_messages(void **state)
                      "t.yaml:2: listen_tls: client_cert needs client_ca_file (the CAs that verify "
                      "them)");
     expect_one_error("upstream: http://h/mcp\nsubject: {client_cert: spiffe}\n",
-                     "t.yaml: subject.client_cert needs listen_tls with client_ca_file (the CAs "
-                     "that verify the agents' certificates)");
+                     "t.yaml:2: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
+    /* listen_tls read after subject in the file: the same */
+    expect_one_error("upstream: http://h/mcp\nsubject:\n  client_cert: cn\nlisten_tls: "
+                     "{cert_file: conf/idemgw.yaml, key_file: conf/idemgw.yaml}\n",
+                     "t.yaml:3: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
     expect_one_error("upstream: http://h/mcp\nlisten_tls: on\n",
                      "t.yaml:2: listen_tls: expected a mapping (cert_file, key_file, "
                      "client_ca_file, ...)");
@@ -1087,6 +1092,13 @@ static void test_subject_combined(void **state)
     assert_int_equal(c->subject.client_cert, PEER_CERT_SAN_DNS);
     config_free(c);
 
+    /* listen_tls after subject in the file: read first all the same */
+    c = must_load_str("upstream: http://h/mcp\nsubject: {client_cert: cn, bearer: sha256}\n"
+                      "listen_tls: {cert_file: conf/idemgw.yaml, key_file: conf/idemgw.yaml, "
+                      "client_ca_file: conf/idemgw.yaml}\n");
+    assert_true(c->subject.with_cert);
+    config_free(c);
+
     /* alone, client_cert is its own kind, not a combination */
     c = must_load_str(MTLS "subject: {client_cert: san_uri}\n");
     assert_int_equal(c->subject.kind, SUBJECT_CLIENT_CERT);
@@ -1119,8 +1131,8 @@ static void test_subject_combined(void **state)
                      "san_uri, san_dns, cn)");
     /* combined, the certificate is still needed: mutual TLS */
     expect_one_error("upstream: http://h/mcp\nsubject: {client_cert: spiffe, header: X-User}\n",
-                     "t.yaml: subject.client_cert needs listen_tls with client_ca_file (the CAs "
-                     "that verify the agents' certificates)");
+                     "t.yaml:2: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
 #undef MTLS
 }
 
