@@ -4,9 +4,11 @@
 // Runs against both stores.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import { once } from 'node:events';
 import {
   createDatabase, freePort, IDEMGW_BIN, idemgwKey, idemStatus, rawSession, readLedger, replayMarker, run,
-  startGateway, startRefundServer, waitFor, waitForLedger, waitForLog,
+  startGateway, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
 async function setup(t, config = {}) {
@@ -103,6 +105,57 @@ test('a new id after harness_within is the model re-issuing the call', async (t)
   await s.call('issue_refund', args, { id: 2 });
   await waitForLog(gw, /"rpc_id":2.*"duplicate_source":"model"/);
   assert.equal((await counts(gw)).model, 1);
+});
+
+// A proxy between the agent and the gateway that loses the first answer to a tools/call (its
+// connection to the gateway breaks as the answer begins) and sends the same request again on
+// a new connection, as proxies and HTTP libraries do on a reset: the agent sees one answer.
+async function retryingProxy(t, target) {
+  const to = new URL(target);
+  let retried = 0;
+  const send = (req, body) => new Promise((resolve, reject) => {
+    const out = http.request({
+      host: to.hostname, port: to.port, path: req.url, method: req.method, agent: false,
+      headers: { ...req.headers, host: to.host, 'x-forwarded-for': req.socket.remoteAddress },
+    }, resolve);
+    out.on('error', reject);
+    out.end(body);
+  });
+  const server = http.createServer(async (req, res) => {
+    const chunks = [];
+    for await (const c of req) chunks.push(c);
+    const body = Buffer.concat(chunks);
+    let up = await send(req, body);
+    if (retried === 0 && /"method":"tools\/call"/.test(body.toString())) {
+      retried++;
+      up.destroy(); // the connection breaks as the answer begins
+      up.socket?.destroy();
+      up = await send(req, body); // and the proxy tries again
+    }
+    res.writeHead(up.statusCode, up.headers);
+    up.pipe(res);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => { server.closeAllConnections(); server.close(); });
+  return { url: `http://127.0.0.1:${server.address().port}${to.pathname}`, retried: () => retried };
+}
+
+test('a proxy hop that re-sends a request after losing its answer: transport, one execution', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const proxy = await retryingProxy(t, gw.url);
+  const s = await rawSession(t, proxy.url);
+  const args = { order_id: 'ord-hop', amount_cents: 6 };
+  const r = await s.call('issue_refund', args, { id: 'hop-1' });
+  assert.equal(proxy.retried(), 1, 'the proxy re-sent the call');
+  assert.ok(replayMarker(r.message.result), `the agent got the first call's answer, replayed: ${r.body}`);
+  assert.match(toolText(r.message.result), /^Refunded 6 cents on order ord-hop/);
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'one refund');
+  await waitForLog(gw, /"rpc_id":"hop-1".*"duplicate_source"/);
+  assert.equal(lineOf(gw, 'hop-1').duplicate_source, 'transport');
+  const row = await rowWith(gw, 'issue_refund', args, 1);
+  assert.deepEqual(row.history.map((h) => [h.source, h.answered, h.jsonrpc_id]), [['transport', 'replay', '"hop-1"']]);
+  assert.deepEqual(await counts(gw), { reconnect: 0, transport: 1, harness: 0, model: 0, late: 0 });
 });
 
 test('/metrics: request and upstream duration histograms, by outcome', async (t) => {
