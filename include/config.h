@@ -56,8 +56,18 @@ typedef struct subject_conf {
     subject_kind_t kind;
     char *value; /* header name for SUBJECT_HEADER, the name for SUBJECT_STATIC, else NULL */
     subject_jwt_conf_t jwt; /* SUBJECT_JWT only */
-    int client_cert; /* SUBJECT_CLIENT_CERT: which name of the certificate, peer_cert_source_t */
+    /* SUBJECT_CLIENT_CERT or with_cert: which name of the certificate, peer_cert_source_t */
+    int client_cert;
+    /* SUBJECT_JWT, _HEADER or _BEARER_SHA256 combined with the client certificate's name: a
+     * workload (the certificate) acting for a user */
+    bool with_cert;
 } subject_conf_t;
+
+/* Whether the subject needs the agent's client certificate (alone or combined). */
+static inline bool config_subject_uses_cert(const subject_conf_t *s)
+{
+    return s->kind == SUBJECT_CLIENT_CERT || s->with_cert;
+}
 
 /* listen_tls: client_cert, in the order of its names. */
 typedef enum {

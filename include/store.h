@@ -12,6 +12,7 @@
 #ifndef IDEMGW_STORE_H
 #define IDEMGW_STORE_H
 
+#include "dupsource.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -38,6 +39,7 @@ typedef enum {
     STORE_STATE_FAILED,  /* released: the next claim takes it over */
     STORE_STATE_UNKNOWN, /* outcome unknown, held: not executed again until it expires */
 } store_state_t;
+#define STORE_STATES 4 /* number of states */
 
 const char *store_state_str(store_state_t st);
 
@@ -55,6 +57,33 @@ typedef struct store_claim_req {
     uint64_t window_ms;          /* remember the finished call this long */
     bool takeover_lease_expired; /* in progress past its lease may be taken over (release) */
 } store_claim_req_t;
+
+/* How a duplicate was answered: replayed from the stored result, told the first call is still
+ * running, or told its outcome is unknown (cancelled calls included). */
+typedef enum {
+    STORE_DUP_REPLAY = 0,
+    STORE_DUP_IN_PROGRESS,
+    STORE_DUP_UNKNOWN,
+    STORE_DUP_ANSWERS_, /* number of kinds */
+} store_dup_answer_t;
+
+const char *store_dup_answer_str(store_dup_answer_t a);
+
+/* Duplicates kept on a key's row (its history); older ones are dropped, the counts stay exact. */
+#define STORE_DUP_HISTORY_MAX 16
+/* The longest JSON-RPC id and session id a history entry keeps (longer ones are cut). */
+#define STORE_DUP_ID_MAX 128
+
+/* One duplicate of a key's call, as the gateway answered it (store_record_duplicate). */
+typedef struct store_dup {
+    const char *key;
+    store_dup_answer_t answered;
+    dup_source_t source;    /* which layer most likely retried (dupsource.h) */
+    uint64_t at_ms;         /* when it was answered, by the gateway's wall clock */
+    uint64_t gap_ms;        /* since the key's first call */
+    const char *jsonrpc_id; /* its JSON-RPC id as JSON text, or NULL */
+    const char *session_id; /* its Mcp-Session-Id, or NULL */
+} store_dup_t;
 
 typedef struct store_row {
     store_state_t state;
@@ -76,6 +105,14 @@ typedef struct store_row {
     const char *first_session_id;
     const char *first_jsonrpc_id;
     int64_t expires_in_ms; /* until the row expires, by the database clock */
+    /* Duplicates recorded on the row (store_record_duplicate), exact, by answer and by
+     * source; filled by get, release and forget only (zero in a claim's row). */
+    int dup_answers[STORE_DUP_ANSWERS_];
+    int dup_sources[DUP_SOURCE_N];
+    /* The last STORE_DUP_HISTORY_MAX of them as a JSON array, oldest first, each
+     * {"at","source","answered","jsonrpc_id","session_id","gap_ms"}; NULL where the counts
+     * are zero. */
+    const char *dup_history;
 } store_row_t;
 
 typedef struct store_claim_result {
@@ -130,9 +167,14 @@ store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_st
                             uint64_t window_ms, store_finish_cb cb, void *arg) MUST_CHECK;
 /* Reads a row (wait mode polls with it). */
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
-/* Counts a duplicate on the row without changing its state: counted in memory and written
- * within 500 ms, batched with others; cb (may be NULL) gets fence_matched = true once the
- * count is accepted. */
+/* Records a duplicate on the key's row without changing its state: its counts, and an entry
+ * of its history (the last STORE_DUP_HISTORY_MAX). A replay also counts in attempts. Kept in
+ * memory and written within 500 ms by the statement that writes every key's duplicates of
+ * that time (no store call of its own); cb (may be NULL) gets fence_matched = true once it is
+ * accepted. A key whose row is gone by then is skipped. */
+store_status_t store_record_duplicate(store_t *s, const store_dup_t *dup, store_finish_cb cb,
+                                      void *arg) MUST_CHECK;
+/* store_record_duplicate of a replay with no facts about it (source reconnect, now). */
 store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb,
                                     void *arg) MUST_CHECK;
 
@@ -162,6 +204,42 @@ store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *
 /* Counts the live rows held in state UNKNOWN (every replica's): for /metrics, read when it is
  * scraped, never on a call's path. STORE_ERR_STATEMENT when the backend cannot count. */
 store_status_t store_count_unknown(store_t *s, store_count_cb cb, void *arg) MUST_CHECK;
+/* `idemgw report`: what the rows touched since a time say, per tool. Read-only, one statement,
+ * never on a call's path. */
+typedef struct store_report_tool {
+    const char *tool;
+    int64_t keys;  /* rows: distinct protected calls */
+    int64_t calls; /* protected calls seen: runs (first calls and takeovers) and duplicates */
+    int64_t runs;  /* forwarded to the upstream: first calls and takeovers */
+    int64_t dup_answers[STORE_DUP_ANSWERS_];
+    int64_t dup_sources[DUP_SOURCE_N];
+    int64_t states[STORE_STATES]; /* rows by store_state_t */
+} store_report_tool_t;
+
+typedef struct store_report_key {
+    const char *tool;
+    const char *key; /* the full key: the caller prints its key_hash (key.h), not the key */
+    int attempts;    /* calls that ran or were replayed (store_row_t) */
+    int duplicates;  /* duplicates recorded, of every answer */
+    int calls;       /* calls seen: attempts and the duplicates not replayed */
+    store_state_t state;
+    const char *created_at;
+} store_report_key_t;
+
+typedef struct store_report {
+    const char *now;                  /* the store's clock, ISO 8601 UTC */
+    const store_report_tool_t *tools; /* by tool name */
+    size_t n_tools;
+    const store_report_key_t *top; /* the keys with the most calls (attempts + duplicates
+                                      answered without running), most first */
+    size_t n_top;
+} store_report_t;
+
+/* report is NULL unless st == STORE_OK; valid only during the callback. */
+typedef void (*store_report_cb)(store_status_t st, const store_report_t *report, void *arg);
+/* The rows updated in the last since_ms (0: all), and up to top keys. */
+store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb,
+                            void *arg) MUST_CHECK;
 
 /* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
@@ -205,7 +283,8 @@ typedef struct store_ops {
                              const char *result, size_t result_len, bool too_large,
                              uint64_t window_ms, store_finish_cb cb, void *arg);
     store_status_t (*get)(void *impl, const char *key, store_get_cb cb, void *arg);
-    store_status_t (*note_duplicate)(void *impl, const char *key, store_finish_cb cb, void *arg);
+    store_status_t (*record_duplicate)(void *impl, const store_dup_t *dup, store_finish_cb cb,
+                                       void *arg);
     int (*pending_duplicates)(const void *impl, const char *key);
     store_status_t (*extend_lease)(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
                                    store_finish_cb cb, void *arg);
@@ -213,6 +292,7 @@ typedef struct store_ops {
     store_status_t (*release)(void *impl, const char *key, store_release_cb cb, void *arg);
     store_status_t (*forget)(void *impl, const char *key, store_get_cb cb, void *arg);
     store_status_t (*count_unknown)(void *impl, store_count_cb cb, void *arg); /* may be NULL */
+    store_status_t (*report)(void *impl, uint64_t since_ms, int top, store_report_cb cb, void *arg);
     bool (*ready)(const void *impl);
     void (*get_stats)(const void *impl, store_stats_t *out);
     void (*free)(void *impl);

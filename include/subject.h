@@ -1,6 +1,10 @@
 /* Who is calling: the subject that starts every idempotency key, from the subject setting
  * (a fixed value, a header a trusted front end sets, a hash of the bearer token, the claims
- * of a verified JWT bearer token, or a name in the agent's verified TLS client certificate).
+ * of a verified JWT bearer token, or a name in the agent's verified TLS client certificate),
+ * or a workload acting for a user: the certificate's name combined with the subject of a jwt,
+ * header or bearer source, as the JSON array ["spiffe://td/w","alice"] (a jwt subject's
+ * claims are its elements: ["spiffe://td/w","https://idp","alice"]). A combined call missing
+ * either part is refused as that source alone refuses it, the certificate looked at first.
  *
  * The subject is an object made by main with the event base, because the jwt source keeps
  * state there: the JWK Sets it verifies with (jwks_source.h), fetched on the loop.
@@ -51,7 +55,8 @@ void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn do
 /* Whether two requests come from the same caller as far as the gateway can tell (the subject
  * header, every copy, and Authorization; with a client_cert subject, the name the client
  * certificate gives too), compared in constant time. With a jwt subject two
- * tokens that verify now to the same subject are the same caller too (a refreshed token). */
+ * tokens that verify now to the same subject are the same caller too (a refreshed token),
+ * when a combined subject's certificates give the same name. */
 bool subject_same_caller(const subject_t *s, const http_request_t *a, const http_request_t *b);
 
 #endif

@@ -615,12 +615,6 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
     }
     fill_allowed_defaults(c);
     choose_store(c, name, errs);
-    if (c->subject.kind == SUBJECT_CLIENT_CERT &&
-        (!c->listen_tls.enabled || !c->listen_tls.client_ca_file))
-        config_errors_add(errs,
-                          "%s: subject.client_cert needs listen_tls with client_ca_file (the "
-                          "CAs that verify the agents' certificates)",
-                          name ? name : "env");
 
     bool failed = errs->n > before;
     config_errors_free(&local);

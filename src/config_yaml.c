@@ -818,13 +818,16 @@ static void subject_jwt(ctx_t *cx, struct fy_node *v, int line, const char *path
         c->subject.kind = SUBJECT_JWT;
 }
 
+/* subject: one source names the caller, or client_cert (the workload) with one of jwt, header,
+ * bearer (the user it acts for). static with client_cert adds nothing; two of the others
+ * would be two answers to "which user". */
 static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
     void *it = NULL;
     struct fy_node_pair *pair;
-    int seen = 0;
-    bool any = false;
+    bool any = false, user_seen = false, static_seen = false, cert_seen = false;
+    int cert = -1, cert_line = line;
     if (fy_node_is_alias(v) || node_is_null(v) || !fy_node_is_mapping(v)) {
         err_at(
             cx, line,
@@ -832,6 +835,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
             path, node_kind(v));
         return;
     }
+    c->subject.with_cert = false;
     while ((pair = fy_node_mapping_iterate(v, &it))) {
         struct fy_node *kn = fy_node_pair_key(pair), *vn = fy_node_pair_value(pair);
         int kline = node_line(kn, line);
@@ -850,11 +854,26 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
                    key, path);
             continue;
         }
-        if (seen++) {
-            err_at(cx, kline, "%s: give only one of header, bearer, static, jwt, client_cert",
+        bool is_cert = !strcmp(key, "client_cert"), is_static = !strcmp(key, "static");
+        if (!is_cert && user_seen) {
+            err_at(cx, kline,
+                   "%s: give only one of header, bearer, static, jwt (client_cert may be added "
+                   "to jwt, header or bearer)",
                    path);
             continue;
         }
+        if ((is_cert && static_seen) || (is_static && cert_seen)) {
+            err_at(cx, kline,
+                   "%s: static cannot be combined with client_cert (a fixed name adds nothing to "
+                   "the certificate's; combine client_cert with jwt, header or bearer)",
+                   path);
+            continue;
+        }
+        if (is_cert)
+            cert_seen = true;
+        else
+            user_seen = true;
+        static_seen = static_seen || is_static;
         if (!strcmp(key, "jwt")) {
             subject_jwt(cx, vn, kline, cpath, c);
             continue;
@@ -862,7 +881,7 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
         const char *s = scalar(cx, vn, vline, cpath, "a string");
         if (!s)
             continue;
-        if (!strcmp(key, "client_cert")) {
+        if (is_cert) {
             int i = 0;
             while (peer_cert_source_names[i] && strcmp(s, peer_cert_source_names[i]) != 0)
                 i++;
@@ -871,10 +890,8 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
                        "%s: unknown value '%.64s' (allowed: spiffe, san_uri, san_dns, cn)", cpath,
                        s);
             } else {
-                c->subject.kind = SUBJECT_CLIENT_CERT;
-                c->subject.client_cert = i;
-                free(c->subject.value);
-                c->subject.value = NULL;
+                cert = i;
+                cert_line = kline;
             }
         } else if (!strcmp(key, "header")) {
             if (!header_token_valid(s)) {
@@ -909,8 +926,28 @@ static void fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path,
             }
         }
     }
-    if (!seen && !any)
+    if (!any) {
         err_at(cx, line, "%s: give one of header, bearer, static, jwt, client_cert", path);
+        return;
+    }
+    if (cert < 0)
+        return;
+    if (!c->listen_tls.client_ca_file)
+        err_at(cx, cert_line,
+               "%s.client_cert: needs listen_tls with client_ca_file (the CAs that verify the "
+               "agents' certificates)",
+               path);
+    c->subject.client_cert = cert;
+    if (!user_seen) {
+        c->subject.kind = SUBJECT_CLIENT_CERT;
+        free(c->subject.value);
+        c->subject.value = NULL;
+    } else {
+        /* a user source with an error left the kind alone; the error fails the load */
+        c->subject.with_cert = c->subject.kind == SUBJECT_JWT ||
+                               c->subject.kind == SUBJECT_HEADER ||
+                               c->subject.kind == SUBJECT_BEARER_SHA256;
+    }
 }
 
 static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
@@ -1238,7 +1275,8 @@ static const key_spec_t top_keys[] = {
      .sub = duplicate_keys,
      .n_sub = ARRAY_LEN(duplicate_keys)},
     {.name = "listen_tls", .kind = K_FN, .fn = fn_listen_tls, LIVE},
-    {.name = "subject", .kind = K_FN, .fn = fn_subject, LIVE},
+    /* after listen_tls: client_cert needs its client_ca_file */
+    {.name = "subject", .kind = K_FN, .fn = fn_subject, .order = 1, LIVE},
     {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
     {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},
 };

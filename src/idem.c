@@ -306,8 +306,12 @@ static void answer_store_failed(call_t *c, store_status_t st)
 
 static int row_attempts(const call_t *c, const store_row_t *row);
 
-/* A duplicate of row's call: which layer most likely retried, counted and kept for the log. */
-static void judge_duplicate(call_t *c, const store_row_t *row, int attempt)
+/* A duplicate of row's call, answered as it says: which layer most likely retried, counted,
+ * kept for the log, and recorded on the key's row (its counts and history; a replay also
+ * counts in attempts). The record rides on the next batched write, never a store call of its
+ * own; one that is lost loses nothing else. */
+static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
+                            store_dup_answer_t answered)
 {
     const config_t *cfg = c->idem->ctx.cfg;
     uint64_t first = dup_parse_time_ms(row->created_at), now = util_wall_ms();
@@ -327,12 +331,25 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt)
              ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu",
              dup_source_name(src), attempt, row->created_at ? row->created_at : "",
              (unsigned long long)f.gap_ms);
+    if (c->idem->ctx.store) {
+        store_dup_t d = {
+            .key = c->key,
+            .answered = answered,
+            .source = src,
+            .at_ms = now,
+            .gap_ms = f.gap_ms,
+            .jsonrpc_id = f.id,
+            .session_id = f.session,
+        };
+        store_status_t st = store_record_duplicate(c->idem->ctx.store, &d, NULL, NULL);
+        (void)st;
+    }
 }
 
 static void answer_unknown(call_t *c, const store_row_t *row)
 {
     if (row)
-        judge_duplicate(c, row, row_attempts(c, row) + 1);
+        judge_duplicate(c, row, row_attempts(c, row) + 1, STORE_DUP_UNKNOWN);
     bool cancelled = row && row->state == STORE_STATE_UNKNOWN && row->result &&
                      row->result_len == sizeof(CANCEL_NOTE) - 1 &&
                      memcmp(row->result, CANCEL_NOTE, row->result_len) == 0;
@@ -342,7 +359,7 @@ static void answer_unknown(call_t *c, const store_row_t *row)
 static void answer_in_progress(call_t *c, const store_row_t *row)
 {
     if (row)
-        judge_duplicate(c, row, row_attempts(c, row) + 1);
+        judge_duplicate(c, row, row_attempts(c, row) + 1, STORE_DUP_IN_PROGRESS);
     answer(c, ANSWER_IN_PROGRESS, row ? row->created_at : NULL, NULL);
 }
 
@@ -377,7 +394,8 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
         answer(c, ANSWER_REPLAY_FAILED, NULL, NULL);
         return;
     }
-    judge_duplicate(c, row, attempts);
+    /* recorded for --show and the report, from the cache too */
+    judge_duplicate(c, row, attempts, STORE_DUP_REPLAY);
     char fields[300];
     snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"%s", KEY_HASH_LOG_LEN, c->key_hash,
              c->dup_fields);
@@ -386,13 +404,8 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
     if (from_cache)
         i->ctx.stats->cache_replays++;
     if (!from_cache && row->result && row->expires_in_ms > 0)
-        task_routes_note(i->tasks, row->result, row->result_len, c->subject,
-                         row->first_session_id, util_now_ms() + (uint64_t)row->expires_in_ms);
-    if (i->ctx.store) {
-        /* counted for --show, from the cache too; a lost count loses nothing else */
-        store_status_t st = store_note_duplicate(i->ctx.store, c->key, NULL, NULL);
-        (void)st;
-    }
+        task_routes_note(i->tasks, row->result, row->result_len, c->subject, row->first_session_id,
+                         util_now_ms() + (uint64_t)row->expires_in_ms);
     exchange_set_outcome(c->ex, "replay");
     set_state(c, CALL_DONE);
     exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");

@@ -7,11 +7,9 @@
 #include "log.h"
 #include "policy.h"
 #include "store.h"
-#include "store_pg.h"
-#include "store_sqlite.h"
+#include "store_cli.h"
 #include "util.h"
 
-#include <event2/event.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,7 +20,6 @@
 #include <unistd.h>
 
 #define KEY_CMD_EXIT_USAGE 2
-#define KEY_CMD_EXIT_FAILED 2  /* no database, or the store failed */
 #define KEY_CMD_EXIT_REFUSED 1 /* --show, --forget: no row; --release: nothing to release */
 
 typedef enum {
@@ -39,17 +36,20 @@ typedef struct key_cmd_opts {
     const char *header_key;
     const char *config;
     bool hash;               /* also print the key_hash of log lines */
+    bool text;               /* --text: the row for people */
     key_cmd_action_t action; /* at most one of --show, --release, --forget */
 } key_cmd_opts_t;
 
 static void usage(FILE *f)
 {
     fputs("usage: idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-          "                  [--hash] [--show | --release | --forget]\n"
+          "                  [--hash] [--show | --release | --forget] [--text]\n"
           "  prints the idempotency key for a tools/call of T with arguments JSON by S;\n"
           "  -c FILE applies the tool's exclude_args and key_arg from the config\n"
           "  --hash     also prints the key's key_hash, as the gateway's log lines show it\n"
-          "  --show     also prints the key's row in the store as one JSON line (with key_hash)\n"
+          "  --show     also prints the key's row in the store as one JSON line (with key_hash),\n"
+          "             its duplicates by answer and by source, and the last 16 of them\n"
+          "  --text     --show or --forget for people: the row, then one line per duplicate\n"
           "  --release  lets the next identical call run after an unknown outcome (held by\n"
           "             on_ambiguous: hold); only for outcomes that are unknown\n"
           "  --forget   deletes the key's row, whatever its state, and prints it as --show\n"
@@ -71,7 +71,8 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         OPT_HASH,
         OPT_SHOW,
         OPT_RELEASE,
-        OPT_FORGET
+        OPT_FORGET,
+        OPT_TEXT
     };
     static const struct option longopts[] = {
         {"subject", required_argument, NULL, OPT_SUBJECT},
@@ -83,6 +84,7 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         {"show", no_argument, NULL, OPT_SHOW},
         {"release", no_argument, NULL, OPT_RELEASE},
         {"forget", no_argument, NULL, OPT_FORGET},
+        {"text", no_argument, NULL, OPT_TEXT},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -108,6 +110,9 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
             break;
         case OPT_HASH:
             o->hash = true;
+            break;
+        case OPT_TEXT:
+            o->text = true;
             break;
         case OPT_SHOW:
         case OPT_RELEASE:
@@ -144,6 +149,10 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         fprintf(stderr, "idemgw key: --show, --release and --forget exclude each other\n");
         return -1;
     }
+    if (o->text && o->action != KEY_CMD_SHOW && o->action != KEY_CMD_FORGET) {
+        fprintf(stderr, "idemgw key: --text goes with --show or --forget\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -151,15 +160,11 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
 
 /* One store call, from waiting for the store to the printed answer. */
 typedef struct key_run {
-    struct event_base *base;
-    store_t *store;
+    store_cli_run_t run; /* first: the store's callbacks get it back */
     const char *key;
     char key_hash[KEY_HASH_LOG_LEN + 1];
     key_cmd_action_t action;
-    uint64_t timeout_ms;  /* the store's: how long to wait for it to be ready */
-    uint64_t deadline_ms; /* util_now_ms() when waiting for it ends */
-    struct event *tick;   /* polls store_ready until the call is made */
-    int rc;
+    bool text; /* --text: the row for people, not one JSON line */
 } key_run_t;
 
 /* Prints o as one compact JSON line and frees it. */
@@ -176,7 +181,26 @@ static json_t *text_or_null(const char *v)
     return v ? json_string(v) : json_null();
 }
 
-/* The row as --show has always printed it, key_hash added; more fields may follow. */
+static int dup_total(const store_row_t *row)
+{
+    int n = 0;
+    for (int i = 0; i < STORE_DUP_ANSWERS_; i++)
+        n += row->dup_answers[i];
+    return n;
+}
+
+/* The row's history (a JSON array), or an empty array when it has none or it does not parse. */
+static json_t *history_of(const store_row_t *row)
+{
+    json_t *h = row->dup_history ? json_loads(row->dup_history, 0, NULL) : NULL;
+    if (!json_is_array(h)) {
+        json_decref(h);
+        h = json_array();
+    }
+    return h;
+}
+
+/* The row as --show has always printed it, key_hash added, then its duplicates. */
 static json_t *row_json(const key_run_t *r, const store_row_t *row)
 {
     json_t *o = json_object();
@@ -195,70 +219,139 @@ static json_t *row_json(const key_run_t *r, const store_row_t *row)
     json_object_set_new(o, "result_bytes",
                         row->result ? json_integer((json_int_t)row->result_len) : json_null());
     json_object_set_new(o, "result_too_large", json_boolean(row->result_too_large));
+    json_object_set_new(o, "duplicates", json_integer(dup_total(row)));
+    json_t *by_answer = json_object(), *by_source = json_object();
+    for (int i = 0; i < STORE_DUP_ANSWERS_; i++)
+        json_object_set_new(by_answer, store_dup_answer_str((store_dup_answer_t)i),
+                            json_integer(row->dup_answers[i]));
+    for (int i = 0; i < DUP_SOURCE_N; i++)
+        json_object_set_new(by_source, dup_source_name((dup_source_t)i),
+                            json_integer(row->dup_sources[i]));
+    json_object_set_new(o, "duplicates_by_answer", by_answer);
+    json_object_set_new(o, "duplicates_by_source", by_source);
+    json_object_set_new(o, "history", history_of(row));
     return o;
 }
 
-/* A store call failed: says which and why. */
-static bool store_failed(key_run_t *r, store_status_t st, const char *what)
+static const char *field(json_t *o, const char *name)
 {
-    if (st == STORE_OK)
-        return false;
-    fprintf(stderr, "idemgw key: %s failed: store %s\n", what, store_status_str(st));
-    r->rc = KEY_CMD_EXIT_FAILED;
-    return true;
+    const char *v = json_string_value(json_object_get(o, name));
+    return v ? v : "-";
+}
+
+/* --text: the row, its counts, then one line per duplicate kept, oldest first. */
+static void print_row_text(const key_run_t *r, const store_row_t *row, const char *note)
+{
+    printf("key_hash    %s%s\n", r->key_hash, note ? note : "");
+    printf("state       %s%s\n", store_state_str(row->state),
+           row->lease_expired ? " (lease expired)" : "");
+    printf("attempts    %d (calls that ran or were replayed)\n", row->attempts);
+    printf("first seen  %s, session %s, JSON-RPC id %s\n", row->created_at ? row->created_at : "-",
+           row->first_session_id ? row->first_session_id : "-",
+           row->first_jsonrpc_id ? row->first_jsonrpc_id : "-");
+    printf("finished    %s\n", row->finished_at ? row->finished_at : "-");
+    printf("expires     %s\n", row->expires_at ? row->expires_at : "-");
+    int total = dup_total(row);
+    printf("duplicates  %d", total);
+    if (total) {
+        const char *sep = " (";
+        for (int i = 0; i < STORE_DUP_ANSWERS_; i++) {
+            if (!row->dup_answers[i])
+                continue;
+            printf("%s%s %d", sep, store_dup_answer_str((store_dup_answer_t)i),
+                   row->dup_answers[i]);
+            sep = ", ";
+        }
+        sep = "; by source: ";
+        for (int i = 0; i < DUP_SOURCE_N; i++) {
+            if (!row->dup_sources[i])
+                continue;
+            printf("%s%s %d", sep, dup_source_name((dup_source_t)i), row->dup_sources[i]);
+            sep = ", ";
+        }
+        printf(")");
+    }
+    printf("\n");
+    json_t *h = history_of(row);
+    size_t n = json_array_size(h);
+    if (n) {
+        printf("\nthe last %zu of %d duplicates, oldest first:\n", n, total);
+        printf("%-24s  %-9s  %-11s  %10s  %-20s  %s\n", "AT", "SOURCE", "ANSWERED", "GAP_MS",
+               "JSONRPC_ID", "SESSION");
+        size_t i;
+        json_t *e;
+        json_array_foreach(h, i, e)
+        {
+            json_int_t gap = json_integer_value(json_object_get(e, "gap_ms"));
+            printf("%-24s  %-9s  %-11s  %10lld  %-20s  %s\n", field(e, "at"), field(e, "source"),
+                   field(e, "answered"), (long long)gap, field(e, "jsonrpc_id"),
+                   field(e, "session_id"));
+        }
+    }
+    json_decref(h);
+}
+
+static void print_row(const key_run_t *r, const store_row_t *row, bool forgotten)
+{
+    if (r->text) {
+        print_row_text(r, row, forgotten ? " (forgotten: the row is deleted)" : NULL);
+        return;
+    }
+    json_t *o = row_json(r, row);
+    if (forgotten)
+        json_object_set_new(o, "forgotten", json_true());
+    print_json(o);
 }
 
 static void on_show(store_status_t st, const store_row_t *row, void *arg)
 {
     key_run_t *r = arg;
-    event_base_loopbreak(r->base);
-    if (store_failed(r, st, "reading the row"))
+    store_cli_done(&r->run);
+    if (store_cli_failed(&r->run, st, "reading the row"))
         return;
     if (!row) {
         fprintf(stderr, "idemgw key: no row for this key: never called, or expired and swept\n");
-        r->rc = KEY_CMD_EXIT_REFUSED;
+        r->run.rc = KEY_CMD_EXIT_REFUSED;
         return;
     }
-    print_json(row_json(r, row));
-    r->rc = 0;
+    print_row(r, row, false);
+    r->run.rc = 0;
 }
 
 static void on_forget(store_status_t st, const store_row_t *row, void *arg)
 {
     key_run_t *r = arg;
-    event_base_loopbreak(r->base);
-    if (store_failed(r, st, "forget"))
+    store_cli_done(&r->run);
+    if (store_cli_failed(&r->run, st, "forget"))
         return;
     if (!row) {
         fprintf(stderr, "idemgw key: nothing to forget: no row for this key\n");
-        r->rc = KEY_CMD_EXIT_REFUSED;
+        r->run.rc = KEY_CMD_EXIT_REFUSED;
         return;
     }
-    json_t *o = row_json(r, row);
-    json_object_set_new(o, "forgotten", json_true());
-    print_json(o);
+    print_row(r, row, true);
     if (row->state == STORE_STATE_IN_PROGRESS && !row->lease_expired)
         fprintf(stderr,
                 "idemgw key: warning: a call was running with this key (lease until %s); it "
                 "goes on, and an identical call may now run beside it\n",
                 row->lease_until);
-    r->rc = 0;
+    r->run.rc = 0;
 }
 
 /* Released, or why not from the row as it was. */
 static void on_release(store_status_t st, bool released, const store_row_t *row, void *arg)
 {
     key_run_t *r = arg;
-    event_base_loopbreak(r->base);
-    if (store_failed(r, st, "release"))
+    store_cli_done(&r->run);
+    if (store_cli_failed(&r->run, st, "release"))
         return;
-    r->rc = KEY_CMD_EXIT_REFUSED;
+    r->run.rc = KEY_CMD_EXIT_REFUSED;
     if (!row) {
         fprintf(stderr, "idemgw key: nothing to release: no row for this key\n");
     } else if (released) {
         print_json(json_pack("{s:s, s:s, s:b, s:s}", "key", r->key, "key_hash", r->key_hash,
                              "released", 1, "was", store_state_str(row->state)));
-        r->rc = 0;
+        r->run.rc = 0;
     } else if (row->state == STORE_STATE_SUCCEEDED) {
         fprintf(stderr,
                 "idemgw key: not released: the call succeeded and its result is replayed until "
@@ -274,120 +367,34 @@ static void on_release(store_status_t st, bool released, const store_row_t *row,
     }
 }
 
-/* Makes the one call once the store is ready, or gives up after the store's timeout. */
-static void key_run_tick(evutil_socket_t fd, short what, void *arg)
+/* The one call, once the store is ready. */
+static store_status_t key_call(store_t *store, store_cli_run_t *run)
 {
-    (void)fd;
-    (void)what;
-    key_run_t *r = arg;
-    if (!store_ready(r->store)) {
-        if (util_now_ms() < r->deadline_ms)
-            return;
-        fprintf(stderr,
-                "idemgw key: Postgres is not reachable (no connection ready within %llu ms, "
-                "store.timeout)\n",
-                (unsigned long long)r->timeout_ms);
-        r->rc = KEY_CMD_EXIT_FAILED;
-        event_base_loopbreak(r->base);
-        return;
-    }
-    event_del(r->tick);
-    store_status_t st = STORE_OK;
+    key_run_t *r = (key_run_t *)run;
     switch (r->action) {
     case KEY_CMD_SHOW:
-        st = store_get(r->store, r->key, on_show, r);
-        break;
+        return store_get(store, r->key, on_show, r);
     case KEY_CMD_RELEASE:
-        st = store_release(r->store, r->key, on_release, r);
-        break;
+        return store_release(store, r->key, on_release, r);
     case KEY_CMD_FORGET:
-        st = store_forget(r->store, r->key, on_forget, r);
-        break;
+        return store_forget(store, r->key, on_forget, r);
     case KEY_CMD_PRINT:
         break;
     }
-    if (store_failed(r, st, "the store call"))
-        event_base_loopbreak(r->base);
+    return STORE_ERR_STATEMENT;
 }
 
 /* Runs the action on the key's row; the exit code. */
-static int run_on_row(const config_t *cfg, key_cmd_action_t action, const char *key)
+static int run_on_row(const config_t *cfg, key_cmd_action_t action, bool text, const char *key)
 {
-    const char *url = cfg ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
-    if (url && !url[0])
-        url = NULL;
-    char *path = NULL;
-    config_store_t kind = config_store_choose(url, &path);
-    if (kind == CONFIG_STORE_NONE || (kind == CONFIG_STORE_SQLITE && !path)) {
-        fprintf(stderr, "idemgw key: no database: database_url is %s\n",
-                kind == CONFIG_STORE_NONE ? "none" : "sqlite: without a file");
-        free(path);
-        return KEY_CMD_EXIT_FAILED;
-    }
-    /* never creates the embedded store: no file means no gateway ever kept a key there */
-    if (kind == CONFIG_STORE_SQLITE && access(path, F_OK) != 0) {
-        fprintf(stderr,
-                "idemgw key: no database: the embedded store %s does not exist; give "
-                "database_url in -c FILE, or set IDEMGW_DATABASE_URL or PGHOST\n",
-                path);
-        free(path);
-        return KEY_CMD_EXIT_FAILED;
-    }
     key_run_t r = {
+        .run = {.cmd = "idemgw key", .call = key_call},
         .key = key,
         .action = action,
-        .timeout_ms = cfg ? cfg->store_timeout_ms : STORE_TIMEOUT_DEFAULT_MS,
-        .rc = KEY_CMD_EXIT_FAILED,
+        .text = text,
     };
     key_hash_log(key, r.key_hash);
-    /* stdout is the answer: the store's log lines (warnings and errors, such as why it
-     * cannot connect) go to stderr */
-    FILE *saved_stream = log_stream;
-    log_level_t saved_threshold = log_threshold;
-    log_stream = stderr;
-    log_threshold = LOG_WARN;
-
-    store_options_t so = {
-        .conninfo = url,
-        .path = path,
-        /* the gateway holds the embedded store's lock while it runs: this one short
-         * transaction goes through SQLite's own locking beside it, and creates nothing */
-        .shared = true,
-        .pool_size = 1,
-        .timeout_ms = r.timeout_ms,
-        .migrate = false, /* an operator's look must not change the schema */
-    };
-    char msg[512] = "";
-    r.base = event_base_new();
-    if (!r.base) {
-        fprintf(stderr, "idemgw key: cannot create an event loop\n");
-        goto out;
-    }
-    r.store = kind == CONFIG_STORE_SQLITE ? store_sqlite_new(r.base, &so, msg, sizeof msg)
-                                          : store_pg_new(r.base, &so, msg, sizeof msg);
-    if (!r.store) {
-        fprintf(stderr, "idemgw key: store: %s\n", msg);
-        goto out;
-    }
-    r.deadline_ms = util_now_ms() + r.timeout_ms;
-    r.tick = event_new(r.base, -1, EV_PERSIST, key_run_tick, &r);
-    if (!r.tick) {
-        fprintf(stderr, "idemgw key: cannot create an event\n");
-        goto out;
-    }
-    struct timeval tv = {0, 10 * 1000};
-    event_add(r.tick, &tv);
-    event_base_dispatch(r.base); /* until a callback or the deadline breaks it */
-out:
-    if (r.tick)
-        event_free(r.tick);
-    store_free(r.store); /* out of every store callback: the loop has returned */
-    if (r.base)
-        event_base_free(r.base);
-    log_stream = saved_stream;
-    log_threshold = saved_threshold;
-    free(path);
-    return r.rc;
+    return store_cli_exec(cfg, &r.run);
 }
 
 int key_cmd_main(int argc, char **argv)
@@ -437,7 +444,7 @@ int key_cmd_main(int argc, char **argv)
         printf("%s\n", h);
     }
     fflush(stdout); /* before the store's lines on stderr */
-    rc = o.action == KEY_CMD_PRINT ? 0 : run_on_row(cfg, o.action, kr.key);
+    rc = o.action == KEY_CMD_PRINT ? 0 : run_on_row(cfg, o.action, o.text, kr.key);
     if (fflush(stdout) != 0 && rc == 0)
         rc = 1;
 out:

@@ -9,6 +9,7 @@
 #include "health_cmd.h"
 #include "key_cmd.h"
 #include "policy_cmd.h"
+#include "report_cmd.h"
 #include "tools_cmd.h"
 #include "tls_listen.h"
 #include "log.h"
@@ -244,6 +245,8 @@ static void usage(FILE *f)
                "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
                "                                        a policy from the server; its drift\n"
                "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
+               "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
+               "                                        protected calls and duplicates per tool\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -903,6 +906,8 @@ int main(int argc, char **argv)
         return policy_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "health") == 0)
         return health_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "report") == 0)
+        return report_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

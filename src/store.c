@@ -195,15 +195,40 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
     return timed_sent(t, s->ops->get(s->impl, key, timed_get, t));
 }
 
-store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
+const char *store_dup_answer_str(store_dup_answer_t a)
 {
-    /* without a callback a duplicate is only counted in memory (its write is the batched
+    static const char *const names[STORE_DUP_ANSWERS_] = {
+        [STORE_DUP_REPLAY] = "replay",
+        [STORE_DUP_IN_PROGRESS] = "in_progress",
+        [STORE_DUP_UNKNOWN] = "unknown",
+    };
+    return (unsigned)a < STORE_DUP_ANSWERS_ ? names[a] : "?";
+}
+
+store_status_t store_record_duplicate(store_t *s, const store_dup_t *dup, store_finish_cb cb,
+                                      void *arg)
+{
+    if (!dup->key || (unsigned)dup->answered >= STORE_DUP_ANSWERS_ ||
+        (unsigned)dup->source >= DUP_SOURCE_N)
+        return STORE_ERR_STATEMENT;
+    /* without a callback a duplicate is only recorded in memory (its write is the batched
      * flush): nothing to time, and a callback would make a backend queue an op for it */
     if (!s->stats || !cb)
-        return s->ops->note_duplicate(s->impl, key, cb, arg);
+        return s->ops->record_duplicate(s->impl, dup, cb, arg);
     timed_t *t = timed_new(s, STATS_STORE_DUP, arg);
     t->cb.finish = cb;
-    return timed_sent(t, s->ops->note_duplicate(s->impl, key, timed_finish, t));
+    return timed_sent(t, s->ops->record_duplicate(s->impl, dup, timed_finish, t));
+}
+
+store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb cb, void *arg)
+{
+    store_dup_t d = {.key = key, .answered = STORE_DUP_REPLAY, .at_ms = util_wall_ms()};
+    return store_record_duplicate(s, &d, cb, arg);
+}
+
+store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb, void *arg)
+{
+    return s->ops->report(s->impl, since_ms, top, cb, arg);
 }
 
 int store_pending_duplicates(const store_t *s, const char *key)

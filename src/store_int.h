@@ -27,6 +27,7 @@ typedef enum {
     STORE_OP_FORGET,
     STORE_OP_CLAIM_BATCH,   /* claims queued together: one statement, one commit */
     STORE_OP_FINISH_BATCH,  /* finishes queued together, committed without waiting for the flush */
+    STORE_OP_REPORT,        /* `idemgw report`: read-only, never on a call's path */
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
     STORE_OP_COUNT_,        /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
@@ -56,6 +57,7 @@ typedef struct store_op {
         store_get_cb get;
         store_release_cb release;
         store_count_cb count;
+        store_report_cb report;
     } cb; /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */
@@ -136,6 +138,34 @@ struct store_pg {
     int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
     store_stats_t stats;
 };
+
+/* store_pg_dups.c: the duplicates' columns (sql/002_dup_history.sql) and `idemgw report` */
+/* The columns get, release and forget add after the row's, parsed by store_pg_parse_dups. */
+/* clang-format off */
+#define STORE_PG_DUP_COLS                                                                          \
+    "k.dup_replay, k.dup_in_progress, k.dup_unknown, k.dup_reconnect, k.dup_transport, "           \
+    "k.dup_harness, k.dup_model, k.dup_late, k.dup_history"
+#define STORE_PG_DUP_NCOLS 9
+/* A claim's update: an expired row starts a new life, its duplicates too (as attempts). */
+#define STORE_PG_NEW_LIFE_DUPS                                                                     \
+    " dup_replay = k.dup_replay * (k.expires_at > now())::int,"                                   \
+    " dup_in_progress = k.dup_in_progress * (k.expires_at > now())::int,"                         \
+    " dup_unknown = k.dup_unknown * (k.expires_at > now())::int,"                                 \
+    " dup_reconnect = k.dup_reconnect * (k.expires_at > now())::int,"                             \
+    " dup_transport = k.dup_transport * (k.expires_at > now())::int,"                             \
+    " dup_harness = k.dup_harness * (k.expires_at > now())::int,"                                 \
+    " dup_model = k.dup_model * (k.expires_at > now())::int,"                                     \
+    " dup_late = k.dup_late * (k.expires_at > now())::int,"                                       \
+    " dup_history = CASE WHEN k.expires_at <= now() THEN '[]'::jsonb ELSE k.dup_history END,"
+/* clang-format on */
+/* Writes the duplicates recorded since the last write: $1, dup_entries_json (dup_table.h). */
+extern const char store_pg_dup_sql[];
+/* $1 since (ms, 0: all), $2 top keys. */
+extern const char store_pg_report_sql[];
+/* Fills row's duplicates from tuple t's columns from col on (STORE_PG_DUP_COLS). */
+void store_pg_parse_dups(const PGresult *r, int t, int col, store_row_t *row);
+/* Calls cb with the report res holds (STORE_ERR_STATEMENT when it is not one). */
+void store_pg_report_deliver(const PGresult *res, store_report_cb cb, void *arg);
 
 /* store_conn.c */
 void store_conn_init(store_pg_t *s, store_conn_t *c, int id);

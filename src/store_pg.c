@@ -13,10 +13,11 @@
  * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
  * not its statement ran.
  *
- * Duplicates are counted in memory (a small hash table of key -> count) and written every
- * DUP_FLUSH_MS in one statement: under many replays of one key, an UPDATE per replay would
- * queue up on that row's lock. A count is lost if the gateway dies before the flush; attempts
- * is a statistic, not part of the protocol. */
+ * Duplicates are recorded in memory (dup_table.h: per key, the counts and the last ones) and
+ * written every DUP_FLUSH_MS in one statement (store_pg_dups.c): under many replays of one key,
+ * an UPDATE per replay would queue up on that row's lock. What was recorded is lost if the
+ * gateway dies before the flush; attempts and the history are statistics, not part of the
+ * protocol. */
 #include "store_int.h"
 #include "store_pg.h"
 
@@ -106,7 +107,8 @@ static const char claim_sql[] =
     "   ELSE k.first_session_id END,"
     "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
     "   ELSE k.first_jsonrpc_id END,"
-    "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
+    "  result = NULL, result_too_large = false, lease_until = "
+    "excluded.lease_until," STORE_PG_NEW_LIFE_DUPS
     "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
     " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
         "k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
@@ -149,6 +151,7 @@ static const char claim_batch_sql[] =
     "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
     "   ELSE k.first_jsonrpc_id END,"
     "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
+    STORE_PG_NEW_LIFE_DUPS
     "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
     " WHERE clock_timestamp() <= to_timestamp(" BATCH_ROW("deadline") " / 1000.0) AND "
     TAKEOVER_COND_IF("k", "excluded.args_digest", BATCH_ROW("takeover"))
@@ -184,18 +187,9 @@ static const char finish_batch_sql[] =
     " FROM f JOIN l ON l.key = f.key, c"
     " WHERE k.key = f.key AND k.fence = f.fence AND c.v = 'off' RETURNING f.i";
 
-static const char get_sql[] =
-    "SELECT false, false, " ROW_COLS " FROM idem_keys k WHERE k.key = $1::text";
-
-/* Adds the duplicates counted since the last flush: $1 keys (distinct), $2 counts. The rows
- * are locked in key order first, so two gateways flushing overlapping keys cannot deadlock. A
- * key whose row is gone (swept) is skipped. */
-static const char dup_sql[] =
-    "WITH d AS (SELECT * FROM unnest($1::text[], $2::integer[]) AS d(key, n)),"
-    " l AS MATERIALIZED (SELECT k.key FROM idem_keys k WHERE k.key IN (SELECT d.key FROM d)"
-    "  ORDER BY k.key FOR UPDATE)"
-    " UPDATE idem_keys k SET attempts = k.attempts + d.n, updated_at = now()"
-    " FROM d JOIN l ON l.key = d.key WHERE k.key = d.key";
+/* An operator's look (and wait mode's poll): the row, then its duplicates. */
+static const char get_sql[] = "SELECT false, false, " ROW_COLS ", " STORE_PG_DUP_COLS
+                              " FROM idem_keys k WHERE k.key = $1::text";
 
 /* Keeps a live call's claim from being counted as lost while its stream still runs. */
 static const char extend_sql[] =
@@ -212,7 +206,7 @@ static const char extend_sql[] =
 /* clang-format off */
 static const char release_sql[] =
     "WITH old AS MATERIALIZED ("
-    " SELECT " RELEASABLE("k") ", false, " ROW_COLS
+    " SELECT " RELEASABLE("k") ", false, " ROW_COLS ", " STORE_PG_DUP_COLS
     " FROM idem_keys k WHERE k.key = $1::text FOR UPDATE),"
     " upd AS ("
     " UPDATE idem_keys k SET state = 'failed', fence = k.fence + 1, lease_until = now(),"
@@ -223,7 +217,8 @@ static const char release_sql[] =
 
 /* An operator's forget: the row goes, whatever its state, and comes back as it was. */
 static const char forget_sql[] =
-    "DELETE FROM idem_keys k WHERE k.key = $1::text RETURNING false, false, " ROW_COLS;
+    "DELETE FROM idem_keys k WHERE k.key = $1::text RETURNING false, false, " ROW_COLS
+    ", " STORE_PG_DUP_COLS;
 
 /* SKIP LOCKED: a row a claim is taking over right now is left for the next sweep. The outer
  * conditions are re-checked because a row updated between the subselect and the delete is
@@ -247,7 +242,7 @@ static const struct {
     [STORE_OP_CLAIM] = {"idemgw_claim", claim_sql},
     [STORE_OP_FINISH] = {"idemgw_finish", finish_sql},
     [STORE_OP_GET] = {"idemgw_get", get_sql},
-    [STORE_OP_DUP] = {"idemgw_dup", dup_sql},
+    [STORE_OP_DUP] = {"idemgw_dup", store_pg_dup_sql},
     [STORE_OP_SWEEP] = {"idemgw_sweep", sweep_sql},
     [STORE_OP_EXTEND] = {"idemgw_extend", extend_sql},
     [STORE_OP_RELEASE] = {"idemgw_release", release_sql},
@@ -255,6 +250,7 @@ static const struct {
     [STORE_OP_CLAIM_BATCH] = {"idemgw_claim_batch", claim_batch_sql},
     [STORE_OP_FINISH_BATCH] = {"idemgw_finish_batch", finish_batch_sql},
     [STORE_OP_COUNT_UNKNOWN] = {"idemgw_count_unknown", count_unknown_sql},
+    [STORE_OP_REPORT] = {"idemgw_report", store_pg_report_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -456,6 +452,9 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
         break;
     case STORE_OP_COUNT_UNKNOWN:
         op->cb.count(st, 0, op->arg);
+        break;
+    case STORE_OP_REPORT:
+        op->cb.report(st, NULL, op->arg);
         break;
     default:
         /* a duplicate is reported once it is counted in memory: matched means accepted */
@@ -864,9 +863,13 @@ static bool parse_row_at(const PGresult *r, int t, store_row_t *row, char **buf)
     return true;
 }
 
+/* A row of get, release or forget: the row's columns, then its duplicates'. */
 static bool parse_row(const PGresult *r, store_row_t *row, char **buf)
 {
-    return PQnfields(r) == COL_COUNT_ && parse_row_at(r, 0, row, buf);
+    if (PQnfields(r) != COL_COUNT_ + STORE_PG_DUP_NCOLS || !parse_row_at(r, 0, row, buf))
+        return false;
+    store_pg_parse_dups(r, 0, COL_COUNT_, row);
+    return true;
 }
 
 /* Gives a claim its row (tuple t of res): acquired or the existing one. */
@@ -1034,7 +1037,9 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     }
 
     store_pump(s);
-    if (op->kind == STORE_OP_GET || op->kind == STORE_OP_FORGET) {
+    if (op->kind == STORE_OP_REPORT) {
+        store_pg_report_deliver(res, op->cb.report, op->arg);
+    } else if (op->kind == STORE_OP_GET || op->kind == STORE_OP_FORGET) {
         store_row_t row;
         char *buf = NULL;
         if (PQntuples(res) == 0) {
@@ -1112,49 +1117,14 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- duplicates counted in memory ---- */
 
-/* The table's counts, taken (the table is emptied), as two array literals, keys
- * ({"k1","k2"}) and counts ({1,2}), in the same order. */
-static void dup_arrays(store_pg_t *s, char **keys_out, char **counts_out)
+/* What the table holds, taken (the table is emptied), as the write's one parameter. */
+static char *dup_param(store_pg_t *s)
 {
-    size_t n = s->dups.len;
-    char **dkeys;
-    int *dcounts;
-    dup_table_take(&s->dups, &dkeys, &dcounts);
-    size_t klen = 3, clen = 3;
-    for (size_t i = 0; i < n; i++) {
-        klen += 2 * strlen(dkeys[i]) + 3;
-        clen += 12;
-    }
-    char *keys = xmalloc(klen), *counts = xmalloc(clen);
-    size_t k = 0, c = 0;
-    keys[k++] = '{';
-    counts[c++] = '{';
-    for (size_t i = 0; i < n; i++) {
-        const dup_entry_t e = {dkeys[i], dcounts[i]};
-        const dup_entry_t *d = &e;
-        if (k > 1) {
-            keys[k++] = ',';
-            counts[c++] = ',';
-        }
-        /* a quoted array element: a backslash before each double quote and backslash */
-        keys[k++] = '"';
-        for (const char *p = d->key; *p; p++) {
-            if (*p == '"' || *p == '\\')
-                keys[k++] = '\\';
-            keys[k++] = *p;
-        }
-        keys[k++] = '"';
-        c += (size_t)snprintf(counts + c, clen - c, "%d", d->count);
-        free(dkeys[i]);
-    }
-    free(dkeys);
-    free(dcounts);
-    keys[k++] = '}';
-    keys[k] = '\0';
-    counts[c++] = '}';
-    counts[c] = '\0';
-    *keys_out = keys;
-    *counts_out = counts;
+    size_t n;
+    dup_entry_t *e = dup_table_take(&s->dups, &n);
+    char *json = dup_entries_json(e, n);
+    dup_entries_free(e, n);
+    return json;
 }
 
 /* Hands the counts to a connection as one statement. When the store cannot take it now, the
@@ -1167,8 +1137,8 @@ static void dup_flush(store_pg_t *s)
         return;
     store_op_t *op = op_new(STORE_OP_DUP);
     op->dup_keys = (int)s->dups.len;
-    dup_arrays(s, &op->values[0], &op->values[1]);
-    op->nparams = 2;
+    op->values[0] = dup_param(s);
+    op->nparams = 1;
     op->internal = true;
     (void)submit(s, op); /* admitted above: cannot be refused */
 }
@@ -1187,14 +1157,14 @@ static void dup_flush_sync(store_pg_t *s)
     if (s->dups.len == 0 || !s->schema_ok || store_up_count(s) == 0)
         return;
     const char *kw[STORE_CONN_PARAMS], *val[STORE_CONN_PARAMS];
-    char *values[2];
+    char *values[1];
     size_t n = s->dups.len;
-    dup_arrays(s, &values[0], &values[1]);
+    values[0] = dup_param(s);
     store_conn_params(s, kw, val);
     PGconn *pg = PQconnectdbParams(kw, val, 1);
     PGresult *r = NULL;
     if (PQstatus(pg) == CONNECTION_OK)
-        r = PQexecParams(pg, dup_sql, 2, NULL, (const char *const *)values, NULL, NULL, 0);
+        r = PQexecParams(pg, store_pg_dup_sql, 1, NULL, (const char *const *)values, NULL, NULL, 0);
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         char msg[256];
         snprintf(msg, sizeof(msg), "%s", PQerrorMessage(pg));
@@ -1204,7 +1174,6 @@ static void dup_flush_sync(store_pg_t *s)
     PQclear(r);
     PQfinish(pg);
     free(values[0]);
-    free(values[1]);
 }
 
 /* ---- public calls ---- */
@@ -1393,13 +1362,13 @@ static store_status_t pg_get(store_pg_t *s, const char *key, store_get_cb cb, vo
     return submit(s, op);
 }
 
-static store_status_t pg_note_duplicate(store_pg_t *s, const char *key, store_finish_cb cb,
-                                        void *arg)
+static store_status_t pg_record_duplicate(store_pg_t *s, const store_dup_t *dup, store_finish_cb cb,
+                                          void *arg)
 {
     store_status_t st = admit(s);
-    if (st != STORE_OK || !key)
-        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
-    dup_table_add(&s->dups, key);
+    if (st != STORE_OK)
+        return st;
+    dup_table_add(&s->dups, dup);
     if (s->dups.len >= DUP_FLUSH_KEYS)
         dup_flush(s);
     if (cb) {
@@ -1441,6 +1410,17 @@ static store_status_t pg_forget(store_pg_t *s, const char *key, store_get_cb cb,
     return submit(s, op);
 }
 
+static store_status_t pg_report(store_pg_t *s, uint64_t since_ms, int top, store_report_cb cb,
+                                void *arg)
+{
+    store_op_t *op = op_new(STORE_OP_REPORT);
+    op_int(op, clamp_ms(since_ms));
+    op_int(op, top);
+    op->cb.report = cb;
+    op->arg = arg;
+    return submit(s, op);
+}
+
 static store_status_t pg_sweep_now(store_pg_t *s, store_finish_cb cb, void *arg)
 {
     store_op_t *op = sweep_op(s);
@@ -1477,9 +1457,10 @@ static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void
     return pg_get(impl, key, cb, arg);
 }
 
-static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb, void *arg)
+static store_status_t ops_record_duplicate(void *impl, const store_dup_t *dup, store_finish_cb cb,
+                                           void *arg)
 {
-    return pg_note_duplicate(impl, key, cb, arg);
+    return pg_record_duplicate(impl, dup, cb, arg);
 }
 
 static int ops_pending_duplicates(const void *impl, const char *key)
@@ -1513,6 +1494,12 @@ static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg
     return pg_count_unknown(impl, cb, arg);
 }
 
+static store_status_t ops_report(void *impl, uint64_t since_ms, int top, store_report_cb cb,
+                                 void *arg)
+{
+    return pg_report(impl, since_ms, top, cb, arg);
+}
+
 static bool ops_ready(const void *impl)
 {
     return pg_ready(impl);
@@ -1533,13 +1520,14 @@ const store_ops_t store_pg_ops = {
     .claim = ops_claim,
     .finish = ops_finish,
     .get = ops_get,
-    .note_duplicate = ops_note_duplicate,
+    .record_duplicate = ops_record_duplicate,
     .pending_duplicates = ops_pending_duplicates,
     .extend_lease = ops_extend_lease,
     .sweep_now = ops_sweep_now,
     .release = ops_release,
     .forget = ops_forget,
     .count_unknown = ops_count_unknown,
+    .report = ops_report,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .free = ops_free,

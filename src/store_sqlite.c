@@ -16,8 +16,8 @@
  * Clock: each op reads the wall clock when the writer starts it; leases, windows and expiry are
  * compared with that, as Postgres compares with now().
  *
- * Duplicates are counted in memory and written every DUP_FLUSH_MS as one op, as the Postgres
- * backend does; store_free writes what is left before it returns. */
+ * Duplicates are recorded in memory (dup_table.h) and written every DUP_FLUSH_MS as one op, as
+ * the Postgres backend does; store_free writes what is left before it returns. */
 #include "store_sqlite.h"
 
 #include "dup_table.h"
@@ -58,11 +58,13 @@ typedef enum {
     SQ_EXTEND,
     SQ_RELEASE,
     SQ_FORGET,
-    SQ_COUNT_UNKNOWN,
+    SQ_REPORT,        /* read-only: its batch runs in a read transaction */
+    SQ_COUNT_UNKNOWN, /* for /metrics */
 } sq_kind_t;
 
-static const char *const kind_names[] = {"claim",  "finish",  "get",    "duplicates",   "sweep",
-                                         "extend", "release", "forget", "count_unknown"};
+static const char *const kind_names[] = {"claim",  "finish",       "get",     "duplicates",
+                                         "sweep",  "extend",       "release", "forget",
+                                         "report", "count_unknown"};
 
 /* A row read by the writer, every string owned. Times in epoch milliseconds. */
 typedef struct sq_row {
@@ -76,6 +78,10 @@ typedef struct sq_row {
     char *session, *jsonrpc;
     int64_t lease_until, created_at, expires_at;
     int64_t finished_at; /* -1: NULL */
+    /* get, release, forget: the duplicates (sql/sqlite/002_dup_history.sql) */
+    int dup_answers[STORE_DUP_ANSWERS_];
+    int dup_sources[DUP_SOURCE_N];
+    char *dup_history;
 } sq_row_t;
 
 typedef enum {
@@ -93,16 +99,18 @@ typedef struct sq_op {
     store_state_t state;
     char *result;
     size_t result_len;
-    int batch;       /* sweep: rows per statement */
-    char **dup_keys; /* duplicate flush: keys and their counts */
-    int *dup_counts;
+    int batch;         /* sweep: rows per statement */
+    dup_entry_t *dups; /* duplicate flush: what each key's duplicates add */
     size_t n_dups;
+    int64_t since_ms; /* report: rows updated this long ago or later (0: all) */
+    int top;          /* report: keys with the most calls */
     union {
         store_claim_cb claim;
         store_finish_cb finish;
         store_get_cb get;
         store_release_cb release;
         store_count_cb count;
+        store_report_cb report;
     } cb;
     void *arg;
     bool internal; /* the sweeper's batch or the duplicate flush: no callback */
@@ -121,6 +129,9 @@ typedef struct sq_op {
     bool has_row;  /* claim, get, release, forget */
     sq_row_t row;
     int64_t now_ms; /* the store's clock when the op ran */
+    store_report_tool_t *rep_tools; /* report: strings owned */
+    store_report_key_t *rep_top;
+    size_t n_rep_tools, n_rep_top;
 } sq_op_t;
 
 enum {
@@ -134,6 +145,9 @@ enum {
     STMT_DELETE,
     STMT_SWEEP,
     STMT_COUNT_UNKNOWN,
+    STMT_DUPS,
+    STMT_REPORT_TOOLS,
+    STMT_REPORT_TOP,
     STMT_COUNT_
 };
 
@@ -182,11 +196,26 @@ static const char *const stmt_sql[STMT_COUNT_] = {
                       " attempts = ?6, created_at = ?7, first_session_id = ?8,"
                       " first_jsonrpc_id = ?9, result = NULL, result_too_large = 0,"
                       " lease_until = ?10, updated_at = ?11, finished_at = NULL,"
-                      " expires_at = ?12 WHERE key = ?1",
+                      " expires_at = ?12,"
+                      /* ?13: a new life, its duplicates too */
+                      " dup_replay = dup_replay * (1 - ?13),"
+                      " dup_in_progress = dup_in_progress * (1 - ?13),"
+                      " dup_unknown = dup_unknown * (1 - ?13),"
+                      " dup_reconnect = dup_reconnect * (1 - ?13),"
+                      " dup_transport = dup_transport * (1 - ?13),"
+                      " dup_harness = dup_harness * (1 - ?13), dup_model = dup_model * (1 - ?13),"
+                      " dup_late = dup_late * (1 - ?13),"
+                      " dup_history = CASE WHEN ?13 THEN '[]' ELSE dup_history END WHERE key = ?1",
     [STMT_FINISH] = "UPDATE idem_keys SET state = ?3, result = ?4, result_too_large = ?5,"
                     " updated_at = ?6, finished_at = ?6, expires_at = ?7"
                     " WHERE key = ?1 AND fence = ?2",
-    [STMT_DUP] = "UPDATE idem_keys SET attempts = min(attempts + ?2, 2147483647), updated_at = ?3"
+    /* one key's duplicates: ?2 replays (attempts too), ?4 in progress, ?5 unknown, ?6 to ?10
+     * by source, ?11 the history merged (dup_history_merge) */
+    [STMT_DUP] = "UPDATE idem_keys SET attempts = min(attempts + ?2, 2147483647), updated_at = ?3,"
+                 " dup_replay = dup_replay + ?2, dup_in_progress = dup_in_progress + ?4,"
+                 " dup_unknown = dup_unknown + ?5, dup_reconnect = dup_reconnect + ?6,"
+                 " dup_transport = dup_transport + ?7, dup_harness = dup_harness + ?8,"
+                 " dup_model = dup_model + ?9, dup_late = dup_late + ?10, dup_history = ?11"
                  " WHERE key = ?1",
     [STMT_EXTEND] = "UPDATE idem_keys SET lease_until = ?3, expires_at = max(expires_at, ?3),"
                     " updated_at = ?4 WHERE key = ?1 AND fence = ?2 AND state = 'in_progress'",
@@ -201,6 +230,20 @@ static const char *const stmt_sql[STMT_COUNT_] = {
                    " ORDER BY expires_at LIMIT ?2)",
     [STMT_COUNT_UNKNOWN] = "SELECT count(*) FROM idem_keys WHERE state = 'unknown'"
                            " AND expires_at > ?1",
+    [STMT_DUPS] = "SELECT dup_replay, dup_in_progress, dup_unknown, dup_reconnect, dup_transport,"
+                  " dup_harness, dup_model, dup_late, dup_history FROM idem_keys WHERE key = ?1",
+    /* `idemgw report`: the rows updated since ?2 (?1 <= 0: all), per tool; then the keys with
+     * the most calls, up to ?3 */
+    [STMT_REPORT_TOOLS] = "SELECT tool, count(*), sum(attempts), sum(dup_replay),"
+                          " sum(dup_in_progress), sum(dup_unknown), sum(dup_reconnect),"
+                          " sum(dup_transport), sum(dup_harness), sum(dup_model), sum(dup_late),"
+                          " sum(state = 'in_progress'), sum(state = 'succeeded'),"
+                          " sum(state = 'failed'), sum(state = 'unknown') FROM idem_keys"
+                          " WHERE ?1 <= 0 OR updated_at >= ?2 GROUP BY tool ORDER BY tool",
+    [STMT_REPORT_TOP] = "SELECT tool, key, attempts, dup_replay + dup_in_progress + dup_unknown,"
+                        " state, created_at, attempts + dup_in_progress + dup_unknown"
+                        " FROM idem_keys WHERE ?1 <= 0 OR updated_at >= ?2"
+                        " ORDER BY attempts + dup_in_progress + dup_unknown DESC, key LIMIT ?3",
 };
 
 static const char *const state_names[] = {
@@ -237,17 +280,7 @@ static char *dup_or_null(const char *s)
 /* Epoch milliseconds as ISO 8601 UTC with milliseconds, as the Postgres backend prints them. */
 static void iso_utc(int64_t ms, char out[ISO_LEN + 1])
 {
-    time_t sec = (time_t)(ms / 1000);
-    int frac = (int)(ms % 1000);
-    if (frac < 0) {
-        frac += 1000;
-        sec--;
-    }
-    struct tm tm;
-    gmtime_r(&sec, &tm);
-    char head[32];
-    strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, ISO_LEN + 1, "%.19s.%03dZ", head, frac);
+    util_iso_utc_ms(ms, out);
 }
 
 static void row_free(sq_row_t *r)
@@ -256,6 +289,7 @@ static void row_free(sq_row_t *r)
     free(r->result);
     free(r->session);
     free(r->jsonrpc);
+    free(r->dup_history);
     memset(r, 0, sizeof(*r));
 }
 
@@ -272,10 +306,16 @@ static void op_free(sq_op_t *op)
     free(op->session);
     free(op->jsonrpc);
     free(op->result);
-    for (size_t i = 0; i < op->n_dups; i++)
-        free(op->dup_keys[i]);
-    free(op->dup_keys);
-    free(op->dup_counts);
+    dup_entries_free(op->dups, op->n_dups);
+    for (size_t i = 0; i < op->n_rep_tools; i++)
+        free((char *)op->rep_tools[i].tool);
+    for (size_t i = 0; i < op->n_rep_top; i++) {
+        free((char *)op->rep_top[i].tool);
+        free((char *)op->rep_top[i].key);
+        free((char *)op->rep_top[i].created_at);
+    }
+    free(op->rep_tools);
+    free(op->rep_top);
     row_free(&op->row);
     if (op->deadline_ev)
         event_free(op->deadline_ev);
@@ -354,6 +394,28 @@ static int row_load(store_sqlite_t *s, const char *key, sq_row_t *row)
     return out;
 }
 
+/* Reads key's duplicates into row: 1 found, 0 no row, -1 error. */
+static int dups_load(store_sqlite_t *s, const char *key, sq_row_t *row)
+{
+    sqlite3_stmt *st = s->stmts[STMT_DUPS];
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st), out = 0;
+    if (rc == SQLITE_ROW) {
+        out = 1;
+        for (int i = 0; i < STORE_DUP_ANSWERS_; i++)
+            row->dup_answers[i] = sqlite3_column_int(st, i);
+        for (int i = 0; i < DUP_SOURCE_N; i++)
+            row->dup_sources[i] = sqlite3_column_int(st, STORE_DUP_ANSWERS_ + i);
+        free(row->dup_history);
+        row->dup_history = col_text(st, STORE_DUP_ANSWERS_ + DUP_SOURCE_N);
+    } else if (rc != SQLITE_DONE) {
+        out = -1;
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return out;
+}
+
 /* Runs a prepared write statement to its end; the rows it changed, or -1. */
 static int64_t stmt_run(store_sqlite_t *s, sqlite3_stmt *st)
 {
@@ -404,6 +466,7 @@ static store_status_t exec_claim(store_sqlite_t *s, sq_op_t *op, int64_t now)
         sqlite3_bind_int64(st, 10, lease_until);
         sqlite3_bind_int64(st, 11, now);
         sqlite3_bind_int64(st, 12, expires_at);
+        sqlite3_bind_int(st, 13, expired);
     } else {
         st = s->stmts[STMT_INSERT];
         bind_text(st, 6, op->session);
@@ -424,6 +487,97 @@ static store_status_t exec_claim(store_sqlite_t *s, sq_op_t *op, int64_t now)
     op->has_row = true;
     op->acquired = true;
     return STORE_OK;
+}
+
+/* One key's duplicates onto its row (skipped when the row is gone). */
+static store_status_t exec_dup(store_sqlite_t *s, const dup_entry_t *e, int64_t now, int64_t *rows)
+{
+    sq_row_t cur;
+    memset(&cur, 0, sizeof(cur));
+    int found = dups_load(s, e->key, &cur);
+    if (found <= 0)
+        return found < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    char *history = dup_history_merge(cur.dup_history, e);
+    row_free(&cur);
+    /* a history that is not JSON any more starts again rather than block the counts */
+    if (!history)
+        history = dup_history_merge(NULL, e);
+    sqlite3_stmt *st = s->stmts[STMT_DUP];
+    bind_text(st, 1, e->key);
+    sqlite3_bind_int(st, 2, e->count);
+    sqlite3_bind_int64(st, 3, now);
+    sqlite3_bind_int(st, 4, e->p->answers[STORE_DUP_IN_PROGRESS]);
+    sqlite3_bind_int(st, 5, e->p->answers[STORE_DUP_UNKNOWN]);
+    for (int i = 0; i < DUP_SOURCE_N; i++)
+        sqlite3_bind_int(st, 6 + i, e->p->sources[i]);
+    bind_text(st, 11, history);
+    int64_t n = stmt_run(s, st);
+    free(history);
+    if (n < 0)
+        return STORE_ERR_STATEMENT;
+    *rows += n;
+    return STORE_OK;
+}
+
+/* The report, into op (strings copied). */
+static store_status_t exec_report(store_sqlite_t *s, sq_op_t *op, int64_t now)
+{
+    sqlite3_stmt *st = s->stmts[STMT_REPORT_TOOLS];
+    sqlite3_bind_int64(st, 1, op->since_ms);
+    sqlite3_bind_int64(st, 2, now - op->since_ms);
+    size_t cap = 0;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (op->n_rep_tools == cap) {
+            cap = cap ? cap * 2 : 8;
+            op->rep_tools = xrealloc(op->rep_tools, cap * sizeof(*op->rep_tools));
+        }
+        store_report_tool_t *o = &op->rep_tools[op->n_rep_tools++];
+        memset(o, 0, sizeof(*o));
+        o->tool = col_text(st, 0);
+        o->keys = sqlite3_column_int64(st, 1);
+        int64_t attempts = sqlite3_column_int64(st, 2);
+        for (int i = 0; i < STORE_DUP_ANSWERS_; i++)
+            o->dup_answers[i] = sqlite3_column_int64(st, 3 + i);
+        for (int i = 0; i < DUP_SOURCE_N; i++)
+            o->dup_sources[i] = sqlite3_column_int64(st, 3 + STORE_DUP_ANSWERS_ + i);
+        for (int i = 0; i < STORE_STATES; i++)
+            o->states[i] = sqlite3_column_int64(st, 3 + STORE_DUP_ANSWERS_ + DUP_SOURCE_N + i);
+        o->runs = attempts - o->dup_answers[STORE_DUP_REPLAY];
+        o->calls =
+            attempts + o->dup_answers[STORE_DUP_IN_PROGRESS] + o->dup_answers[STORE_DUP_UNKNOWN];
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE)
+        return STORE_ERR_STATEMENT;
+    st = s->stmts[STMT_REPORT_TOP];
+    sqlite3_bind_int64(st, 1, op->since_ms);
+    sqlite3_bind_int64(st, 2, now - op->since_ms);
+    sqlite3_bind_int(st, 3, op->top > 0 ? op->top : 0);
+    cap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (op->n_rep_top == cap) {
+            cap = cap ? cap * 2 : 8;
+            op->rep_top = xrealloc(op->rep_top, cap * sizeof(*op->rep_top));
+        }
+        store_report_key_t *k = &op->rep_top[op->n_rep_top++];
+        memset(k, 0, sizeof(*k));
+        k->tool = col_text(st, 0);
+        k->key = col_text(st, 1);
+        k->attempts = sqlite3_column_int(st, 2);
+        k->duplicates = sqlite3_column_int(st, 3);
+        k->calls = sqlite3_column_int(st, 6);
+        store_state_t state = STORE_STATE_UNKNOWN;
+        (void)parse_state((const char *)sqlite3_column_text(st, 4), &state);
+        k->state = state;
+        char iso[ISO_LEN + 1];
+        iso_utc(sqlite3_column_int64(st, 5), iso);
+        k->created_at = xstrdup(iso);
+    }
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERR_STATEMENT;
 }
 
 static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
@@ -451,20 +605,17 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
         return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
     case SQ_GET:
         found = row_load(s, op->key, &op->row);
+        if (found == 1)
+            found = dups_load(s, op->key, &op->row);
         op->has_row = found == 1;
         return found < 0 ? STORE_ERR_STATEMENT : STORE_OK;
     case SQ_DUP:
-        st = s->stmts[STMT_DUP];
-        for (size_t i = 0; i < op->n_dups; i++) {
-            bind_text(st, 1, op->dup_keys[i]);
-            sqlite3_bind_int(st, 2, op->dup_counts[i]);
-            sqlite3_bind_int64(st, 3, now);
-            n = stmt_run(s, st);
-            if (n < 0)
+        for (size_t i = 0; i < op->n_dups; i++)
+            if (exec_dup(s, &op->dups[i], now, &op->rows) != STORE_OK)
                 return STORE_ERR_STATEMENT;
-            op->rows += n;
-        }
         return STORE_OK;
+    case SQ_REPORT:
+        return exec_report(s, op, now);
     case SQ_SWEEP:
         st = s->stmts[STMT_SWEEP];
         sqlite3_bind_int64(st, 1, now);
@@ -485,6 +636,8 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
     case SQ_RELEASE:
         /* the row as it was; released when unknown, or in progress past its lease */
         found = row_load(s, op->key, &op->row);
+        if (found == 1)
+            found = dups_load(s, op->key, &op->row);
         if (found < 0)
             return STORE_ERR_STATEMENT;
         op->has_row = found == 1;
@@ -499,6 +652,8 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
         return n < 0 ? STORE_ERR_STATEMENT : STORE_OK;
     case SQ_FORGET:
         found = row_load(s, op->key, &op->row);
+        if (found == 1)
+            found = dups_load(s, op->key, &op->row);
         if (found < 0)
             return STORE_ERR_STATEMENT;
         op->has_row = found == 1;
@@ -556,7 +711,12 @@ static void batch_fail(sq_op_t *batch, store_status_t st)
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
     int ran = 0;
-    if (!exec_sql(s->db, "BEGIN IMMEDIATE")) {
+    /* a batch of reports (or counts) only reads: a read transaction, which never holds the write
+     * lock a gateway beside it needs (WAL lets both run) */
+    bool read_only = true;
+    for (const sq_op_t *op = batch; op; op = op->next)
+        read_only = read_only && (op->kind == SQ_REPORT || op->kind == SQ_COUNT_UNKNOWN);
+    if (!exec_sql(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
         int rc = sqlite3_extended_errcode(s->db);
         log_warn(0, "store: sqlite: cannot begin a transaction: %s", sqlite3_errmsg(s->db));
         batch_fail(batch, status_of(rc));
@@ -682,6 +842,9 @@ static void row_view(const sq_row_t *r, int64_t now, store_row_t *out, char iso[
     out->first_session_id = r->session;
     out->first_jsonrpc_id = r->jsonrpc;
     out->expires_in_ms = r->expires_at > now ? r->expires_at - now : 0;
+    memcpy(out->dup_answers, r->dup_answers, sizeof(out->dup_answers));
+    memcpy(out->dup_sources, r->dup_sources, sizeof(out->dup_sources));
+    out->dup_history = r->dup_history;
 }
 
 /* Calls op's callback with st and, when st is STORE_OK, its results. */
@@ -739,6 +902,17 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
     case SQ_COUNT_UNKNOWN:
         op->cb.count(st, ok ? op->rows : 0, op->arg);
         break;
+    case SQ_REPORT: {
+        char now[ISO_LEN + 1];
+        iso_utc(op->now_ms, now);
+        store_report_t rep = {.now = now,
+                              .tools = op->rep_tools,
+                              .n_tools = op->n_rep_tools,
+                              .top = op->rep_top,
+                              .n_top = op->n_rep_top};
+        op->cb.report(st, ok ? &rep : NULL, op->arg);
+        break;
+    }
     case SQ_SWEEP:
         if (ok)
             s->stats.swept += (uint64_t)op->rows;
@@ -883,8 +1057,7 @@ static sq_op_t *dup_take(store_sqlite_t *s)
         return NULL;
     sq_op_t *op = op_new(SQ_DUP, NULL);
     op->internal = true;
-    op->n_dups = s->dups.len;
-    dup_table_take(&s->dups, &op->dup_keys, &op->dup_counts); /* the keys move into the op */
+    op->dups = dup_table_take(&s->dups, &op->n_dups); /* the entries move into the op */
     return op;
 }
 
@@ -1243,13 +1416,14 @@ static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void
     return submit(impl, op);
 }
 
-static store_status_t ops_note_duplicate(void *impl, const char *key, store_finish_cb cb, void *arg)
+static store_status_t ops_record_duplicate(void *impl, const store_dup_t *dup, store_finish_cb cb,
+                                           void *arg)
 {
     store_sqlite_t *s = impl;
     store_status_t st = admit(s);
-    if (st != STORE_OK || !key)
-        return st != STORE_OK ? st : STORE_ERR_STATEMENT;
-    dup_table_add(&s->dups, key);
+    if (st != STORE_OK)
+        return st;
+    dup_table_add(&s->dups, dup);
     if (s->dups.len >= DUP_FLUSH_KEYS)
         dup_flush(s);
     if (cb) {
@@ -1317,6 +1491,17 @@ static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg
     return submit(impl, op);
 }
 
+static store_status_t ops_report(void *impl, uint64_t since_ms, int top, store_report_cb cb,
+                                 void *arg)
+{
+    sq_op_t *op = op_new(SQ_REPORT, NULL);
+    op->since_ms = clamp_ms(since_ms);
+    op->top = top;
+    op->cb.report = cb;
+    op->arg = arg;
+    return submit(impl, op);
+}
+
 static bool ops_ready(const void *impl)
 {
     const store_sqlite_t *s = impl;
@@ -1346,13 +1531,14 @@ const store_ops_t store_sqlite_ops = {
     .claim = ops_claim,
     .finish = ops_finish,
     .get = ops_get,
-    .note_duplicate = ops_note_duplicate,
+    .record_duplicate = ops_record_duplicate,
     .pending_duplicates = ops_pending_duplicates,
     .extend_lease = ops_extend_lease,
     .sweep_now = ops_sweep_now,
     .release = ops_release,
     .forget = ops_forget,
     .count_unknown = ops_count_unknown,
+    .report = ops_report,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .free = ops_free,

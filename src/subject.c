@@ -5,6 +5,7 @@
 #include "peer_cert.h"
 #include "util.h"
 
+#include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 /* A resolve waiting for a key fetch: the token is copied, the request may be gone. */
 typedef struct waiter {
     char *token;
+    char *workload; /* with_cert: the certificate's name, else NULL */
     subject_done_fn done;
     void *arg;
     struct waiter *next;
@@ -33,14 +35,50 @@ static void refuse(subject_done_fn done, void *arg, answer_t refusal, const char
     done(arg, &res);
 }
 
-static void accept_subject(subject_done_fn done, void *arg, const char *subject)
+/* The longest name of a certificate taken as a subject. */
+#define CERT_NAME_MAX 1024
+
+/* A workload acting for a user: the JSON array of the certificate's name and the user's
+ * subject, or of the name and a jwt subject's claims (["spiffe://td/w","iss","sub"]). JSON
+ * keeps the parts apart whatever they hold; NULL when a part is not UTF-8 text. */
+static char *combined(const char *workload, const char *user, bool user_is_array)
 {
-    subject_result_t res = {.subject = subject};
-    done(arg, &res);
+    json_t *arr = user_is_array ? json_loads(user, 0, NULL) : json_array();
+    if (!arr)
+        return NULL;
+    char *text = NULL;
+    bool ok = json_is_array(arr) && json_array_insert_new(arr, 0, json_string(workload)) == 0;
+    if (ok && !user_is_array)
+        ok = json_array_append_new(arr, json_string(user)) == 0;
+    if (ok && !(text = json_dumps(arr, JSON_COMPACT)))
+        abort(); /* jansson cannot allocate: the out-of-memory policy */
+    json_decref(arr);
+    return text;
 }
 
-static void from_header(const subject_conf_t *conf, const http_request_t *req, subject_done_fn done,
-                        void *arg)
+/* user is the subject a source found; workload the certificate's name when the subject
+ * combines them (with_cert), else NULL. user_is_array: user is a jwt subject. */
+static void accept_subject(subject_done_fn done, void *arg, const char *workload, const char *user,
+                           bool user_is_array)
+{
+    if (!workload) {
+        subject_result_t res = {.subject = user};
+        done(arg, &res);
+        return;
+    }
+    char *both = combined(workload, user, user_is_array);
+    if (!both) {
+        refuse(done, arg, ANSWER_BAD_SUBJECT,
+               "the client certificate's name is not valid UTF-8 text");
+        return;
+    }
+    subject_result_t res = {.subject = both};
+    done(arg, &res);
+    free(both);
+}
+
+static void from_header(const subject_conf_t *conf, const http_request_t *req, const char *workload,
+                        subject_done_fn done, void *arg)
 {
     char why[300];
     const char *v = http_headers_get(&req->headers, conf->value);
@@ -64,7 +102,7 @@ static void from_header(const subject_conf_t *conf, const http_request_t *req, s
         refuse(done, arg, ANSWER_BAD_SUBJECT, why);
         return;
     }
-    accept_subject(done, arg, v);
+    accept_subject(done, arg, workload, v, false);
 }
 
 static bool has_bearer(const http_request_t *req)
@@ -73,7 +111,8 @@ static bool has_bearer(const http_request_t *req)
     return v && strncasecmp(v, "bearer ", 7) == 0 && v[7];
 }
 
-static void from_bearer(const http_request_t *req, subject_done_fn done, void *arg)
+static void from_bearer(const http_request_t *req, const char *workload, subject_done_fn done,
+                        void *arg)
 {
     if (!has_bearer(req)) {
         refuse(done, arg, ANSWER_NO_SUBJECT, "the request has no bearer token");
@@ -84,7 +123,7 @@ static void from_bearer(const http_request_t *req, subject_done_fn done, void *a
     util_sha256(v + 7, strlen(v + 7), md);
     char subject[7 + 33] = "bearer-";
     util_hex(md, 16, subject + 7);
-    accept_subject(done, arg, subject);
+    accept_subject(done, arg, workload, subject, false);
 }
 
 /* Another Authorization scheme (Basic, ...): the hash of the whole value tells callers apart. */
@@ -95,27 +134,23 @@ static void from_credentials(const http_request_t *req, subject_done_fn done, vo
     util_sha256(v, strlen(v), md);
     char subject[12 + 33] = "credentials-";
     util_hex(md, 16, subject + 12);
-    accept_subject(done, arg, subject);
+    accept_subject(done, arg, NULL, subject, false);
 }
 
 /* --- client certificate --- */
 
-/* The longest name of a certificate taken as a subject. */
-#define CERT_NAME_MAX 1024
-
-static void from_client_cert(const subject_conf_t *conf, const http_request_t *req,
-                             subject_done_fn done, void *arg)
+/* The certificate's name into name (CERT_NAME_MAX + 1 bytes); false when refused (done ran). */
+static bool cert_name(const subject_conf_t *conf, const http_request_t *req, char *name,
+                      subject_done_fn done, void *arg)
 {
-    char name[CERT_NAME_MAX + 1];
     peer_cert_source_t src = (peer_cert_source_t)conf->client_cert;
-    peer_cert_status_t st = peer_cert_name(req->peer_cert, src, name, sizeof(name));
-    if (st == PEER_CERT_OK) {
-        accept_subject(done, arg, name);
-        return;
-    }
+    peer_cert_status_t st = peer_cert_name(req->peer_cert, src, name, CERT_NAME_MAX + 1);
+    if (st == PEER_CERT_OK)
+        return true;
     bool absent = st == PEER_CERT_NO_CERT || st == PEER_CERT_MISSING;
     refuse(done, arg, absent ? ANSWER_NO_SUBJECT : ANSWER_BAD_SUBJECT,
            peer_cert_status_phrase(st, src));
+    return false;
 }
 
 /* --- jwt --- */
@@ -147,14 +182,15 @@ static jwt_status_t verify(const subject_t *s, const char *token, char **subject
 }
 
 /* may_wait: a token naming an unknown key may wait for a fetch of the key set (once). */
-static void resolve_token(subject_t *s, const char *token, subject_done_fn done, void *arg,
-                          bool may_wait)
+static void resolve_token(subject_t *s, const char *token, const char *workload,
+                          subject_done_fn done, void *arg, bool may_wait)
 {
     char *subject = NULL;
     jwt_status_t st = verify(s, token, &subject);
     if (st == JWT_UNKNOWN_KEY && may_wait && s->keys && jwks_source_refetch(s->keys)) {
         waiter_t *w = xcalloc(1, sizeof(*w));
         w->token = xstrdup(token);
+        w->workload = workload ? xstrdup(workload) : NULL;
         w->done = done;
         w->arg = arg;
         w->next = s->waiting;
@@ -162,7 +198,7 @@ static void resolve_token(subject_t *s, const char *token, subject_done_fn done,
         return;
     }
     if (st == JWT_OK)
-        accept_subject(done, arg, subject);
+        accept_subject(done, arg, workload, subject, true);
     else
         refuse_token(done, arg, st);
     free(subject);
@@ -180,7 +216,8 @@ static const char *bearer_token(const http_request_t *req, bool *several)
     return t;
 }
 
-static void from_jwt(subject_t *s, const http_request_t *req, subject_done_fn done, void *arg)
+static void from_jwt(subject_t *s, const http_request_t *req, const char *workload,
+                     subject_done_fn done, void *arg)
 {
     bool several;
     const char *token = bearer_token(req, &several);
@@ -193,7 +230,7 @@ static void from_jwt(subject_t *s, const http_request_t *req, subject_done_fn do
         refuse(done, arg, ANSWER_NO_SUBJECT, "the request has no bearer token");
         return;
     }
-    resolve_token(s, token, done, arg, true);
+    resolve_token(s, token, workload, done, arg, true);
 }
 
 /* The waiters of a fetch that ended (or of a source replaced: may_wait again). */
@@ -203,12 +240,14 @@ static void run_waiters(subject_t *s, bool may_wait)
     s->waiting = NULL;
     while (w) {
         waiter_t *next = w->next;
-        if (s->conf->kind == SUBJECT_JWT)
-            resolve_token(s, w->token, w->done, w->arg, may_wait);
+        /* a call that waited under another combination has no part for the new one */
+        if (s->conf->kind == SUBJECT_JWT && s->conf->with_cert == (w->workload != NULL))
+            resolve_token(s, w->token, w->workload, w->done, w->arg, may_wait);
         else
             refuse(w->done, w->arg, ANSWER_NO_SUBJECT,
                    "the gateway's caller identity setting changed while the call waited");
         free(w->token);
+        free(w->workload);
         free(w);
         w = next;
     }
@@ -250,6 +289,7 @@ void subject_free(subject_t *s)
     for (waiter_t *w = s->waiting, *next; w; w = next) {
         next = w->next;
         free(w->token);
+        free(w->workload);
         free(w);
     }
     jwks_source_free(s->keys);
@@ -285,29 +325,38 @@ void subject_reconfigure(subject_t *s, const subject_conf_t *conf)
 void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn done, void *arg)
 {
     const subject_conf_t *conf = s->conf;
+    /* the workload first: a call without its certificate's name is refused before the user's
+     * part is looked at (no key fetch for a caller refused anyway) */
+    char name[CERT_NAME_MAX + 1];
+    const char *workload = NULL;
+    if (config_subject_uses_cert(conf)) {
+        if (!cert_name(conf, req, name, done, arg))
+            return;
+        workload = name;
+    }
     switch (conf->kind) {
     case SUBJECT_STATIC:
-        accept_subject(done, arg, conf->value);
+        accept_subject(done, arg, NULL, conf->value, false);
         return;
     case SUBJECT_HEADER:
-        from_header(conf, req, done, arg);
+        from_header(conf, req, workload, done, arg);
         return;
     case SUBJECT_BEARER_SHA256:
-        from_bearer(req, done, arg);
+        from_bearer(req, workload, done, arg);
         return;
     case SUBJECT_JWT:
-        from_jwt(s, req, done, arg);
+        from_jwt(s, req, workload, done, arg);
         return;
     case SUBJECT_CLIENT_CERT:
-        from_client_cert(conf, req, done, arg);
+        accept_subject(done, arg, NULL, name, false);
         return;
     case SUBJECT_DEFAULT:
         if (has_bearer(req))
-            from_bearer(req, done, arg);
+            from_bearer(req, NULL, done, arg);
         else if (http_headers_get(&req->headers, "authorization"))
             from_credentials(req, done, arg);
         else
-            accept_subject(done, arg, SUBJECT_SHARED_NAME);
+            accept_subject(done, arg, NULL, SUBJECT_SHARED_NAME, false);
         return;
     }
     refuse(done, arg, ANSWER_NO_SUBJECT, "the gateway has no subject source configured");
@@ -333,7 +382,7 @@ static void caller_digest(const subject_conf_t *conf, const http_request_t *req,
         EVP_DigestUpdate(md, subject ? "s" : "a", 2);
         EVP_DigestUpdate(md, v, strlen(v) + 1);
     }
-    if (conf->kind == SUBJECT_CLIENT_CERT) {
+    if (config_subject_uses_cert(conf)) {
         /* the caller the certificate names; no name (or no certificate) hashes as none */
         char name[CERT_NAME_MAX + 1];
         bool named = peer_cert_name(req->peer_cert, (peer_cert_source_t)conf->client_cert, name,
@@ -345,6 +394,20 @@ static void caller_digest(const subject_conf_t *conf, const http_request_t *req,
     unsigned int len = 0;
     EVP_DigestFinal_ex(md, out, &len);
     EVP_MD_CTX_free(md);
+}
+
+/* Without a certificate in the subject, or when both certificates give the same name (or
+ * neither gives one): the workload part of a combined subject matches. */
+static bool same_cert_name(const subject_conf_t *conf, const http_request_t *a,
+                           const http_request_t *b)
+{
+    if (!conf->with_cert)
+        return true;
+    char na[CERT_NAME_MAX + 1], nb[CERT_NAME_MAX + 1];
+    peer_cert_source_t src = (peer_cert_source_t)conf->client_cert;
+    bool ok_a = peer_cert_name(a->peer_cert, src, na, sizeof(na)) == PEER_CERT_OK;
+    bool ok_b = peer_cert_name(b->peer_cert, src, nb, sizeof(nb)) == PEER_CERT_OK;
+    return ok_a == ok_b && (!ok_a || strcmp(na, nb) == 0);
 }
 
 /* Two bearer tokens that verify now (no fetch) to one subject: a token and its refresh. */
@@ -364,7 +427,7 @@ static bool same_jwt_subject(const subject_t *s, const http_request_t *a, const 
 bool subject_same_caller(const subject_t *s, const http_request_t *a, const http_request_t *b)
 {
     const subject_conf_t *conf = s->conf;
-    if (conf->kind == SUBJECT_JWT && same_jwt_subject(s, a, b))
+    if (conf->kind == SUBJECT_JWT && same_cert_name(conf, a, b) && same_jwt_subject(s, a, b))
         return true;
     unsigned char da[32], db[32];
     caller_digest(conf, a, da);

@@ -85,6 +85,21 @@ uint64_t util_wall_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+void util_iso_utc_ms(int64_t ms, char out[UTIL_ISO_LEN + 1])
+{
+    time_t sec = (time_t)(ms / 1000);
+    int frac = (int)(ms % 1000);
+    if (frac < 0) {
+        frac += 1000;
+        sec--;
+    }
+    struct tm tm;
+    gmtime_r(&sec, &tm);
+    char head[32];
+    strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, UTIL_ISO_LEN + 1, "%.19s.%03dZ", head, frac);
+}
+
 void util_hex(const unsigned char *in, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

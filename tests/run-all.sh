@@ -127,7 +127,7 @@ fi
 sqlite_files=()
 for f in "${files[@]}"; do
     case ${f##*/} in
-    idempotency-*.test.mjs | key-cmd.test.mjs) sqlite_files+=("$f") ;;
+    idempotency-*.test.mjs | key-cmd.test.mjs | duplicate-source.test.mjs) sqlite_files+=("$f") ;;
     esac
 done
 if [ ${#files[@]} -gt 0 ]; then

@@ -13,39 +13,9 @@ import {
   createDatabase, idemStatus, makeCertificates, rawSession, readLedger, replayMarker, startGateway,
   startRefundServer, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
+import { AUDIENCE, ISSUER, b64url, bearer, claimsFor, makeKey, now, sign } from './lib/tokens.mjs';
 
-const ISSUER = 'https://idp.test';
-const AUDIENCE = 'mcp-refunds';
 const REFUND = /^Refunded (\d+) cents on order (\S+)/;
-
-const b64url = (buf) => Buffer.from(buf).toString('base64url');
-
-/** A signing key: {kid, alg, privateKey, jwk (public, with kid and alg)}. */
-function makeKey(kind, kid) {
-  const opts = {
-    RS256: ['rsa', { modulusLength: 2048 }],
-    ES256: ['ec', { namedCurve: 'P-256' }],
-    EdDSA: ['ed25519', {}],
-  }[kind];
-  const { privateKey, publicKey } = crypto.generateKeyPairSync(...opts);
-  return { kid, alg: kind, privateKey, publicKey, jwk: { ...publicKey.export({ format: 'jwk' }), kid, use: 'sig' } };
-}
-
-/** A compact JWS of claims signed with key (header overrides merged in). */
-function sign(key, claims, header = {}) {
-  const h = { alg: key.alg, typ: 'JWT', kid: key.kid, ...header };
-  const input = `${b64url(JSON.stringify(h))}.${b64url(JSON.stringify(claims))}`;
-  let sig;
-  if (h.alg === 'RS256') sig = crypto.sign('sha256', Buffer.from(input), key.privateKey);
-  else if (h.alg === 'ES256') sig = crypto.sign('sha256', Buffer.from(input), { key: key.privateKey, dsaEncoding: 'ieee-p1363' });
-  else if (h.alg === 'EdDSA') sig = crypto.sign(null, Buffer.from(input), key.privateKey);
-  else throw new Error(`cannot sign ${h.alg}`);
-  return `${input}.${b64url(sig)}`;
-}
-
-const now = () => Math.floor(Date.now() / 1000);
-const claimsFor = (sub, extra = {}) => ({ iss: ISSUER, sub, aud: AUDIENCE, iat: now(), exp: now() + 600, ...extra });
-const bearer = (token) => ({ Authorization: `Bearer ${token}` });
 
 /**
  * The identity provider's JWK Set over HTTPS. keys: what it serves now (change it freely);

@@ -46,7 +46,7 @@ test('idemgw key --show and --forget: the row is printed, then gone; the same ca
 
   const first = await s.call('issue_refund', args, { id: 'first-forget' });
   assert.match(toolText(first.message.result), REFUND);
-  const replay = await s.call('issue_refund', args);
+  const replay = await s.call('issue_refund', args, { id: 'replayed-forget' });
   assert.ok(replayMarker(replay.message.result), 'the repeat is replayed');
   assert.equal((await readLedger(upstream.ledger)).length, 1);
 
@@ -65,12 +65,24 @@ test('idemgw key --show and --forget: the row is printed, then gone; the same ca
   // the replay's count is written within half a second: wait for it, or it could land on the
   // row the call below makes after the forget
   await waitFor(async () => rowOf(await keyCmd(gw, args, '--show')).row.attempts === 2 || null, { what: 'the replay counted' });
+  // --text: the same row for people, the replay listed with its source
+  const text = await keyCmd(gw, args, '--show', '--text');
+  assert.equal(text.code, 0, text.stderr);
+  assert.match(text.stdout, new RegExp(`^${key}\nkey_hash {4}${row.key_hash}\nstate {7}succeeded\n`));
+  assert.match(text.stdout, /^duplicates {2}1 \(replay 1; by source: harness 1\)$/m);
+  assert.match(text.stdout, /^\S+Z\s+harness\s+replay\s+\d+\s+"replayed-forget"\s+\S+$/m);
   const forgot = rowOf(await keyCmd(gw, args, '--forget'));
   assert.equal(forgot.key, key);
   const { forgotten, ...was } = forgot.row;
   assert.equal(forgotten, true);
-  // what --show printed, save the replay counted since
-  assert.deepEqual({ ...was, attempts: 0 }, { ...row, attempts: 0 });
+  // what --show printed, save the replay recorded since
+  const counted = ['attempts', 'duplicates', 'duplicates_by_answer', 'duplicates_by_source', 'history'];
+  const without = (r) => Object.fromEntries(Object.entries(r).filter(([k]) => !counted.includes(k)));
+  assert.deepEqual(without(was), without(row));
+  assert.equal(was.duplicates, 1);
+  assert.deepEqual(was.duplicates_by_answer, { replay: 1, in_progress: 0, unknown: 0 });
+  assert.deepEqual(was.history.map((h) => [h.source, h.answered, h.jsonrpc_id, h.session_id]),
+    [['harness', 'replay', '"replayed-forget"', s.sessionId]]);
 
   const none = await keyCmd(gw, args, '--show');
   assert.equal(none.code, 1);
@@ -87,6 +99,8 @@ test('idemgw key --show and --forget: the row is printed, then gone; the same ca
   const fresh = rowOf(await keyCmd(gw, args, '--show')).row;
   assert.equal(fresh.attempts, 1);
   assert.match(fresh.first_jsonrpc_id, /after-forget/);
+  assert.equal(fresh.duplicates, 0, 'a new row: none of the old duplicates');
+  assert.deepEqual(fresh.history, []);
 });
 
 test('idemgw key prints the key_hash of the gateway\'s log line for that call', async (t) => {
@@ -122,6 +136,10 @@ for (const cacheEntries of [0, 1000]) {
     await waitFor(async () => rowOf(await keyCmd(gw, args, '--show')).row.attempts === marker.attempts,
       { what: `--show attempts = ${marker.attempts}` });
     await new Promise((r) => setTimeout(r, 700));
-    assert.equal(rowOf(await keyCmd(gw, args, '--show')).row.attempts, marker.attempts);
+    const row = rowOf(await keyCmd(gw, args, '--show')).row;
+    assert.equal(row.attempts, marker.attempts);
+    // every replay is in the history, from the cache too
+    assert.equal(row.duplicates, 3);
+    assert.deepEqual(row.history.map((h) => h.answered), ['replay', 'replay', 'replay']);
   });
 }

@@ -1,7 +1,9 @@
 // Clients and servers this repository did not write, in front of and behind the gateway:
 // a fastmcp server (its annotations classify its tools) and mcp-remote signing in to an
 // OAuth-protected server through the gateway (discovery, registration, authorization, token),
-// then calling a protected tool twice over its stdio.
+// then calling a protected tool twice over its stdio; the MCP Inspector's CLI calling a
+// protected tool twice; an Express server with the compression and cors middleware behind
+// the gateway.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -10,8 +12,8 @@ import { once } from 'node:events';
 import { spawn } from 'node:child_process';
 import readline from 'node:readline';
 import {
-  NODE, TESTS, createDatabase, freePort, mcpClient, readLedger, replayMarker, startGateway, startProcess,
-  startRefundServer, tempDir, toolText, waitForLog,
+  NODE, TESTS, createDatabase, freePort, idemStatus, mcpClient, rawSession, readLedger, replayMarker, run,
+  startGateway, startProcess, startRefundServer, tempDir, toolText, waitForLog,
 } from './lib/harness.mjs';
 
 test('fastmcp: an unlisted read-only tool reads fresh, an unlisted write is protected', async (t) => {
@@ -121,3 +123,87 @@ test('mcp-remote signs in to an OAuth-protected server through the gateway and i
   assert.equal((await readLedger(upstream.ledger)).length, 1);
   assert.match(gw.logs(), /"path":"\/.well-known\/oauth-protected-resource\/mcp".*"status":200/);
 });
+
+// The Inspector's CLI mode: a new session for every command, no Authorization (the default
+// subject is the shared "anonymous"), arguments typed from key=value pairs.
+test('the MCP Inspector CLI calls a protected tool twice: it runs once, the second is replayed', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
+  const cli = path.join(TESTS, 'node_modules/@modelcontextprotocol/inspector/cli/build/index.js');
+  const inspect = async (...args) => {
+    const r = await run(NODE, [cli, gw.url, '--transport', 'http', ...args], { timeout: 60000 });
+    assert.equal(r.code, 0, `inspector: ${r.stdout}\n${r.stderr}`);
+    return JSON.parse(r.stdout);
+  };
+  const listed = await inspect('--method', 'tools/list');
+  assert.ok(listed.tools.some((tool) => tool.name === 'issue_refund'));
+  const call = ['--method', 'tools/call', '--tool-name', 'issue_refund', '--tool-arg', 'order_id=ord-inspector', 'amount_cents=700'];
+  const first = await inspect(...call);
+  assert.match(toolText(first), /^Refunded 700 cents on order ord-inspector/);
+  assert.equal(replayMarker(first), undefined, 'the first call ran');
+  const second = await inspect(...call);
+  assert.ok(replayMarker(second), `the repeat from a new session is replayed: ${JSON.stringify(second)}`);
+  assert.equal(toolText(second), toolText(first));
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'one refund');
+  assert.match(gw.logs(), /"duplicate_source":"reconnect"/);
+});
+
+// Express with compression({threshold: 0}) and cors({origin: true}): every answer the
+// gateway relays is compressed (a protected call asks for identity, the rest is relayed as
+// the server sent it), and the CORS headers come from the cors package.
+for (const jsonResponse of [false, true]) {
+  test(`Express with compression and cors (${jsonResponse ? 'JSON' : 'SSE'} answers): replayed through the middleware, CORS from the cors package`, async (t) => {
+    const ledger = path.join(await tempDir(t, 'idemgw-express-'), 'ledger.jsonl');
+    const shop = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/express-shop.mjs'), '0'], {
+      env: { LEDGER: ledger, JSON_RESPONSE: jsonResponse ? '1' : '' },
+      readyLine: /listening on port (\d+)/,
+      name: 'express-shop',
+    });
+    const gw = await startGateway(t, { upstream: `http://127.0.0.1:${shop.match[1]}/mcp`, databaseUrl: await createDatabase() });
+    await waitForLog(gw, /tool catalogue: 2 tools listed by the upstream/);
+
+    const origin = 'http://localhost:5173';
+    const s = await rawSession(t, gw.url, { headers: { Origin: origin, 'Accept-Encoding': 'gzip, br' } });
+    const read = await s.call('list_orders', {});
+    assert.equal(read.status, 200, read.body);
+    // The SDK marks its SSE streams Cache-Control: no-transform, which compression() honours.
+    if (jsonResponse) assert.match(read.headers.get('content-encoding') ?? '', /^(gzip|br)$/, 'a read is relayed compressed');
+    assert.equal(toolText(read.message.result), '0 orders');
+    const args = { item: 'desk lamp', quantity: 2 };
+    const first = await s.call('place_order', args);
+    assert.equal(first.status, 200, first.body);
+    assert.match(toolText(first.message.result), /^Order o-1: 2 x desk lamp\nThank you/);
+    assert.equal(replayMarker(first.message.result), undefined);
+    assert.equal(first.headers.get('access-control-allow-origin'), origin);
+
+    const second = await s.call('place_order', args);
+    assert.equal(second.status, 200, second.body);
+    assert.ok(replayMarker(second.message.result), `replayed: ${second.body.slice(0, 300)}`);
+    assert.equal(toolText(second.message.result), toolText(first.message.result), 'the replay is the first result');
+    assert.equal(second.headers.get('idempotent-replayed'), 'true');
+    assert.equal(second.headers.get('access-control-allow-origin'), origin, 'the replay carries the upstream\'s CORS');
+    assert.match(second.headers.get('access-control-expose-headers') ?? '', /idempotent-replayed/i);
+    assert.match(second.headers.get('access-control-expose-headers') ?? '', /mcp-session-id/i);
+
+    // A browser's preflight for a call with an Idempotency-Key: answered by cors() through the gateway.
+    const pre = await fetch(gw.url, {
+      method: 'OPTIONS',
+      headers: { Origin: origin, 'Access-Control-Request-Method': 'POST', 'Access-Control-Request-Headers': 'content-type,mcp-session-id,idempotency-key' },
+    });
+    await pre.arrayBuffer();
+    assert.ok(pre.status === 204 || pre.status === 200, `preflight: ${pre.status}`);
+    assert.equal(pre.headers.get('access-control-allow-origin'), origin);
+    assert.match(pre.headers.get('access-control-allow-headers') ?? '', /idempotency-key/i);
+
+    // The SDK client in another session: the same order is replayed, a read runs.
+    const client = await mcpClient(t, gw.url);
+    const third = await client.callTool({ name: 'place_order', arguments: args });
+    assert.ok(replayMarker(third));
+    assert.equal(toolText(await client.callTool({ name: 'list_orders', arguments: {} })), '1 orders');
+    const other = await client.callTool({ name: 'place_order', arguments: { item: 'desk lamp', quantity: 3 } });
+    assert.match(toolText(other), /^Order o-2: 3 x desk lamp/);
+    assert.equal((await readLedger(ledger)).length, 2, 'two orders placed, none twice');
+    assert.equal(idemStatus(other), undefined);
+  });
+}

@@ -8,35 +8,18 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
 import tls from 'node:tls';
-import { Agent, fetch as undiciFetch } from 'undici';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { fetch as undiciFetch } from 'undici';
 import {
-  createDatabase, idemStatus, makeCertificates, makeClientCertificate, readLedger, replayMarker,
-  startGateway, startRefundServer, toYaml, toolText, waitFor,
+  createDatabase, idemStatus, makeCertificates, makeClientCertificate, mcpClient, readLedger,
+  replayMarker, startGateway, startRefundServer, tlsAgent, toYaml, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 const REFUND = /^Refunded (\d+) cents on order (\S+)/;
 
-/** An undici dispatcher trusting ca (paths), presenting client ({cert, key}) when given. */
-async function dispatcher(t, ca, client) {
-  const connect = { ca: await Promise.all([].concat(ca).map((f) => fs.readFile(f))) };
-  if (client) Object.assign(connect, { cert: await fs.readFile(client.cert), key: await fs.readFile(client.key) });
-  const agent = new Agent({ connect });
-  t.after(() => agent.close().catch(() => {}));
-  return agent;
-}
+const dispatcher = tlsAgent;
 
-/** An SDK client over HTTPS through agent. */
-async function httpsClient(t, url, agent) {
-  const client = new Client({ name: 'idemgw-tls-test', version: '1.0.0' }, { capabilities: {} });
-  const transport = new StreamableHTTPClientTransport(new URL(url), {
-    fetch: (u, init) => undiciFetch(u, { ...init, dispatcher: agent }),
-  });
-  await client.connect(transport);
-  t.after(() => client.close().catch(() => {}));
-  return client;
-}
+/** An SDK client over HTTPS through agent (tlsAgent). */
+const httpsClient = (t, url, agent, headers = {}) => mcpClient(t, url, { dispatcher: agent, headers, name: 'idemgw-tls-test' });
 
 async function gateway(t, certs, { listenTls = {}, subject } = {}) {
   const upstream = await startRefundServer(t);
@@ -111,6 +94,69 @@ test('mTLS with subject client_cert spiffe: one key per SPIFFE id; two URI SANs 
   await assert.rejects(undiciFetch(url, { ...init, dispatcher: await dispatcher(t, certs.ca, stranger) }),
     'a certificate from another CA: the handshake fails');
 });
+
+// san_uri, san_dns and cn: one case each. same and alsoSame are two certificates (two keys)
+// carrying the same name, other another name, missing a certificate without the name.
+const NAME_CASES = [
+  {
+    source: 'san_uri',
+    same: { san: ['URI:https://agents.example/billing', 'URI:urn:ignored:second'] },
+    alsoSame: { san: ['URI:https://agents.example/billing', 'DNS:billing.example'] },
+    other: { san: ['URI:https://agents.example/support'] },
+    missing: { san: ['DNS:billing.example'] },
+    why: /client certificate has no URI subject alternative name/,
+  },
+  {
+    source: 'san_dns',
+    same: { san: ['DNS:billing.agents.example', 'DNS:second.example'] },
+    alsoSame: { san: ['DNS:billing.agents.example', 'URI:https://agents.example/x'] },
+    other: { san: ['DNS:support.agents.example'] },
+    missing: { san: ['URI:https://agents.example/billing'] },
+    why: /client certificate has no DNS subject alternative name/,
+  },
+  {
+    source: 'cn',
+    same: { cn: 'billing-agent' },
+    alsoSame: { cn: 'billing-agent', san: ['DNS:other.example'] },
+    other: { cn: 'support-agent' },
+    missing: { cn: null, san: ['DNS:billing.agents.example'] },
+    why: /client certificate's subject has no common name/,
+  },
+];
+
+for (const c of NAME_CASES) {
+  test(`mTLS with subject client_cert ${c.source}: one key per name, the same name from another certificate replays, no such name is refused`, async (t) => {
+    const certs = await makeCertificates(t);
+    const { upstream, gw, url } = await gateway(t, certs, {
+      listenTls: { client_ca_file: certs.ca },
+      subject: { client_cert: c.source },
+    });
+    const cert = {};
+    for (const k of ['same', 'alsoSame', 'other', 'missing']) cert[k] = await makeClientCertificate(certs, `${c.source}-${k}`, c[k]);
+    const client = {};
+    for (const k of Object.keys(cert)) client[k] = await httpsClient(t, url, await dispatcher(t, certs.ca, cert[k]));
+    const args = { order_id: `ord-${c.source}`, amount_cents: 410 };
+
+    const first = await client.same.callTool({ name: 'issue_refund', arguments: args });
+    assert.match(toolText(first), REFUND);
+    assert.equal(replayMarker(first), undefined);
+    const again = await client.alsoSame.callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(replayMarker(again), `the same name through another certificate is the same caller: ${JSON.stringify(again)}`);
+    assert.equal(toolText(again), toolText(first));
+    const other = await client.other.callTool({ name: 'issue_refund', arguments: args });
+    assert.match(toolText(other), REFUND);
+    assert.equal(replayMarker(other), undefined, 'another name is another caller');
+    assert.equal((await readLedger(upstream.ledger)).length, 2, 'each name executed once');
+
+    const refused = await client.missing.callTool({ name: 'issue_refund', arguments: { order_id: `ord-${c.source}-x`, amount_cents: 1 } });
+    assert.equal(refused.isError, true, JSON.stringify(refused));
+    assert.equal(idemStatus(refused)?.code, 'no_subject', JSON.stringify(refused));
+    assert.equal(idemStatus(refused)?.executed, false);
+    assert.match(toolText(refused), c.why);
+    assert.equal((await readLedger(upstream.ledger)).length, 2, 'nothing executed for the refused');
+    await waitForLog(gw, /"outcome":"refused".*"code":"no_subject"/);
+  });
+}
 
 /** Connects with TLS trusting cas; resolves with the socket once secure. */
 function connectTls(port, cas) {

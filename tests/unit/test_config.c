@@ -9,6 +9,7 @@
 #include "config.h"
 #include "jwt.h"
 #include "log.h"
+#include "peer_cert.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -305,7 +306,9 @@ static const struct bad_case {
     {"upstream_userinfo", 2, "credentials in the URL are not supported"},
     {"upstream_port", 2, "port must be 1-65535"},
     {"upstream_missing", 1, "upstream is required"},
-    {"subject_two_keys", 5, "subject: give only one of header, bearer, static, jwt"},
+    {"subject_two_keys", 6,
+     "subject: give only one of header, bearer, static, jwt (client_cert may be added to jwt, "
+     "header or bearer)"},
     {"subject_bearer", 3, "subject.bearer: unknown value 'md5' (allowed: sha256)"},
     {"subject_header_bad", 4, "subject.header: 'X Subject' is not a valid header name"},
     {"subject_authorization", 4,
@@ -392,8 +395,13 @@ static void test_exact_messages(void **state)
                      "t.yaml:2: listen_tls: client_cert needs client_ca_file (the CAs that verify "
                      "them)");
     expect_one_error("upstream: http://h/mcp\nsubject: {client_cert: spiffe}\n",
-                     "t.yaml: subject.client_cert needs listen_tls with client_ca_file (the CAs "
-                     "that verify the agents' certificates)");
+                     "t.yaml:2: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
+    /* listen_tls read after subject in the file: the same */
+    expect_one_error("upstream: http://h/mcp\nsubject:\n  client_cert: cn\nlisten_tls: "
+                     "{cert_file: conf/idemgw.yaml, key_file: conf/idemgw.yaml}\n",
+                     "t.yaml:3: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
     expect_one_error("upstream: http://h/mcp\nlisten_tls: on\n",
                      "t.yaml:2: listen_tls: expected a mapping (cert_file, key_file, "
                      "client_ca_file, ...)");
@@ -1061,6 +1069,82 @@ static void test_subject_jwt(void **state)
 #undef JWT_HEAD
 }
 
+/* client_cert with jwt, header or bearer: a workload acting for a user; the other pairs are
+ * refused, word for word. */
+static void test_subject_combined(void **state)
+{
+#define MTLS                                                                                       \
+    "upstream: http://h/mcp\nlisten_tls: {cert_file: conf/idemgw.yaml, key_file: "                 \
+    "conf/idemgw.yaml, client_ca_file: conf/idemgw.yaml}\n"
+    config_t *c = must_load_str(MTLS "subject:\n"
+                                     "  client_cert: spiffe\n"
+                                     "  jwt: {jwks_file: tests/data/jwks/ed25519.json, issuer: i, "
+                                     "audience: a}\n");
+    assert_int_equal(c->subject.kind, SUBJECT_JWT);
+    assert_true(c->subject.with_cert);
+    assert_int_equal(c->subject.client_cert, PEER_CERT_SPIFFE);
+    assert_true(config_subject_uses_cert(&c->subject));
+    assert_string_equal(c->subject.jwt.issuer, "i");
+    config_free(c);
+
+    /* either order */
+    c = must_load_str(MTLS "subject: {header: X-User, client_cert: cn}\n");
+    assert_int_equal(c->subject.kind, SUBJECT_HEADER);
+    assert_string_equal(c->subject.value, "X-User");
+    assert_true(c->subject.with_cert);
+    assert_int_equal(c->subject.client_cert, PEER_CERT_CN);
+    config_free(c);
+
+    c = must_load_str(MTLS "subject: {bearer: sha256, client_cert: san_dns}\n");
+    assert_int_equal(c->subject.kind, SUBJECT_BEARER_SHA256);
+    assert_true(c->subject.with_cert);
+    assert_int_equal(c->subject.client_cert, PEER_CERT_SAN_DNS);
+    config_free(c);
+
+    /* listen_tls after subject in the file: read first all the same */
+    c = must_load_str("upstream: http://h/mcp\nsubject: {client_cert: cn, bearer: sha256}\n"
+                      "listen_tls: {cert_file: conf/idemgw.yaml, key_file: conf/idemgw.yaml, "
+                      "client_ca_file: conf/idemgw.yaml}\n");
+    assert_true(c->subject.with_cert);
+    config_free(c);
+
+    /* alone, client_cert is its own kind, not a combination */
+    c = must_load_str(MTLS "subject: {client_cert: san_uri}\n");
+    assert_int_equal(c->subject.kind, SUBJECT_CLIENT_CERT);
+    assert_false(c->subject.with_cert);
+    assert_int_equal(c->subject.client_cert, PEER_CERT_SAN_URI);
+    config_free(c);
+    c = must_load_str(MTLS "subject: {header: X-User}\n");
+    assert_false(c->subject.with_cert);
+    assert_false(config_subject_uses_cert(&c->subject));
+    config_free(c);
+
+    expect_one_error(MTLS "subject:\n  client_cert: spiffe\n  static: tenant-a\n",
+                     "t.yaml:5: subject: static cannot be combined with client_cert (a fixed "
+                     "name adds nothing to the certificate's; combine client_cert with jwt, "
+                     "header or bearer)");
+    expect_one_error(MTLS "subject:\n  static: tenant-a\n  client_cert: spiffe\n",
+                     "t.yaml:5: subject: static cannot be combined with client_cert (a fixed "
+                     "name adds nothing to the certificate's; combine client_cert with jwt, "
+                     "header or bearer)");
+    expect_one_error(MTLS "subject:\n  client_cert: spiffe\n  header: X-User\n  bearer: "
+                          "sha256\n",
+                     "t.yaml:6: subject: give only one of header, bearer, static, jwt "
+                     "(client_cert may be added to jwt, header or bearer)");
+    expect_one_error(MTLS "subject:\n  jwt: {jwks_file: tests/data/jwks/ed25519.json, issuer: "
+                          "i, audience: a}\n  bearer: sha256\n",
+                     "t.yaml:5: subject: give only one of header, bearer, static, jwt "
+                     "(client_cert may be added to jwt, header or bearer)");
+    expect_one_error(MTLS "subject: {client_cert: dns, header: X-User}\n",
+                     "t.yaml:3: subject.client_cert: unknown value 'dns' (allowed: spiffe, "
+                     "san_uri, san_dns, cn)");
+    /* combined, the certificate is still needed: mutual TLS */
+    expect_one_error("upstream: http://h/mcp\nsubject: {client_cert: spiffe, header: X-User}\n",
+                     "t.yaml:2: subject.client_cert: needs listen_tls with client_ca_file (the "
+                     "CAs that verify the agents' certificates)");
+#undef MTLS
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1085,6 +1169,7 @@ int main(void)
         cmocka_unit_test_setup(test_keys_classified, clear_env),
         cmocka_unit_test_setup(test_reload_merge, clear_env),
         cmocka_unit_test_setup(test_subject_jwt, clear_env),
+        cmocka_unit_test_setup(test_subject_combined, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

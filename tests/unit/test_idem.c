@@ -134,7 +134,9 @@ void exchange_set_log_fields(exchange_t *ex, const char *fields)
 
 static struct {
     store_status_t fail_next; /* returned by the next call instead of STORE_OK */
-    int claims, finishes, gets, duplicates;
+    int claims, finishes, gets, duplicates; /* duplicates: replays recorded */
+    int dup_records[STORE_DUP_ANSWERS_];    /* every duplicate recorded, by answer */
+    dup_source_t dup_source;                /* the last one's */
     store_claim_cb claim_cb;
     store_finish_cb finish_cb;
     store_get_cb get_cb;
@@ -176,10 +178,13 @@ static store_status_t fake_get(void *impl, const char *key, store_get_cb cb, voi
     fs.arg = arg;
     return STORE_OK;
 }
-static store_status_t fake_note_duplicate(void *impl, const char *key, store_finish_cb cb,
-                                          void *arg)
+static store_status_t fake_record_duplicate(void *impl, const store_dup_t *dup, store_finish_cb cb,
+                                            void *arg)
 {
-    fs.duplicates++;
+    if (dup->answered == STORE_DUP_REPLAY)
+        fs.duplicates++;
+    fs.dup_records[dup->answered]++;
+    fs.dup_source = dup->source;
     return STORE_OK;
 }
 static int fake_pending_duplicates(const void *impl, const char *key)
@@ -206,7 +211,7 @@ static const store_ops_t fake_ops = {
     .claim = fake_claim,
     .finish = fake_finish,
     .get = fake_get,
-    .note_duplicate = fake_note_duplicate,
+    .record_duplicate = fake_record_duplicate,
     .pending_duplicates = fake_pending_duplicates,
     .extend_lease = fake_extend_lease,
     .ready = fake_ready,
@@ -441,6 +446,9 @@ static void in_progress_is_not_forwarded(void **state)
     assert_non_null(strstr(ex->fields, "\"code\":\"in_progress\""));
     assert_non_null(strstr(ex->body, "Do not retry it right now"));
     assert_int_equal(w.stats.in_progress, 1);
+    /* recorded on the row's history, not counted in attempts */
+    assert_int_equal(fs.dup_records[STORE_DUP_IN_PROGRESS], 1);
+    assert_int_equal(fs.duplicates, 0);
     free_call(ex);
 }
 
@@ -451,6 +459,8 @@ static void unknown_outcome_is_held(void **state)
     assert_int_equal(ex->forwards, 0);
     assert_string_equal(ex->outcome, "unknown");
     assert_non_null(strstr(ex->body, "\"code\":\"outcome_unknown\""));
+    assert_int_equal(fs.dup_records[STORE_DUP_UNKNOWN], 1);
+    assert_int_equal(fs.duplicates, 0);
     free_call(ex);
 }
 

@@ -166,10 +166,20 @@ static void test_key_cmd_usage(void **state)
     assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
                              "{}", "--forget=yes"),
                      2);
+    /* --text shapes a row: alone, or with --release (one JSON line), it is refused */
+    assert_int_equal(run_cmd(out, sizeof out, 8, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--text"),
+                     2);
+    assert_non_null(strstr(last_err, "--text goes with --show or --forget"));
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--release", "--text"),
+                     2);
+    assert_string_equal(out, "");
     assert_int_equal(run_cmd(out, sizeof out, 2, "key", "--help"), 0);
     assert_non_null(strstr(out, "usage: idemgw key"));
     assert_non_null(strstr(out, "--forget"));
     assert_non_null(strstr(out, "--hash"));
+    assert_non_null(strstr(out, "--text"));
 }
 
 /* --hash: the second line is the key_hash of the gateway's log lines, the first 16 hex

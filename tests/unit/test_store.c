@@ -19,6 +19,7 @@
 #include "util.h"
 
 #include <event2/event.h>
+#include <jansson.h>
 #include <libpq-fe.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -1083,6 +1084,237 @@ static void test_duplicates_batched(void **state)
         st_main = open_store(db_conninfo, 4, true, 0, 0);
 }
 
+/* A row's duplicates, copied out of get's callback. */
+typedef struct {
+    bool done, found;
+    store_status_t st;
+    int answers[STORE_DUP_ANSWERS_];
+    int sources[DUP_SOURCE_N];
+    json_t *history;
+} dups_out_t;
+
+static void dups_cb(store_status_t st, const store_row_t *row, void *arg)
+{
+    dups_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    o->found = row != NULL;
+    if (!row)
+        return;
+    memcpy(o->answers, row->dup_answers, sizeof(o->answers));
+    memcpy(o->sources, row->dup_sources, sizeof(o->sources));
+    o->history = row->dup_history ? json_loads(row->dup_history, 0, NULL) : NULL;
+}
+
+static dups_out_t do_get_dups(const char *key)
+{
+    dups_out_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_get(st_main, key, dups_cb, &o), STORE_OK);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    assert_true(o.found);
+    assert_true(json_is_array(o.history));
+    return o;
+}
+
+static store_dup_t dup_n(const char *key, int i)
+{
+    static char ids[64][16];
+    snprintf(ids[i % 64], sizeof(ids[0]), "\"r-%d\"", i);
+    store_dup_t d = {
+        .key = key,
+        .answered = (store_dup_answer_t)(i % STORE_DUP_ANSWERS_),
+        .source = (dup_source_t)(i % DUP_SOURCE_N),
+        .at_ms = UINT64_C(1764800000000) + (uint64_t)i,
+        .gap_ms = (uint64_t)i * 10,
+        .jsonrpc_id = ids[i % 64],
+        .session_id = i % 2 ? "sess-odd" : NULL,
+    };
+    return d;
+}
+
+/* Each duplicate's answer, source and facts land on the row in the batched write: exact counts,
+ * the last STORE_DUP_HISTORY_MAX in order across writes, attempts grown by the replays only; a
+ * new life of the row starts them again. */
+static void test_duplicate_history(void **state)
+{
+    (void)state;
+    const char *key = "t:hist:h:one";
+    store_claim_req_t req = req_for(key, "d1");
+    req.tool = "history_tool";
+    claim_out_t c = do_claim(st_main, &req);
+    assert_true(c.acquired);
+    assert_true(do_finish(st_main, key, c.fence, STORE_STATE_SUCCEEDED, "{\"ok\":1}", 600000));
+    int replays = 0;
+    for (int i = 0; i < 10; i++) {
+        store_dup_t d = dup_n(key, i);
+        replays += d.answered == STORE_DUP_REPLAY;
+        assert_int_equal(store_record_duplicate(st_main, &d, NULL, NULL), STORE_OK);
+    }
+    char want[16];
+    snprintf(want, sizeof(want), "%d", 1 + replays);
+    attempts_want_t w1[] = {{key, want}, {NULL, NULL}};
+    assert_true(wait_for(attempts_are, w1, 10000));
+    /* the second write appends to the first's history and drops the oldest */
+    for (int i = 10; i < 21; i++) {
+        store_dup_t d = dup_n(key, i);
+        replays += d.answered == STORE_DUP_REPLAY;
+        assert_int_equal(store_record_duplicate(st_main, &d, NULL, NULL), STORE_OK);
+    }
+    /* an id cut at STORE_DUP_ID_MAX bytes, not inside a character */
+    char long_id[STORE_DUP_ID_MAX + 8];
+    memset(long_id, 'a', sizeof(long_id));
+    memcpy(long_id + STORE_DUP_ID_MAX - 1, "\xc3\xa9", 2);
+    long_id[sizeof(long_id) - 1] = '\0';
+    store_dup_t last = dup_n(key, 21);
+    last.session_id = long_id;
+    replays += last.answered == STORE_DUP_REPLAY;
+    assert_int_equal(store_record_duplicate(st_main, &last, NULL, NULL), STORE_OK);
+    snprintf(want, sizeof(want), "%d", 1 + replays);
+    attempts_want_t w2[] = {{key, want}, {NULL, NULL}};
+    assert_true(wait_for(attempts_are, w2, 10000));
+
+    dups_out_t o = do_get_dups(key);
+    int total = 0;
+    for (int a = 0; a < STORE_DUP_ANSWERS_; a++) {
+        int n = 0;
+        for (int i = 0; i < 22; i++)
+            n += i % STORE_DUP_ANSWERS_ == a;
+        assert_int_equal(o.answers[a], n);
+        total += o.answers[a];
+    }
+    assert_int_equal(total, 22);
+    for (int src = 0; src < DUP_SOURCE_N; src++) {
+        int n = 0;
+        for (int i = 0; i < 22; i++)
+            n += i % DUP_SOURCE_N == src;
+        assert_int_equal(o.sources[src], n);
+    }
+    assert_int_equal(json_array_size(o.history), STORE_DUP_HISTORY_MAX);
+    for (size_t i = 0; i < STORE_DUP_HISTORY_MAX; i++) {
+        int n = (int)i + 22 - STORE_DUP_HISTORY_MAX;
+        json_t *e = json_array_get(o.history, i);
+        store_dup_t d = dup_n(key, n);
+        assert_string_equal(json_string_value(json_object_get(e, "source")),
+                            dup_source_name(d.source));
+        assert_string_equal(json_string_value(json_object_get(e, "answered")),
+                            store_dup_answer_str(d.answered));
+        assert_string_equal(json_string_value(json_object_get(e, "jsonrpc_id")), d.jsonrpc_id);
+        assert_int_equal(json_integer_value(json_object_get(e, "gap_ms")), n * 10);
+        char at[UTIL_ISO_LEN + 1];
+        util_iso_utc_ms((int64_t)d.at_ms, at);
+        assert_string_equal(json_string_value(json_object_get(e, "at")), at);
+        if (n == 21) {
+            const char *sess = json_string_value(json_object_get(e, "session_id"));
+            assert_int_equal(strlen(sess), STORE_DUP_ID_MAX - 1);
+        } else if (n % 2) {
+            assert_string_equal(json_string_value(json_object_get(e, "session_id")), "sess-odd");
+        } else {
+            assert_true(json_is_null(json_object_get(e, "session_id")));
+        }
+    }
+    json_decref(o.history);
+
+    /* the window ends: the next claim starts a new life, without the old duplicates */
+    assert_true(do_finish(st_main, key, c.fence, STORE_STATE_SUCCEEDED, "{\"ok\":1}", 0));
+    c = do_claim(st_main, &req);
+    assert_true(c.acquired);
+    assert_int_equal(c.attempts, 1);
+    o = do_get_dups(key);
+    for (int a = 0; a < STORE_DUP_ANSWERS_; a++)
+        assert_int_equal(o.answers[a], 0);
+    for (int src = 0; src < DUP_SOURCE_N; src++)
+        assert_int_equal(o.sources[src], 0);
+    assert_int_equal(json_array_size(o.history), 0);
+    json_decref(o.history);
+}
+
+typedef struct {
+    bool done;
+    store_status_t st;
+    store_report_tool_t tool; /* the tool asked for; tool.tool NULL when absent */
+    char key0[64];            /* the first of the top keys */
+    int key0_attempts, key0_dups;
+    size_t n_top;
+    const char *want_tool;
+} report_out_t;
+
+static void report_cb(store_status_t st, const store_report_t *rep, void *arg)
+{
+    report_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    if (!rep)
+        return;
+    assert_non_null(rep->now);
+    for (size_t i = 0; i < rep->n_tools; i++) {
+        if (strcmp(rep->tools[i].tool, o->want_tool) == 0) {
+            o->tool = rep->tools[i];
+            o->tool.tool = o->want_tool;
+        }
+    }
+    o->n_top = rep->n_top;
+    if (rep->n_top) {
+        snprintf(o->key0, sizeof(o->key0), "%s", rep->top[0].key);
+        o->key0_attempts = rep->top[0].attempts;
+        o->key0_dups = rep->top[0].duplicates;
+    }
+}
+
+/* The report adds the rows up per tool and names the keys with the most calls. */
+static void test_report(void **state)
+{
+    (void)state;
+    const char *keys[] = {"t:rep:h:a", "t:rep:h:b", "t:rep:h:c"};
+    for (int k = 0; k < 3; k++) {
+        store_claim_req_t req = req_for(keys[k], "d1");
+        req.tool = "report_tool";
+        claim_out_t c = do_claim(st_main, &req);
+        if (k < 2)
+            assert_true(do_finish(st_main, keys[k], c.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
+    }
+    /* b: 3 replays, 1 unknown answer; c (in progress): 2 in-progress answers */
+    store_dup_t d = {.key = keys[1], .answered = STORE_DUP_REPLAY, .source = DUP_HARNESS};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(store_record_duplicate(st_main, &d, NULL, NULL), STORE_OK);
+    d.answered = STORE_DUP_UNKNOWN;
+    d.source = DUP_TRANSPORT;
+    assert_int_equal(store_record_duplicate(st_main, &d, NULL, NULL), STORE_OK);
+    d.key = keys[2];
+    d.answered = STORE_DUP_IN_PROGRESS;
+    d.source = DUP_RECONNECT;
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(store_record_duplicate(st_main, &d, NULL, NULL), STORE_OK);
+    attempts_want_t w[] = {{keys[1], "4"}, {NULL, NULL}};
+    assert_true(wait_for(attempts_are, w, 10000));
+    /* the in-progress answers are written by the same statement as b's replays */
+    report_out_t o = {.want_tool = "report_tool"};
+    assert_int_equal(store_report(st_main, 3600 * 1000, 100, report_cb, &o), STORE_OK);
+    assert_false(o.done);
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_OK);
+    assert_non_null(o.tool.tool);
+    assert_int_equal(o.tool.keys, 3);
+    assert_int_equal(o.tool.runs, 3);
+    assert_int_equal(o.tool.calls, 3 + 3 + 1 + 2);
+    assert_int_equal(o.tool.dup_answers[STORE_DUP_REPLAY], 3);
+    assert_int_equal(o.tool.dup_answers[STORE_DUP_UNKNOWN], 1);
+    assert_int_equal(o.tool.dup_answers[STORE_DUP_IN_PROGRESS], 2);
+    assert_int_equal(o.tool.dup_sources[DUP_HARNESS], 3);
+    assert_int_equal(o.tool.dup_sources[DUP_TRANSPORT], 1);
+    assert_int_equal(o.tool.dup_sources[DUP_RECONNECT], 2);
+    assert_int_equal(o.tool.states[STORE_STATE_SUCCEEDED], 2);
+    assert_int_equal(o.tool.states[STORE_STATE_IN_PROGRESS], 1);
+    /* earlier cases' rows have more attempts; b has 5 calls, the most of this case's keys */
+    report_out_t top = {.want_tool = "report_tool"};
+    assert_int_equal(store_report(st_main, 0, 1, report_cb, &top), STORE_OK);
+    assert_true(wait_for(flag_set, &top.done, 10000));
+    assert_int_equal(top.st, STORE_OK);
+    assert_int_equal(top.n_top, 1);
+    assert_true(top.key0_attempts + top.key0_dups >= 5);
+}
+
 #define CONCURRENT 50
 
 static int outstanding(claim_out_t *outs)
@@ -1551,6 +1783,8 @@ int main(void)
         cmocka_unit_test(test_pipeline_in_order),
         cmocka_unit_test(test_pipeline_error_fails_one),
         cmocka_unit_test(test_duplicates_batched),
+        cmocka_unit_test(test_duplicate_history),
+        cmocka_unit_test(test_report),
         cmocka_unit_test(test_concurrent_two_stores),
         cmocka_unit_test(test_group_commit),
         cmocka_unit_test(test_sweeper),

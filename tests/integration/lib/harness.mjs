@@ -11,6 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { Agent, fetch as undiciFetch } from 'undici';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO = path.resolve(here, '../../..');
@@ -275,11 +276,14 @@ export async function createDatabase() {
 
 /**
  * An SDK client connected to url. opts.capabilities are declared at initialize;
- * opts.headers go on every request. Closed when the test ends.
+ * opts.headers go on every request; opts.dispatcher (tlsAgent) carries them over HTTPS.
+ * Closed when the test ends.
  */
-export async function mcpClient(t, url, { capabilities = {}, headers = {}, name = 'idemgw-test-client' } = {}) {
+export async function mcpClient(t, url, { capabilities = {}, headers = {}, name = 'idemgw-test-client', dispatcher } = {}) {
   const client = new Client({ name, version: '1.0.0' }, { capabilities });
-  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
+  const opts = { requestInit: { headers } };
+  if (dispatcher) opts.fetch = (u, init) => undiciFetch(u, { ...init, dispatcher });
+  const transport = new StreamableHTTPClientTransport(new URL(url), opts);
   await client.connect(transport);
   t.after(() => client.close().catch(() => {}));
   return client;
@@ -380,10 +384,10 @@ export async function startRefundServer(t, { jsonResponse = false, ledger, tls, 
 }
 
 /**
- * A private CA and a certificate it signed for localhost (openssl CLI), as PEM files:
- * { ca, cert, key }, plus otherCa, a CA that signed nothing here.
+ * A private CA and a certificate it signed for localhost and 127.0.0.1 (and dnsNames) with the
+ * openssl CLI, as PEM files: { ca, cert, key }, plus otherCa, a CA that signed nothing here.
  */
-export async function makeCertificates(t) {
+export async function makeCertificates(t, { dnsNames = [] } = {}) {
   const dir = await tempDir(t, 'idemgw-tls-');
   const f = (name) => path.join(dir, name);
   const ossl = async (...args) => {
@@ -396,7 +400,8 @@ export async function makeCertificates(t) {
   }
   await ossl('req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=localhost',
     '-keyout', f('server.key'), '-out', f('server.csr'));
-  await fs.writeFile(f('ext.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  const sans = ['DNS:localhost', 'IP:127.0.0.1', ...dnsNames.map((n) => `DNS:${n}`)];
+  await fs.writeFile(f('ext.cnf'), `subjectAltName=${sans.join(',')}\n`);
   await ossl('x509', '-req', '-in', f('server.csr'), '-CA', f('ca.pem'), '-CAkey', f('ca.key'),
     '-CAcreateserial', '-days', '2', '-extfile', f('ext.cnf'), '-out', f('server.pem'));
   return {
@@ -407,7 +412,7 @@ export async function makeCertificates(t) {
 
 /**
  * A certificate signed by the CA of certs (makeCertificates), or by its other CA with
- * { otherCa: true }: subject CN cn, with subject alternative names san (e.g.
+ * { otherCa: true }: subject CN cn (null: no CN), with subject alternative names san (e.g.
  * ['URI:spiffe://example.org/ns/a/sa/b', 'DNS:agent.example']). Returns {cert, key} paths.
  */
 export async function makeClientCertificate(certs, name, { cn = name, san = [], otherCa = false } = {}) {
@@ -416,7 +421,8 @@ export async function makeClientCertificate(certs, name, { cn = name, san = [], 
     const r = await run('openssl', args);
     if (r.code !== 0) throw new Error(`openssl ${args[0]} failed: ${r.stderr}`);
   };
-  await ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', `/CN=${cn}`,
+  const subj = cn === null ? '/O=idemgw test agents' : `/CN=${cn}`;
+  await ossl('req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:P-256', '-nodes', '-subj', subj,
     '-keyout', f('key'), '-out', f('csr'));
   const ext = ['extendedKeyUsage=clientAuth', ...(san.length ? [`subjectAltName=${san.join(',')}`] : [])];
   await fs.writeFile(f('cnf'), ext.join('\n') + '\n');
@@ -424,6 +430,18 @@ export async function makeClientCertificate(certs, name, { cn = name, san = [], 
   await ossl('x509', '-req', '-in', f('csr'), '-CA', ca, '-CAkey', caKey, '-CAcreateserial',
     '-days', '2', '-extfile', f('cnf'), '-out', f('pem'));
   return { cert: f('pem'), key: f('key') };
+}
+
+/**
+ * An undici dispatcher for HTTPS trusting ca (a path or paths), presenting client ({cert, key},
+ * from makeClientCertificate) when given. Closed when the test ends.
+ */
+export async function tlsAgent(t, ca, client) {
+  const connect = { ca: await Promise.all([].concat(ca).map((f) => fs.readFile(f))) };
+  if (client) Object.assign(connect, { cert: await fs.readFile(client.cert), key: await fs.readFile(client.key) });
+  const agent = new Agent({ connect });
+  t.after(() => agent.close().catch(() => {}));
+  return agent;
 }
 
 /** The ledger's entries (one per real execution), parsed; [] when the file is missing. */
