@@ -125,5 +125,9 @@ void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms);
 void stats_observe_upstream(server_stats_t *s, uint64_t ms);
 /* Files one store operation's duration. */
 void stats_observe_store(server_stats_t *s, stats_store_op_t op, uint64_t us);
+/* Files the duration of an operation that began at start_us (stats_now_us). */
+void stats_observe_store_since(server_stats_t *s, stats_store_op_t op, uint64_t start_us);
+/* The monotonic clock in microseconds. */
+uint64_t stats_now_us(void);
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 struct event_base;
+struct server_stats;
 
 typedef enum {
     STORE_OK = 0,
@@ -268,10 +269,10 @@ typedef struct store_stats {
 
 void store_get_stats(const store_t *s, store_stats_t *out);
 
-struct server_stats;
-/* Times every call with a callback into stats (idemgw_store_operation_duration_seconds) and
- * copies the store's gauges and counters there every second, on base's loop. Once, after the
- * store is made; store_free stops it. */
+/* Times every call with a callback into stats (idemgw_store_operation_duration_seconds), has
+ * the backend time the statements it sends on its own (sweeps, duplicates' writes), and copies the
+ * store's gauges and counters there every second, on base's loop. Once, after the store is made;
+ * store_free stops it. */
 void store_observe(store_t *s, struct server_stats *stats, struct event_base *base);
 
 /* A backend: the operations above, on its own state (impl). Each follows the contract of the
@@ -295,6 +296,9 @@ typedef struct store_ops {
     store_status_t (*report)(void *impl, uint64_t since_ms, int top, store_report_cb cb, void *arg);
     bool (*ready)(const void *impl);
     void (*get_stats)(const void *impl, store_stats_t *out);
+    /* may be NULL: the backend times its own statements (the sweeper's, the duplicates' write)
+     * into stats, as store_observe does the calls */
+    void (*observe)(void *impl, struct server_stats *stats);
     void (*free)(void *impl);
 } store_ops_t;
 

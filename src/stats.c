@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 const uint64_t stats_bucket_le_ms[STATS_BUCKETS - 1] = {5,   10,   25,   50,   100,  250,
                                                         500, 1000, 2500, 5000, 10000};
@@ -70,6 +71,19 @@ void stats_observe_store(server_stats_t *s, stats_store_op_t op, uint64_t us)
     s->store_op_buckets[op][bucket_of(stats_store_bucket_le_us, us)]++;
     s->store_op_us[op] += us;
     s->store_op_count[op]++;
+}
+
+uint64_t stats_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+void stats_observe_store_since(server_stats_t *s, stats_store_op_t op, uint64_t start_us)
+{
+    uint64_t end = stats_now_us();
+    stats_observe_store(s, op, end > start_us ? end - start_us : 0);
 }
 
 static stats_tool_t *claim_slot(stats_tool_t *t, const char *name)

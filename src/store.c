@@ -4,7 +4,6 @@
 
 #include <event2/event.h>
 #include <stdlib.h>
-#include <time.h>
 
 #define STORE_PUBLISH_MS 1000
 
@@ -30,28 +29,20 @@ typedef struct timed {
     void *arg;
 } timed_t;
 
-static uint64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
-
 static timed_t *timed_new(store_t *s, stats_store_op_t op, void *arg)
 {
     timed_t *t = xcalloc(1, sizeof(*t));
     t->store = s;
     t->op = op;
     t->arg = arg;
-    t->start_us = now_us();
+    t->start_us = stats_now_us();
     return t;
 }
 
 /* Files the duration; the caller's callback runs next. Frees t. */
 static void timed_end(timed_t *t)
 {
-    uint64_t end = now_us();
-    stats_observe_store(t->store->stats, t->op, end > t->start_us ? end - t->start_us : 0);
+    stats_observe_store_since(t->store->stats, t->op, t->start_us);
     free(t);
 }
 
@@ -123,6 +114,8 @@ static void publish(evutil_socket_t fd, short what, void *arg)
 void store_observe(store_t *s, server_stats_t *stats, struct event_base *base)
 {
     s->stats = stats;
+    if (s->ops->observe)
+        s->ops->observe(s->impl, stats);
     s->publish_ev = event_new(base, -1, EV_PERSIST, publish, s);
     if (!s->publish_ev)
         abort();

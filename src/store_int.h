@@ -71,6 +71,7 @@ typedef struct store_op {
     struct store_conn *conn;    /* the connection carrying it; NULL while queued */
     struct event *deadline_ev;  /* the client-side deadline (store_pg_t.op_deadline_ms) */
     uint64_t deadline_wall_ms;  /* the same deadline by the wall clock, for the claim's own */
+    uint64_t start_us;          /* internal ops: when made (stats_now_us), for /metrics */
 } store_op_t;
 
 typedef enum {
@@ -137,6 +138,7 @@ struct store_pg {
     bool closing;        /* store_free in progress */
     int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
     store_stats_t stats;
+    struct server_stats *timing; /* the sweeper's and the duplicates' statements, or NULL */
 };
 
 /* store_pg_dups.c: the duplicates' columns (sql/002_dup_history.sql) and `idemgw report` */

@@ -18,6 +18,7 @@
  * an UPDATE per replay would queue up on that row's lock. What was recorded is lost if the
  * gateway dies before the flush; attempts and the history are statistics, not part of the
  * protocol. */
+#include "stats.h"
 #include "store_int.h"
 #include "store_pg.h"
 
@@ -418,6 +419,15 @@ static store_op_t *queue_pop(store_pg_t *s)
     return op;
 }
 
+/* An internal op ended (done or failed): its duration, for /metrics. */
+static void internal_done(const store_pg_t *s, const store_op_t *op)
+{
+    if (s->timing)
+        stats_observe_store_since(s->timing,
+                                  op->kind == STORE_OP_SWEEP ? STATS_STORE_SWEEP : STATS_STORE_DUP,
+                                  op->start_us);
+}
+
 static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
 {
     if (op->nmembers) {
@@ -432,6 +442,7 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
     if (st == STORE_ERR_UNAVAILABLE)
         s->stats.unavailable++;
     if (op->internal) {
+        internal_done(s, op);
         if (op->kind == STORE_OP_SWEEP)
             s->sweeping = false;
         else if (st != STORE_OK)
@@ -1074,6 +1085,8 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
             if (rows > 0)
                 log_debug(0, "store: swept %ld expired keys", rows);
         }
+        if (op->internal)
+            internal_done(s, op);
         if (op->internal && op->kind == STORE_OP_DUP) {
             log_debug(0, "store: duplicate counts of %d keys written (%ld rows)", op->dup_keys,
                       rows);
@@ -1110,6 +1123,7 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
         return;
     store_op_t *op = sweep_op(s);
     op->internal = true;
+    op->start_us = stats_now_us();
     s->sweeping = true;
     if (submit(s, op) != STORE_OK)
         s->sweeping = false;
@@ -1140,6 +1154,7 @@ static void dup_flush(store_pg_t *s)
     op->values[0] = dup_param(s);
     op->nparams = 1;
     op->internal = true;
+    op->start_us = stats_now_us();
     (void)submit(s, op); /* admitted above: cannot be refused */
 }
 
@@ -1510,6 +1525,11 @@ static void ops_get_stats(const void *impl, store_stats_t *out)
     pg_get_stats(impl, out);
 }
 
+static void ops_observe(void *impl, struct server_stats *stats)
+{
+    ((store_pg_t *)impl)->timing = stats;
+}
+
 static void ops_free(void *impl)
 {
     pg_free(impl);
@@ -1530,6 +1550,7 @@ const store_ops_t store_pg_ops = {
     .report = ops_report,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
+    .observe = ops_observe,
     .free = ops_free,
 };
 

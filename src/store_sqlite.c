@@ -24,6 +24,7 @@
 
 #include "key.h"
 #include "log.h"
+#include "stats.h"
 #include "store_migrations.h"
 #include "util.h"
 
@@ -114,6 +115,7 @@ typedef struct sq_op {
     } cb;
     void *arg;
     bool internal; /* the sweeper's batch or the duplicate flush: no callback */
+    uint64_t start_us; /* internal ops: when made (stats_now_us), for /metrics */
 
     struct store_sqlite *store;
     uint64_t deadline_wall_ms; /* 0: none (internal ops) */
@@ -179,6 +181,7 @@ typedef struct store_sqlite {
     bool closing;
     dup_table_t dups; /* duplicates per key not yet written (the loop's) */
     store_stats_t stats; /* the loop's counters */
+    struct server_stats *timing; /* the sweeper's and the duplicates' writes, or NULL */
 } store_sqlite_t;
 
 static const char *const stmt_sql[STMT_COUNT_] = {
@@ -853,6 +856,10 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
     if (st == STORE_ERR_UNAVAILABLE)
         s->stats.unavailable++;
     if (op->internal) {
+        if (s->timing)
+            stats_observe_store_since(s->timing,
+                                      op->kind == SQ_SWEEP ? STATS_STORE_SWEEP : STATS_STORE_DUP,
+                                      op->start_us);
         if (op->kind == SQ_SWEEP) {
             s->sweeping = false;
             if (st == STORE_OK) {
@@ -1057,6 +1064,7 @@ static sq_op_t *dup_take(store_sqlite_t *s)
         return NULL;
     sq_op_t *op = op_new(SQ_DUP, NULL);
     op->internal = true;
+    op->start_us = stats_now_us();
     op->dups = dup_table_take(&s->dups, &op->n_dups); /* the entries move into the op */
     return op;
 }
@@ -1095,6 +1103,7 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
         return;
     sq_op_t *op = sweep_op(s);
     op->internal = true;
+    op->start_us = stats_now_us();
     s->sweeping = true;
     if (submit(s, op) != STORE_OK)
         s->sweeping = false;
@@ -1521,6 +1530,11 @@ static void ops_get_stats(const void *impl, store_stats_t *out)
     out->connections_wanted = 1; /* the writer's */
 }
 
+static void ops_observe(void *impl, struct server_stats *stats)
+{
+    ((store_sqlite_t *)impl)->timing = stats;
+}
+
 static void ops_free(void *impl)
 {
     sq_free(impl);
@@ -1541,6 +1555,7 @@ const store_ops_t store_sqlite_ops = {
     .report = ops_report,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
+    .observe = ops_observe,
     .free = ops_free,
 };
 

@@ -88,7 +88,7 @@ test('the store, cache and in-flight series move with the calls', async (t) => {
   const gw = await startGateway(t, {
     upstream: upstream.url,
     databaseUrl: await createDatabase(),
-    config: { subject: { static: 'p' }, tools: { slow_refund: { class: 'non_idempotent' } } },
+    config: { subject: { static: 'p' }, store: { sweep_interval: '1s' }, tools: { slow_refund: { class: 'non_idempotent' } } },
   });
   const op = (m, name) => m.get(`idemgw_store_operation_duration_seconds_count{op="${name}"}`);
   const before = await waitFor(async () => {
@@ -115,6 +115,12 @@ test('the store, cache and in-flight series move with the calls', async (t) => {
   assert.equal(afterReplay.get('idemgw_replay_cache_lookups_total{result="hit"}'), hits + 1, 'answered from the cache');
   assert.equal(op(afterReplay, 'claim'), op(afterFirst, 'claim'), 'a cached replay claims nothing');
   assert.equal(afterReplay.get('idemgw_protected_calls_in_flight'), 0);
+  // the statements the store sends on its own are timed too: the replay's duplicate, written
+  // in the next batch, and the sweeper's runs
+  await waitFor(async () => {
+    const m = await scrape(gw);
+    return op(m, 'dup') > op(afterFirst, 'dup') && op(m, 'sweep') > 0;
+  }, { what: 'the duplicates\' write and a sweep to be timed' });
 
   // A call the upstream holds: in flight until the upstream dies mid-answer, then held unknown.
   const stuck = s.call('slow_refund', { order_id: 'ord-stuck', amount_cents: 4, delay_ms: 600000 }, { id: 'm3' }).catch(() => null);
