@@ -449,11 +449,14 @@ fi
 # appendfsync always: a record is on disk before Redis answers); plain behind idemgw on
 # Postgres (one statement per call, and with store.group_commit) and on the embedded SQLite
 # store. First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
-# in each (mode, connections) round every target runs back to back.
-#   BENCH_PT_DURATION=3s  length of each run of this section
+# each (mode, connections) pair runs in rounds, every target back to back in each round, and the
+# report takes the median over the rounds (a shared machine's bursts hit one round, not all).
+#   BENCH_PT_DURATION=2s  length of each run of this section
+#   BENCH_PT_ROUNDS=3     rounds per (mode, connections)
 #   BENCH_PT_CONNS="1 16" BENCH_PT_WORKERS=1 (the gateways' workers)
 if want powertools; then
-    pt_secs=${BENCH_PT_DURATION:-$([ "$smoke" = 1 ] && echo 1s || echo 3s)}
+    pt_secs=${BENCH_PT_DURATION:-$([ "$smoke" = 1 ] && echo 1s || echo 2s)}
+    pt_rounds=${BENCH_PT_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
     pt_conns=${BENCH_PT_CONNS:-"1 16"}
     pt_workers=${BENCH_PT_WORKERS:-1}
     REDIS=$(command -v redis-server || echo /usr/bin/redis-server)
@@ -544,9 +547,11 @@ if want powertools; then
     fi
     for mode in protected replay; do
         for c in $pt_conns; do
-            for t in $targets; do
-                log "powertools: $mode, $t, $c connections"
-                record powertools "\"mode\":\"$mode\",\"conns\":$c,\"target\":\"$t\",\"wrk\":$(wrk_run "$mode" "$(port_of "$t")" "$c")"
+            log "powertools: $mode, $c connections, $pt_rounds rounds of: $targets"
+            for r in $(seq 1 "$pt_rounds"); do
+                for t in $targets; do
+                    record powertools "\"mode\":\"$mode\",\"conns\":$c,\"round\":$r,\"target\":\"$t\",\"wrk\":$(wrk_run "$mode" "$(port_of "$t")" "$c")"
+                done
             done
         done
     done
@@ -569,7 +574,7 @@ if want powertools; then
     done
     batches=$(sed -n 's/.*store: group commit: \([0-9]*\) claims in \([0-9]*\) batches, \([0-9]*\) finishes in \([0-9]*\) batches.*/\1 \2 \3 \4/p' "$tmp/gw_pggc.log" |
         awk '{a+=$1; b+=$2; c+=$3; d+=$4} END {printf "\"claims_batched\":%d,\"claim_batches\":%d,\"finishes_batched\":%d,\"finish_batches\":%d", a, b, c, d}')
-    record powertools_meta "\"workers\":$pt_workers,\"store_pool\":$store_pool,\"duration\":\"$pt_secs\",\"pgbench\":{$pt_pgbench},\"group_commit\":{$batches},\"redis\":\"$("$REDIS" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') appendonly yes appendfsync always\""
+    record powertools_meta "\"workers\":$pt_workers,\"rounds\":$pt_rounds,\"store_pool\":$store_pool,\"duration\":\"$pt_secs\",\"pgbench\":{$pt_pgbench},\"group_commit\":{$batches},\"redis\":\"$("$REDIS" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') appendonly yes appendfsync always\""
 fi
 
 # ---- report ---------------------------------------------------------------------------------

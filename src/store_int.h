@@ -27,6 +27,7 @@ typedef enum {
     STORE_OP_FORGET,
     STORE_OP_CLAIM_BATCH,  /* claims queued together: one statement, one commit */
     STORE_OP_FINISH_BATCH, /* finishes queued together, committed without waiting for the flush */
+    STORE_OP_FINISH_ASYNC, /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_,       /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 

@@ -98,12 +98,21 @@ def main():
     powertools = None
     pr = by("powertools")
     if pr:
-        cell = {(r["mode"], r["conns"], r["target"]): wrk(r["wrk"]) for r in pr}
-        runs = []
-        for (mode, conns, target), w in cell.items():
-            plain = cell.get((mode, conns, "plain")) or {}
-            runs.append({"mode": mode, "conns": conns, "target": target, **w,
-                         "ratio_to_plain": ratio(w.get("rps"), plain.get("rps"))})
+        # each figure is the median over the rounds; a ratio is taken within its round first
+        by_round = {(r["mode"], r["conns"], r.get("round", 1), r["target"]): wrk(r["wrk"]) for r in pr}
+        cells = {}
+        for (mode, conns, rnd, target), w in by_round.items():
+            plain = by_round.get((mode, conns, rnd, "plain")) or {}
+            cells.setdefault((mode, conns, target), []).append({**w, "ratio_to_plain": ratio(w.get("rps"), plain.get("rps"))})
+        med = lambda xs: None if not xs else sorted(xs)[len(xs) // 2] if len(xs) % 2 else (sorted(xs)[len(xs) // 2 - 1] + sorted(xs)[len(xs) // 2]) / 2
+        runs, cell = [], {}
+        for (mode, conns, target), ws in cells.items():
+            m = {k: med([w[k] for w in ws if w.get(k) is not None]) for k in ("rps", "p50_us", "p99_us", "ratio_to_plain")}
+            m["errors"] = sum(w.get("errors") or 0 for w in ws)
+            m["non2xx"] = sum(w.get("non2xx") or 0 for w in ws)
+            m["rounds"] = [round(w["rps"] or 0, 1) for w in ws]
+            cell[(mode, conns, target)] = m
+            runs.append({"mode": mode, "conns": conns, "target": target, **m})
         powertools = {"runs": runs}
         for r in by("powertools_meta"):
             powertools.update({k: v for k, v in r.items() if k != "section"})
@@ -193,7 +202,7 @@ def print_table(d):
     pw = d.get("powertools")
     if pw:
         lines += ["", f"(8) idempotency inside the MCP SDK server (Powertools + Redis, appendfsync always) vs idemgw in front "
-                      f"of it ({pw.get('workers')} worker x store pool {pw.get('store_pool')}; {pw.get('duration')} per run)",
+                      f"of it ({pw.get('workers')} worker x store pool {pw.get('store_pool')}; median of {pw.get('rounds')} rounds of {pw.get('duration')})",
                   "  mode     conns  target              req/s   p50 ms   p99 ms   x plain"]
         for x in pw["runs"]:
             lines.append(f"  {'first' if x['mode'] == 'protected' else 'replay':7s} {x['conns']:5d}  {x['target']:15s}"
