@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: measures idemgw against a direct connection, against nginx as a plain reverse
 # proxy and against the Postgres ceiling (pgbench running the gateway's own claim and finish
-# statements), each pair in the same run; protected calls also on the embedded SQLite store. Prints one table and writes the figures to
-# bench-results/latest.json (and a dated copy) so runs can be compared.
+# statements), each pair in the same run; protected calls also on the embedded SQLite store;
+# section (8) against idempotency inside an MCP SDK server (AWS Lambda Powertools over a durable
+# Redis). Prints one table and writes the figures to bench-results/latest.json (and a dated
+# copy) so runs can be compared.
 #
 #   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
 #   BENCH_CONNS="1 16 64 256"   connection counts of the pass-through comparison
@@ -15,7 +17,8 @@
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
 #   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools"   run only these sections
-# Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3.
+# Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3; section (8) also
+# redis-server and the test packages (tests/node_modules).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
