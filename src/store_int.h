@@ -98,6 +98,7 @@ typedef struct store_conn {
     bool await_sync;               /* the head op's results ended: its sync result comes next */
     bool flushing;                 /* PQflush returned 1: wait for EV_WRITE */
     bool corked;                   /* TCP_CORK set: ops of this loop pass leave as one write */
+    bool sent_in_pass;             /* an op left uncorked in this loop pass: later ones cork */
     bool cork_unsupported;         /* not TCP (a Unix socket): never corked */
     struct event *uncork_ev;       /* clears TCP_CORK once the loop pass has queued its ops */
 } store_conn_t;
