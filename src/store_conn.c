@@ -257,6 +257,7 @@ static void conn_teardown(store_conn_t *c)
     event_del(c->wr_ev);
     event_del(c->uncork_ev);
     c->corked = false;
+    c->sent_in_pass = false;
     PQclear(c->res);
     c->res = NULL;
     if (c->pg)
@@ -689,9 +690,16 @@ bool store_conn_can_send(const store_conn_t *c)
 /* Every op goes out with its own sync, and libpq 15 flushes at each sync: one send() and, on
  * loopback, one trip through the network stack per op, which Postgres then reads one by one.
  * Corking the socket while a loop pass queues its ops sends them as one segment; the cork is
- * pulled at the end of the pass, so no op waits for another. */
+ * pulled at the end of the pass, so no op waits for another. The first op of a pass leaves at
+ * once, uncorked: a lone op (one client, or ops spread over the pool's connections) then costs
+ * no setsockopt pair, and only the ops behind it on the same connection are corked. */
 static void conn_cork(store_conn_t *c)
 {
+    if (!c->sent_in_pass) {
+        c->sent_in_pass = true;
+        event_active(c->uncork_ev, 0, 0);
+        return;
+    }
     if (c->corked || c->cork_unsupported)
         return;
     int one = 1;
@@ -708,6 +716,7 @@ static void conn_uncork(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     store_conn_t *c = arg;
+    c->sent_in_pass = false;
     if (!c->corked)
         return;
     c->corked = false;

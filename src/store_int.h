@@ -28,6 +28,7 @@ typedef enum {
     STORE_OP_CLAIM_BATCH,  /* claims queued together: one statement, one commit */
     STORE_OP_FINISH_BATCH, /* finishes queued together, committed without waiting for the flush */
     STORE_OP_REPORT,       /* `idemgw report`: read-only, never on a call's path */
+    STORE_OP_FINISH_ASYNC, /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_,       /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
@@ -99,6 +100,7 @@ typedef struct store_conn {
     bool await_sync;               /* the head op's results ended: its sync result comes next */
     bool flushing;                 /* PQflush returned 1: wait for EV_WRITE */
     bool corked;                   /* TCP_CORK set: ops of this loop pass leave as one write */
+    bool sent_in_pass;             /* an op left uncorked in this loop pass: later ones cork */
     bool cork_unsupported;         /* not TCP (a Unix socket): never corked */
     struct event *uncork_ev;       /* clears TCP_CORK once the loop pass has queued its ops */
 } store_conn_t;
