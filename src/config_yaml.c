@@ -1117,6 +1117,7 @@ static const key_spec_t store_keys[] = {
      RESTART},
     {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40, RESTART},
     {.name = "group_commit", .kind = K_BOOL, .off = CFG(store_group_commit), RESTART},
+    {.name = "durable_finish", .kind = K_BOOL, .off = CFG(store_durable_finish), RESTART},
 };
 
 /* Read on every use: a reload applies to the next request, connection or drain. */

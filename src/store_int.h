@@ -117,6 +117,7 @@ struct store_pg {
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
     bool migrate;
     bool group_commit; /* batch queued claims and finishes (else one statement each) */
+    bool durable_finish; /* finishes wait for the WAL flush (and are never batched) */
     uint64_t sweep_interval_ms;
     int sweep_batch;
 

@@ -187,9 +187,8 @@ static const char finish_batch_sql[] =
     " FROM f JOIN l ON l.key = f.key, c"
     " WHERE k.key = f.key AND k.fence = f.fence AND c.v = 'off' RETURNING f.i";
 
-/* finish_sql for group commit when a finish goes alone: it commits as a batch of finishes
- * does, without waiting for the WAL flush, so a lone call (no concurrency) does not pay a second
- * fsync the batched ones are spared. The claim before it stays synchronous. */
+/* finish_sql without waiting for the WAL flush, as a batch of finishes commits: the default
+ * finish (store.durable_finish off). The claim before it stays synchronous. */
 static const char finish_async_sql[] =
     "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)"
     " UPDATE idem_keys k SET state = $3::text, result = $4::bytea,"
@@ -695,6 +694,8 @@ void store_pump(store_pg_t *s)
 {
     while (s->q_head) {
         int cls = s->group_commit ? batch_class(s->q_head->kind) : -1;
+        if (cls == 1 && s->durable_finish)
+            cls = -1; /* the batch statement does not wait for the flush: finishes go alone */
         if (cls >= 0 && !s->q_head->slot &&
             s->batch_inflight[cls] >= s->pool_size * STORE_BATCH_SLOTS_PER_CONN)
             return;
@@ -1224,6 +1225,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
     s->group_commit = opt->group_commit;
+    s->durable_finish = opt->durable_finish;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
@@ -1338,7 +1340,11 @@ static store_status_t pg_finish(store_pg_t *s, const char *key, int64_t fence, s
     if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
         result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
-    store_op_t *op = op_new(s->group_commit ? STORE_OP_FINISH_ASYNC : STORE_OP_FINISH);
+    /* The claim was durable before the call went out; the finish need not be: lost in a crash
+     * of Postgres, it leaves the claim, which blocks a second execution and reads as an
+     * unknown outcome once its lease ends. Not waiting for the flush saves the second fsync of
+     * every first execution. store.durable_finish makes it wait (a replay after a crash). */
+    store_op_t *op = op_new(s->durable_finish ? STORE_OP_FINISH : STORE_OP_FINISH_ASYNC);
     op_text(op, key);
     op_int(op, fence);
     op_text(op, store_state_str(state));

@@ -845,6 +845,7 @@ static void test_keys_classified(void **state)
         "store.cache_entries",
         "store.cache_bytes",
         "store.group_commit",
+        "store.durable_finish",
         "otlp_endpoint",
     };
     static const char *const reloadable[] = {
