@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <libpq-fe.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -572,13 +573,91 @@ config_store_t config_store_choose(const char *database_url, char **path)
     return CONFIG_STORE_SQLITE;
 }
 
-/* The store, and the errors of its choice: "sqlite:" without a file; several workers on the
- * embedded store, which takes one process. */
+/* Entries of a libpq comma-separated list ("a,,b" is three: an empty one is the default). */
+static int conninfo_list_len(const char *v)
+{
+    if (!v || !v[0])
+        return 0;
+    int n = 1;
+    for (; *v; v++)
+        n += *v == ',';
+    return n;
+}
+
+/* libpq's parse error, when it names a key rather than quoting a value (which may be a
+ * password): the usual mistake is a misspelt keyword. */
+static bool conninfo_error_names_key(const char *err)
+{
+    static const char option[] = "invalid connection option \"";
+    static const char param[] = "invalid URI query parameter: \"";
+    return err && (strncmp(err, option, sizeof(option) - 1) == 0 ||
+                   strncmp(err, param, sizeof(param) - 1) == 0);
+}
+
+/* A Postgres database_url as libpq will read it, checked here so that a mistake stops the
+ * start instead of failing every reconnect: it parses; its hosts and ports pair up (libpq
+ * takes one port for all hosts, or one per host); and target_session_attrs, when given, is
+ * read-write, the value the gateway connects with anyway (every claim is a write, so with
+ * several hosts only the one that accepts writes is of use). */
+static void check_conninfo(const char *url, const char *where, config_errors_t *errs)
+{
+    char *err = NULL;
+    PQconninfoOption *opts = PQconninfoParse(url, &err);
+    if (!opts) {
+        if (err)
+            err[strcspn(err, "\n")] = '\0';
+        config_errors_add(errs,
+                          "%s: database_url: not a libpq connection string (host=... dbname=...) "
+                          "or URL (postgresql://...)%s%s",
+                          where, conninfo_error_names_key(err) ? ": " : "",
+                          conninfo_error_names_key(err) ? err : "");
+        PQfreemem(err);
+        return;
+    }
+    const char *host = NULL, *hostaddr = NULL, *port = NULL, *tsa = NULL;
+    for (PQconninfoOption *o = opts; o->keyword; o++) {
+        if (!o->val)
+            continue;
+        if (strcmp(o->keyword, "host") == 0)
+            host = o->val;
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            hostaddr = o->val;
+        else if (strcmp(o->keyword, "port") == 0)
+            port = o->val;
+        else if (strcmp(o->keyword, "target_session_attrs") == 0)
+            tsa = o->val;
+    }
+    int nhost = conninfo_list_len(host), naddr = conninfo_list_len(hostaddr);
+    int nport = conninfo_list_len(port);
+    int servers = naddr ? naddr : nhost ? nhost : 1;
+    if (naddr && nhost && nhost != naddr)
+        config_errors_add(errs,
+                          "%s: database_url: %d hosts and %d hostaddr values: give one address "
+                          "for each host",
+                          where, nhost, naddr);
+    else if (nport > 1 && nport != servers)
+        config_errors_add(errs,
+                          "%s: database_url: %d hosts and %d ports: give one port for each host, "
+                          "or a single port for all",
+                          where, servers, nport);
+    if (tsa && tsa[0] && strcmp(tsa, "read-write") != 0)
+        config_errors_add(errs,
+                          "%s: database_url: target_session_attrs=%.40s: the gateway writes every "
+                          "claim, so it only uses a server that accepts writes; leave it out or "
+                          "set read-write",
+                          where, tsa);
+    PQconninfoFree(opts);
+}
+
+/* The store, and the errors of its choice: a Postgres URL libpq cannot use as it stands;
+ * "sqlite:" without a file; several workers on the embedded store, which takes one process. */
 static void choose_store(config_t *c, const char *name, config_errors_t *errs)
 {
     const char *where = name ? name : "env";
     c->store_kind = config_store_choose(c->database_url, &c->store_path);
     c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
+    if (c->store_kind == CONFIG_STORE_POSTGRES && c->database_url)
+        check_conninfo(c->database_url, where, errs);
     if (c->store_kind == CONFIG_STORE_SQLITE && !c->store_path)
         config_errors_add(errs, "%s: database_url: sqlite: needs a file (sqlite:PATH)", where);
     if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
