@@ -29,10 +29,13 @@
 /* Serialises migrations between gateways starting together (any constant, fixed forever). */
 #define MIGRATION_LOCK_ID "7310311502647731009"
 
-/* The last step before a connection is ready: what the server does with a commit. */
+/* The last step before a connection is ready: what the server does with a commit, and whether
+ * it takes writes at all (target_session_attrs=read-write already skips a server that says it
+ * does not; this also catches one that turned read-only since). */
 static const char settings_sql[] =
     "SELECT current_setting('fsync'), current_setting('synchronous_commit'),"
-    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
+    " current_setting('transaction_read_only')";
 
 /* First migration step: lock, make sure the bookkeeping table exists, read the version. */
 static const char migrate_begin_sql[] = "BEGIN;"
@@ -120,6 +123,12 @@ void store_conn_params(const store_pg_t *s, const char **kw, const char **val)
         kw[i] = "dbname", val[i++] = s->conninfo;
     /* after dbname, so it replaces the conninfo's options (which it already contains) */
     kw[i] = "options", val[i++] = s->pg_options;
+    /* Every claim is a write. With several hosts (a primary and its standbys) libpq tries
+     * them in turn and keeps the first that takes writes, which after a failover is the
+     * promoted standby; with one host, a server that does not is refused at connect rather
+     * than failing each claim. After dbname: this wins over the conninfo and PGTARGETSESSIONATTRS
+     * (config validation refuses any other value in database_url). */
+    kw[i] = "target_session_attrs", val[i++] = "read-write";
     kw[i] = NULL, val[i] = NULL;
 }
 
@@ -457,6 +466,12 @@ static void conn_check_settings(store_conn_t *c, PGresult *res)
             log_error(0, "store: synchronous_commit is %s, not on: claims may be lost in a crash",
                       PQgetvalue(res, 0, 1));
     }
+    if (strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
+        PQclear(res);
+        conn_dead(c, "the server takes no writes (transaction_read_only is on: a standby, or "
+                     "default_transaction_read_only)");
+        return;
+    }
     PQclear(res);
     c->step++;
     conn_prepare_next(c);
@@ -526,6 +541,14 @@ static void conn_op_complete(store_conn_t *c)
     if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 ||
                      (strncmp(sqlstate, "57", 2) == 0 && strcmp(sqlstate, "57014") != 0))) {
         conn_dead_result(c, "", res);
+        return;
+    }
+    /* 25006 (read_only_sql_transaction): the server turned read-only under this session
+     * (default_transaction_read_only set and reloaded). Nothing was written, and nothing this
+     * connection carries can be: it is dropped, its ops fail as unavailable (a claim is
+     * refused as not executed), and the reconnect looks for a server that takes writes. */
+    if (sqlstate && strcmp(sqlstate, "25006") == 0) {
+        conn_dead_result(c, "the server takes no writes: ", res);
         return;
     }
     store_op_t *op = c->fl_head;
