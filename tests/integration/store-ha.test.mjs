@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  idemStatus, pgClusterPids, rawSession, readLedger, replayMarker, run, startGateway, startPgCluster,
+  IDEMGW_BIN, idemStatus, pgClusterPids, rawSession, readLedger, replayMarker, run, startGateway, startPgCluster,
   startPgStandby, startRefundServer, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
@@ -57,6 +57,10 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   // libpq pass it by while it is a standby, and pick it once it is promoted.
   const primaryPort = new URL(primary.baseUrl).port;
   const databaseUrl = `postgresql://postgres@127.0.0.1:${standby.port},127.0.0.1:${primaryPort}/idem`;
+  // The gateway's own session options must survive the multi-host URL: with the database's
+  // default at remote_apply (stricter still), only its synchronous_commit=on makes the
+  // sessions say "on"; any other value is logged as an error.
+  await psql(primary.baseUrl, 'ALTER DATABASE idem SET synchronous_commit = remote_apply');
   const gw = await startGateway(t, { upstream: upstream.url, databaseUrl, config: CONFIG });
 
   const acked = []; // keys whose agent was answered "executed"
@@ -116,7 +120,7 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   stop = true;
   await load;
   assert.deepEqual(wrong, [], 'every answer was an execution, a replay or a refusal as not executed');
-  assert.match(gw.logs(), /store conn \d+: ready/);
+  assert.doesNotMatch(gw.logs(), /synchronous_commit is/, 'the sessions run synchronous_commit=on');
 
   // Calls refused in the gap never ran; acknowledged calls ran once; nothing else ran.
   const counts = await executions(upstream.ledger);
@@ -125,9 +129,12 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   for (const key of refused) assert.equal(counts.get(key), undefined, `${key}: refused, never executed upstream`);
   assert.equal(counts.size, acked.length, 'every execution was acknowledged to its agent');
 
-  // A fresh gateway (no replay cache), the dead host still listed: every acknowledged call is
-  // answered from the promoted standby, replayed, or held when its outcome did not make it.
-  const gw2 = await startGateway(t, { upstream: upstream.url, databaseUrl, config: CONFIG });
+  // A fresh gateway (no replay cache), in the keyword form with the dead host first: every
+  // acknowledged call is answered from the promoted standby, replayed, or held when its outcome
+  // did not make it.
+  const keywords = `host=127.0.0.1,127.0.0.1 port=${primaryPort},${standby.port} dbname=idem user=postgres ` +
+    'target_session_attrs=read-write';
+  const gw2 = await startGateway(t, { upstream: upstream.url, databaseUrl: keywords, config: CONFIG });
   const s2 = await rawSession(t, gw2.url, { headers: { 'X-Subject': SUBJECT } });
   let replays = 0;
   let held = 0;
@@ -146,6 +153,15 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   }
   assert.ok(held <= WORKERS, `at most the calls in flight at the kill are held: ${held}`);
   assert.deepEqual(await executions(upstream.ledger), counts, 'the retries executed nothing');
+  assert.doesNotMatch(gw2.logs(), /synchronous_commit is/, 'the sessions run synchronous_commit=on');
+
+  // `idemgw key` finds the rows through the same multi-host URL
+  const key = acked[0];
+  const r = await run(IDEMGW_BIN, ['key', '--subject', SUBJECT, '--tool', 'issue_refund', '--args',
+    JSON.stringify({ order_id: key, amount_cents: 1 }), '--header-key', key, '--show'],
+  { env: { ...process.env, IDEMGW_DATABASE_URL: databaseUrl } });
+  assert.equal(r.code, 0, r.stderr);
+  assert.ok(['succeeded', 'in_progress', 'unknown'].includes(JSON.parse(r.stdout.trim().split('\n')[1]).state), r.stdout);
   t.diagnostic(`${acked.length} executions acknowledged (${atKill} before the kill), ${refused.length} new calls ` +
     `and ${retryRefused} retries refused in the gap, ${retryReplayed} retries replayed during the run; ` +
     `kill to promotion ${tPromote - tKill} ms, promotion to ready ${tReady - tPromote} ms; ` +
