@@ -533,6 +533,9 @@ static bool apply_env(config_t *c, config_errors_t *errs)
             config_errors_add(errs, "env IDEMGW_UPSTREAM: bad URL '%.200s': %s", v, err);
     }
     if ((v = env_get("IDEMGW_DATABASE_URL"))) {
+        char why[300];
+        if (config_database_url_error(v, why, sizeof(why)))
+            config_errors_add(errs, "env IDEMGW_DATABASE_URL: %s", why);
         free(c->database_url);
         c->database_url = xstrdup(v);
     }
@@ -594,25 +597,22 @@ static bool conninfo_error_names_key(const char *err)
                    strncmp(err, param, sizeof(param) - 1) == 0);
 }
 
-/* A Postgres database_url as libpq will read it, checked here so that a mistake stops the
- * start instead of failing every reconnect: it parses; its hosts and ports pair up (libpq
- * takes one port for all hosts, or one per host); and target_session_attrs, when given, is
- * read-write, the value the gateway connects with anyway (every claim is a write, so with
- * several hosts only the one that accepts writes is of use). */
-static void check_conninfo(const char *url, const char *where, config_errors_t *errs)
+const char *config_database_url_error(const char *url, char *buf, size_t len)
 {
+    if (strcmp(url, "none") == 0 || strncmp(url, "sqlite:", 7) == 0)
+        return NULL;
     char *err = NULL;
     PQconninfoOption *opts = PQconninfoParse(url, &err);
     if (!opts) {
         if (err)
             err[strcspn(err, "\n")] = '\0';
-        config_errors_add(errs,
-                          "%s: database_url: not a libpq connection string (host=... dbname=...) "
-                          "or URL (postgresql://...)%s%s",
-                          where, conninfo_error_names_key(err) ? ": " : "",
-                          conninfo_error_names_key(err) ? err : "");
+        bool named = conninfo_error_names_key(err);
+        snprintf(buf, len,
+                 "not a libpq connection string (host=... dbname=...) or URL "
+                 "(postgresql://...)%s%s",
+                 named ? ": " : "", named ? err : "");
         PQfreemem(err);
-        return;
+        return buf;
     }
     const char *host = NULL, *hostaddr = NULL, *port = NULL, *tsa = NULL;
     for (PQconninfoOption *o = opts; o->keyword; o++) {
@@ -630,34 +630,32 @@ static void check_conninfo(const char *url, const char *where, config_errors_t *
     int nhost = conninfo_list_len(host), naddr = conninfo_list_len(hostaddr);
     int nport = conninfo_list_len(port);
     int servers = naddr ? naddr : nhost ? nhost : 1;
+    const char *out = buf;
     if (naddr && nhost && nhost != naddr)
-        config_errors_add(errs,
-                          "%s: database_url: %d hosts and %d hostaddr values: give one address "
-                          "for each host",
-                          where, nhost, naddr);
+        snprintf(buf, len, "%d hosts and %d hostaddr values: give one address for each host",
+                 nhost, naddr);
     else if (nport > 1 && nport != servers)
-        config_errors_add(errs,
-                          "%s: database_url: %d hosts and %d ports: give one port for each host, "
-                          "or a single port for all",
-                          where, servers, nport);
-    if (tsa && tsa[0] && strcmp(tsa, "read-write") != 0)
-        config_errors_add(errs,
-                          "%s: database_url: target_session_attrs=%.40s: the gateway writes every "
-                          "claim, so it only uses a server that accepts writes; leave it out or "
-                          "set read-write",
-                          where, tsa);
+        snprintf(buf, len,
+                 "%d hosts and %d ports: give one port for each host, or a single port for all",
+                 servers, nport);
+    else if (tsa && tsa[0] && strcmp(tsa, "read-write") != 0)
+        snprintf(buf, len,
+                 "target_session_attrs=%.40s: the gateway writes every claim, so it only uses a "
+                 "server that accepts writes; leave it out or set read-write",
+                 tsa);
+    else
+        out = NULL;
     PQconninfoFree(opts);
+    return out;
 }
 
-/* The store, and the errors of its choice: a Postgres URL libpq cannot use as it stands;
- * "sqlite:" without a file; several workers on the embedded store, which takes one process. */
+/* The store, and the errors of its choice: "sqlite:" without a file; several workers on the
+ * embedded store, which takes one process. */
 static void choose_store(config_t *c, const char *name, config_errors_t *errs)
 {
     const char *where = name ? name : "env";
     c->store_kind = config_store_choose(c->database_url, &c->store_path);
     c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
-    if (c->store_kind == CONFIG_STORE_POSTGRES && c->database_url)
-        check_conninfo(c->database_url, where, errs);
     if (c->store_kind == CONFIG_STORE_SQLITE && !c->store_path)
         config_errors_add(errs, "%s: database_url: sqlite: needs a file (sqlite:PATH)", where);
     if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)

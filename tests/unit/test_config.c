@@ -589,38 +589,38 @@ static void test_database_url_hosts(void **state)
         config_free(c);
     }
     expect_one_error("upstream: http://h/mcp\ndatabase_url: 'host=db1,db2 port=1,2,3'\n",
-                     "t.yaml: database_url: 2 hosts and 3 ports: give one port for each host, or "
+                     "t.yaml:2: database_url: 2 hosts and 3 ports: give one port for each host, or "
                      "a single port for all");
     expect_one_error("upstream: http://h/mcp\ndatabase_url: 'host=db1,db2 hostaddr=10.0.0.1'\n",
-                     "t.yaml: database_url: 2 hosts and 1 hostaddr values: give one address for "
+                     "t.yaml:2: database_url: 2 hosts and 1 hostaddr values: give one address for "
                      "each host");
     /* a session that may be read-only (a standby) would refuse every claim */
     expect_one_error(
         "upstream: http://h/mcp\n"
         "database_url: postgresql://db1,db2/idemgw?target_session_attrs=any\n",
-        "t.yaml: database_url: target_session_attrs=any: the gateway writes every claim, so it "
+        "t.yaml:2: database_url: target_session_attrs=any: the gateway writes every claim, so it "
         "only uses a server that accepts writes; leave it out or set read-write");
     expect_one_error("upstream: http://h/mcp\n"
                      "database_url: 'host=db1,db2 target_session_attrs=prefer-standby'\n",
-                     "t.yaml: database_url: target_session_attrs=prefer-standby: the gateway "
+                     "t.yaml:2: database_url: target_session_attrs=prefer-standby: the gateway "
                      "writes every claim, so it only uses a server that accepts writes; leave it "
                      "out or set read-write");
     /* what libpq cannot parse: a misspelt key is named, a value never quoted */
     expect_one_error("upstream: http://h/mcp\ndatabase_url: 'hots=db1,db2 dbname=idemgw'\n",
-                     "t.yaml: database_url: not a libpq connection string (host=... dbname=...) "
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
                      "or URL (postgresql://...): invalid connection option \"hots\"");
     expect_one_error("upstream: http://h/mcp\n"
                      "database_url: postgresql://db1,db2/x?target_sesion_attrs=read-write\n",
-                     "t.yaml: database_url: not a libpq connection string (host=... dbname=...) "
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
                      "or URL (postgresql://...): invalid URI query parameter: "
                      "\"target_sesion_attrs\"");
     expect_one_error("upstream: http://h/mcp\ndatabase_url: postgresql://u:s3cr%zz@db1,db2/x\n",
-                     "t.yaml: database_url: not a libpq connection string (host=... dbname=...) "
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
                      "or URL (postgresql://...)");
     /* the environment's URL is checked the same way */
     setenv("IDEMGW_DATABASE_URL", "host=db1,db2 port=1,2,3", 1);
     expect_one_error("upstream: http://h/mcp\n",
-                     "t.yaml: database_url: 2 hosts and 3 ports: give one port for each host, or "
+                     "env IDEMGW_DATABASE_URL: 2 hosts and 3 ports: give one port for each host, or "
                      "a single port for all");
     unsetenv("IDEMGW_DATABASE_URL");
 }
