@@ -632,8 +632,8 @@ const char *config_database_url_error(const char *url, char *buf, size_t len)
     int servers = naddr ? naddr : nhost ? nhost : 1;
     const char *out = buf;
     if (naddr && nhost && nhost != naddr)
-        snprintf(buf, len, "%d hosts and %d hostaddr values: give one address for each host",
-                 nhost, naddr);
+        snprintf(buf, len, "%d hosts and %d hostaddr values: give one address for each host", nhost,
+                 naddr);
     else if (nport > 1 && nport != servers)
         snprintf(buf, len,
                  "%d hosts and %d ports: give one port for each host, or a single port for all",

@@ -531,8 +531,7 @@ static void fn_upstream_ca_file(ctx_t *cx, struct fy_node *v, int line, const ch
     c->upstream_ca_file = xstrdup(s);
 }
 
-static void fn_database_url(ctx_t *cx, struct fy_node *v, int line, const char *path,
-                            void *base)
+static void fn_database_url(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
     const char *s = scalar(cx, v, line, path, "a string");

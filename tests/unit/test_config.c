@@ -619,9 +619,10 @@ static void test_database_url_hosts(void **state)
                      "or URL (postgresql://...)");
     /* the environment's URL is checked the same way */
     setenv("IDEMGW_DATABASE_URL", "host=db1,db2 port=1,2,3", 1);
-    expect_one_error("upstream: http://h/mcp\n",
-                     "env IDEMGW_DATABASE_URL: 2 hosts and 3 ports: give one port for each host, or "
-                     "a single port for all");
+    expect_one_error(
+        "upstream: http://h/mcp\n",
+        "env IDEMGW_DATABASE_URL: 2 hosts and 3 ports: give one port for each host, or "
+        "a single port for all");
     unsetenv("IDEMGW_DATABASE_URL");
 }
 
