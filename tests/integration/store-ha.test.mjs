@@ -155,6 +155,25 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   assert.deepEqual(await executions(upstream.ledger), counts, 'the retries executed nothing');
   assert.doesNotMatch(gw2.logs(), /synchronous_commit is/, 'the sessions run synchronous_commit=on');
 
+  // A call refused in the gap was "safe to retry": it runs now, once, unless its claim reached
+  // the primary (and the standby) just before the kill with the answer lost: then it is held
+  // as in progress, never run.
+  let ranLater = 0;
+  let heldLater = 0;
+  for (const key of refused) {
+    const r = await refund(s2, key);
+    const result = r.message?.result;
+    if (executed(result)) {
+      ranLater++;
+    } else {
+      assert.ok(['in_progress', 'outcome_unknown'].includes(idemStatus(result)?.code), `${key}: ${r.body}`);
+      heldLater++;
+    }
+  }
+  const after = await executions(upstream.ledger);
+  assert.deepEqual([...after].filter(([, n]) => n > 1), [], 'no call was executed twice');
+  assert.equal(after.size, counts.size + ranLater);
+
   // `idemgw key` finds the rows through the same multi-host URL
   const key = acked[0];
   const r = await run(IDEMGW_BIN, ['key', '--subject', SUBJECT, '--tool', 'issue_refund', '--args',
@@ -165,7 +184,7 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   t.diagnostic(`${acked.length} executions acknowledged (${atKill} before the kill), ${refused.length} new calls ` +
     `and ${retryRefused} retries refused in the gap, ${retryReplayed} retries replayed during the run; ` +
     `kill to promotion ${tPromote - tKill} ms, promotion to ready ${tReady - tPromote} ms; ` +
-    `after recovery ${replays} replayed, ${held} held`);
+    `after recovery ${replays} replayed, ${held} held; of the refused, ${ranLater} ran when retried, ${heldLater} held`);
 });
 
 test('a server that turns read-only: claims refused as not executed, the connection dropped, recovery when it takes writes again', async (t) => {
