@@ -68,6 +68,7 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   const wrong = []; // any other answer
   let retryReplayed = 0;
   let retryRefused = 0;
+  let retryHeld = 0;
   let stop = false;
   t.after(() => { stop = true; }); // a failed wait must not leave the loop running
   const worker = async (w) => {
@@ -88,6 +89,8 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
         retryReplayed++;
       } else if (retry && refusedUnavailable(result)) {
         retryRefused++;
+      } else if (retry && ['in_progress', 'outcome_unknown'].includes(idemStatus(result)?.code)) {
+        retryHeld++; // acknowledged, but its outcome was lost with the primary: never run again
       } else if (!retry && executed(result)) {
         acked.push(key);
       } else if (!retry && refusedUnavailable(result)) {
@@ -182,7 +185,7 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   assert.equal(r.code, 0, r.stderr);
   assert.ok(['succeeded', 'in_progress', 'unknown'].includes(JSON.parse(r.stdout.trim().split('\n')[1]).state), r.stdout);
   t.diagnostic(`${acked.length} executions acknowledged (${atKill} before the kill), ${refused.length} new calls ` +
-    `and ${retryRefused} retries refused in the gap, ${retryReplayed} retries replayed during the run; ` +
+    `and ${retryRefused} retries refused in the gap, ${retryReplayed} retries replayed and ${retryHeld} held during the run; ` +
     `kill to promotion ${tPromote - tKill} ms, promotion to ready ${tReady - tPromote} ms; ` +
     `after recovery ${replays} replayed, ${held} held; of the refused, ${ranLater} ran when retried, ${heldLater} held`);
 });
@@ -196,6 +199,8 @@ test('a server that turns read-only: claims refused as not executed, the connect
 
   await psql(pg.baseUrl, 'ALTER SYSTEM SET default_transaction_read_only = on');
   await psql(pg.baseUrl, 'SELECT pg_reload_conf()');
+  // a new session sees it once the postmaster has reloaded, which signals every backend first
+  await waitFor(async () => (await psql(pg.baseUrl, 'SHOW default_transaction_read_only')) === 'on', { what: 'the reload' });
   // the session already open learns it at its next statement: that claim fails, and is refused
   const r = await refund(s, 'read-only');
   assert.ok(refusedUnavailable(r.message?.result), r.body);
