@@ -177,6 +177,8 @@ config_store_t config_store_choose(const char *database_url, char **path);
  * anyway (every claim is a write; with several hosts only the one that takes writes is of use).
  * The message goes into buf. */
 const char *config_database_url_error(const char *url, char *buf, size_t len);
+/* How many servers a Postgres database_url lists (1 when it names none, or cannot be read). */
+int config_database_url_servers(const char *url);
 
 /* Error list filled by config_load: each entry is "file:line: message" (or "env NAME: ..."). */
 typedef struct config_errors {

@@ -597,6 +597,27 @@ static bool conninfo_error_names_key(const char *err)
                    strncmp(err, param, sizeof(param) - 1) == 0);
 }
 
+/* How many servers a parsed conninfo names: hostaddr decides over host, and none is one. */
+static int conninfo_servers(const PQconninfoOption *opts)
+{
+    int nhost = 0, naddr = 0;
+    for (const PQconninfoOption *o = opts; o->keyword; o++) {
+        if (strcmp(o->keyword, "host") == 0)
+            nhost = conninfo_list_len(o->val);
+        else if (strcmp(o->keyword, "hostaddr") == 0)
+            naddr = conninfo_list_len(o->val);
+    }
+    return naddr ? naddr : nhost ? nhost : 1;
+}
+
+int config_database_url_servers(const char *url)
+{
+    PQconninfoOption *opts = url ? PQconninfoParse(url, NULL) : NULL;
+    int n = opts ? conninfo_servers(opts) : 1;
+    PQconninfoFree(opts);
+    return n;
+}
+
 const char *config_database_url_error(const char *url, char *buf, size_t len)
 {
     if (strcmp(url, "none") == 0 || strncmp(url, "sqlite:", 7) == 0)
@@ -629,7 +650,7 @@ const char *config_database_url_error(const char *url, char *buf, size_t len)
     }
     int nhost = conninfo_list_len(host), naddr = conninfo_list_len(hostaddr);
     int nport = conninfo_list_len(port);
-    int servers = naddr ? naddr : nhost ? nhost : 1;
+    int servers = conninfo_servers(opts);
     const char *out = buf;
     if (naddr && nhost && nhost != naddr)
         snprintf(buf, len, "%d hosts and %d hostaddr values: give one address for each host", nhost,

@@ -35,7 +35,7 @@
 static const char settings_sql[] =
     "SELECT current_setting('fsync'), current_setting('synchronous_commit'),"
     " (extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
-    " current_setting('transaction_read_only')";
+    " current_setting('transaction_read_only'), current_setting('synchronous_standby_names')";
 
 /* First migration step: lock, make sure the bookkeeping table exists, read the version. */
 static const char migrate_begin_sql[] = "BEGIN;"
@@ -443,12 +443,19 @@ static void conn_dead_result(store_conn_t *c, const char *prefix, PGresult *res)
 
 /* A claim is only as durable as the commit that wrote it: the sessions ask for
  * synchronous_commit=on (see store_pg_new); a server that does not flush at all is worth a
- * warning, once. Takes res. */
+ * warning, once, and so is a primary listed with standbys none of which is synchronous. A
+ * server that takes no writes is no use at all. Takes res. */
 static void conn_check_settings(store_conn_t *c, PGresult *res)
 {
     store_pg_t *s = c->s;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         conn_dead_result(c, "reading settings: ", res);
+        return;
+    }
+    if (strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
+        PQclear(res);
+        conn_dead(c, "the server takes no writes (transaction_read_only is on: a standby, or "
+                     "default_transaction_read_only)");
         return;
     }
     /* the claim's deadline is sent by the database's clock: the skew, to half a round trip */
@@ -466,12 +473,17 @@ static void conn_check_settings(store_conn_t *c, PGresult *res)
             log_error(0, "store: synchronous_commit is %s, not on: claims may be lost in a crash",
                       PQgetvalue(res, 0, 1));
     }
-    if (strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
-        PQclear(res);
-        conn_dead(c, "the server takes no writes (transaction_read_only is on: a standby, or "
-                     "default_transaction_read_only)");
-        return;
-    }
+    /* A standby that is only asynchronous may miss the last claims when it is promoted. Looked
+     * at on every connect: after a failover the new primary usually has no standby yet. */
+    bool no_sync = s->servers > 1 && !PQgetvalue(res, 0, 4)[0];
+    if (no_sync && !s->no_sync_warned)
+        log_warn(0,
+                 "store: database_url lists %d hosts but the primary has no synchronous "
+                 "standby (synchronous_standby_names is empty): if it fails, claims it "
+                 "acknowledged may be missing on the standby promoted, and those calls run "
+                 "again; make the standby synchronous",
+                 s->servers);
+    s->no_sync_warned = no_sync;
     PQclear(res);
     c->step++;
     conn_prepare_next(c);

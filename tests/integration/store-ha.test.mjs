@@ -105,6 +105,7 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   const load = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
 
   await waitFor(() => acked.length >= BEFORE_KILL, { timeoutMs: 30000, what: `${BEFORE_KILL} executions` });
+  assert.doesNotMatch(gw.logs(), /no synchronous standby/, 'the primary has a synchronous standby');
   const pids = await pgClusterPids(primary.dir);
   const tKill = Date.now();
   for (const pid of pids) process.kill(pid, 'SIGKILL');
@@ -119,6 +120,8 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   const atPromote = acked.length;
   await waitFor(async () => (await readyStatus(gw)) === 200, { timeoutMs: 20000, what: '/readyz after the promotion' });
   const tReady = Date.now();
+  // the promoted standby runs alone: the gateway says so, once
+  await waitForLog(gw, /database_url lists 2 hosts but the primary has no synchronous standby/);
   await waitFor(() => acked.length >= atPromote + AFTER_PROMOTE, { timeoutMs: 20000, what: 'executions after the promotion' });
   stop = true;
   await load;
