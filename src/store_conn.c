@@ -1,8 +1,9 @@
 /* One pooled libpq connection, non-blocking on the libevent loop: connect (PQconnectPoll),
  * bring the schema up to date if nobody has yet, prepare the statements, then enter pipeline
  * mode and carry up to STORE_PIPELINE_DEPTH statements at a time. A connection that dies fails
- * its ops in flight, closes, and reconnects after a backoff. Also the blocking migration used
- * once by store_pg_new.
+ * its ops in flight, closes, and reconnects after a backoff; with several hosts listed (a
+ * primary and its standbys) the reconnect finds whichever takes writes, so a failover needs no
+ * restart. Also the blocking migration used once by store_pg_new.
  *
  * Pipeline mode: with one statement at a time, each connection idles for a full round trip per
  * statement. Each op is sent as its prepared statement followed by its own sync, so every op is
