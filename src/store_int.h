@@ -110,11 +110,13 @@ typedef struct store_conn {
 struct store_pg {
     struct event_base *base;
     char *conninfo; /* NULL = PG* environment */
+    int servers;    /* hosts the conninfo lists: more than one is a primary and its standbys */
     int pool_size;
     char *pg_options;        /* libpq "options": the operator's, then the gateway's settings */
     uint64_t timeout_ms;     /* server-side statement_timeout and lock_timeout */
     uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
+    bool no_sync_warned;     /* several hosts, no synchronous standby: said once until it has one */
     bool migrate;
     bool group_commit; /* batch queued claims and finishes (else one statement each) */
     bool durable_finish; /* finishes wait for the WAL flush (and are never batched) */

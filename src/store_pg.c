@@ -21,6 +21,7 @@
 #include "store_int.h"
 #include "store_pg.h"
 
+#include "config.h"
 #include "key.h"
 #include "log.h"
 #include "store_migrations.h"
@@ -1219,6 +1220,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
     s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->servers = config_database_url_servers(s->conninfo);
     s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;

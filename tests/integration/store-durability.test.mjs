@@ -3,15 +3,15 @@
 // after the restart no call whose agent was told it executed runs again. By default a finish
 // commits without waiting for the WAL flush: a finish lost in the kill leaves the claim, and
 // the retry is told the outcome is unknown (not executed). With store.durable_finish every
-// call recorded before its agent was answered is replayed. The cluster's own default is synchronous_commit=off here, on purpose: the gateway's
-// sessions must ask for synchronous commits themselves.
+// call recorded before its agent was answered is replayed. The cluster's own default is
+// synchronous_commit=off here, on purpose: the gateway's sessions must ask for synchronous
+// commits themselves.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import {
-  idemStatus, rawSession, readLedger, replayMarker, run, startGateway, startPgCluster, startRefundServer, toolText,
+  idemStatus, pgClusterPids, rawSession, readLedger, replayMarker, run, startGateway, startPgCluster, startRefundServer, toolText,
   waitFor, waitForLog,
 } from './lib/harness.mjs';
 
@@ -26,25 +26,6 @@ async function psql(url, sql) {
   const r = await run('psql', [url, '-v', 'ON_ERROR_STOP=1', '-qAtc', sql]);
   assert.equal(r.code, 0, `${sql}: ${r.stderr}`);
   return r.stdout.trim();
-}
-
-/** The folder holding the cluster's data/: dir itself, or (as root) the folder of its own
- * that scripts/pg-cluster.sh made and named in dir/cluster. */
-async function clusterHome(dir) {
-  try {
-    return (await fs.readFile(path.join(dir, 'cluster'), 'utf8')).trim();
-  } catch (e) {
-    if (e.code === 'ENOENT') return dir;
-    throw e;
-  }
-}
-
-/** Every process of the cluster in dir: the postmaster and its children. */
-async function clusterPids(dir) {
-  const pidFile = await fs.readFile(path.join(await clusterHome(dir), 'data/postmaster.pid'), 'utf8');
-  const postmaster = Number(pidFile.split('\n')[0]);
-  const kids = await run('ps', ['-o', 'pid=', '--ppid', String(postmaster)]);
-  return [postmaster, ...kids.stdout.split('\n').map((s) => Number(s.trim())).filter(Boolean)];
 }
 
 const VARIANTS = [
@@ -83,7 +64,7 @@ for (const v of VARIANTS) test(`Postgres killed with kill -9 under load, ${v.nam
   const load = Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
 
   await waitFor(() => acked.length >= BEFORE_KILL, { timeoutMs: 60000, what: `${BEFORE_KILL} executions` });
-  const pids = await clusterPids(pg.dir);
+  const pids = await pgClusterPids(pg.dir);
   for (const pid of pids) process.kill(pid, 'SIGKILL');
   const atKill = acked.length;
   await waitForLog(gw, /store conn \d+: connection lost/);
