@@ -131,6 +131,7 @@ typedef struct config {
     int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
     bool store_group_commit;    /* Postgres: batch queued claims and finishes (off) */
+    bool store_durable_finish;  /* Postgres: finishes wait for the WAL flush too (off) */
 
     /* timeouts */
     uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */
@@ -180,6 +181,16 @@ typedef struct config {
  * otherwise: the embedded store at $STATE_DIRECTORY/CONFIG_SQLITE_DEFAULT_FILE, or in the
  * working directory. *path is allocated (free it) or NULL. Reads the environment. */
 config_store_t config_store_choose(const char *database_url, char **path);
+/* What is wrong with a Postgres database_url as libpq will read it, or NULL (also for "none"
+ * and "sqlite:..."): checked at load so a mistake stops the start instead of failing every
+ * reconnect. It parses (libpq's message is quoted only when it names a key, never a value,
+ * which may be a password); its hosts and ports pair up (one port for all hosts, or one per
+ * host); target_session_attrs, when given, is read-write, which the gateway connects with
+ * anyway (every claim is a write; with several hosts only the one that takes writes is of use).
+ * The message goes into buf. */
+const char *config_database_url_error(const char *url, char *buf, size_t len);
+/* How many servers a Postgres database_url lists (1 when it names none, or cannot be read). */
+int config_database_url_servers(const char *url);
 
 /* Error list filled by config_load: each entry is "file:line: message" (or "env NAME: ..."). */
 typedef struct config_errors {

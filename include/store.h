@@ -146,6 +146,7 @@ typedef struct store_options {
     uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
     bool group_commit;          /* Postgres: queued claims (finishes) share one statement */
+    bool durable_finish;        /* Postgres: a finish waits for the WAL flush (never batched) */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make bench`: measures idemgw against a direct connection, against nginx as a plain reverse
 # proxy and against the Postgres ceiling (pgbench running the gateway's own claim and finish
-# statements), each pair in the same run; protected calls also on the embedded SQLite store. Prints one table and writes the figures to
-# bench-results/latest.json (and a dated copy) so runs can be compared.
+# statements), each pair in the same run; protected calls also on the embedded SQLite store;
+# section (8) against idempotency inside an MCP SDK server (AWS Lambda Powertools over a durable
+# Redis). Prints one table and writes the figures to bench-results/latest.json (and a dated
+# copy) so runs can be compared.
 #
 #   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
 #   BENCH_CONNS="1 16 64 256"   connection counts of the pass-through comparison
@@ -15,8 +17,9 @@
 #   BENCH_OBS_ROUNDS=3    rounds of the observability section (each variant's median is kept)
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
-#   BENCH_ONLY="passthrough protected replay sse memory growth jwt observability"   run only these sections
-# Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3.
+#   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability"   run only these sections
+# Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3; section (8) also
+# redis-server and the test packages (tests/node_modules).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -41,7 +44,7 @@ else
 fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
-only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt observability"}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt powertools observability"}
 workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
 NODE=${NODE:-$root/tools/node/bin/node}
@@ -451,7 +454,141 @@ if want jwt; then
     done < <(build/bench/jwt-bench "$tmp/jwks.json" "$tmp/tokens.txt" "$verifies")
 fi
 
-# ---- (8) the cost of metrics and tracing -----------------------------------------------------
+# ---- (8) idempotency in the server: AWS Lambda Powertools + durable Redis vs idemgw ----------
+# One official MCP SDK server (tests/fixtures/powertools-server.mjs, stateless, JSON answers)
+# three ways: plain; with its tool wrapped by Powertools' makeIdempotent over Redis (appendonly,
+# appendfsync always: a record is on disk before Redis answers); plain behind idemgw on
+# Postgres (one statement per call, and with store.group_commit) and on the embedded SQLite
+# store. First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
+# each (mode, connections) pair runs in rounds, every target back to back in each round, and the
+# report takes the median over the rounds (a shared machine's bursts hit one round, not all).
+#   BENCH_PT_DURATION=2s  length of each run of this section
+#   BENCH_PT_ROUNDS=3     rounds per (mode, connections)
+#   BENCH_PT_CONNS="1 16" BENCH_PT_WORKERS=1 (the gateways' workers)
+if want powertools; then
+    pt_secs=${BENCH_PT_DURATION:-$([ "$smoke" = 1 ] && echo 1s || echo 2s)}
+    pt_rounds=${BENCH_PT_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
+    pt_conns=${BENCH_PT_CONNS:-"1 16"}
+    pt_workers=${BENCH_PT_WORKERS:-1}
+    REDIS=$(command -v redis-server || echo /usr/bin/redis-server)
+    [ -x "$REDIS" ] || { echo "bench: redis-server not found (scripts/install-deps.sh installs it)" >&2; exit 2; }
+
+    rd_port=$(free_port)
+    mkdir -p "$tmp/redis"
+    "$REDIS" --bind 127.0.0.1 --port "$rd_port" --dir "$tmp/redis" --appendonly yes \
+        --appendfsync always --save '' --daemonize no --logfile "$tmp/redis/redis.log" &
+    pids+=($!)
+    wait_port "$rd_port" redis-server
+
+    start_node() { # NAME PORT [ENV=VALUE...]
+        local name=$1 port=$2
+        shift 2
+        env "$@" "$NODE" tests/fixtures/powertools-server.mjs "$port" >"$tmp/$name.log" 2>&1 &
+        pids+=($!)
+        wait_port "$port" "$name"
+    }
+    plain_port=$(free_port)
+    start_node sdk-plain "$plain_port"
+    ptl_port=$(free_port)
+    start_node sdk-powertools "$ptl_port" REDIS_URL="redis://127.0.0.1:$rd_port"
+
+    # gateways in front of the plain server: NAME DATABASE_URL GROUP_COMMIT WORKERS
+    start_pt_gw() {
+        local name=$1 db=$2 gc=$3 w=$4 port admin
+        port=$(free_port)
+        admin=$(free_port)
+        sed -e "s/^listen: .*/listen: 127.0.0.1:$port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$admin/" \
+            -e "s/^workers: .*/workers: $w/" -e "s|^database_url: .*|database_url: $db|" \
+            -e "s|^upstream: .*|upstream: http://127.0.0.1:$plain_port/mcp|" \
+            -e "s/^  pool: .*/  pool: $store_pool\n  group_commit: $gc/" \
+            "$tmp/idemgw.yaml" >"$tmp/$name.yaml"
+        "$root/$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
+        pids+=($!)
+        eval "${name}_pid=$! ${name}_port=$port"
+        wait_port "$port" "$name"
+        for _ in $(seq 1 100); do
+            curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null && return 0
+            sleep 0.05
+        done
+        echo "bench: $name not ready:" >&2
+        tail -n 20 "$tmp/$name.log" >&2
+        return 1
+    }
+    start_pt_gw gw_pg "$pg_url" false "$pt_workers"
+    start_pt_gw gw_pggc "$pg_url" true "$pt_workers"
+    start_pt_gw gw_sqlite "sqlite:$tmp/pt-keys.db" false 1
+    targets="plain powertools idemgw_pg idemgw_pg_gc idemgw_sqlite"
+    port_of() {
+        case $1 in
+        plain) echo "$plain_port" ;;
+        powertools) echo "$ptl_port" ;;
+        idemgw_pg) echo "$gw_pg_port" ;;
+        idemgw_pg_gc) echo "$gw_pggc_port" ;;
+        idemgw_sqlite) echo "$gw_sqlite_port" ;;
+        esac
+    }
+
+    # sanity: each answers the write; the idempotent ones replay it (Powertools' replay looks
+    # like a first answer, so Redis must hold the key instead)
+    for t in $targets; do
+        p=$(port_of "$t")
+        a=$(call "$p" write "{\"q\":\"sanity-$sanity_run\"}")
+        b=$(call "$p" write "{\"q\":\"sanity-$sanity_run\"}")
+        if ! grep -q '"text":"ok"' <<<"$a" || ! grep -q '"text":"ok"' <<<"$b" ||
+            { [[ $t == idemgw* ]] && ! grep -qi '^Idempotent-Replayed: true' <<<"$b"; }; then
+            echo "bench: $t does not answer the write as expected:" >&2
+            printf '%s\n---\n%s\n' "$a" "$b" >&2
+            exit 1
+        fi
+    done
+    if [ "$(redis-cli -p "$rd_port" --raw config get appendfsync | tail -n 1)" != always ] ||
+        [ "$(redis-cli -p "$rd_port" dbsize)" -lt 1 ]; then
+        echo "bench: Redis is not durable (appendfsync) or holds no Powertools record" >&2
+        exit 1
+    fi
+
+    saved_duration=$duration saved_secs=$secs
+    duration=$pt_secs secs=${pt_secs%s}
+    if [ "$smoke" != 1 ]; then
+        log "powertools: warming up"
+        for t in $targets; do
+            BENCH_MODE=protected BENCH_RUN=warm$RANDOM wrk -t2 -c16 -d1s -s scripts/bench/mcp.lua \
+                "http://127.0.0.1:$(port_of "$t")/mcp" >/dev/null 2>&1 || true
+        done
+    fi
+    for mode in protected replay; do
+        for c in $pt_conns; do
+            log "powertools: $mode, $c connections, $pt_rounds rounds of: $targets"
+            for r in $(seq 1 "$pt_rounds"); do
+                for t in $targets; do
+                    record powertools "\"mode\":\"$mode\",\"conns\":$c,\"round\":$r,\"target\":\"$t\",\"wrk\":$(wrk_run "$mode" "$(port_of "$t")" "$c")"
+                done
+            done
+        done
+    done
+    log "powertools: pgbench ceiling, claim + finish, $((store_pool * pt_workers)) clients"
+    pt_pgbench=$(workers=$pt_workers pgbench_run)
+    duration=$saved_duration secs=$saved_secs
+
+    # The group-commit gateway logs its batch counts as its store closes, at level info: the
+    # runs above were at warn (info logs every recorded key), so reload at info, then stop.
+    sed -i "s/^  level: .*/  level: info/" "$tmp/gw_pggc.yaml"
+    kill -HUP "$gw_pggc_pid"
+    for _ in $(seq 1 100); do
+        grep -q 'configuration reloaded' "$tmp/gw_pggc.log" && break
+        sleep 0.05
+    done
+    for g in gw_pg gw_pggc gw_sqlite; do
+        eval "gp=\$${g}_pid"
+        kill "$gp" 2>/dev/null || true
+        wait "$gp" 2>/dev/null || true
+    done
+    batches=$(sed -n 's/.*store: group commit: \([0-9]*\) claims in \([0-9]*\) batches, \([0-9]*\) finishes in \([0-9]*\) batches.*/\1 \2 \3 \4/p' "$tmp/gw_pggc.log" |
+        awk '{a+=$1; b+=$2; c+=$3; d+=$4} END {printf "\"claims_batched\":%d,\"claim_batches\":%d,\"finishes_batched\":%d,\"finish_batches\":%d", a, b, c, d}')
+    record powertools_meta "\"workers\":$pt_workers,\"rounds\":$pt_rounds,\"store_pool\":$store_pool,\"duration\":\"$pt_secs\",\"pgbench\":{$pt_pgbench},\"group_commit\":{$batches},\"redis\":\"$("$REDIS" --version | sed -n 's/.*v=\([^ ]*\).*/\1/p') appendonly yes appendfsync always\""
+fi
+
+# ---- (9) the cost of metrics and tracing -----------------------------------------------------
 # A gateway of its own per variant (the same config plus the tracing lines): tracing off, off
 # with /metrics scraped 10 times a second during the load, traces sampled at 10 %, every trace
 # exported (to nginx answering {}). Protected first executions and plain proxied reads each.

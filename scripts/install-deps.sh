@@ -25,6 +25,7 @@ apt_packages=(
     postgresql                 # initdb/pg_ctl for the private clusters of scripts/pg-cluster.sh
     python3                    # free-port helper in scripts/pg-cluster.sh
     nginx-light wrk            # benchmarks (scripts/bench.sh): nginx baseline, load generator
+    redis-server               # benchmarks: the durable Redis behind the Powertools comparison
     ca-certificates            # npm talks https to its registry
     openssl                    # test certificates for the https-upstream tests
     chromium                   # a real browser for the CORS test (headless)

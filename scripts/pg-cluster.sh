@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # A private PostgreSQL cluster for the demo and the tests, named by a local folder DIR.
 #   scripts/pg-cluster.sh start DIR [PORT]   initdb (once) and start; prints the database URL
+#   scripts/pg-cluster.sh standby DIR PRIMARY_DIR [PORT]
+#                                            a streaming standby of the running cluster of
+#                                            PRIMARY_DIR (pg_basebackup -R, once), started;
+#                                            prints its URL
+#   scripts/pg-cluster.sh promote DIR        makes a standby the primary (waits until it is)
 #   scripts/pg-cluster.sh stop DIR           fast shutdown (the data stays for the next start)
 #   scripts/pg-cluster.sh url DIR            prints the URL of a running cluster
 #   scripts/pg-cluster.sh remove DIR         stop, then delete the cluster and DIR
@@ -16,7 +21,7 @@
 set -euo pipefail
 
 PGBIN=${PGBIN:-$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)}
-usage="usage: pg-cluster.sh start|stop|url|remove DIR [PORT]"
+usage="usage: pg-cluster.sh start|standby|promote|stop|url|remove DIR [PRIMARY_DIR] [PORT]"
 cmd=${1:?$usage}
 dir=${2:?$usage}
 is_root=0
@@ -55,8 +60,9 @@ sweep_orphans() {
     done
 }
 
-case "$cmd" in
-start)
+# Makes sure DIR has the folder of its cluster (as root: one of its own, owned by postgres);
+# sets dir (absolute) and cluster.
+cluster_dir() {
     mkdir -p "$dir"
     dir=$(cd "$dir" && pwd)
     cluster=$(cluster_of "$dir")
@@ -71,11 +77,12 @@ start)
         echo "$cluster" >"$dir/cluster"
         echo "$dir" >"$cluster/owner"
     fi
-    if [ ! -f "$cluster/data/PG_VERSION" ]; then
-        as_pg "$PGBIN/initdb" -D "$cluster/data" -U postgres -A trust -E UTF8 --no-locale \
-            >"$cluster/initdb.log" 2>&1 || { cat "$cluster/initdb.log" >&2; exit 1; }
-    fi
-    port=${3:-$(cat "$dir/port" 2>/dev/null || free_port)}
+}
+
+# Starts the cluster of DIR (unless it runs) on PORT, else its last port, else a free one;
+# prints its URL.
+run_cluster() {
+    port=${1:-$(cat "$dir/port" 2>/dev/null || free_port)}
     echo "$port" >"$dir/port"
     if ! as_pg "$PGBIN/pg_ctl" -D "$cluster/data" status >/dev/null 2>&1; then
         as_pg "$PGBIN/pg_ctl" -D "$cluster/data" -l "$cluster/postgres.log" -w -t 60 \
@@ -83,6 +90,32 @@ start)
             start >/dev/null || { cat "$cluster/postgres.log" >&2; exit 1; }
     fi
     echo "postgresql://postgres@127.0.0.1:$port/postgres"
+}
+
+case "$cmd" in
+start)
+    cluster_dir
+    if [ ! -f "$cluster/data/PG_VERSION" ]; then
+        as_pg "$PGBIN/initdb" -D "$cluster/data" -U postgres -A trust -E UTF8 --no-locale \
+            >"$cluster/initdb.log" 2>&1 || { cat "$cluster/initdb.log" >&2; exit 1; }
+    fi
+    run_cluster "${3:-}"
+    ;;
+standby)
+    primary=${3:?$usage}
+    primary_port=$(cat "$primary/port")
+    cluster_dir
+    if [ ! -f "$cluster/data/PG_VERSION" ]; then
+        # -R: standby.signal and primary_conninfo, so it starts streaming from the primary
+        as_pg "$PGBIN/pg_basebackup" -h 127.0.0.1 -p "$primary_port" -U postgres \
+            -D "$cluster/data" -R -X stream -c fast >"$cluster/basebackup.log" 2>&1 ||
+            { cat "$cluster/basebackup.log" >&2; exit 1; }
+    fi
+    run_cluster "${4:-}"
+    ;;
+promote)
+    cluster=$(cluster_of "$(cd "$dir" && pwd)")
+    as_pg "$PGBIN/pg_ctl" -D "$cluster/data" -w -t 60 promote >/dev/null
     ;;
 stop | remove)
     cluster=$(cluster_of "$dir" 2>/dev/null || true)

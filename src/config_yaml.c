@@ -547,6 +547,24 @@ static void fn_upstream_ca_file(ctx_t *cx, struct fy_node *v, int line, const ch
     c->upstream_ca_file = xstrdup(s);
 }
 
+static void fn_database_url(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    config_t *c = base;
+    const char *s = scalar(cx, v, line, path, "a string");
+    if (!s)
+        return;
+    if (!*s) {
+        err_at(cx, line, "%s: must not be empty", path);
+        return;
+    }
+    char why[300];
+    if (config_database_url_error(s, why, sizeof(why))) {
+        err_at(cx, line, "%s: %s", path, why);
+        return;
+    }
+    set_string(&c->database_url, s);
+}
+
 static void fn_log_level(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
@@ -1116,6 +1134,16 @@ static void ca_file_carry(config_t *next, const config_t *running)
     str_carry(&next->upstream_ca_file, running->upstream_ca_file);
 }
 
+static bool database_url_same(const config_t *a, const config_t *b)
+{
+    return str_same(a->database_url, b->database_url);
+}
+
+static void database_url_carry(config_t *next, const config_t *running)
+{
+    str_carry(&next->database_url, running->database_url);
+}
+
 #define LIVE .reload = CONFIG_KEY_RELOADABLE
 #define RESTART .reload = CONFIG_KEY_RESTART_ONLY
 
@@ -1143,6 +1171,7 @@ static const key_spec_t store_keys[] = {
      RESTART},
     {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40, RESTART},
     {.name = "group_commit", .kind = K_BOOL, .off = CFG(store_group_commit), RESTART},
+    {.name = "durable_finish", .kind = K_BOOL, .off = CFG(store_durable_finish), RESTART},
 };
 
 /* Read on every use: a reload applies to the next request, connection or drain. */
@@ -1247,7 +1276,12 @@ static const key_spec_t top_keys[] = {
      RESTART,
      .same = ca_file_same,
      .carry = ca_file_carry},
-    {.name = "database_url", .kind = K_STR, .off = CFG(database_url), RESTART},
+    {.name = "database_url",
+     .kind = K_FN,
+     .fn = fn_database_url,
+     RESTART,
+     .same = database_url_same,
+     .carry = database_url_carry},
     {.name = "migrate", .kind = K_BOOL, .off = CFG(migrate), RESTART},
     {.name = "store", .kind = K_SECTION, .sub = store_keys, .n_sub = ARRAY_LEN(store_keys)},
     {.name = "timeouts", .kind = K_SECTION, .sub = timeout_keys, .n_sub = ARRAY_LEN(timeout_keys)},

@@ -118,7 +118,7 @@ typedef struct call {
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     struct event *early_timer; /* answer_after: answers the agent still_running */
     bool answered_early;       /* it did */
-    char dup_fields[200];      /* a duplicate: its source and facts, for the log line */
+    char dup_fields[256];      /* a duplicate: its source and facts, for the log line */
     struct event *timer;       /* wait mode */
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;
@@ -328,9 +328,10 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
     catalog_t *cat = c->idem->ctx.catalog;
     stats_tool(c->idem->ctx.stats, tool, cat && catalog_known(cat, tool))->duplicates[src]++;
     snprintf(c->dup_fields, sizeof(c->dup_fields),
-             ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu",
+             ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu"
+             ",\"first_state\":\"%s\"",
              dup_source_name(src), attempt, row->created_at ? row->created_at : "",
-             (unsigned long long)f.gap_ms);
+             (unsigned long long)f.gap_ms, store_state_str(row->state));
     if (c->idem->ctx.store) {
         store_dup_t d = {
             .key = c->key,

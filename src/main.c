@@ -615,6 +615,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             .sweep_interval_ms = cfg->sweep_interval_ms,
             .sweep_batch = 1000,
             .group_commit = cfg->store_group_commit,
+            .durable_finish = cfg->store_durable_finish,
         };
         if (cfg->store_kind == CONFIG_STORE_SQLITE) {
             server->store = store_sqlite_new(server->base, &so, msg, sizeof(msg));

@@ -1,8 +1,9 @@
 /* One pooled libpq connection, non-blocking on the libevent loop: connect (PQconnectPoll),
  * bring the schema up to date if nobody has yet, prepare the statements, then enter pipeline
  * mode and carry up to STORE_PIPELINE_DEPTH statements at a time. A connection that dies fails
- * its ops in flight, closes, and reconnects after a backoff. Also the blocking migration used
- * once by store_pg_new.
+ * its ops in flight, closes, and reconnects after a backoff; with several hosts listed (a
+ * primary and its standbys) the reconnect finds whichever takes writes, so a failover needs no
+ * restart. Also the blocking migration used once by store_pg_new.
  *
  * Pipeline mode: with one statement at a time, each connection idles for a full round trip per
  * statement. Each op is sent as its prepared statement followed by its own sync, so every op is
@@ -29,10 +30,13 @@
 /* Serialises migrations between gateways starting together (any constant, fixed forever). */
 #define MIGRATION_LOCK_ID "7310311502647731009"
 
-/* The last step before a connection is ready: what the server does with a commit. */
+/* The last step before a connection is ready: what the server does with a commit, and whether
+ * it takes writes at all (target_session_attrs=read-write already skips a server that says it
+ * does not; this also catches one that turned read-only since). */
 static const char settings_sql[] =
     "SELECT current_setting('fsync'), current_setting('synchronous_commit'),"
-    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+    " (extract(epoch FROM clock_timestamp()) * 1000)::bigint,"
+    " current_setting('transaction_read_only'), current_setting('synchronous_standby_names')";
 
 /* First migration step: lock, make sure the bookkeeping table exists, read the version. */
 static const char migrate_begin_sql[] = "BEGIN;"
@@ -120,6 +124,12 @@ void store_conn_params(const store_pg_t *s, const char **kw, const char **val)
         kw[i] = "dbname", val[i++] = s->conninfo;
     /* after dbname, so it replaces the conninfo's options (which it already contains) */
     kw[i] = "options", val[i++] = s->pg_options;
+    /* Every claim is a write. With several hosts (a primary and its standbys) libpq tries
+     * them in turn and keeps the first that takes writes, which after a failover is the
+     * promoted standby; with one host, a server that does not is refused at connect rather
+     * than failing each claim. After dbname: this wins over the conninfo and PGTARGETSESSIONATTRS
+     * (config validation refuses any other value in database_url). */
+    kw[i] = "target_session_attrs", val[i++] = "read-write";
     kw[i] = NULL, val[i] = NULL;
 }
 
@@ -257,6 +267,7 @@ static void conn_teardown(store_conn_t *c)
     event_del(c->wr_ev);
     event_del(c->uncork_ev);
     c->corked = false;
+    c->sent_in_pass = false;
     PQclear(c->res);
     c->res = NULL;
     if (c->pg)
@@ -434,12 +445,19 @@ static void conn_dead_result(store_conn_t *c, const char *prefix, PGresult *res)
 
 /* A claim is only as durable as the commit that wrote it: the sessions ask for
  * synchronous_commit=on (see store_pg_new); a server that does not flush at all is worth a
- * warning, once. Takes res. */
+ * warning, once, and so is a primary listed with standbys none of which is synchronous. A
+ * server that takes no writes is no use at all. Takes res. */
 static void conn_check_settings(store_conn_t *c, PGresult *res)
 {
     store_pg_t *s = c->s;
     if (PQresultStatus(res) != PGRES_TUPLES_OK || PQntuples(res) != 1) {
         conn_dead_result(c, "reading settings: ", res);
+        return;
+    }
+    if (strcmp(PQgetvalue(res, 0, 3), "on") == 0) {
+        PQclear(res);
+        conn_dead(c, "the server takes no writes (transaction_read_only is on: a standby, or "
+                     "default_transaction_read_only)");
         return;
     }
     /* the claim's deadline is sent by the database's clock: the skew, to half a round trip */
@@ -457,6 +475,17 @@ static void conn_check_settings(store_conn_t *c, PGresult *res)
             log_error(0, "store: synchronous_commit is %s, not on: claims may be lost in a crash",
                       PQgetvalue(res, 0, 1));
     }
+    /* A standby that is only asynchronous may miss the last claims when it is promoted. Looked
+     * at on every connect: after a failover the new primary usually has no standby yet. */
+    bool no_sync = s->servers > 1 && !PQgetvalue(res, 0, 4)[0];
+    if (no_sync && !s->no_sync_warned)
+        log_warn(0,
+                 "store: database_url lists %d hosts but the primary has no synchronous "
+                 "standby (synchronous_standby_names is empty): if it fails, claims it "
+                 "acknowledged may be missing on the standby promoted, and those calls run "
+                 "again; make the standby synchronous",
+                 s->servers);
+    s->no_sync_warned = no_sync;
     PQclear(res);
     c->step++;
     conn_prepare_next(c);
@@ -526,6 +555,14 @@ static void conn_op_complete(store_conn_t *c)
     if (sqlstate && (strncmp(sqlstate, "08", 2) == 0 ||
                      (strncmp(sqlstate, "57", 2) == 0 && strcmp(sqlstate, "57014") != 0))) {
         conn_dead_result(c, "", res);
+        return;
+    }
+    /* 25006 (read_only_sql_transaction): the server turned read-only under this session
+     * (default_transaction_read_only set and reloaded). Nothing was written, and nothing this
+     * connection carries can be: it is dropped, its ops fail as unavailable (a claim is
+     * refused as not executed), and the reconnect looks for a server that takes writes. */
+    if (sqlstate && strcmp(sqlstate, "25006") == 0) {
+        conn_dead_result(c, "the server takes no writes: ", res);
         return;
     }
     store_op_t *op = c->fl_head;
@@ -689,9 +726,16 @@ bool store_conn_can_send(const store_conn_t *c)
 /* Every op goes out with its own sync, and libpq 15 flushes at each sync: one send() and, on
  * loopback, one trip through the network stack per op, which Postgres then reads one by one.
  * Corking the socket while a loop pass queues its ops sends them as one segment; the cork is
- * pulled at the end of the pass, so no op waits for another. */
+ * pulled at the end of the pass, so no op waits for another. The first op of a pass leaves at
+ * once, uncorked: a lone op (one client, or ops spread over the pool's connections) then costs
+ * no setsockopt pair, and only the ops behind it on the same connection are corked. */
 static void conn_cork(store_conn_t *c)
 {
+    if (!c->sent_in_pass) {
+        c->sent_in_pass = true;
+        event_active(c->uncork_ev, 0, 0);
+        return;
+    }
     if (c->corked || c->cork_unsupported)
         return;
     int one = 1;
@@ -708,6 +752,7 @@ static void conn_uncork(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     store_conn_t *c = arg;
+    c->sent_in_pass = false;
     if (!c->corked)
         return;
     c->corked = false;

@@ -28,6 +28,7 @@ typedef enum {
     STORE_OP_CLAIM_BATCH,   /* claims queued together: one statement, one commit */
     STORE_OP_FINISH_BATCH,  /* finishes queued together, committed without waiting for the flush */
     STORE_OP_REPORT,        /* `idemgw report`: read-only, never on a call's path */
+    STORE_OP_FINISH_ASYNC,  /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
     STORE_OP_COUNT_,        /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
@@ -102,6 +103,7 @@ typedef struct store_conn {
     bool await_sync;               /* the head op's results ended: its sync result comes next */
     bool flushing;                 /* PQflush returned 1: wait for EV_WRITE */
     bool corked;                   /* TCP_CORK set: ops of this loop pass leave as one write */
+    bool sent_in_pass;             /* an op left uncorked in this loop pass: later ones cork */
     bool cork_unsupported;         /* not TCP (a Unix socket): never corked */
     struct event *uncork_ev;       /* clears TCP_CORK once the loop pass has queued its ops */
 } store_conn_t;
@@ -111,13 +113,16 @@ typedef struct store_conn {
 struct store_pg {
     struct event_base *base;
     char *conninfo; /* NULL = PG* environment */
+    int servers;    /* hosts the conninfo lists: more than one is a primary and its standbys */
     int pool_size;
     char *pg_options;        /* libpq "options": the operator's, then the gateway's settings */
     uint64_t timeout_ms;     /* server-side statement_timeout and lock_timeout */
     uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
+    bool no_sync_warned;     /* several hosts, no synchronous standby: said once until it has one */
     bool migrate;
     bool group_commit; /* batch queued claims and finishes (else one statement each) */
+    bool durable_finish; /* finishes wait for the WAL flush (and are never batched) */
     uint64_t sweep_interval_ms;
     int sweep_batch;
 

@@ -22,6 +22,7 @@
 #include "store_int.h"
 #include "store_pg.h"
 
+#include "config.h"
 #include "key.h"
 #include "log.h"
 #include "store_migrations.h"
@@ -188,6 +189,15 @@ static const char finish_batch_sql[] =
     " FROM f JOIN l ON l.key = f.key, c"
     " WHERE k.key = f.key AND k.fence = f.fence AND c.v = 'off' RETURNING f.i";
 
+/* finish_sql without waiting for the WAL flush, as a batch of finishes commits: the default
+ * finish (store.durable_finish off). The claim before it stays synchronous. */
+static const char finish_async_sql[] =
+    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)"
+    " UPDATE idem_keys k SET state = $3::text, result = $4::bytea,"
+    " result_too_large = $5::boolean, updated_at = now(), finished_at = now(),"
+    " expires_at = now() + $6::bigint * interval '1 millisecond'"
+    " FROM c WHERE k.key = $1::text AND k.fence = $2::bigint AND c.v = 'off'";
+
 /* An operator's look (and wait mode's poll): the row, then its duplicates. */
 static const char get_sql[] = "SELECT false, false, " ROW_COLS ", " STORE_PG_DUP_COLS
                               " FROM idem_keys k WHERE k.key = $1::text";
@@ -252,6 +262,7 @@ static const struct {
     [STORE_OP_FINISH_BATCH] = {"idemgw_finish_batch", finish_batch_sql},
     [STORE_OP_COUNT_UNKNOWN] = {"idemgw_count_unknown", count_unknown_sql},
     [STORE_OP_REPORT] = {"idemgw_report", store_pg_report_sql},
+    [STORE_OP_FINISH_ASYNC] = {"idemgw_finish_async", finish_async_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -351,7 +362,7 @@ static int batch_class(store_op_kind_t kind)
 {
     if (kind == STORE_OP_CLAIM || kind == STORE_OP_CLAIM_BATCH)
         return 0;
-    if (kind == STORE_OP_FINISH || kind == STORE_OP_FINISH_BATCH)
+    if (kind == STORE_OP_FINISH || kind == STORE_OP_FINISH_BATCH || kind == STORE_OP_FINISH_ASYNC)
         return 1;
     return -1;
 }
@@ -496,7 +507,7 @@ void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st)
     op_release_slot(op);
     for (int i = 0; i < (op->nmembers ? op->nmembers : 1); i++) {
         const store_op_t *f = op->nmembers ? op->members[i] : op;
-        if (f->kind == STORE_OP_FINISH) {
+        if (f->kind == STORE_OP_FINISH || f->kind == STORE_OP_FINISH_ASYNC) {
             char h[KEY_HASH_LOG_LEN + 1];
             key_hash(f->values[0], h);
             log_warn(0, "store: finish of key %s fence %s lost: %s", h, f->values[1],
@@ -702,6 +713,8 @@ void store_pump(store_pg_t *s)
 {
     while (s->q_head) {
         int cls = s->group_commit ? batch_class(s->q_head->kind) : -1;
+        if (cls == 1 && s->durable_finish)
+            cls = -1; /* the batch statement does not wait for the flush: finishes go alone */
         if (cls >= 0 && !s->q_head->slot &&
             s->batch_inflight[cls] >= s->pool_size * STORE_BATCH_SLOTS_PER_CONN)
             return;
@@ -1233,12 +1246,14 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
     s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->servers = config_database_url_servers(s->conninfo);
     s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
     s->group_commit = opt->group_commit;
+    s->durable_finish = opt->durable_finish;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
@@ -1356,7 +1371,11 @@ static store_status_t pg_finish(store_pg_t *s, const char *key, int64_t fence, s
     if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
         result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
-    store_op_t *op = op_new(STORE_OP_FINISH);
+    /* The claim was durable before the call went out; the finish need not be: lost in a crash
+     * of Postgres, it leaves the claim, which blocks a second execution and reads as an
+     * unknown outcome once its lease ends. Not waiting for the flush saves the second fsync of
+     * every first execution. store.durable_finish makes it wait (a replay after a crash). */
+    store_op_t *op = op_new(s->durable_finish ? STORE_OP_FINISH : STORE_OP_FINISH_ASYNC);
     op_text(op, key);
     op_int(op, fence);
     op_text(op, store_state_str(state));

@@ -94,7 +94,38 @@ def main():
     # (7) JWT verification
     jwt = {r["alg"]: {"verifies": r["verifies"], "us_per_verify": r["us_per_verify"]} for r in by("jwt")} or None
 
-    # (8) the cost of metrics and tracing: each variant's median run (by req/s) over its rounds,
+    # (8) Powertools + durable Redis vs idemgw, around the same MCP SDK server
+    powertools = None
+    pr = by("powertools")
+    if pr:
+        # each figure is the median over the rounds; a ratio is taken within its round first
+        by_round = {(r["mode"], r["conns"], r.get("round", 1), r["target"]): wrk(r["wrk"]) for r in pr}
+        cells = {}
+        for (mode, conns, rnd, target), w in by_round.items():
+            plain = by_round.get((mode, conns, rnd, "plain")) or {}
+            cells.setdefault((mode, conns, target), []).append({**w, "ratio_to_plain": ratio(w.get("rps"), plain.get("rps"))})
+        med = lambda xs: None if not xs else sorted(xs)[len(xs) // 2] if len(xs) % 2 else (sorted(xs)[len(xs) // 2 - 1] + sorted(xs)[len(xs) // 2]) / 2
+        runs, cell = [], {}
+        for (mode, conns, target), ws in cells.items():
+            m = {k: med([w[k] for w in ws if w.get(k) is not None]) for k in ("rps", "p50_us", "p99_us", "ratio_to_plain")}
+            m["errors"] = sum(w.get("errors") or 0 for w in ws)
+            m["non2xx"] = sum(w.get("non2xx") or 0 for w in ws)
+            m["rounds"] = [round(w["rps"] or 0, 1) for w in ws]
+            cell[(mode, conns, target)] = m
+            runs.append({"mode": mode, "conns": conns, "target": target, **m})
+        powertools = {"runs": runs}
+        for r in by("powertools_meta"):
+            powertools.update({k: v for k, v in r.items() if k != "section"})
+        gc = powertools.get("group_commit")
+        if gc:
+            gc["avg_claims_per_batch"] = ratio(gc.get("claims_batched"), gc.get("claim_batches"))
+            gc["avg_finishes_per_batch"] = ratio(gc.get("finishes_batched"), gc.get("finish_batches"))
+        ceiling = (powertools.get("pgbench") or {}).get("tps")
+        powertools["ratio_pg_gc_first_to_pgbench"] = {
+            str(c): ratio((cell.get(("protected", c, "idemgw_pg_gc")) or {}).get("rps"), ceiling)
+            for (m, c, t) in cell if m == "protected" and t == "idemgw_pg_gc"}
+
+    # (9) the cost of metrics and tracing: each variant's median run (by req/s) over its rounds,
     # and its ratio to tracing off
     observability = None
     runs = {}
@@ -114,7 +145,7 @@ def main():
 
     doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected,
            "protected_sqlite": protected_sqlite, "replay": replay,
-           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt, "observability": observability}
+           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt, "powertools": powertools, "observability": observability}
     with open(dst, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -186,9 +217,26 @@ def print_table(d):
         lines += ["", "(7) JWT verification per protected call (subject: {jwt: ...})"]
         for alg, v in j.items():
             lines.append(f"  {alg:6s} {fmt(v['us_per_verify'], 1):>8} us per token ({fmt(v['verifies'])} verified)")
+    pw = d.get("powertools")
+    if pw:
+        lines += ["", f"(8) idempotency inside the MCP SDK server (Powertools + Redis, appendfsync always) vs idemgw in front "
+                      f"of it ({pw.get('workers')} worker x store pool {pw.get('store_pool')}; median of {pw.get('rounds')} rounds of {pw.get('duration')})",
+                  "  mode     conns  target              req/s   p50 ms   p99 ms   x plain"]
+        for x in pw["runs"]:
+            lines.append(f"  {'first' if x['mode'] == 'protected' else 'replay':7s} {x['conns']:5d}  {x['target']:15s}"
+                         f" {fmt(x.get('rps')):>9} {fmt(ms(x.get('p50_us')), 2):>8} {fmt(ms(x.get('p99_us')), 2):>8}"
+                         f" {fmt(x.get('ratio_to_plain'), 2):>9}")
+        pg, gc = pw.get("pgbench") or {}, pw.get("group_commit") or {}
+        lines.append(f"  group commit: pgbench ceiling (claim+finish, {pg.get('clients')} clients) {fmt(pg.get('tps'))} tps;"
+                     " first executions / ceiling: "
+                     + ", ".join(f"{c} conns {fmt(v, 2)}" for c, v in pw.get("ratio_pg_gc_first_to_pgbench", {}).items()))
+        lines.append(f"  batches: {fmt(gc.get('claims_batched'))} claims in {fmt(gc.get('claim_batches'))} "
+                     f"(avg {fmt(gc.get('avg_claims_per_batch'), 1)}), {fmt(gc.get('finishes_batched'))} finishes in "
+                     f"{fmt(gc.get('finish_batches'))} (avg {fmt(gc.get('avg_finishes_per_batch'), 1)}); "
+                     "the other calls went one statement each")
     o = d.get("observability")
     if o:
-        lines += ["", "(8) cost of metrics and tracing  (scrape: /metrics 10/s during the load; sampled: 10 %; on: every span; median of the rounds)",
+        lines += ["", "(9) cost of metrics and tracing  (scrape: /metrics 10/s during the load; sampled: 10 %; on: every span; median of the rounds)",
                   "  calls      variant        req/s   p99 ms  / off   scrapes  spans sent  dropped"]
         for mode, vs in o.items():
             for name, v in vs.items():
@@ -203,6 +251,9 @@ def print_table(d):
         bad.append("protected (sqlite)")
     if r:
         bad += [n for n, w in (("replay", r["idemgw"]), ("replay pass-through", r["passthrough"])) if failed(w)]
+    for x in (pw or {}).get("runs", []):
+        if failed(x):
+            bad.append(f"powertools {x['mode']} {x['target']} c={x['conns']}")
     for mode, vs in (o or {}).items():
         bad += [f"observability {mode} {name}" for name, v in vs.items() if failed(v["idemgw"])]
     for run in (g or {}).get("runs", []):

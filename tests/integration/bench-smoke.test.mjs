@@ -9,7 +9,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const NEEDED = ['wrk', 'nginx', 'pgbench', 'psql', 'python3', 'cc', 'curl'];
+const NEEDED = ['wrk', 'nginx', 'pgbench', 'psql', 'python3', 'cc', 'curl', 'redis-server'];
 
 function missingTools() {
   const env = { ...process.env, PATH: `${process.env.PATH}:/usr/sbin:/sbin` };
@@ -37,7 +37,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   assert.equal(code, 0, `bench.sh failed:\n${log}`);
 
   const doc = JSON.parse(await fs.readFile(path.join(out, 'latest.json'), 'utf8'));
-  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt', 'observability']) {
+  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt', 'powertools', 'observability']) {
     assert.ok(doc[s], `section ${s} missing:\n${log}`);
   }
   assert.equal(doc.meta.smoke, true);
@@ -72,4 +72,15 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
 
   assert.equal(doc.growth.runs.length, 2);
   assert.ok('ratio_protected_large_small' in doc.growth && 'ratio_replay_large_small' in doc.growth);
+
+  // (8) every target, both modes, both connection counts, all answered 2xx
+  const targets = ['plain', 'powertools', 'idemgw_pg', 'idemgw_pg_gc', 'idemgw_sqlite'];
+  assert.equal(doc.powertools.runs.length, 2 * 2 * targets.length, `powertools runs:\n${log}`);
+  for (const run of doc.powertools.runs) {
+    assert.ok(targets.includes(run.target) && 'ratio_to_plain' in run, `powertools ${run.target}`);
+    assert.equal(run.non2xx, 0, `powertools ${run.mode} ${run.target} at ${run.conns} got non-2xx answers`);
+    assert.equal(run.errors, 0, `powertools ${run.mode} ${run.target} at ${run.conns} had socket errors`);
+  }
+  assert.ok(doc.powertools.pgbench && 'tps' in doc.powertools.pgbench);
+  assert.ok(doc.powertools.group_commit && 'claim_batches' in doc.powertools.group_commit);
 });

@@ -66,6 +66,7 @@ test('a re-POST with the same id is transport, a new id at once is harness, a ne
   assert.ok(l1.gap_ms >= 0 && l1.gap_ms < 2000);
   assert.ok(!Number.isNaN(Date.parse(l1.first_seen)));
   assert.equal(lineOf(gw, 'req-3').duplicate_source, 'reconnect');
+  assert.equal(l1.first_state, 'succeeded');
   const transport = gw.logs().split('\n').filter((l) => l.includes('"rpc_id":"req-1"') && l.includes('"duplicate_source"'));
   assert.equal(transport.length, 1);
   assert.match(transport[0], /"duplicate_source":"transport"/);
@@ -204,6 +205,8 @@ test('in-progress and unknown answers are kept too; idemgw report adds every ans
   await waitForLedger(upstream.ledger, 1);
   const running = await s.call('slow_refund', slow, { id: 'run-2' });
   assert.equal(idemStatus(running.message.result).code, 'in_progress');
+  await waitForLog(gw, /"rpc_id":"run-2".*"duplicate_source"/);
+  assert.equal(lineOf(gw, 'run-2').first_state, 'in_progress', 'the first call was still running');
   assert.equal(replayMarker((await first).message.result), undefined);
 
   // unknown: the first call's stream is cut; the retry is told, and not run

@@ -583,6 +583,65 @@ static void test_store_kinds(void **state)
     config_free(c);
 }
 
+/* A Postgres database_url is read as libpq will read it: several hosts (a primary and its
+ * standby) in either form, their ports paired up, and never a session that may be read-only. */
+static void test_database_url_hosts(void **state)
+{
+    static const char *const good[] = {
+        "postgresql://idemgw@db1:5432,db2:5433/idemgw?target_session_attrs=read-write",
+        "postgresql://idemgw@db1,db2/idemgw",
+        "postgresql://idemgw@db1:5432,db2/idemgw",
+        "host=db1,db2 port=5432,5433 dbname=idemgw target_session_attrs=read-write",
+        "host=db1,db2,db3 port=5432 dbname=idemgw",
+        "host=db1,db2 hostaddr=10.0.0.1,10.0.0.2 dbname=idemgw",
+        "dbname=idemgw",
+    };
+    char yaml[300];
+    for (size_t i = 0; i < ARRAY_LEN(good); i++) {
+        snprintf(yaml, sizeof(yaml), "upstream: http://h/mcp\ndatabase_url: '%s'\n", good[i]);
+        config_t *c = must_load_str(yaml);
+        assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
+        assert_string_equal(c->database_url, good[i]);
+        config_free(c);
+    }
+    expect_one_error("upstream: http://h/mcp\ndatabase_url: 'host=db1,db2 port=1,2,3'\n",
+                     "t.yaml:2: database_url: 2 hosts and 3 ports: give one port for each host, or "
+                     "a single port for all");
+    expect_one_error("upstream: http://h/mcp\ndatabase_url: 'host=db1,db2 hostaddr=10.0.0.1'\n",
+                     "t.yaml:2: database_url: 2 hosts and 1 hostaddr values: give one address for "
+                     "each host");
+    /* a session that may be read-only (a standby) would refuse every claim */
+    expect_one_error(
+        "upstream: http://h/mcp\n"
+        "database_url: postgresql://db1,db2/idemgw?target_session_attrs=any\n",
+        "t.yaml:2: database_url: target_session_attrs=any: the gateway writes every claim, so it "
+        "only uses a server that accepts writes; leave it out or set read-write");
+    expect_one_error("upstream: http://h/mcp\n"
+                     "database_url: 'host=db1,db2 target_session_attrs=prefer-standby'\n",
+                     "t.yaml:2: database_url: target_session_attrs=prefer-standby: the gateway "
+                     "writes every claim, so it only uses a server that accepts writes; leave it "
+                     "out or set read-write");
+    /* what libpq cannot parse: a misspelt key is named, a value never quoted */
+    expect_one_error("upstream: http://h/mcp\ndatabase_url: 'hots=db1,db2 dbname=idemgw'\n",
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
+                     "or URL (postgresql://...): invalid connection option \"hots\"");
+    expect_one_error("upstream: http://h/mcp\n"
+                     "database_url: postgresql://db1,db2/x?target_sesion_attrs=read-write\n",
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
+                     "or URL (postgresql://...): invalid URI query parameter: "
+                     "\"target_sesion_attrs\"");
+    expect_one_error("upstream: http://h/mcp\ndatabase_url: postgresql://u:s3cr%zz@db1,db2/x\n",
+                     "t.yaml:2: database_url: not a libpq connection string (host=... dbname=...) "
+                     "or URL (postgresql://...)");
+    /* the environment's URL is checked the same way */
+    setenv("IDEMGW_DATABASE_URL", "host=db1,db2 port=1,2,3", 1);
+    expect_one_error(
+        "upstream: http://h/mcp\n",
+        "env IDEMGW_DATABASE_URL: 2 hosts and 3 ports: give one port for each host, or "
+        "a single port for all");
+    unsetenv("IDEMGW_DATABASE_URL");
+}
+
 static void test_missing_file(void **state)
 {
     config_errors_t errs = {0};
@@ -853,6 +912,7 @@ static void test_keys_classified(void **state)
         "store.cache_entries",
         "store.cache_bytes",
         "store.group_commit",
+        "store.durable_finish",
         "otlp_endpoint",
         "otlp_sample_ratio",
     };
@@ -1160,6 +1220,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_only, clear_env),
         cmocka_unit_test_setup(test_store_enabled, clear_env),
         cmocka_unit_test_setup(test_store_kinds, clear_env),
+        cmocka_unit_test_setup(test_database_url_hosts, clear_env),
         cmocka_unit_test_setup(test_missing_file, clear_env),
         cmocka_unit_test_setup(test_parse_host_port, clear_env),
         cmocka_unit_test_setup(test_upstream_urls, clear_env),

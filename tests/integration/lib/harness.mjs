@@ -575,6 +575,52 @@ export async function startPgCluster(t) {
   return { url: u.toString(), baseUrl, dir, stop, start };
 }
 
+/**
+ * A streaming standby of primary (a startPgCluster handle): scripts/pg-cluster.sh standby,
+ * pg_basebackup -R from it. Returns {baseUrl, dir, port, stop(), promote()}; stopped when the
+ * test ends.
+ */
+export async function startPgStandby(t, primary) {
+  const ram = await fs.access('/dev/shm', fs.constants.W_OK).then(() => true, () => false);
+  const dir = await fs.mkdtemp(path.join(ram ? '/dev/shm' : os.tmpdir(), 'idemgw-pgs-'));
+  const script = path.join(REPO, 'scripts/pg-cluster.sh');
+  const stop = async () => {
+    const r = await run('bash', [script, 'stop', dir], { timeout: 90000 });
+    if (r.code !== 0) throw new Error(`pg-cluster.sh stop failed: ${r.stderr}`);
+  };
+  t.after(async () => {
+    await stop().catch(() => {});
+    await fs.rm(dir, { recursive: true, force: true }).catch(() => {});
+  });
+  const r = await run('bash', [script, 'standby', dir, primary.dir], { timeout: 90000 });
+  if (r.code !== 0) throw new Error(`pg-cluster.sh standby failed: ${r.stderr}`);
+  const baseUrl = r.stdout.trim();
+  const promote = async () => {
+    const p = await run('bash', [script, 'promote', dir], { timeout: 90000 });
+    if (p.code !== 0) throw new Error(`pg-cluster.sh promote failed: ${p.stderr}`);
+  };
+  return { baseUrl, dir, port: Number(new URL(baseUrl).port), stop, promote };
+}
+
+/** The folder holding the data/ of the cluster made for dir: dir itself, or (as root) the
+ * folder of its own that scripts/pg-cluster.sh made and named in dir/cluster. */
+export async function pgClusterHome(dir) {
+  try {
+    return (await fs.readFile(path.join(dir, 'cluster'), 'utf8')).trim();
+  } catch (e) {
+    if (e.code === 'ENOENT') return dir;
+    throw e;
+  }
+}
+
+/** Every process of the cluster made for dir: the postmaster, then its children. */
+export async function pgClusterPids(dir) {
+  const pidFile = await fs.readFile(path.join(await pgClusterHome(dir), 'data/postmaster.pid'), 'utf8');
+  const postmaster = Number(pidFile.split('\n')[0]);
+  const kids = await run('ps', ['-o', 'pid=', '--ppid', String(postmaster)]);
+  return [postmaster, ...kids.stdout.split('\n').map((s) => Number(s.trim())).filter(Boolean)];
+}
+
 /** Runs `idemgw key ARGS...`: {code, stdout, stderr}. */
 export function idemgwKey(args) {
   return run(IDEMGW_BIN, ['key', ...args]);
