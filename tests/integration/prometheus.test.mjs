@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  REPO, createDatabase, freePort, rawSession, replayMarker, run, startGateway, startProcess, startRefundServer, tempDir,
+  REPO, createDatabase, freePort, postgresOnly, rawSession, replayMarker, run, startGateway, startProcess, startRefundServer, tempDir,
   waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -134,4 +134,20 @@ test('the store, cache and in-flight series move with the calls', async (t) => {
   }, { what: 'the unknown outcome to be counted' });
   assert.equal(end.get('idemgw_protected_calls_in_flight'), 0, 'no longer in flight');
   assert.equal(op(end, 'finish'), op(afterReplay, 'finish') + 1, 'the unknown outcome was a finish');
+});
+
+test('two workers: one endpoint adds up both pools and both workers\' calls', postgresOnly('the embedded store takes one process'), async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { workers: 2, store: { pool: 3 }, subject: { static: 'p' } },
+  });
+  const m = await waitFor(async () => {
+    const x = await scrape(gw);
+    return x.get('idemgw_store_connections') === 6 ? x : null;
+  }, { what: 'both workers\' pools to be up and published' });
+  assert.equal(m.get('idemgw_store_connections_wanted'), 6, 'store.pool connections per worker, added up');
+  assert.equal(m.get('idemgw_store_up'), 1);
+  assert.equal(m.get('idemgw_unknown_keys'), 0, 'the whole store, counted once');
 });
