@@ -243,6 +243,16 @@ typedef void (*store_report_cb)(store_status_t st, const store_report_t *report,
 store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb,
                             void *arg) MUST_CHECK;
 
+/* Whichever callback an operation was given: what the backends and the timing wrapper keep. */
+typedef union store_cb {
+    store_claim_cb claim;
+    store_finish_cb finish;
+    store_get_cb get;
+    store_release_cb release;
+    store_count_cb count;
+    store_report_cb report;
+} store_cb_t;
+
 /* Deletes up to batch expired rows now; for tests. cb gets fence_matched = (rows > 0). */
 store_status_t store_sweep_now(store_t *s, store_finish_cb cb, void *arg) MUST_CHECK;
 

@@ -19,13 +19,7 @@ typedef struct timed {
     store_t *store;
     stats_store_op_t op;
     uint64_t start_us;
-    union {
-        store_claim_cb claim;
-        store_finish_cb finish;
-        store_get_cb get;
-        store_release_cb release;
-        store_count_cb count;
-    } cb;
+    store_cb_t cb;
     void *arg;
 } timed_t;
 

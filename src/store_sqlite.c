@@ -105,14 +105,7 @@ typedef struct sq_op {
     size_t n_dups;
     int64_t since_ms; /* report: rows updated this long ago or later (0: all) */
     int top;          /* report: keys with the most calls */
-    union {
-        store_claim_cb claim;
-        store_finish_cb finish;
-        store_get_cb get;
-        store_release_cb release;
-        store_count_cb count;
-        store_report_cb report;
-    } cb;
+    store_cb_t cb;
     void *arg;
     bool internal; /* the sweeper's batch or the duplicate flush: no callback */
     uint64_t start_us; /* internal ops: when made (stats_now_us), for /metrics */

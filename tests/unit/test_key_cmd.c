@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "capture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,31 +26,7 @@ static int run_cmd(char *out, size_t outlen, int argc, ...)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
     argv[argc] = NULL;
-
-    fflush(stdout);
-    fflush(stderr);
-    FILE *tmp = tmpfile(), *etmp = tmpfile();
-    assert_non_null(tmp);
-    assert_non_null(etmp);
-    int saved = dup(STDOUT_FILENO), esaved = dup(STDERR_FILENO);
-    dup2(fileno(tmp), STDOUT_FILENO);
-    dup2(fileno(etmp), STDERR_FILENO);
-    int rc = key_cmd_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(saved, STDOUT_FILENO);
-    dup2(esaved, STDERR_FILENO);
-    close(saved);
-    close(esaved);
-    rewind(tmp);
-    size_t n = fread(out, 1, outlen - 1, tmp);
-    out[n] = '\0';
-    rewind(etmp);
-    n = fread(last_err, 1, sizeof last_err - 1, etmp);
-    last_err[n] = '\0';
-    fclose(tmp);
-    fclose(etmp);
-    return rc;
+    return capture_run(key_cmd_main, argc, argv, out, outlen, last_err, sizeof last_err);
 }
 
 static void test_key_cmd(void **state)

@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "capture.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,28 +68,8 @@ static int run_report(int argc, ...)
         argv[i] = va_arg(ap, char *);
     va_end(ap);
     argv[argc] = NULL;
-    fflush(stdout);
-    fflush(stderr);
-    FILE *o = tmpfile(), *e = tmpfile();
-    assert_non_null(o);
-    assert_non_null(e);
-    int so = dup(STDOUT_FILENO), se = dup(STDERR_FILENO);
-    dup2(fileno(o), STDOUT_FILENO);
-    dup2(fileno(e), STDERR_FILENO);
-    int rc = report_cmd_main(argc, argv);
-    fflush(stdout);
-    fflush(stderr);
-    dup2(so, STDOUT_FILENO);
-    dup2(se, STDERR_FILENO);
-    close(so);
-    close(se);
-    rewind(o);
-    out_buf[fread(out_buf, 1, sizeof out_buf - 1, o)] = '\0';
-    rewind(e);
-    err_buf[fread(err_buf, 1, sizeof err_buf - 1, e)] = '\0';
-    fclose(o);
-    fclose(e);
-    return rc;
+    return capture_run(report_cmd_main, argc, argv, out_buf, sizeof out_buf, err_buf,
+                       sizeof err_buf);
 }
 
 /* Bad options are refused with exit 2 and a message naming them, nothing on stdout. */
