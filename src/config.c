@@ -621,6 +621,10 @@ int config_database_url_servers(const char *url)
 
 const char *config_database_url_error(const char *url, char *buf, size_t len)
 {
+    if (strcmp(url, "sqlite:") == 0) {
+        snprintf(buf, len, "sqlite: needs a file (sqlite:PATH)");
+        return buf;
+    }
     if (strcmp(url, "none") == 0 || strncmp(url, "sqlite:", 7) == 0)
         return NULL;
     char *err = NULL;
@@ -671,15 +675,13 @@ const char *config_database_url_error(const char *url, char *buf, size_t len)
     return out;
 }
 
-/* The store, and the errors of its choice: "sqlite:" without a file; several workers on the
- * embedded store, which takes one process. */
+/* The store, and the error of its choice: several workers on the embedded store, which takes
+ * one process ("sqlite:" without a file is refused where database_url is read). */
 static void choose_store(config_t *c, const char *name, config_errors_t *errs)
 {
     const char *where = name ? name : "env";
     c->store_kind = config_store_choose(c->database_url, &c->store_path);
     c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
-    if (c->store_kind == CONFIG_STORE_SQLITE && !c->store_path)
-        config_errors_add(errs, "%s: database_url: sqlite: needs a file (sqlite:PATH)", where);
     if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
         config_errors_add(errs,
                           "%s: workers: %d with the embedded store (%s): each worker is a "
