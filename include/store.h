@@ -276,9 +276,9 @@ typedef struct store_stats {
     uint64_t claims_batched;   /* claims those statements carried */
     uint64_t finish_batches;   /* Postgres: batch finish statements */
     uint64_t finishes_batched; /* finishes those statements carried */
-    uint64_t claims_in_doubt;    /* Postgres: claims whose answer was lost with their connection */
-    uint64_t in_doubt_released;  /* of those, rows released once a connection was back */
-    int in_doubt_pending;        /* kept now, waiting for their release */
+    uint64_t claims_in_doubt;  /* Postgres: claims whose answer was lost with their connection */
+    uint64_t in_doubt_released; /* of those, rows released once a connection was back */
+    int in_doubt_pending;       /* kept now, waiting for their release */
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);

@@ -30,8 +30,8 @@ typedef enum {
     STORE_OP_REPORT,        /* `idemgw report`: read-only, never on a call's path */
     STORE_OP_FINISH_ASYNC,  /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
-    STORE_OP_RELEASE_IN_DOUBT, /* claims whose answer was lost, released once a connection is back */
-    STORE_OP_COUNT_,        /* number of kinds; also the number of prepared statements */
+    STORE_OP_RELEASE_IN_DOUBT, /* claims whose answer was lost (store_pg_indoubt.c) */
+    STORE_OP_COUNT_,           /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
@@ -111,7 +111,7 @@ typedef struct store_conn {
  * never forwarded. Released (store_pg_indoubt.c) by key and token once due. */
 typedef struct {
     char *key;
-    char *token;    /* the claim's token (hex) */
+    char *token;     /* the claim's token (hex) */
     uint64_t due_ms; /* wall clock: past the claim's own deadline, it can no longer commit */
     int tries;       /* release statements that failed with it */
     bool sending;    /* carried by the release statement in flight */
@@ -151,9 +151,9 @@ struct store_pg {
     int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
     store_indoubt_t *indoubt; /* claims in doubt, STORE_INDOUBT_MAX at most */
     int indoubt_len;
-    int indoubt_dropped;       /* not kept since the last warning: the list was full */
-    bool indoubt_releasing;    /* a release statement is queued or in flight */
-    struct event *indoubt_ev;  /* the next entry falls due */
+    int indoubt_dropped;      /* not kept since the last warning: the list was full */
+    bool indoubt_releasing;   /* a release statement is queued or in flight */
+    struct event *indoubt_ev; /* the next entry falls due */
     store_stats_t stats;
     struct server_stats *timing; /* the sweeper's and the duplicates' statements, or NULL */
 };

@@ -11,7 +11,8 @@
  * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
  * drains minutes later). Calls already queued when the last connection goes down fail the same
  * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
- * not its statement ran.
+ * not its statement ran. A claim that did commit is released later by its token
+ * (store_pg_indoubt.c): its caller never forwarded the call.
  *
  * Duplicates are recorded in memory (dup_table.h: per key, the counts and the last ones) and
  * written every DUP_FLUSH_MS in one statement (store_pg_dups.c): under many replays of one key,

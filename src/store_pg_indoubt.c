@@ -88,8 +88,9 @@ static void indoubt_add(store_pg_t *s, const store_op_t *claim)
     e->sending = false;
     char h[KEY_HASH_LOG_LEN + 1];
     key_hash_log(e->key, h);
-    log_info(0, "store: the answer to the claim of key %s was lost with its connection; its call "
-                "was not forwarded, and the claim is released once a connection is back",
+    log_info(0,
+             "store: the answer to the claim of key %s was lost with its connection; its call "
+             "was not forwarded, and the claim is released once a connection is back",
              h);
 }
 
