@@ -170,6 +170,12 @@ test('primary killed, standby promoted: calls in the gap refused, recovery witho
   await waitFor(() => releaseRuns().reduce((n, m) => n + Number(m[2]), 0) >= lostClaims(),
     { timeoutMs: 20000, what: 'the claims whose answer was lost to be released' });
   const released = releaseRuns().reduce((n, m) => n + Number(m[1]), 0);
+  // the same counts on /metrics (copied there every second)
+  const metric = async (name) => Number((await (await fetch(`${gw.adminUrl}/metrics`)).text())
+    .match(new RegExp(`^${name} (\\d+)$`, 'm'))?.[1]);
+  await waitFor(async () => (await metric('idemgw_store_claims_in_doubt_total')) === lostClaims() &&
+    (await metric('idemgw_store_claims_in_doubt_released_total')) === released,
+  { what: '/metrics to count the claims whose answer was lost, and those released' });
   let ranLater = 0;
   for (const key of refused) {
     const r = await refund(s2, key);
