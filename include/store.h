@@ -159,6 +159,9 @@ void store_free(store_t *s);
 /* At least one connection is up and the schema is in place. */
 bool store_ready(const store_t *s);
 
+/* Claims req->key. STORE_ERR_UNAVAILABLE means the caller must not forward the call; if the
+ * claim committed and only its answer was lost, the store itself releases that claim (and no
+ * newer one) once it has a connection again and the claim's deadline has passed. */
 store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb,
                            void *arg) MUST_CHECK;
 /* Records the outcome of a claim: state SUCCEEDED (result stored, kept window_ms from now),
