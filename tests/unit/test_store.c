@@ -1613,9 +1613,10 @@ static void test_claim_answer_lost_released(void **state)
     memset(&o, 0, sizeof(o));
     assert_int_equal(store_claim(s, &req, claim_cb, &o), STORE_OK);
     await_row_state(req.key, "in_progress");
-    assert_string_equal(sql1(db_conninfo, "SELECT length(claim_token) FROM idem_keys WHERE key = "
-                                          "'t:indoubt:h:lost'"),
-                        "32");
+    static const char token_sql[] =
+        "SELECT claim_token FROM idem_keys WHERE key = 't:indoubt:h:lost'";
+    char *lost_token = xstrdup(sql1(db_conninfo, token_sql));
+    assert_int_equal(strlen(lost_token), 32);
     lose_store_connection();
 
     assert_true(wait_for(flag_set, &o.done, 10000));
@@ -1642,6 +1643,10 @@ static void test_claim_answer_lost_released(void **state)
     assert_true(again.acquired);
     assert_int_equal(again.state, STORE_STATE_IN_PROGRESS);
     assert_int_equal(again.fence, 3);
+    /* every claim writes a token of its own */
+    assert_int_equal(strlen(sql1(db_conninfo, token_sql)), 32);
+    assert_string_not_equal(sql1(db_conninfo, token_sql), lost_token);
+    free(lost_token);
     assert_true(do_finish(s, req.key, again.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
     store_free(s);
 }
