@@ -109,6 +109,8 @@ typedef struct server_stats {
     uint64_t store_swept;            /* expired rows deleted */
     uint64_t store_batches;          /* statements or transactions that carried several calls */
     uint64_t store_batched;          /* calls those carried */
+    uint64_t store_in_doubt;         /* claims whose answer was lost with their connection */
+    uint64_t store_in_doubt_released; /* of those, rows released once a connection was back */
     stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;
 

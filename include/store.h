@@ -159,6 +159,9 @@ void store_free(store_t *s);
 /* At least one connection is up and the schema is in place. */
 bool store_ready(const store_t *s);
 
+/* Claims req->key. STORE_ERR_UNAVAILABLE means the caller must not forward the call; if the
+ * claim committed and only its answer was lost, the store itself releases that claim (and no
+ * newer one) once it has a connection again and the claim's deadline has passed. */
 store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim_cb cb,
                            void *arg) MUST_CHECK;
 /* Records the outcome of a claim: state SUCCEEDED (result stored, kept window_ms from now),
@@ -276,6 +279,9 @@ typedef struct store_stats {
     uint64_t claims_batched;   /* claims those statements carried */
     uint64_t finish_batches;   /* Postgres: batch finish statements */
     uint64_t finishes_batched; /* finishes those statements carried */
+    uint64_t claims_in_doubt;  /* Postgres: claims whose answer was lost with their connection */
+    uint64_t in_doubt_released; /* of those, rows released once a connection was back */
+    int in_doubt_pending;       /* kept now, waiting for their release */
 } store_stats_t;
 
 void store_get_stats(const store_t *s, store_stats_t *out);

@@ -292,7 +292,7 @@ pgbench_run() { # -> JSON fields; uses the gateway's claim + finish statements
     out=$(pgbench -n -M prepared -c "$clients" -j 2 -T "$secs" \
         -f scripts/bench/claim-finish.sql \
         -D c2=write -D c3=bench -D c4="$(printf 'a%.0s' $(seq 64))" -D c5=f -D c6=bench-session \
-        -D c7=1 -D c8=90000 -D c9=3600000 -D c10=t -D c11=99999999999999 \
+        -D c7=1 -D c8=90000 -D c9=3600000 -D c10=t -D c11=99999999999999 -D c12=0123456789abcdef0123456789abcdef \
         -D f2=1 -D f3=succeeded -D f4="\\x$result_hex" -D f5=f -D f6=3600000 \
         -D 'tsfmt=YYYY-MM-DD"T"HH24:MI:SS.MS"Z"' "$pg_url" 2>&1) || {
         echo "bench: pgbench failed:" >&2

@@ -208,12 +208,20 @@ static void store_series(struct evbuffer *b, const server_stats_t *s)
         "counter\nidemgw_store_batches_total %llu\n# HELP idemgw_store_batched_operations_total "
         "Calls those batches carried.\n# TYPE idemgw_store_batched_operations_total counter\n"
         "idemgw_store_batched_operations_total %llu\n"
+        "# HELP idemgw_store_claims_in_doubt_total Claims whose answer was lost with their "
+        "connection (the call not forwarded).\n# TYPE idemgw_store_claims_in_doubt_total "
+        "counter\nidemgw_store_claims_in_doubt_total %llu\n"
+        "# HELP idemgw_store_claims_in_doubt_released_total Of those, rows that had committed, "
+        "released once a connection was back.\n# TYPE "
+        "idemgw_store_claims_in_doubt_released_total counter\n"
+        "idemgw_store_claims_in_doubt_released_total %llu\n"
         "# HELP idemgw_replay_cache_lookups_total Replay cache lookups of protected calls, by "
         "result.\n# TYPE idemgw_replay_cache_lookups_total counter\n"
         "idemgw_replay_cache_lookups_total{result=\"hit\"} %llu\n"
         "idemgw_replay_cache_lookups_total{result=\"miss\"} %llu\n",
         (unsigned long long)s->store_connects, (unsigned long long)s->store_swept,
         (unsigned long long)s->store_batches, (unsigned long long)s->store_batched,
+        (unsigned long long)s->store_in_doubt, (unsigned long long)s->store_in_doubt_released,
         (unsigned long long)s->cache_hits, (unsigned long long)s->cache_misses);
     evbuffer_add_printf(b, "# HELP idemgw_store_operation_duration_seconds Store operations, from "
                            "the call to its answer (queueing included), by operation.\n"

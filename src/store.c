@@ -99,6 +99,8 @@ static void publish(evutil_socket_t fd, short what, void *arg)
     o->store_claims = st.claims;
     o->store_connects = st.connects;
     o->store_swept = st.swept;
+    o->store_in_doubt = st.claims_in_doubt;
+    o->store_in_doubt_released = st.in_doubt_released;
     /* Postgres batches claims and finishes into statements; SQLite batches every call into a
      * transaction (one fsync) */
     o->store_batches = st.claim_batches + st.finish_batches + st.transactions;

@@ -305,9 +305,11 @@ static void conn_dead(store_conn_t *c, const char *why)
         store_conn_set_state(c, STORE_CONN_DOWN);
         conn_schedule_retry(c);
     }
-    /* the statements may or may not have run: the callers decide what that means */
+    /* the statements may or may not have run: the callers decide what that means. A claim
+     * that did is released once a connection is back (its call was never forwarded). */
     while (op) {
         store_op_t *next = op->next;
+        store_indoubt_note(s, op);
         store_op_fail(s, op, STORE_ERR_UNAVAILABLE);
         op = next;
     }
@@ -358,6 +360,7 @@ static void conn_prepare_next(store_conn_t *c)
         store_conn_set_state(c, STORE_CONN_IDLE);
         log_info(0, "store conn %d: ready", c->id);
         store_pump(c->s);
+        store_indoubt_kick(c->s);
         return;
     }
     store_op_kind_t k = (store_op_kind_t)c->step;

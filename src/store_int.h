@@ -30,10 +30,16 @@ typedef enum {
     STORE_OP_REPORT,        /* `idemgw report`: read-only, never on a call's path */
     STORE_OP_FINISH_ASYNC,  /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
-    STORE_OP_COUNT_,        /* number of kinds; also the number of prepared statements */
+    STORE_OP_RELEASE_IN_DOUBT, /* claims whose answer was lost (store_pg_indoubt.c) */
+    STORE_OP_COUNT_,           /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
+/* A claim's parameters that are not the row's own: its deadline by the database's clock (set
+ * when sent) and its token (sql/004_claim_token.sql). */
+#define STORE_CLAIM_P_DEADLINE 10
+#define STORE_CLAIM_P_TOKEN 11
+#define STORE_CLAIM_NPARAMS 12
 /* Ops in flight on one connection in pipeline mode. Enough to hide the round trip at the
  * rates one loop reaches; a dead connection fails at most this many ops as unavailable. */
 #define STORE_PIPELINE_DEPTH 32
@@ -101,7 +107,15 @@ typedef struct store_conn {
     struct event *uncork_ev;       /* clears TCP_CORK once the loop pass has queued its ops */
 } store_conn_t;
 
-/* One key's duplicates counted since the last flush (a slot of an open-addressing table). */
+/* A claim whose connection died after it was sent: it may have committed although its call was
+ * never forwarded. Released (store_pg_indoubt.c) by key and token once due. */
+typedef struct {
+    char *key;
+    char *token;     /* the claim's token (hex) */
+    uint64_t due_ms; /* wall clock: past the claim's own deadline, it can no longer commit */
+    int tries;       /* release statements that failed with it */
+    bool sending;    /* carried by the release statement in flight */
+} store_indoubt_t;
 
 struct store_pg {
     struct event_base *base;
@@ -135,6 +149,11 @@ struct store_pg {
     bool schema_refused; /* the database is newer than this binary: stay down */
     bool closing;        /* store_free in progress */
     int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
+    store_indoubt_t *indoubt; /* claims in doubt, STORE_INDOUBT_MAX at most */
+    int indoubt_len;
+    int indoubt_dropped;      /* not kept since the last warning: the list was full */
+    bool indoubt_releasing;   /* a release statement is queued or in flight */
+    struct event *indoubt_ev; /* the next entry falls due */
     store_stats_t stats;
     struct server_stats *timing; /* the sweeper's and the duplicates' statements, or NULL */
 };
@@ -166,6 +185,21 @@ extern const char store_pg_report_sql[];
 void store_pg_parse_dups(const PGresult *r, int t, int col, store_row_t *row);
 /* Calls cb with the report res holds (STORE_ERR_STATEMENT when it is not one). */
 void store_pg_report_deliver(const PGresult *res, store_report_cb cb, void *arg);
+
+/* store_pg_indoubt.c: claims whose answer was lost (sql/004_claim_token.sql) */
+#define STORE_INDOUBT_MAX 4096
+extern const char store_pg_indoubt_sql[];
+void store_indoubt_init(store_pg_t *s);
+/* op (a claim or a batch of claims) was sent on a connection that died before its answer came:
+ * keeps each claim's key and token. Before its failure is delivered. */
+void store_indoubt_note(store_pg_t *s, const store_op_t *op);
+/* Sends the release of the entries due, when a connection is up and none is in flight. Called
+ * when a connection becomes ready; arms its own timer for entries not due yet. */
+void store_indoubt_kick(store_pg_t *s);
+/* The release statement ended: st, and the rows it released when STORE_OK. Frees nothing. */
+void store_indoubt_done(store_pg_t *s, store_status_t st, long released);
+/* At store_free: says what is left, frees the list. */
+void store_indoubt_free(store_pg_t *s);
 
 /* store_conn.c */
 void store_conn_init(store_pg_t *s, store_conn_t *c, int id);
@@ -199,6 +233,8 @@ void store_pump(store_pg_t *s);
 void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res);
 /* The op cannot complete: its callback runs from the loop with st. */
 void store_op_fail(store_pg_t *s, store_op_t *op, store_status_t st);
+/* Accepts an internal op (no caller waits on it): false, and op freed, when refused. */
+bool store_submit_internal(store_pg_t *s, store_op_t *op);
 /* A connection went down: when none is up, fail what is queued. */
 void store_conn_lost(store_pg_t *s);
 int store_up_count(const store_pg_t *s);

@@ -11,7 +11,8 @@
  * STORE_ERR_UNAVAILABLE (an operator wants "store down" answers immediately, not a queue that
  * drains minutes later). Calls already queued when the last connection goes down fail the same
  * way; a call in flight on a connection that dies fails with STORE_ERR_UNAVAILABLE, whether or
- * not its statement ran.
+ * not its statement ran. A claim that did commit is released later by its token
+ * (store_pg_indoubt.c): its caller never forwarded the call.
  *
  * Duplicates are recorded in memory (dup_table.h: per key, the counts and the last ones) and
  * written every DUP_FLUSH_MS in one statement (store_pg_dups.c): under many replays of one key,
@@ -30,6 +31,7 @@
 
 #include <event2/event.h>
 #include <inttypes.h>
+#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,10 +98,10 @@ static const char claim_sql[] =
     "WITH ins AS ("
     " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
     "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
-    "  expires_at)"
+    "  expires_at, claim_token)"
     " SELECT $1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress'::text, 1, 1,"
     "  $6::text, $7::text, now() + $8::bigint * interval '1 millisecond', now(), now(),"
-    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond'"
+    "  now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond', $12::text"
     " WHERE " CLAIM_IN_TIME " ON CONFLICT (key) DO UPDATE SET"
     "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
     "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
@@ -111,7 +113,8 @@ static const char claim_sql[] =
     "   ELSE k.first_jsonrpc_id END,"
     "  result = NULL, result_too_large = false, lease_until = "
     "excluded.lease_until," STORE_PG_NEW_LIFE_DUPS
-    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
+    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
+    "  claim_token = excluded.claim_token"
     " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
         "k", "excluded.args_digest") " RETURNING true, false, " ROW_COLS ")"
                                      " SELECT * FROM ins"
@@ -133,15 +136,16 @@ static const char claim_sql[] =
 static const char claim_batch_sql[] =
     "WITH r AS MATERIALIZED (SELECT * FROM unnest($1::text[], $2::text[], $3::text[],"
     " $4::text[], $5::boolean[], $6::text[], $7::text[], $8::bigint[], $9::bigint[],"
-    " $10::boolean[], $11::bigint[]) WITH ORDINALITY AS r(key, tool, subject, args_digest,"
-    " explicit_key, session_id, jsonrpc_id, lease_ms, window_ms, takeover, deadline, i)),"
+    " $10::boolean[], $11::bigint[], $12::text[]) WITH ORDINALITY AS r(key, tool, subject,"
+    " args_digest, explicit_key, session_id, jsonrpc_id, lease_ms, window_ms, takeover, deadline,"
+    " token, i)),"
     " ins AS ("
     " INSERT INTO idem_keys AS k (key, tool, subject, args_digest, explicit_key, state, fence,"
     "  attempts, first_session_id, first_jsonrpc_id, lease_until, created_at, updated_at,"
-    "  expires_at)"
+    "  expires_at, claim_token)"
     " SELECT r.key, r.tool, r.subject, r.args_digest, r.explicit_key, 'in_progress'::text, 1, 1,"
     "  r.session_id, r.jsonrpc_id, now() + r.lease_ms * interval '1 millisecond', now(), now(),"
-    "  now() + greatest(r.lease_ms, r.window_ms) * interval '1 millisecond'"
+    "  now() + greatest(r.lease_ms, r.window_ms) * interval '1 millisecond', r.token"
     " FROM r WHERE clock_timestamp() <= to_timestamp(r.deadline / 1000.0) ORDER BY r.key"
     " ON CONFLICT (key) DO UPDATE SET"
     "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
@@ -154,7 +158,8 @@ static const char claim_batch_sql[] =
     "   ELSE k.first_jsonrpc_id END,"
     "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
     STORE_PG_NEW_LIFE_DUPS
-    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at"
+    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
+    "  claim_token = excluded.claim_token"
     " WHERE clock_timestamp() <= to_timestamp(" BATCH_ROW("deadline") " / 1000.0) AND "
     TAKEOVER_COND_IF("k", "excluded.args_digest", BATCH_ROW("takeover"))
     " RETURNING true, false, " ROW_COLS ", k.key)"
@@ -263,6 +268,7 @@ static const struct {
     [STORE_OP_COUNT_UNKNOWN] = {"idemgw_count_unknown", count_unknown_sql},
     [STORE_OP_REPORT] = {"idemgw_report", store_pg_report_sql},
     [STORE_OP_FINISH_ASYNC] = {"idemgw_finish_async", finish_async_sql},
+    [STORE_OP_RELEASE_IN_DOUBT] = {"idemgw_release_in_doubt", store_pg_indoubt_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)
@@ -433,7 +439,7 @@ static store_op_t *queue_pop(store_pg_t *s)
 /* An internal op ended (done or failed): its duration, for /metrics. */
 static void internal_done(const store_pg_t *s, const store_op_t *op)
 {
-    if (s->timing)
+    if (s->timing && (op->kind == STORE_OP_SWEEP || op->kind == STORE_OP_DUP))
         stats_observe_store_since(s->timing,
                                   op->kind == STORE_OP_SWEEP ? STATS_STORE_SWEEP : STATS_STORE_DUP,
                                   op->start_us);
@@ -456,6 +462,8 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
         internal_done(s, op);
         if (op->kind == STORE_OP_SWEEP)
             s->sweeping = false;
+        else if (op->kind == STORE_OP_RELEASE_IN_DOUBT)
+            store_indoubt_done(s, st, 0);
         else if (st != STORE_OK)
             log_warn(0, "store: duplicate counts of %d keys lost: %s", op->dup_keys,
                      store_status_str(st));
@@ -619,9 +627,9 @@ static char *array_literal(store_op_t *const *ops, int n, int param)
 void store_op_bind(store_op_t *op, int64_t clock_offset_ms)
 {
     if (op->kind == STORE_OP_CLAIM) {
-        /* the last parameter: the op's deadline by this connection's server clock */
-        free(op->values[op->nparams - 1]);
-        op->values[op->nparams - 1] =
+        /* the op's deadline by this connection's server clock */
+        free(op->values[STORE_CLAIM_P_DEADLINE]);
+        op->values[STORE_CLAIM_P_DEADLINE] =
             xasprintf("%lld", (long long)((int64_t)op->deadline_wall_ms + clock_offset_ms));
     } else if (op->kind == STORE_OP_CLAIM_BATCH) {
         /* each claim keeps its own deadline */
@@ -632,8 +640,8 @@ void store_op_bind(store_op_t *op, int64_t clock_offset_ms)
                          (long long)((int64_t)op->members[i]->deadline_wall_ms + clock_offset_ms));
         *p++ = '}';
         *p = '\0';
-        free(op->values[op->nparams - 1]);
-        op->values[op->nparams - 1] = d;
+        free(op->values[STORE_CLAIM_P_DEADLINE]);
+        op->values[STORE_CLAIM_P_DEADLINE] = d;
     }
 }
 
@@ -692,7 +700,7 @@ static store_op_t *batch_gather(store_pg_t *s, store_op_t *first)
     }
     b->nparams = first->nparams;
     for (int i = 0; i < b->nparams; i++)
-        b->values[i] = claim && i == b->nparams - 1 ? NULL : array_literal(ms, n, i);
+        b->values[i] = claim && i == STORE_CLAIM_P_DEADLINE ? NULL : array_literal(ms, n, i);
     b->deadline_ev = must_event(evtimer_new(s->base, op_deadline, b));
     op_arm_deadline(b, at);
     if (claim) {
@@ -812,6 +820,18 @@ static store_status_t submit(store_pg_t *s, store_op_t *op)
     queue_push(s, op, false);
     store_pump(s);
     return STORE_OK;
+}
+
+bool store_submit_internal(store_pg_t *s, store_op_t *op)
+{
+    /* the conditions of admit(), without counting a refusal nobody asked for */
+    if (s->closing || s->schema_refused || store_up_count(s) == 0 || s->q_len >= QUEUE_MAX) {
+        op_free(op);
+        return false;
+    }
+    op->internal = true;
+    (void)submit(s, op);
+    return true;
 }
 
 /* ---- results ---- */
@@ -1061,7 +1081,9 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     }
 
     store_pump(s);
-    if (op->kind == STORE_OP_REPORT) {
+    if (op->kind == STORE_OP_RELEASE_IN_DOUBT) {
+        store_indoubt_done(s, STORE_OK, strtol(PQcmdTuples(res), NULL, 10));
+    } else if (op->kind == STORE_OP_REPORT) {
         store_pg_report_deliver(res, op->cb.report, op->arg);
     } else if (op->kind == STORE_OP_GET || op->kind == STORE_OP_FORGET) {
         store_row_t row;
@@ -1260,6 +1282,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
     s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
     s->dup_ev = must_event(event_new(base, -1, EV_PERSIST, dup_tick, s));
+    store_indoubt_init(s);
     s->conns = xcalloc((size_t)s->pool_size, sizeof(*s->conns));
     for (int i = 0; i < s->pool_size; i++)
         store_conn_init(s, &s->conns[i], i + 1);
@@ -1321,6 +1344,7 @@ static void pg_free(store_pg_t *s)
     event_free(s->sweep_ev);
     event_free(s->sweep_more_ev);
     event_free(s->dup_ev);
+    store_indoubt_free(s);
     dup_table_free(&s->dups);
     free(s->conns);
     free(s->conninfo);
@@ -1339,6 +1363,7 @@ static void pg_get_stats(const store_pg_t *s, store_stats_t *out)
     out->queued = s->q_len;
     out->connections_up = store_up_count(s);
     out->connections_wanted = s->pool_size;
+    out->in_doubt_pending = s->indoubt_len;
     for (int i = 0; i < s->pool_size; i++)
         out->connections_busy += s->conns[i].state == STORE_CONN_BUSY;
 }
@@ -1358,6 +1383,17 @@ static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, stor
     op_int(op, clamp_ms(req->window_ms));
     op_bool(op, req->takeover_lease_expired);
     op_text(op, NULL); /* the deadline, by the database's clock: set when sent */
+    /* the token tells this claim from any later one of the key, should its answer be lost */
+    unsigned char raw[16];
+    char token[2 * sizeof(raw) + 1];
+    if (RAND_bytes(raw, sizeof(raw)) == 1) {
+        util_hex(raw, sizeof(raw), token);
+        op_text(op, token);
+    } else {
+        log_error(0, "store: RAND_bytes failed: this claim has no token and is never released "
+                     "by itself if its answer is lost");
+        op_text(op, NULL);
+    }
     op->cb.claim = cb;
     op->arg = arg;
     return submit(s, op);

@@ -24,7 +24,10 @@
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <netinet/in.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef enum { BACKEND_PG = 0, BACKEND_SQLITE } backend_t;
@@ -1529,6 +1532,161 @@ static void test_free_fails_pending(void **state)
     close_other(NULL);
 }
 
+/* ---- claims whose answer was lost ---- */
+
+#define INDOUBT_APP "idemgw-indoubt-test"
+
+/* A store of its own with one connection, named so pg_stat_activity tells it from st_main's,
+ * and a short deadline (the op's is 1.5 times it). */
+static store_t *open_indoubt_store(void)
+{
+    char *ci = xasprintf("%s application_name='" INDOUBT_APP "'", db_conninfo);
+    store_options_t opt = {
+        .conninfo = ci, .pool_size = 1, .migrate = true, .group_commit = true, .timeout_ms = 1000};
+    char msg[512] = "";
+    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
+    free(ci);
+    if (!s)
+        fprintf(stderr, "postgres store: %s\n", msg);
+    assert_non_null(s);
+    assert_true(wait_for(is_ready, s, 10000));
+    return s;
+}
+
+/* Polls the server from another connection, without running the loop (the store must not
+ * read its answer meanwhile), until key's row is in state; the bound fails the case. */
+static void await_row_state(const char *key, const char *state)
+{
+    char *sql = xasprintf("SELECT state FROM idem_keys WHERE key = '%s'", key);
+    uint64_t until = util_now_ms() + 10000;
+    while (strcmp(sql1(db_conninfo, sql), state) != 0) {
+        if (util_now_ms() > until)
+            fail_msg("row %s never reached state %s", key, state);
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    free(sql);
+}
+
+/* Loses whatever the server has sent the store's connection: the socket is replaced by an
+ * unconnected one (the connection closes, unread bytes with it), so libpq reads nothing more
+ * and the op in flight fails, by its deadline or the read error, whichever comes first. */
+static void lose_store_connection(void)
+{
+    int port = atoi(sql1(db_conninfo, "SELECT client_port FROM pg_stat_activity WHERE "
+                                      "application_name = '" INDOUBT_APP "'"));
+    assert_true(port > 0);
+    int victim = -1;
+    for (int fd = 3; fd < 4096 && victim < 0; fd++) {
+        struct sockaddr_in a;
+        socklen_t len = sizeof(a);
+        if (getsockname(fd, (struct sockaddr *)&a, &len) == 0 && a.sin_family == AF_INET &&
+            ntohs(a.sin_port) == port)
+            victim = fd;
+    }
+    assert_true(victim >= 0);
+    int other = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(other >= 0);
+    assert_int_equal(dup2(other, victim), victim);
+    close(other);
+}
+
+/* The release statement has run for every claim kept (or nothing was kept). */
+static bool in_doubt_settled(void *arg)
+{
+    store_stats_t st;
+    store_get_stats(arg, &st);
+    return st.claims_in_doubt > 0 && st.in_doubt_pending == 0;
+}
+
+/* A claim commits, then its connection dies before the answer is read: the caller is told
+ * unavailable (not executed), the row holds the key, and once the store has a connection again
+ * the row is released, so a retry runs the call as it should. */
+static void test_claim_answer_lost_released(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_PG)
+        skip(); /* the embedded store's claim commits in process: its answer is never lost */
+    store_t *s = open_indoubt_store();
+    store_claim_req_t req = req_for("t:indoubt:h:lost", "d1");
+    claim_out_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_claim(s, &req, claim_cb, &o), STORE_OK);
+    await_row_state(req.key, "in_progress");
+    static const char token_sql[] =
+        "SELECT claim_token FROM idem_keys WHERE key = 't:indoubt:h:lost'";
+    char *lost_token = xstrdup(sql1(db_conninfo, token_sql));
+    assert_int_equal(strlen(lost_token), 32);
+    lose_store_connection();
+
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_ERR_UNAVAILABLE);
+    /* the claim committed: the key is held, though its call was never forwarded */
+    assert_string_equal(sql1(db_conninfo, "SELECT state FROM idem_keys WHERE key = "
+                                          "'t:indoubt:h:lost'"),
+                        "in_progress");
+    store_stats_t st;
+    store_get_stats(s, &st);
+    assert_int_equal(st.claims_in_doubt, 1);
+    assert_int_equal(st.in_doubt_pending, 1);
+
+    /* reconnected and past the claim's deadline: released as `idemgw key --release` does */
+    assert_true(wait_for(in_doubt_settled, s, 15000));
+    store_get_stats(s, &st);
+    assert_int_equal(st.in_doubt_released, 1);
+    get_out_t g = do_get(s, req.key);
+    assert_int_equal(g.state, STORE_STATE_FAILED);
+    assert_int_equal(g.fence, 2);
+
+    /* the retry takes the key and runs the call */
+    claim_out_t again = do_claim(s, &req);
+    assert_true(again.acquired);
+    assert_int_equal(again.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(again.fence, 3);
+    /* every claim writes a token of its own */
+    assert_int_equal(strlen(sql1(db_conninfo, token_sql)), 32);
+    assert_string_not_equal(sql1(db_conninfo, token_sql), lost_token);
+    free(lost_token);
+    assert_true(do_finish(s, req.key, again.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
+    store_free(s);
+}
+
+/* A claim whose answer was lost is kept by its token: when a newer claim has taken the key over
+ * meanwhile (another token), the release leaves that one alone. */
+static void test_claim_answer_lost_newer_claim_kept(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_PG)
+        skip();
+    store_t *s = open_indoubt_store();
+    store_claim_req_t req = req_for("t:indoubt:h:newer", "d1");
+    req.lease_ms = 1; /* over at once: the newer claim may take the key over */
+    claim_out_t o;
+    memset(&o, 0, sizeof(o));
+    assert_int_equal(store_claim(s, &req, claim_cb, &o), STORE_OK);
+    await_row_state(req.key, "in_progress");
+    lose_store_connection();
+
+    store_claim_req_t newer = req_for(req.key, "d1");
+    newer.takeover_lease_expired = true;
+    claim_out_t n = do_claim(st_main, &newer);
+    assert_true(n.acquired);
+    assert_int_equal(n.fence, 2);
+
+    assert_true(wait_for(flag_set, &o.done, 10000));
+    assert_int_equal(o.st, STORE_ERR_UNAVAILABLE);
+    assert_true(wait_for(in_doubt_settled, s, 15000));
+    store_stats_t st;
+    store_get_stats(s, &st);
+    assert_int_equal(st.claims_in_doubt, 1);
+    assert_int_equal(st.in_doubt_released, 0);
+    get_out_t g = do_get(st_main, req.key);
+    assert_int_equal(g.state, STORE_STATE_IN_PROGRESS);
+    assert_int_equal(g.fence, 2);
+    assert_true(do_finish(st_main, req.key, n.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
+    store_free(s);
+}
+
 static const char *cluster_script(void)
 {
     const char *p = getenv("IDEMGW_PG_CLUSTER_SCRIPT");
@@ -1790,6 +1948,8 @@ int main(void)
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_free_fails_pending),
         cmocka_unit_test(test_restart_recovers),
+        cmocka_unit_test(test_claim_answer_lost_released),
+        cmocka_unit_test(test_claim_answer_lost_newer_claim_kept),
         cmocka_unit_test(test_sqlite_lock_refuses_second),
         cmocka_unit_test(test_sqlite_batching),
         cmocka_unit_test(test_sqlite_deadline_missed),
