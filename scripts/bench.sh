@@ -312,7 +312,7 @@ if diff <(build/bench/print-sql) <(grep -v '^--' scripts/bench/claim-finish.sql 
         -e 's/:[cf]\([0-9][0-9]*\)::/$\1::/g' -e 's/;$//') >"$tmp/sql.diff"; then
     sql_matches=true
 else
-    log "WARNING: scripts/bench/claim-finish.sql differs from the statements in src/store_pg.c:"
+    log "WARNING: scripts/bench/claim-finish.sql differs from the statements in src/store_pg_sql.c:"
     cat "$tmp/sql.diff" >&2
 fi
 

@@ -8,7 +8,7 @@
  * does. A claim whose answer arrived is never kept, so a forwarded call is never released; a
  * newer claim of the key has another token, so it is never touched.
  *
- * An entry falls due only after its claim's own deadline (CLAIM_IN_TIME in store_pg.c): a
+ * An entry falls due only after its claim's own deadline (CLAIM_IN_TIME in store_pg_sql.c): a
  * backend still running the claim past it inserts and takes over nothing, so the release cannot
  * run before a late commit. The statement goes through the queue like the sweeper's, never on a
  * call's path. */

@@ -430,7 +430,7 @@ static void bind_text(sqlite3_stmt *st, int i, const char *v)
         sqlite3_bind_null(st, i);
 }
 
-/* The one-step claim of sql/ (store_pg.c), as steps inside the writer's transaction: insert,
+/* The one-step claim of sql/ (store_pg_sql.c), as steps inside the writer's transaction: insert,
  * take over (expired; or same arguments and failed, or in progress past its lease when the
  * caller allows it), or return the existing row. An expired row starts a new life (created_at,
  * attempts, first ids) but keeps counting its fence. */

@@ -1,5 +1,5 @@
 -- pgbench ceiling for protected first executions: the gateway's claim and finish statements,
--- copied verbatim from src/store_pg.c (scripts/bench.sh checks this copy against the statements
+-- copied verbatim from src/store_pg_sql.c (scripts/bench.sh checks this copy against the statements
 -- the binary prepares and reports "sql_matches_store"). Changes, all forced by pgbench syntax:
 --   parameter 1 becomes the variable key, claim parameter N becomes cN, finish parameter N
 --   becomes fN (sent as parameters of a prepared statement with -M prepared, as the gateway does);
