@@ -19,6 +19,7 @@
  * Duplicates are recorded in memory (dup_table.h) and written every DUP_FLUSH_MS as one op, as
  * the Postgres backend does; store_free writes what is left before it returns. */
 #include "store_sqlite.h"
+#include "store_sqlite_int.h"
 
 #include "dup_table.h"
 
@@ -38,7 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/file.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -670,28 +670,6 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
     return STORE_ERR_STATEMENT;
 }
 
-static bool exec_sql(sqlite3 *db, const char *sql)
-{
-    return sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
-}
-
-/* Codes that say the file, not the statement, is in trouble: "unavailable". */
-static store_status_t status_of(int rc)
-{
-    switch (rc & 0xff) {
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_CANTOPEN:
-    case SQLITE_PROTOCOL:
-    case SQLITE_NOMEM:
-        return STORE_ERR_UNAVAILABLE;
-    default:
-        return STORE_ERR_STATEMENT;
-    }
-}
-
 static void batch_fail(sq_op_t *batch, store_status_t st)
 {
     for (sq_op_t *op = batch; op; op = op->next) {
@@ -712,10 +690,10 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     bool read_only = true;
     for (const sq_op_t *op = batch; op; op = op->next)
         read_only = read_only && (op->kind == SQ_REPORT || op->kind == SQ_COUNT_UNKNOWN);
-    if (!exec_sql(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
+    if (!sq_exec(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
         int rc = sqlite3_extended_errcode(s->db);
         log_warn(0, "store: sqlite: cannot begin a transaction: %s", sqlite3_errmsg(s->db));
-        batch_fail(batch, status_of(rc));
+        batch_fail(batch, sq_status(rc));
         return;
     }
     for (sq_op_t *op = batch; op; op = op->next) {
@@ -726,8 +704,8 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             op->status = STORE_ERR_UNAVAILABLE;
             continue;
         }
-        if (!exec_sql(s->db, "SAVEPOINT op")) {
-            op->status = status_of(sqlite3_extended_errcode(s->db));
+        if (!sq_exec(s->db, "SAVEPOINT op")) {
+            op->status = sq_status(sqlite3_extended_errcode(s->db));
             continue;
         }
         op->status = exec_op(s, op, now);
@@ -742,23 +720,23 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             op->has_row = false;
             if (sqlite3_get_autocommit(s->db)) {
                 /* SQLite rolled the whole transaction back: nothing of the batch holds */
-                batch_fail(batch, status_of(rc));
+                batch_fail(batch, sq_status(rc));
                 return;
             }
-            op->status = status_of(rc);
-            exec_sql(s->db, "ROLLBACK TO op");
+            op->status = sq_status(rc);
+            sq_exec(s->db, "ROLLBACK TO op");
         }
-        exec_sql(s->db, "RELEASE op");
+        sq_exec(s->db, "RELEASE op");
         ran++;
     }
-    if (!exec_sql(s->db, "COMMIT")) {
+    if (!sq_exec(s->db, "COMMIT")) {
         int rc = sqlite3_extended_errcode(s->db);
         log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
                   sqlite3_errmsg(s->db));
         if (!sqlite3_get_autocommit(s->db))
-            exec_sql(s->db, "ROLLBACK");
+            sq_exec(s->db, "ROLLBACK");
         batch_fail(batch,
-                   status_of(rc) == STORE_ERR_STATEMENT ? STORE_ERR_UNAVAILABLE : status_of(rc));
+                   sq_status(rc) == STORE_ERR_STATEMENT ? STORE_ERR_UNAVAILABLE : sq_status(rc));
         return;
     }
     pthread_mutex_lock(&s->mu);
@@ -1104,111 +1082,6 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
 
 /* ---- opening: the lock, the file, the schema ---- */
 
-/* One gateway process per file: an exclusive flock on PATH.lock for the store's life. The
- * holder writes its pid there, so the refusal can name it. */
-static int lock_file(const char *path, char *msg, size_t msglen)
-{
-    char *lock_path = xasprintf("%s.lock", path);
-    int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        snprintf(msg, msglen, "cannot open the lock file %s: %s", lock_path, strerror(errno));
-        free(lock_path);
-        return -1;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int err = errno;
-        char pid[32] = "", holder[64] = "";
-        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        if (pid[0])
-            snprintf(holder, sizeof(holder), " (pid %s)", pid);
-        if (err == EWOULDBLOCK)
-            snprintf(msg, msglen,
-                     "the embedded store %s is in use by another process%s, which holds %s: one "
-                     "gateway process per file; several replicas or workers need Postgres "
-                     "(database_url: postgres://...)",
-                     path, holder, lock_path);
-        else
-            snprintf(msg, msglen, "cannot lock %s: %s", lock_path, strerror(err));
-        close(fd);
-        free(lock_path);
-        return -1;
-    }
-    char pid[32];
-    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
-        log_warn(0, "store: cannot write the pid into %s", lock_path);
-    free(lock_path);
-    return fd;
-}
-
-/* Brings the schema up to date in one transaction; the same rules as Postgres (a newer schema
- * is refused, a missing one is applied only with migrate). Nothing is created when it is
- * refused: the transaction rolls back. */
-static store_status_t migrate(sqlite3 *db, bool allow, char *msg, size_t msglen)
-{
-    int known = store_sqlite_schema_version(), version = -1;
-    sqlite3_stmt *st = NULL;
-    store_status_t rc = STORE_ERR_STATEMENT;
-    if (!exec_sql(db, "BEGIN IMMEDIATE") ||
-        !exec_sql(db,
-                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                  " version INTEGER PRIMARY KEY,"
-                  " name TEXT NOT NULL,"
-                  " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))") ||
-        sqlite3_prepare_v2(db, "SELECT coalesce(max(version), 0) FROM schema_migrations", -1, &st,
-                           NULL) != SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW) {
-        snprintf(msg, msglen, "reading the schema version: %s", sqlite3_errmsg(db));
-        rc = status_of(sqlite3_extended_errcode(db));
-        goto out;
-    }
-    version = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    st = NULL;
-    if (version > known) {
-        snprintf(msg, msglen,
-                 "database schema version %d is newer than this binary knows (%d); run a newer "
-                 "idemgw",
-                 version, known);
-        rc = STORE_ERR_SCHEMA;
-        goto out;
-    }
-    if (version < known && !allow) {
-        snprintf(msg, msglen,
-                 "database schema version %d, this binary needs %d; migrations are disabled "
-                 "(enable them or apply sql/sqlite/ by hand)",
-                 version, known);
-        rc = STORE_ERR_SCHEMA;
-        goto out;
-    }
-    for (int i = version; i < known; i++) {
-        const store_migration_t *m = &store_sqlite_migrations[i];
-        char *ins = xasprintf("INSERT INTO schema_migrations (version, name) VALUES (%d, '%s')",
-                              m->version, m->name);
-        bool ok = exec_sql(db, m->sql) && exec_sql(db, ins);
-        free(ins);
-        if (!ok) {
-            snprintf(msg, msglen, "applying %s: %s", m->name, sqlite3_errmsg(db));
-            goto out;
-        }
-    }
-    if (!exec_sql(db, "COMMIT")) {
-        snprintf(msg, msglen, "committing the migrations: %s", sqlite3_errmsg(db));
-        rc = status_of(sqlite3_extended_errcode(db));
-        goto out;
-    }
-    if (version < known)
-        log_info(0, "store: sqlite schema migrated from version %d to %d", version, known);
-    return STORE_OK;
-out:
-    sqlite3_finalize(st);
-    if (!sqlite3_get_autocommit(db))
-        exec_sql(db, "ROLLBACK");
-    return rc;
-}
-
 /* Opens the file in WAL mode with synchronous=FULL: a commit is on disk when it returns. */
 static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate, char *msg,
                               size_t msglen)
@@ -1238,12 +1111,12 @@ static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate
                sqlite3_step(st) == SQLITE_ROW &&
                strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
     sqlite3_finalize(st);
-    if (!wal || !exec_sql(s->db, "PRAGMA synchronous = FULL")) {
+    if (!wal || !sq_exec(s->db, "PRAGMA synchronous = FULL")) {
         snprintf(msg, msglen, "%s: cannot use write-ahead logging with synchronous=FULL: %s",
                  s->path, sqlite3_errmsg(s->db));
         return STORE_ERR_UNAVAILABLE;
     }
-    store_status_t mst = migrate(s->db, allow_migrate, msg, msglen);
+    store_status_t mst = sq_migrate(s->db, allow_migrate, msg, msglen);
     if (mst != STORE_OK)
         return mst;
     for (int i = 0; i < STMT_COUNT_; i++) {
@@ -1327,7 +1200,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    if (!opt->shared && (s->lock_fd = lock_file(s->path, msg, msglen)) < 0)
+    if (!opt->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
         goto fail;
     /* an operator's look (shared) never creates the schema */
     if (open_db(s, opt->shared, opt->migrate && !opt->shared, msg, msglen) != STORE_OK)

@@ -1,0 +1,22 @@
+/* Shared by the embedded store's two files: store_sqlite.c (the writer thread, the ops, the
+ * interface) and store_sqlite_file.c (the file's lock and schema). */
+#ifndef IDEMGW_STORE_SQLITE_INT_H
+#define IDEMGW_STORE_SQLITE_INT_H
+
+#include "store.h"
+
+#include <sqlite3.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Runs sql, which returns no rows; true on success (the error is in sqlite3_errmsg). */
+bool sq_exec(sqlite3 *db, const char *sql);
+/* STORE_ERR_UNAVAILABLE for codes that say the file is in trouble, else STORE_ERR_STATEMENT. */
+store_status_t sq_status(int rc);
+/* Takes PATH.lock for the process's life: its descriptor, or -1 with msg saying why (another
+ * process holds it: named by its pid). */
+int sq_lock_file(const char *path, char *msg, size_t msglen);
+/* Brings db's schema up to date (only with allow), in one transaction; a newer one is refused. */
+store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
+
+#endif
