@@ -69,7 +69,8 @@ void cy_fn_listen_tls(ctx_t *cx, struct fy_node *v, int line, const char *path, 
     listen_tls_conf_t *t = &c->listen_tls;
     config_listen_tls_free(t);
     if (fy_node_is_alias(v) || cy_node_is_null(v) || !fy_node_is_mapping(v)) {
-        cy_err_at(cx, line, "%s: expected a mapping (cert_file, key_file, client_ca_file, ...)", path);
+        cy_err_at(cx, line, "%s: expected a mapping (cert_file, key_file, client_ca_file, ...)",
+                  path);
         return;
     }
     t->client_cert = -1;
@@ -84,7 +85,8 @@ void cy_fn_listen_tls(ctx_t *cx, struct fy_node *v, int line, const char *path, 
         return;
     }
     if (!t->client_ca_file && t->client_cert != LISTEN_TLS_CLIENT_NONE) {
-        cy_err_at(cx, line, "%s: client_cert needs client_ca_file (the CAs that verify them)", path);
+        cy_err_at(cx, line, "%s: client_cert needs client_ca_file (the CAs that verify them)",
+                  path);
         return;
     }
     readable(cx, line, path, "cert_file", t->cert_file);
@@ -198,8 +200,8 @@ static void algorithm_entry(ctx_t *cx, const char *s, int line, const char *path
     subject_jwt_conf_t *j = base;
     unsigned bit = jwt_alg_parse(s);
     if (!bit)
-        cy_err_at(cx, line, "%s: '%.64s' is not allowed (allowed: %s; none and HS* never are)", path,
-               s, jwt_alg_names());
+        cy_err_at(cx, line, "%s: '%.64s' is not allowed (allowed: %s; none and HS* never are)",
+                  path, s, jwt_alg_names());
     j->algorithms |= bit;
 }
 
@@ -243,7 +245,7 @@ static void subject_jwt(ctx_t *cx, struct fy_node *v, int line, const char *path
     config_subject_jwt_free(j);
     if (fy_node_is_alias(v) || cy_node_is_null(v) || !fy_node_is_mapping(v)) {
         cy_err_at(cx, line, "%s: expected a mapping (jwks_url or jwks_file, issuer, audience, ...)",
-               path);
+                  path);
         return;
     }
     j->algorithms = JWT_ALGS_DEFAULT;
@@ -302,24 +304,26 @@ void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
         bool known = !strcmp(key, "header") || !strcmp(key, "bearer") || !strcmp(key, "static") ||
                      !strcmp(key, "jwt") || !strcmp(key, "client_cert");
         if (!known) {
-            cy_err_at(cx, kline,
-                   "unknown key '%.64s' in %s (allowed: header, bearer, static, jwt, client_cert)",
-                   key, path);
+            cy_err_at(
+                cx, kline,
+                "unknown key '%.64s' in %s (allowed: header, bearer, static, jwt, client_cert)",
+                key, path);
             continue;
         }
         bool is_cert = !strcmp(key, "client_cert"), is_static = !strcmp(key, "static");
         if (!is_cert && user_seen) {
             cy_err_at(cx, kline,
-                   "%s: give only one of header, bearer, static, jwt (client_cert may be added "
-                   "to jwt, header or bearer)",
-                   path);
+                      "%s: give only one of header, bearer, static, jwt (client_cert may be added "
+                      "to jwt, header or bearer)",
+                      path);
             continue;
         }
         if ((is_cert && static_seen) || (is_static && cert_seen)) {
-            cy_err_at(cx, kline,
-                   "%s: static cannot be combined with client_cert (a fixed name adds nothing to "
-                   "the certificate's; combine client_cert with jwt, header or bearer)",
-                   path);
+            cy_err_at(
+                cx, kline,
+                "%s: static cannot be combined with client_cert (a fixed name adds nothing to "
+                "the certificate's; combine client_cert with jwt, header or bearer)",
+                path);
             continue;
         }
         if (is_cert)
@@ -340,8 +344,8 @@ void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
                 i++;
             if (!peer_cert_source_names[i]) {
                 cy_err_at(cx, vline,
-                       "%s: unknown value '%.64s' (allowed: spiffe, san_uri, san_dns, cn)", cpath,
-                       s);
+                          "%s: unknown value '%.64s' (allowed: spiffe, san_uri, san_dns, cn)",
+                          cpath, s);
             } else {
                 cert = i;
                 cert_line = kline;
@@ -353,7 +357,7 @@ void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
                        !strcasecmp(s, "cookie")) {
                 /* The subject is stored in every key: it must never be a raw credential. */
                 cy_err_at(cx, vline, "%s: %s carries a credential; use 'bearer: sha256' instead",
-                       cpath, s);
+                          cpath, s);
             } else {
                 c->subject.kind = SUBJECT_HEADER;
                 cy_set_string(&c->subject.value, s);
@@ -372,7 +376,7 @@ void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
                 ok = (unsigned char)*q > 0x20 && (unsigned char)*q < 0x7f;
             if (!ok) {
                 cy_err_at(cx, vline, "%s: must be 1-%d printable ASCII characters without spaces",
-                       cpath, MAX_NAME);
+                          cpath, MAX_NAME);
             } else {
                 c->subject.kind = SUBJECT_STATIC;
                 cy_set_string(&c->subject.value, s);
@@ -387,9 +391,9 @@ void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
         return;
     if (!c->listen_tls.client_ca_file)
         cy_err_at(cx, cert_line,
-               "%s.client_cert: needs listen_tls with client_ca_file (the CAs that verify the "
-               "agents' certificates)",
-               path);
+                  "%s.client_cert: needs listen_tls with client_ca_file (the CAs that verify the "
+                  "agents' certificates)",
+                  path);
     c->subject.client_cert = cert;
     if (!user_seen) {
         c->subject.kind = SUBJECT_CLIENT_CERT;

@@ -93,8 +93,7 @@ const char *cy_node_kind(struct fy_node *n)
 
 /* The scalar text of v, or NULL after reporting what was expected instead. Aliases are refused
  * rather than resolved: the config is small, and resolving invites alias bombs. */
-const char *cy_scalar(ctx_t *cx, struct fy_node *v, int line, const char *path,
-                          const char *what)
+const char *cy_scalar(ctx_t *cx, struct fy_node *v, int line, const char *path, const char *what)
 {
     size_t len;
     if (v && fy_node_is_alias(v)) {
@@ -169,9 +168,9 @@ static bool get_duration(ctx_t *cx, struct fy_node *v, int line, const char *pat
         return false;
     if (policy_parse_duration(s, out) != 0) {
         cy_err_at(cx, line,
-               "%s: bad duration '%.64s' (a whole number with unit ms, s, m, h or d, "
-               "e.g. 250ms, 90s, 10m)",
-               path, s);
+                  "%s: bad duration '%.64s' (a whole number with unit ms, s, m, h or d, "
+                  "e.g. 250ms, 90s, 10m)",
+                  path, s);
         return false;
     }
     if (*out < min || *out > max) {
@@ -195,7 +194,7 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
 /* Walks a mapping against a table. Null counts as an empty mapping (a section left blank).
  * order >= 0 restricts the walk to specs of that order (top level passes). */
 void cy_walk_map(ctx_t *cx, struct fy_node *map, int line, const char *path,
-                     const key_spec_t *specs, size_t n, void *base, int order)
+                 const key_spec_t *specs, size_t n, void *base, int order)
 {
     void *it = NULL;
     struct fy_node_pair *pair;
@@ -204,7 +203,7 @@ void cy_walk_map(ctx_t *cx, struct fy_node *map, int line, const char *path,
         return;
     if (fy_node_is_alias(map) || !fy_node_is_mapping(map)) {
         cy_err_at(cx, line, "%s: expected a mapping, got %s", *path ? path : "top level",
-               cy_node_kind(map));
+                  cy_node_kind(map));
         return;
     }
     while ((pair = fy_node_mapping_iterate(map, &it))) {
@@ -279,7 +278,7 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
             x = x * 10 + (uint64_t)(s[i] - '0');
         if (len == 0 || s[len] || len > 10 || x < k->min || x > k->max) {
             cy_err_at(cx, line, "%s: expected an integer from %llu to %llu, got '%.64s'", path,
-                   (unsigned long long)k->min, (unsigned long long)k->max, s);
+                      (unsigned long long)k->min, (unsigned long long)k->max, s);
             return;
         }
         *(int *)field = (int)x;
@@ -294,9 +293,9 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
             return;
         if (policy_parse_size(s, &u) != 0) {
             cy_err_at(cx, line,
-                   "%s: bad size '%.64s' (a whole number with optional unit KiB, MiB "
-                   "or GiB, e.g. 4MiB)",
-                   path, s);
+                      "%s: bad size '%.64s' (a whole number with optional unit KiB, MiB "
+                      "or GiB, e.g. 4MiB)",
+                      path, s);
             return;
         }
         if (u < k->min || u > k->max) {
@@ -313,7 +312,7 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
             return;
         if (config_parse_host_port(s, &hp) != 0) {
             cy_err_at(cx, line, "%s: bad address '%.100s' (expected host:port, [v6]:port or :port)",
-                   path, s);
+                      path, s);
             return;
         }
         free(((host_port_t *)field)->host);
@@ -347,7 +346,7 @@ static void apply_spec(ctx_t *cx, const key_spec_t *k, struct fy_node *v, int li
  * indexed path. */
 
 void cy_walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base,
-                      bool allow_empty, entry_fn each)
+                  bool allow_empty, entry_fn each)
 {
     void *it = NULL;
     struct fy_node *item;
@@ -412,8 +411,8 @@ static void exclude_entry(ctx_t *cx, const char *s, int line, const char *path, 
     policy_tool_t *t = base;
     size_t n = strlen(s);
     if (n == 0 || s[0] == '.' || s[n - 1] == '.' || strstr(s, "..")) {
-        cy_err_at(cx, line, "%s: '%.100s' is not a dotted argument path (e.g. meta.client_ts)", path,
-               s);
+        cy_err_at(cx, line, "%s: '%.100s' is not a dotted argument path (e.g. meta.client_ts)",
+                  path, s);
         return;
     }
     cy_strv_push(&t->exclude_args, &t->n_exclude_args, xstrdup(s));
@@ -517,8 +516,8 @@ static void fn_log_level(ctx_t *cx, struct fy_node *v, int line, const char *pat
         return;
     int lvl = log_level_parse(s);
     if (lvl < 0)
-        cy_err_at(cx, line, "%s: unknown value '%.64s' (allowed: debug, info, warn, error, off)", path,
-               s);
+        cy_err_at(cx, line, "%s: unknown value '%.64s' (allowed: debug, info, warn, error, off)",
+                  path, s);
     else
         c->log_level = lvl;
 }
@@ -557,7 +556,8 @@ static void fn_in_progress(ctx_t *cx, struct fy_node *v, int line, const char *p
     if (strcmp(s, "reject") == 0)
         t->wait_ms = 0;
     else
-        cy_err_at(cx, line, "%s: unknown value '%.64s' (allowed: reject, {wait: DURATION})", path, s);
+        cy_err_at(cx, line, "%s: unknown value '%.64s' (allowed: reject, {wait: DURATION})", path,
+                  s);
 }
 
 static void fn_lease(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
@@ -580,9 +580,9 @@ static void fn_lease(ctx_t *cx, struct fy_node *v, int line, const char *path, v
         fmt_dur(a, sizeof(a), ms);
         fmt_dur(b, sizeof(b), cx->c->upstream_timeout_ms);
         cy_err_at(cx, line,
-               "%s: %s is shorter than timeouts.upstream (%s); a slow call could run "
-               "twice (use auto or a longer lease)",
-               path, a, b);
+                  "%s: %s is shorter than timeouts.upstream (%s); a slow call could run "
+                  "twice (use auto or a longer lease)",
+                  path, a, b);
         return;
     }
     t->lease_ms = ms;
@@ -910,8 +910,8 @@ static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, v
         if (!name)
             continue;
         if (!tool_name_valid(name)) {
-            cy_err_at(cx, kline, "%s: '%.64s' is not a tool name (1-%d characters, no spaces)", path,
-                   name, MAX_NAME);
+            cy_err_at(cx, kline, "%s: '%.64s' is not a tool name (1-%d characters, no spaces)",
+                      path, name, MAX_NAME);
             continue;
         }
         cy_child_path(cpath, path, name);
@@ -1053,7 +1053,7 @@ static void walk_root(ctx_t *cx, struct fy_node *root)
     }
     if (fy_node_is_alias(root) || !fy_node_is_mapping(root)) {
         cy_err_at(cx, first_line(root, 1), "top level must be a mapping of settings, got %s",
-               cy_node_kind(root));
+                  cy_node_kind(root));
         return;
     }
     cx->res.readable = true;
@@ -1113,7 +1113,7 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
         extra = fy_parse_load_document(fyp);
         if (extra)
             cy_err_at(&cx, first_line(fy_document_root(extra), 1),
-                   "only one YAML document is allowed (remove the extra ---)");
+                      "only one YAML document is allowed (remove the extra ---)");
     }
     if (!fy_parser_get_stream_error(fyp) && !extra) {
         walk_root(&cx, doc ? fy_document_root(doc) : NULL);
