@@ -98,18 +98,18 @@ typedef struct server_stats {
     uint64_t store_op_us[STATS_STORE_N];
     uint64_t store_op_count[STATS_STORE_N];
     /* this worker's store, copied from store_get_stats every second (store_observe) */
-    uint64_t store_present;          /* 1: this worker has a store */
-    uint64_t store_up;               /* 1: it is ready */
-    uint64_t store_conns_wanted;     /* gauge: connections the pool keeps (Postgres pool_size) */
-    uint64_t store_conns_open;       /* gauge: connections ready */
-    uint64_t store_conns_busy;       /* gauge: connections with statements in flight */
-    uint64_t store_queued;           /* gauge: operations waiting for a connection (the writer) */
-    uint64_t store_claims;           /* claim statements that returned a row */
-    uint64_t store_connects;         /* connections that became ready */
-    uint64_t store_swept;            /* expired rows deleted */
-    uint64_t store_batches;          /* statements or transactions that carried several calls */
-    uint64_t store_batched;          /* calls those carried */
-    uint64_t store_in_doubt;         /* claims whose answer was lost with their connection */
+    uint64_t store_present;           /* 1: this worker has a store */
+    uint64_t store_up;                /* 1: it is ready */
+    uint64_t store_conns_wanted;      /* gauge: connections the pool keeps (Postgres pool_size) */
+    uint64_t store_conns_open;        /* gauge: connections ready */
+    uint64_t store_conns_busy;        /* gauge: connections with statements in flight */
+    uint64_t store_queued;            /* gauge: operations waiting for a connection (the writer) */
+    uint64_t store_claims;            /* claim statements that returned a row */
+    uint64_t store_connects;          /* connections that became ready */
+    uint64_t store_swept;             /* expired rows deleted */
+    uint64_t store_batches;           /* statements or transactions that carried several calls */
+    uint64_t store_batched;           /* calls those carried */
+    uint64_t store_in_doubt;          /* claims whose answer was lost with their connection */
     uint64_t store_in_doubt_released; /* of those, rows released once a connection was back */
     stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;

@@ -58,7 +58,7 @@ typedef struct store_op {
     char *values[STORE_MAX_PARAMS]; /* NULL = SQL NULL */
     int lengths[STORE_MAX_PARAMS];  /* only for binary parameters */
     int formats[STORE_MAX_PARAMS];  /* 1 = binary: the result bytea, sent as is */
-    store_cb_t cb; /* may be NULL for finish, duplicate and sweep */
+    store_cb_t cb;                  /* may be NULL for finish, duplicate and sweep */
     void *arg;
     int retries;                /* claim re-runs caused by the READ COMMITTED corner */
     struct store_op **members;  /* a batch: the calls it carries, in the order of its arrays */

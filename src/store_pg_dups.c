@@ -14,8 +14,9 @@ _Static_assert(STORE_DUP_HISTORY_MAX == 16, "HISTORY_LAST is STORE_DUP_HISTORY_M
 
 /* Adds the duplicates recorded since the last write, one element of $1 per key (keys
  * distinct): replays to attempts, the counts to theirs, the history after the row's, keeping
- * the last STORE_DUP_HISTORY_MAX (a jsonpath slice: no unnesting and sorting per row). The rows are locked in key order first, so two gateways
- * writing overlapping keys cannot deadlock. A key whose row is gone (swept) is skipped. */
+ * the last STORE_DUP_HISTORY_MAX (a jsonpath slice: no unnesting and sorting per row). The rows are
+ * locked in key order first, so two gateways writing overlapping keys cannot deadlock. A key whose
+ * row is gone (swept) is skipped. */
 /* clang-format off */
 const char store_pg_dup_sql[] =
     "WITH d AS (SELECT * FROM jsonb_to_recordset($1::jsonb) AS d(key text, replay integer,"

@@ -86,10 +86,10 @@ store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen)
     store_status_t rc = STORE_ERR_STATEMENT;
     if (!sq_exec(db, "BEGIN IMMEDIATE") ||
         !sq_exec(db,
-                  "CREATE TABLE IF NOT EXISTS schema_migrations ("
-                  " version INTEGER PRIMARY KEY,"
-                  " name TEXT NOT NULL,"
-                  " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))") ||
+                 "CREATE TABLE IF NOT EXISTS schema_migrations ("
+                 " version INTEGER PRIMARY KEY,"
+                 " name TEXT NOT NULL,"
+                 " applied_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%dT%H:%M:%fZ', 'now')))") ||
         sqlite3_prepare_v2(db, "SELECT coalesce(max(version), 0) FROM schema_migrations", -1, &st,
                            NULL) != SQLITE_OK ||
         sqlite3_step(st) != SQLITE_ROW) {

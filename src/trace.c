@@ -29,7 +29,7 @@ struct tracer {
     uint64_t in_flight;
     uint64_t sample_below; /* a new trace is sampled when its id's last 8 bytes are below */
     bool sample_all;
-    bool draining; /* tracer_drain: send until nothing is held, then stop the loop */
+    bool draining;   /* tracer_drain: send until nothing is held, then stop the loop */
     uint64_t rng[4]; /* xoshiro256** state for trace and span ids */
 };
 
