@@ -677,9 +677,14 @@ const char *config_database_url_error(const char *url, char *buf, size_t len)
 
 /* The store, and the error of its choice: several workers on the embedded store, which takes
  * one process ("sqlite:" without a file is refused where database_url is read). */
-static void choose_store(config_t *c, const char *name, config_errors_t *errs)
+static void choose_store(config_t *c, const char *name, int workers_line,
+                         config_errors_t *errs)
 {
-    const char *where = name ? name : "env";
+    char where[300];
+    if (name && workers_line > 0)
+        snprintf(where, sizeof(where), "%s:%d", name, workers_line);
+    else
+        snprintf(where, sizeof(where), "%s", name ? name : "env");
     c->store_kind = config_store_choose(c->database_url, &c->store_path);
     c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
     if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
@@ -714,7 +719,7 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
             config_errors_add(errs, "upstream is required");
     }
     fill_allowed_defaults(c);
-    choose_store(c, name, errs);
+    choose_store(c, name, yr.workers_line, errs);
 
     bool failed = errs->n > before;
     config_errors_free(&local);

@@ -1059,6 +1059,9 @@ static void walk_root(ctx_t *cx, struct fy_node *root)
     cx->res.readable = true;
     for (int order = 0; order <= 2; order++)
         cy_walk_map(cx, root, 1, "", top_keys, ARRAY_LEN(top_keys), cx->c, order);
+    /* for the errors config.c finds between settings, after the walk */
+    struct fy_node *w = fy_node_mapping_lookup_by_string(root, "workers", FY_NT);
+    cx->res.workers_line = w ? cy_node_line(w, 1) : 0;
 }
 
 static void discard_output(struct fy_diag *diag, void *user, const char *buf, size_t len)

@@ -11,6 +11,7 @@
 typedef struct config_yaml_result {
     bool readable;      /* the document parsed and its top level is a mapping */
     bool upstream_seen; /* an upstream key was present, valid or not */
+    int workers_line;   /* the workers key's line, 0 when it is not in the file */
 } config_yaml_result_t;
 
 /* Applies the YAML text to c, which already holds the built-in defaults. Errors go to errs as

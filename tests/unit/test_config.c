@@ -567,7 +567,8 @@ static void test_store_kinds(void **state)
     config_errors_t errs = {0};
     assert_null(config_load_string("w.yaml", "upstream: http://h/mcp\nworkers: 4\n", &errs));
     assert_int_equal(errs.n, 1);
-    assert_non_null(strstr(errs.msgs[0], "workers: 4 with the embedded store (./idemgw-keys.db)"));
+    assert_non_null(
+        strstr(errs.msgs[0], "w.yaml:2: workers: 4 with the embedded store (./idemgw-keys.db)"));
     assert_non_null(strstr(errs.msgs[0], "Postgres"));
     config_errors_free(&errs);
     assert_null(
