@@ -1281,14 +1281,21 @@ static store_status_t ops_finish(void *impl, const char *key, int64_t fence, sto
     return submit(impl, op);
 }
 
-static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void *arg)
+/* An op that carries only its key and its callback (get, release, forget). */
+static store_status_t submit_keyed(void *impl, sq_kind_t kind, const char *key, store_cb_t cb,
+                                   void *arg)
 {
     if (!key)
         return STORE_ERR_STATEMENT;
-    sq_op_t *op = op_new(SQ_GET, key);
-    op->cb.get = cb;
+    sq_op_t *op = op_new(kind, key);
+    op->cb = cb;
     op->arg = arg;
     return submit(impl, op);
+}
+
+static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void *arg)
+{
+    return submit_keyed(impl, SQ_GET, key, (store_cb_t){.get = cb}, arg);
 }
 
 static store_status_t ops_record_duplicate(void *impl, const store_dup_t *dup, store_finish_cb cb,
@@ -1340,22 +1347,12 @@ static store_status_t ops_sweep_now(void *impl, store_finish_cb cb, void *arg)
 
 static store_status_t ops_release(void *impl, const char *key, store_release_cb cb, void *arg)
 {
-    if (!key)
-        return STORE_ERR_STATEMENT;
-    sq_op_t *op = op_new(SQ_RELEASE, key);
-    op->cb.release = cb;
-    op->arg = arg;
-    return submit(impl, op);
+    return submit_keyed(impl, SQ_RELEASE, key, (store_cb_t){.release = cb}, arg);
 }
 
 static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, void *arg)
 {
-    if (!key)
-        return STORE_ERR_STATEMENT;
-    sq_op_t *op = op_new(SQ_FORGET, key);
-    op->cb.get = cb;
-    op->arg = arg;
-    return submit(impl, op);
+    return submit_keyed(impl, SQ_FORGET, key, (store_cb_t){.get = cb}, arg);
 }
 
 static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg)
