@@ -228,24 +228,19 @@ static char *host_header(const authority_t *a)
 
 const char *config_set_upstream(config_t *c, const char *url)
 {
-    bool tls;
-    authority_t a;
-    const char *path;
-    const char *err = url_split(url, &tls, &a, &path);
+    http_url_t u = {0};
+    const char *err = config_parse_http_url(url, &u);
     if (err)
         return err;
-    int port = a.port;
-
     free(c->upstream_url);
     free(c->upstream.host);
     free(c->upstream_path);
     free(c->upstream_host_header);
-    c->upstream_url = xstrdup(url);
-    c->upstream_tls = tls;
-    c->upstream.host = xstrndup(a.host, a.hlen);
-    c->upstream.port = (uint16_t)port;
-    c->upstream_path = xstrdup(path);
-    c->upstream_host_header = host_header(&a);
+    c->upstream_url = u.url;
+    c->upstream_tls = u.tls;
+    c->upstream = u.hp;
+    c->upstream_path = u.path;
+    c->upstream_host_header = u.host_header;
     return NULL;
 }
 
