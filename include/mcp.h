@@ -46,6 +46,12 @@ typedef struct mcp_msg {
 mcp_status_t mcp_parse(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
 /* The jansson path alone: the reference the scanner is fuzzed against. */
 mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
+/* Calls fn with the params.name of every tools/call in a body, request or notification, alone
+ * or in a batch; NULL when the name is not a string. For bodies off the MCP endpoint, where
+ * what a lenient server would execute matters more than what is valid. MCP_ERR_PARSE when the
+ * body is not JSON. */
+mcp_status_t mcp_each_call(const char *body, size_t len, void (*fn)(void *, const char *),
+                           void *arg) MUST_CHECK;
 void mcp_msg_free(mcp_msg_t *m);
 
 /* Finds the raw text of a top-level member of a JSON object text, without unescaping names

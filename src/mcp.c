@@ -553,6 +553,32 @@ mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out)
     return MCP_OK;
 }
 
+static void each_call_in(json_t *obj, void (*fn)(void *, const char *), void *arg)
+{
+    json_t *method = json_object_get(obj, "method");
+    if (!json_is_string(method) || strcmp(json_string_value(method), "tools/call") != 0)
+        return;
+    json_t *name = json_object_get(json_object_get(obj, "params"), "name");
+    fn(arg, json_is_string(name) ? json_string_value(name) : NULL);
+}
+
+mcp_status_t mcp_each_call(const char *body, size_t len, void (*fn)(void *, const char *),
+                           void *arg)
+{
+    json_t *root = load(body, len);
+    if (!root)
+        return MCP_ERR_PARSE;
+    if (json_is_object(root)) {
+        each_call_in(root, fn, arg);
+    } else if (json_is_array(root)) {
+        size_t i;
+        json_t *el;
+        json_array_foreach(root, i, el) each_call_in(el, fn, arg);
+    }
+    json_decref(root);
+    return MCP_OK;
+}
+
 void mcp_msg_free(mcp_msg_t *m)
 {
     if (m->root)

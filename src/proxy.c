@@ -7,6 +7,7 @@
 #include "policy.h"
 #include "sse.h"
 #include "subject.h"
+#include "target.h"
 #include "upstream.h"
 #include "util.h"
 
@@ -1013,14 +1014,6 @@ uint64_t proxy_exchanges(const proxy_t *p)
 
 /* --- request validation and classification --- */
 
-static bool path_matches(const char *target, const char *path)
-{
-    size_t plen = strlen(path);
-    const char *q = strchr(target, '?');
-    size_t tlen = q ? (size_t)(q - target) : strlen(target);
-    return tlen == plen && memcmp(target, path, plen) == 0;
-}
-
 /* Checks the 2026 draft's mirrored headers against the body. */
 static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m)
 {
@@ -1072,8 +1065,38 @@ static void forbid(exchange_t *ex, const char *header, const char *value, const 
     refuse(ex, 403, -32000, msg, NULL);
 }
 
+/* The target in its normal form (target.h), which replaces the one received: the routing
+ * below and the upstream see one spelling. The MCP endpoint, however spelled, goes up as the
+ * endpoint's own path. False when refused. */
+static bool normalize_target(exchange_t *ex, bool *mcp_path)
+{
+    const config_t *cfg = ex->proxy->ctx.cfg;
+    http_request_t *req = ex->req;
+    if (req->method == HTTP_CONNECT)
+        return true; /* an authority alone: refused next, by method */
+    target_t t;
+    target_status_t st = target_normalize(req->target, &t);
+    if (st != TARGET_OK) {
+        char msg[200];
+        snprintf(msg, sizeof(msg), "bad request: %s; nothing was forwarded", target_status_str(st));
+        target_free(&t);
+        refuse(ex, 400, -32600, msg, NULL);
+        return false;
+    }
+    if (t.authority && !config_host_allowed(cfg, t.authority)) {
+        forbid(ex, "request target authority", t.authority, "allowed_hosts");
+        target_free(&t);
+        return false;
+    }
+    *mcp_path = target_is_endpoint(t.path, cfg->upstream_path);
+    free(req->target);
+    req->target = target_origin_form(*mcp_path ? cfg->upstream_path : t.path, t.query);
+    target_free(&t);
+    return true;
+}
+
 /* The request's head: method, path, header copies, Host and Origin. False when refused. */
-static bool head_acceptable(exchange_t *ex)
+static bool head_acceptable(exchange_t *ex, bool mcp_path)
 {
     const config_t *cfg = ex->proxy->ctx.cfg;
     const http_request_t *req = ex->req;
@@ -1081,7 +1104,7 @@ static bool head_acceptable(exchange_t *ex)
         refuse(ex, 405, -32600, "method not allowed: CONNECT is not proxied", NULL);
         return false;
     }
-    if (!path_matches(req->target, cfg->upstream_path) && !cfg->forward_other_paths) {
+    if (!mcp_path && !cfg->forward_other_paths) {
         refuse(ex, 404, -32600,
                "not found: the MCP endpoint is elsewhere (forward_other_paths is off)", NULL);
         return false;
@@ -1116,10 +1139,41 @@ static bool protected_tool(proxy_t *p, const char *tool)
     return policy_lookup(&p->ctx.cfg->policy, tool)->cls == TOOL_CLASS_NON_IDEMPOTENT;
 }
 
+/* The request's Content-Encoding when it is one the gateway would have to decode to read the
+ * body (it decodes none), else NULL. */
+static const char *encoded_body(const http_request_t *req)
+{
+    const char *ce = http_headers_get(&req->headers, "content-encoding");
+    if (!ce || evbuffer_get_length(req->body) == 0)
+        return NULL;
+    while (*ce == ' ' || *ce == '\t')
+        ce++;
+    return *ce == '\0' || strcasecmp(ce, "identity") == 0 ? NULL : ce;
+}
+
+static void refuse_encoded(exchange_t *ex, const char *coding)
+{
+    char msg[300], shown[64];
+    snprintf(shown, sizeof(shown), "%s", coding);
+    for (char *c = shown; *c; c++)
+        if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f || *c == '"' || *c == '\\')
+            *c = '?';
+    snprintf(msg, sizeof(msg),
+             "bad request: the body has Content-Encoding %s, which the gateway does not decode; "
+             "send it uncompressed. Nothing was forwarded.",
+             shown);
+    refuse(ex, 400, -32600, msg, NULL);
+}
+
 /* The POST body: JSON-RPC, headers that agree with it, no protected call inside a batch. False
  * when refused. */
 static bool body_acceptable(exchange_t *ex)
 {
+    const char *coding = encoded_body(ex->req);
+    if (coding) {
+        refuse_encoded(ex, coding);
+        return false;
+    }
     size_t blen = evbuffer_get_length(ex->req->body);
     const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
     mcp_status_t st = mcp_parse(body ? body : "", blen, &ex->msg);
@@ -1161,34 +1215,70 @@ static bool body_acceptable(exchange_t *ex)
     return true;
 }
 
+/* Whether a body must be read as JSON: a JSON media type, or a first byte (after a BOM and
+ * whitespace, which lenient parsers skip) that opens an object or an array. */
+static bool looks_like_json(const http_request_t *req, const char *body, size_t len)
+{
+    const char *ct = http_headers_get(&req->headers, "content-type");
+    if (ct && strcasestr(ct, "json"))
+        return true;
+    size_t i = 0;
+    if (len >= 3 && memcmp(body, "\xEF\xBB\xBF", 3) == 0)
+        i = 3;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\r' || body[i] == '\n'))
+        i++;
+    return i < len && (body[i] == '{' || body[i] == '[');
+}
+
+typedef struct call_scan {
+    proxy_t *proxy;
+    bool protected_inside; /* a protected tools/call, or one whose name is not a string */
+} call_scan_t;
+
+static void scan_one_call(void *arg, const char *tool)
+{
+    call_scan_t *sc = arg;
+    if (!tool || protected_tool(sc->proxy, tool))
+        sc->protected_inside = true;
+}
+
 /* A request the MCP rules do not apply to (another path: OAuth metadata, health, a legacy
- * SSE stream; or OPTIONS, HEAD, DELETE...): relayed as a plain reverse proxy would. A body
- * holding a protected tools/call (the legacy HTTP+SSE transport posts its messages to another
- * path) is refused: forwarding it would execute it unprotected. */
+ * SSE stream; or OPTIONS, HEAD, DELETE...): relayed as a plain reverse proxy would, but only
+ * once the gateway has seen that its body holds no protected call, since some server would
+ * execute one sent here (one that serves MCP on every path, the legacy HTTP+SSE transport's
+ * message path). A body it cannot read (compressed, or JSON it cannot parse) is refused, and
+ * so is one holding a protected tools/call: forwarding either could execute it unprotected. */
 static void forward_plain(exchange_t *ex)
 {
     const config_t *cfg = ex->proxy->ctx.cfg;
     size_t blen = evbuffer_get_length(ex->req->body);
     if (blen > 0) {
+        const char *coding = encoded_body(ex->req);
+        if (coding) {
+            refuse_encoded(ex, coding);
+            return;
+        }
         const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
-        if (mcp_parse(body, blen, &ex->msg) == MCP_OK) {
-            ex->has_msg = true; /* the log line names the method and tool */
-            const mcp_msg_t *m = &ex->msg;
-            bool protected_inside =
-                (m->kind == MCP_KIND_REQUEST && m->tool && protected_tool(ex->proxy, m->tool)) ||
-                (m->kind == MCP_KIND_BATCH && m->batch_bad_tool);
-            for (size_t i = 0; i < m->n_batch_tools && !protected_inside; i++)
-                protected_inside = protected_tool(ex->proxy, m->batch_tools[i]);
-            if (protected_inside) {
-                char msg[400];
-                snprintf(msg, sizeof(msg),
-                         "a non-idempotent tools/call is only accepted as a POST to the MCP "
-                         "endpoint %s (Streamable HTTP), where it is protected; nothing was "
-                         "executed",
-                         cfg->upstream_path);
-                refuse(ex, 400, -32600, msg, NULL);
-                return;
-            }
+        if (mcp_parse(body, blen, &ex->msg) == MCP_OK)
+            ex->has_msg = true; /* the log line and a refusal name the method, id and tool */
+        call_scan_t sc = {.proxy = ex->proxy};
+        if (looks_like_json(ex->req, body, blen) &&
+            mcp_each_call(body, blen, scan_one_call, &sc) != MCP_OK) {
+            refuse(ex, 400, -32700,
+                   "parse error: the body is not JSON the gateway can read (invalid UTF-8, a "
+                   "lone surrogate, a byte order mark or nesting too deep); nothing was forwarded",
+                   NULL);
+            return;
+        }
+        if (sc.protected_inside) {
+            char msg[400];
+            snprintf(msg, sizeof(msg),
+                     "a non-idempotent tools/call is only accepted as a POST to the MCP "
+                     "endpoint %s (Streamable HTTP), where it is protected; nothing was "
+                     "executed",
+                     cfg->upstream_path);
+            refuse(ex, 400, -32600, msg, NULL);
+            return;
         }
     }
     if (ex->req->method == HTTP_GET)
@@ -1212,9 +1302,9 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
     if (p->ctx.tracer)
         trace_start(ex);
 
-    if (!head_acceptable(ex))
+    bool mcp_path = false;
+    if (!normalize_target(ex, &mcp_path) || !head_acceptable(ex, mcp_path))
         return;
-    bool mcp_path = path_matches(req->target, p->ctx.cfg->upstream_path);
     if (!mcp_path || (req->method != HTTP_GET && req->method != HTTP_POST)) {
         forward_plain(ex);
         return;

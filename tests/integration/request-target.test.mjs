@@ -1,0 +1,263 @@
+// A protected call cannot reach the server unprotected by another spelling of the MCP endpoint
+// or by a body the gateway cannot read. Three real server frameworks, each routing differently:
+//   - the SDK's own server behind node:http with WHATWG URL routing (refund-server.mjs):
+//     resolves dot segments, reads '\' as '/', takes the absolute form's path;
+//   - Express 5 with express.json() (express-shop.mjs): routes without case, with or without a
+//     trailing '/', inflates gzip bodies and skips a byte order mark;
+//   - the SDK's stateless transport answering on every path (a server that mounts its handler
+//     at the root), where any path with a tools/call body is the endpoint.
+// Every spelling is sent three times with the same arguments: at most one execution each, and
+// each refusal is a 400/403 that says why. Bodies the gateway cannot parse are refused on the
+// endpoint and off it, and nothing runs.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import net from 'node:net';
+import path from 'node:path';
+import zlib from 'node:zlib';
+import { once } from 'node:events';
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { z } from 'zod';
+import {
+  NODE, TESTS, createDatabase, findResponse, rawSession, readLedger, replayMarker, startGateway,
+  startProcess, startRefundServer, tempDir, waitForLog,
+} from './lib/harness.mjs';
+
+const PROTOCOL_VERSION = '2025-11-25';
+
+/** One request written byte for byte (any target, any body bytes); {status, headers, body}. */
+function rawRequest(port, { method = 'POST', target, headers = {}, body = Buffer.alloc(0) }) {
+  return new Promise((resolve, reject) => {
+    const sock = net.connect(port, '127.0.0.1');
+    const chunks = [];
+    sock.on('data', (c) => chunks.push(c));
+    sock.on('error', reject);
+    sock.on('end', () => {
+      const text = Buffer.concat(chunks).toString('latin1');
+      const m = /^HTTP\/1\.1 (\d{3})/.exec(text);
+      const sep = text.indexOf('\r\n\r\n');
+      const head = text.slice(0, sep);
+      const hdrs = {};
+      for (const line of head.split('\r\n').slice(1)) {
+        const i = line.indexOf(':');
+        hdrs[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+      }
+      let rest = Buffer.concat(chunks).subarray(Buffer.byteLength(head, 'latin1') + 4);
+      if (/chunked/i.test(hdrs['transfer-encoding'] ?? '')) {
+        const parts = [];
+        for (let s = rest.toString('latin1'); ;) {
+          const nl = s.indexOf('\r\n');
+          const n = parseInt(s.slice(0, nl), 16);
+          if (!n) break;
+          parts.push(Buffer.from(s.slice(nl + 2, nl + 2 + n), 'latin1'));
+          s = s.slice(nl + 2 + n + 2);
+        }
+        rest = Buffer.concat(parts);
+      }
+      resolve({ status: m ? Number(m[1]) : 0, headers: hdrs, body: rest.toString('utf8') });
+    });
+    const all = {
+      Host: `127.0.0.1:${port}`,
+      Accept: 'application/json, text/event-stream',
+      'Content-Type': 'application/json',
+      'MCP-Protocol-Version': PROTOCOL_VERSION,
+      ...headers,
+      'Content-Length': String(body.length),
+      Connection: 'close',
+    };
+    const head = `${method} ${target} HTTP/1.1\r\n${Object.entries(all).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n\r\n`;
+    sock.write(Buffer.concat([Buffer.from(head, 'latin1'), body]));
+  });
+}
+
+const callBody = (id, name, args) => JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
+
+/** The message answering id in a raw answer (JSON or SSE), or null. */
+function answerOf(res, id) {
+  try {
+    return findResponse(res.headers['content-type'], res.body, id);
+  } catch {
+    return null;
+  }
+}
+
+// The endpoint spelled as frameworks route it. expect: 'protected' (first runs, repeats
+// replayed), or an HTTP status every send gets (nothing runs).
+const spellings = (port) => [
+  { target: '/./mcp', expect: 'protected' },
+  { target: '/x/../mcp', expect: 'protected' },
+  { target: '/x/%2e%2e/mcp', expect: 'protected' },
+  { target: '//mcp', expect: 'protected' },
+  { target: '/mcp/', expect: 'protected' },
+  { target: '/MCP', expect: 'protected' },
+  { target: '/Mcp?x=1', expect: 'protected' },
+  { target: '/%6Dcp', expect: 'protected' },
+  { target: '/x\\..\\mcp', expect: 'protected' },
+  { target: '/mcp;jsessionid=1', expect: 'protected' },
+  { target: `http://127.0.0.1:${port}/mcp`, expect: 'protected' },
+  { target: `HTTP://LOCALHOST:${port}/./mcp`, expect: 'protected' },
+  { target: '/mcp#frag', expect: 400 },
+  { target: '/m%zzcp', expect: 400 },
+  { target: 'http://anyhost/mcp', expect: 403 },
+  { target: 'http://user@127.0.0.1/mcp', expect: 400 },
+];
+
+/** Sends each spelling three times with its own arguments; asserts the outcome. */
+async function checkSpellings(port, session, tool, argsFor, executions) {
+  let n = 0;
+  for (const sp of spellings(port)) {
+    const args = argsFor(++n);
+    const before = await executions();
+    const seen = [];
+    for (let i = 0; i < 3; i++) {
+      const id = `sp-${n}-${i}`;
+      const res = await rawRequest(port, { target: sp.target, headers: session, body: Buffer.from(callBody(id, tool, args)) });
+      seen.push(res);
+      if (sp.expect === 'protected') {
+        assert.equal(res.status, 200, `${sp.target} #${i}: ${res.body.slice(0, 300)}`);
+        const msg = answerOf(res, id);
+        assert.ok(msg?.result, `${sp.target} #${i}: a result (${res.body.slice(0, 300)})`);
+        if (i > 0) assert.ok(replayMarker(msg.result), `${sp.target} #${i} is a replay: ${res.body.slice(0, 300)}`);
+      } else {
+        assert.equal(res.status, sp.expect, `${sp.target} #${i}: ${res.body.slice(0, 300)}`);
+        assert.match(res.body, /"error"/, `${sp.target}: a JSON-RPC error says why`);
+      }
+    }
+    const ran = (await executions()) - before;
+    assert.equal(ran, sp.expect === 'protected' ? 1 : 0, `${sp.target}: executions`);
+  }
+}
+
+// Bodies a server framework may read that the gateway cannot: each refused 400, nothing runs.
+function unreadableBodies(tool, args) {
+  const text = callBody('b-1', tool, args);
+  const nested = `${'['.repeat(3000)}${']'.repeat(3000)}`;
+  return [
+    { name: 'lone surrogate', body: Buffer.from(text.replace(/}}}$/, ',"note":"\\ud800"}}}')) },
+    { name: 'raw 0xFF byte', body: Buffer.concat([Buffer.from(text.replace(/}}}$/, ',"note":"')), Buffer.from([0xff]), Buffer.from('"}}}')]) },
+    { name: '3000-deep nesting', body: Buffer.from(text.replace(/}}}$/, `,"note":${nested}}}}`)) },
+    { name: 'byte order mark', body: Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), Buffer.from(text)]) },
+    { name: 'gzip body', body: zlib.gzipSync(text), headers: { 'Content-Encoding': 'gzip' } },
+    { name: 'deflate body', body: zlib.deflateSync(text), headers: { 'Content-Encoding': 'deflate' } },
+    { name: 'json type, not json', body: Buffer.from(`${text.slice(0, -1)},`), headers: { 'Content-Type': 'application/json' } },
+  ];
+}
+
+async function checkBodies(port, session, tool, args, targets, executions) {
+  const before = await executions();
+  for (const target of targets) {
+    for (const b of unreadableBodies(tool, args)) {
+      for (let i = 0; i < 3; i++) {
+        const res = await rawRequest(port, { target, headers: { ...session, ...(b.headers ?? {}) }, body: b.body });
+        assert.equal(res.status, 400, `${b.name} to ${target}: ${res.body.slice(0, 300)}`);
+        const msg = JSON.parse(res.body);
+        assert.ok(msg.error?.message, `${b.name} to ${target}: says why`);
+        if (b.headers?.['Content-Encoding']) assert.match(msg.error.message, /Content-Encoding/);
+      }
+    }
+  }
+  assert.equal((await executions()) - before, 0, 'no unreadable body was executed');
+}
+
+function sessionHeaders(s) {
+  return s.sessionId ? { 'Mcp-Session-Id': s.sessionId } : {};
+}
+
+test('the SDK server (WHATWG URL routing): every spelling of /mcp is protected, unreadable bodies refused', async (t) => {
+  const up = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, { upstream: up.url, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
+  const s = await rawSession(t, gw.url);
+  const executions = async () => (await readLedger(up.ledger)).length;
+  await checkSpellings(gw.port, sessionHeaders(s), 'issue_refund', (n) => ({ order_id: `sp-${n}`, amount_cents: 100 + n }), executions);
+  await checkBodies(gw.port, sessionHeaders(s), 'issue_refund', { order_id: 'body-1', amount_cents: 1 },
+    ['/mcp', '/./mcp', '/other', '/messages?sessionId=abc'], executions);
+});
+
+test('Express 5 (case-insensitive routes, gzip and BOM bodies read): every spelling is protected, unreadable bodies refused', async (t) => {
+  const ledger = path.join(await tempDir(t, 'idemgw-express-'), 'ledger.jsonl');
+  const shop = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/express-shop.mjs'), '0'], {
+    env: { LEDGER: ledger, JSON_RESPONSE: '1' },
+    readyLine: /listening on port (\d+)/,
+    name: 'express-shop',
+  });
+  const gw = await startGateway(t, { upstream: `http://127.0.0.1:${shop.match[1]}/mcp`, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: 2 tools listed by the upstream/);
+  const s = await rawSession(t, gw.url);
+  const executions = async () => (await readLedger(ledger)).length;
+  await checkSpellings(gw.port, sessionHeaders(s), 'place_order', (n) => ({ item: `lamp ${n}`, quantity: n }), executions);
+  await checkBodies(gw.port, sessionHeaders(s), 'place_order', { item: 'chair', quantity: 1 },
+    ['/mcp', '/MCP/', '/other'], executions);
+});
+
+test('a server that answers MCP on every path: a protected call off the endpoint is refused, a read relayed', async (t) => {
+  let charges = 0;
+  const server = http.createServer(async (req, res) => {
+    const mcp = new McpServer({ name: 'any-path', version: '1.0.0' });
+    mcp.registerTool('charge', {
+      description: 'Charges a card (every call charges again)',
+      inputSchema: { n: z.number().int() },
+      annotations: { readOnlyHint: false, idempotentHint: false },
+    }, async ({ n }) => {
+      charges++;
+      return { content: [{ type: 'text', text: `charged ${n}` }] };
+    });
+    mcp.registerTool('balance', { description: 'Reads the balance', inputSchema: {}, annotations: { readOnlyHint: true } },
+      async () => ({ content: [{ type: 'text', text: `${charges} charges` }] }));
+    const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true });
+    res.on('close', () => transport.close());
+    await mcp.connect(transport);
+    await transport.handleRequest(req, res);
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  t.after(() => {
+    server.closeAllConnections();
+    server.close();
+  });
+  const upPort = server.address().port;
+  const gw = await startGateway(t, { upstream: `http://127.0.0.1:${upPort}/mcp`, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: 2 tools listed by the upstream/);
+  const executions = async () => charges;
+
+  // Directly, the server runs a call posted to any path: the hole the gateway must close.
+  const direct = await rawRequest(upPort, { target: '/anything', body: Buffer.from(callBody('d', 'charge', { n: 0 })) });
+  assert.equal(direct.status, 200, direct.body);
+  assert.equal(charges, 1, 'the server executes a tools/call on any path');
+
+  for (const target of ['/anything', '/messages?sessionId=s1', '/mcp/extra', '/.well-known/x']) {
+    for (const body of [
+      callBody('c', 'charge', { n: 1 }),
+      JSON.stringify([{ jsonrpc: '2.0', id: 'c', method: 'tools/call', params: { name: 'charge', arguments: { n: 1 } } }]),
+      // a notification: some servers run it all the same
+      JSON.stringify({ jsonrpc: '2.0', method: 'tools/call', params: { name: 'charge', arguments: { n: 1 } } }),
+      // a name that is not a string cannot be classified
+      JSON.stringify({ jsonrpc: '2.0', id: 'c', method: 'tools/call', params: { name: ['charge'], arguments: { n: 1 } } }),
+    ]) {
+      for (const ct of ['application/json', 'text/plain']) {
+        const res = await rawRequest(gw.port, { target, headers: { 'Content-Type': ct }, body: Buffer.from(body) });
+        assert.equal(res.status, 400, `${target} ${ct} ${body}: ${res.body}`);
+        assert.match(JSON.parse(res.body).error.message, /only accepted as a POST to the MCP endpoint \/mcp/);
+      }
+    }
+  }
+  await checkBodies(gw.port, {}, 'charge', { n: 2 }, ['/anything', '/mcp'], executions);
+  assert.equal(charges, 1, 'nothing off the endpoint ran');
+
+  // A read off the endpoint is still relayed, and a body that is not JSON at all passes.
+  const read = await rawRequest(gw.port, { target: '/anything', body: Buffer.from(callBody('r', 'balance', {})) });
+  assert.equal(read.status, 200, read.body);
+  assert.match(read.body, /1 charges/);
+  const form = await rawRequest(gw.port, { target: '/form', headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, body: Buffer.from('a=1&b=2') });
+  assert.notEqual(form.status, 400, `a form body is relayed: ${form.body}`);
+
+  // The endpoint in another spelling is the endpoint: protected, run once.
+  for (let i = 0; i < 3; i++) {
+    const id = `e-${i}`;
+    const res = await rawRequest(gw.port, { target: '/./MCP/', body: Buffer.from(callBody(id, 'charge', { n: 7 })) });
+    assert.equal(res.status, 200, res.body);
+    if (i > 0) assert.ok(replayMarker(answerOf(res, id)?.result), res.body);
+  }
+  assert.equal(charges, 2, 'the endpoint spelled /./MCP/ ran once');
+});
