@@ -15,6 +15,7 @@ import {
   IDEMGW_BIN, NODE, TESTS, createDatabase, freePort, readLedger, startGateway, startPgCluster, startProcess,
   startRefundServer, tempDir, toYaml, waitFor, waitForLog,
 } from '../integration/lib/harness.mjs';
+import { callBody, rawRequest, spellings, unreadableBodies } from '../integration/lib/bypass.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
 
 const SUBJECT = { header: 'X-Subject' };
@@ -246,17 +247,74 @@ async function upstreamScenario(s, mode) {
   return report(`upstream:${mode}`, tl, { executions, doubles: Math.max(0, executions - workers * perWorker) });
 }
 
+// --- other spellings of the endpoint and unreadable bodies, against two real frameworks -------
+// Each spelling of /mcp and each body the gateway cannot read is sent as 3 concurrent copies with
+// the same arguments: a spelling runs
+// exactly once, an unreadable body never.
+async function bypassScenario(s, framework) {
+  let upUrl, ledger;
+  if (framework === 'sdk') {
+    const up = await startRefundServer(s, { jsonResponse: true });
+    [upUrl, ledger] = [up.url, up.ledger];
+  } else {
+    ledger = path.join(await tempDir(s, 'idemgw-express-'), 'ledger.jsonl');
+    const shop = await startProcess(s, NODE, [path.join(TESTS, 'fixtures/express-shop.mjs'), '0'], {
+      env: { LEDGER: ledger, JSON_RESPONSE: '1' }, readyLine: /listening on port (\d+)/, name: 'express-shop',
+    });
+    upUrl = `http://127.0.0.1:${shop.match[1]}/mcp`;
+  }
+  const gw = await startGateway(s, { upstream: upUrl, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
+  const init = await rawRequest(gw.port, {
+    target: '/mcp',
+    body: Buffer.from(JSON.stringify({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'faults', version: '1' } } })),
+  });
+  const session = init.headers['mcp-session-id'] ? { 'Mcp-Session-Id': init.headers['mcp-session-id'] } : {};
+  const tool = framework === 'sdk' ? 'issue_refund' : 'place_order';
+  const argsFor = (tag) => (framework === 'sdk' ? { order_id: tag, amount_cents: 5 } : { item: tag, quantity: 1 });
+  const executionsOf = async (tag) => (await readLedger(ledger)).filter((e) => (e.order_id ?? e.item) === tag).length;
+  const tl = { sent: 0, executions: 0, doubles: 0, refused: 0, wrong: 0 };
+  let n = 0;
+  const variants = [];
+  for (const sp of spellings(gw.port)) {
+    const tag = `sp-${++n}`;
+    variants.push({ tag, target: sp.target, body: Buffer.from(callBody(tag, tool, argsFor(tag))), want: sp.expect === 'protected' ? 1 : 0 });
+  }
+  // spellings each framework routes to its endpoint (and one it does not), with each body
+  const bodyTargets = framework === 'sdk' ? ['/mcp', '/./mcp', '/x/../mcp', '/other'] : ['/mcp', '/MCP', '/mcp/', '/other'];
+  for (const target of bodyTargets) {
+    for (const b of unreadableBodies(tool, argsFor(`body-${++n}`))) {
+      variants.push({ tag: `body-${n}`, target, body: b.body, headers: b.headers, want: 0 });
+    }
+  }
+  for (const v of variants) {
+    const answers = await Promise.all([0, 1, 2].map(() => rawRequest(gw.port, { target: v.target, headers: { ...session, ...(v.headers ?? {}) }, body: v.body })));
+    tl.sent += answers.length;
+    tl.refused += answers.filter((a) => a.status >= 400).length;
+    const ran = await executionsOf(v.tag);
+    tl.executions += ran;
+    if (ran > v.want) tl.doubles += ran - v.want;
+    if (ran < v.want) tl.wrong++;
+  }
+  const line = `sent ${tl.sent}, executions ${tl.executions}, refused ${tl.refused}, ran more than allowed ${tl.doubles}, protected spelling never ran ${tl.wrong}`;
+  const ok = tl.doubles === 0 && tl.wrong === 0;
+  console.log(`${ok ? 'ok  ' : 'FAIL'} ${`bypass:${framework}`.padEnd(24)} ${line}`);
+  return ok;
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const wanted = process.argv.slice(2);
-const all = [...Object.keys(scenarios), ...UPSTREAM_MODES.map((m) => `upstream:${m}`)];
+const all = [...Object.keys(scenarios), ...UPSTREAM_MODES.map((m) => `upstream:${m}`), 'bypass:sdk', 'bypass:express'];
 const names = wanted.length ? wanted : all;
 let failed = 0;
 for (const name of names) {
   const s = scope(name);
   let ok = false;
   try {
-    ok = name.startsWith('upstream:') ? await upstreamScenario(s, name.slice(9)) : await scenarios[name](s);
+    if (name.startsWith('upstream:')) ok = await upstreamScenario(s, name.slice(9));
+    else if (name.startsWith('bypass:')) ok = await bypassScenario(s, name.slice(7));
+    else ok = await scenarios[name](s);
   } catch (err) {
     console.log(`FAIL ${name.padEnd(24)} error: ${err.message.split('\n')[0]}`);
     process.stderr.write(`${err.stack}\n`);
