@@ -897,11 +897,10 @@ static void on_subject(void *arg, const subject_result_t *res)
         answer(c, ANSWER_BAD_ARGUMENTS, jcs_status_str(js), NULL);
         return;
     }
-    jcs_value_t *args = jcs_object_get(jcs_object_get(root, "params"), "arguments");
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks = key_derive(c->subject, m->tool, args, pt, header_of(c, "idempotency-key"),
-                                 &kr, msg, sizeof(msg));
+    key_status_t ks = key_derive_params(c->subject, m->tool, jcs_object_get(root, "params"), pt,
+                                        header_of(c, "idempotency-key"), &kr, msg, sizeof(msg));
     jcs_free(root);
     if (ks != KEY_OK) {
         answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);

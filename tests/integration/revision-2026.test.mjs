@@ -116,8 +116,9 @@ test('every answer the gateway writes for a protected call is accepted by v2 cli
 
     // two identical slow calls at once from two clients: one execution, neither throws
     const slow = { order_id: `slow-${m}`, amount_cents: 5, delay_ms: 600 };
+    const before = (await readLedger(upstream.ledger)).length;
     const first = a.callTool({ name: 'slow_refund', arguments: slow });
-    await waitForLedger(upstream.ledger, (await readLedger(upstream.ledger)).length + 1);
+    await waitForLedger(upstream.ledger, before + 1);
     const second = await b.callTool({ name: 'slow_refund', arguments: slow });
     assert.equal(idemStatus(second)?.code, 'in_progress', JSON.stringify(second));
     assert.equal(second.isError, true);
@@ -262,4 +263,28 @@ test('SEP-2243: Mcp-Name in base64 is decoded and compared; a mismatch is refuse
   assert.equal(wrong.status, 400, wrong.text);
   const ledger = await readLedger(upstream.ledger);
   assert.deepEqual(ledger.map((l) => l.order_id), ['b64-ok'], 'only the matching call ran');
+});
+
+test('params.idempotencyKey (SEP-3182) is an explicit key: replayed for the same call, key_reused for other arguments', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const call = (args, idempotencyKey, opts) => raw2026(gw.url, 'tools/call', { name: 'issue_refund', arguments: args, idempotencyKey }, opts);
+  const args = { order_id: 'sep-1', amount_cents: 30 };
+  const first = await call(args, 'order-sep-1');
+  assert.match(toolText(first.message.result), /^Refunded 30 cents/, first.text);
+  // the key, not the arguments, names the call: a note that would change the hash does not
+  const again = await call({ ...args, note: 'retry' }, 'order-sep-1');
+  assert.equal(idemStatus(again.message.result)?.code, 'key_reused', again.text);
+  const same = await call(args, 'order-sep-1');
+  assert.ok(replayMarker(same.message.result), same.text);
+  assert.equal(same.message.result.resultType, 'complete');
+  // from a 2025 caller too (the key is in params, whatever the era)
+  const legacy = await call(args, 'order-sep-1', { version: '2025-11-25' });
+  assert.ok(replayMarker(legacy.message.result), legacy.text);
+  // another key is another call; a key that is not a string or number is refused, not ignored
+  const other = await call(args, 'order-sep-2');
+  assert.match(toolText(other.message.result), /^Refunded 30 cents/);
+  const bad = await call(args, { k: 1 });
+  assert.equal(idemStatus(bad.message.result)?.code, 'bad_key', bad.text);
+  assert.match(toolText(bad.message.result), /params\.idempotencyKey/);
+  assert.equal((await ledgerOf(upstream.ledger, 'sep-1')).length, 2, 'once per key');
 });
