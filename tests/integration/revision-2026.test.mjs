@@ -11,8 +11,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import {
-  NODE, TESTS, createDatabase, freePort, idemStatus, mcpClient, readLedger, replayMarker, startGateway,
-  startProcess, tempDir, toolText, waitForLedger,
+  createDatabase, freePort, idemStatus, mcpClient, readLedger, replayMarker, startGateway, startV2Server,
+  tempDir, toolText, waitForLedger,
 } from './lib/harness.mjs';
 import { AUDIENCE, ISSUER, makeKey } from './lib/tokens.mjs';
 
@@ -22,16 +22,6 @@ const MODES = [
 ];
 const ACCEPT = 'application/json, text/event-stream';
 const META_VERSION = 'io.modelcontextprotocol/protocolVersion';
-
-async function startV2Server(t) {
-  const ledger = path.join(await tempDir(t, 'idemgw-v2-ledger-'), 'ledger.jsonl');
-  const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/v2-server.mjs'), '0'], {
-    env: { LEDGER: ledger },
-    readyLine: /listening on port (\d+)/,
-    name: 'v2-fixture',
-  });
-  return { ...h, ledger, url: `http://127.0.0.1:${Number(h.match[1])}/mcp` };
-}
 
 /** A v2 client (2.4.0) connected to url; closed when the test ends. */
 async function v2Client(t, url, mode, { headers = {}, onElicit } = {}) {
