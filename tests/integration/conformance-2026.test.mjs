@@ -5,9 +5,10 @@
 // Only the newest suite knows the revision: conformance 0.2.0-alpha.12 (`conformance-next`)
 // takes --spec-version 2026-07-28; the release 0.1.16 refuses it ("Unknown spec version"; it
 // knows 2025-03-26, 2025-06-18, 2025-11-25, draft and extension), which the first test checks
-// so this note cannot go stale unnoticed. The fixture implements the tools of a ledger, not
-// the suite's test tools, so directly it passes only part of the scenarios; the gateway must
-// not lose any of them, and adds dns-rebinding-protection, which the fixture leaves to it.
+// so this note cannot go stale unnoticed. The fixture serves the suite's content tools,
+// resources and prompts (measured directly: 17 of 20 scenarios pass; completion, progress and
+// dns-rebinding-protection do not); the gateway must lose none of them, and adds
+// dns-rebinding-protection, which the fixture leaves to it.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -32,6 +33,10 @@ async function suite2026(t, url, label) {
   return results;
 }
 
+// The suite's tools say readOnlyHint; protected, they are claimed, forwarded and stored.
+const PROTECTED = Object.fromEntries(['test_simple_text', 'test_image_content', 'test_audio_content', 'test_embedded_resource',
+  'test_multiple_content_types', 'test_error_handling'].map((n) => [n, { class: 'non_idempotent' }]));
+
 const passing = (results) => new Set([...results].filter(([, v]) => v.failed === 0).map(([k]) => k));
 
 function failureReport(results, names) {
@@ -54,7 +59,7 @@ for (const protect of [false, true]) {
     const gw = await startGateway(t, {
       upstream: upstream.url,
       ...(protect ? { databaseUrl: await createDatabase() } : {}),
-      config: protect ? { subject: { static: 'conformance' } } : { defaults: { class: 'read' } },
+      config: protect ? { subject: { static: 'conformance' }, tools: PROTECTED } : { defaults: { class: 'read' } },
     });
     const direct = await suite2026(t, upstream.url, 'v2 fixture directly');
     const via = await suite2026(t, gw.url, `v2 fixture through the gateway (${how})`);
@@ -64,5 +69,6 @@ for (const protect of [false, true]) {
     assert.ok(passing(via).has('dns-rebinding-protection'),
       `dns-rebinding-protection fails through the gateway:\n${failureReport(via, ['dns-rebinding-protection'])}`);
     assert.equal(via.size, direct.size, 'both runs cover the same scenarios');
+    if (protect) assert.match(gw.logs(), /"tool":"test_simple_text".*"recorded":"succeeded"/, 'the suite\'s calls were protected');
   });
 }
