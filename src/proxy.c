@@ -1024,8 +1024,8 @@ static bool path_matches(const char *target, const char *path)
 
 /* The mirrored headers of SEP-2243 (Mcp-Method, Mcp-Name, MCP-Protocol-Version) against the
  * body: revision.c decides. */
-static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m,
-                                   const char *body, size_t len)
+static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m, const char *body,
+                                   size_t len)
 {
     const revision_headers_t h = {
         .protocol_version = http_headers_get(&req->headers, "mcp-protocol-version"),
@@ -1039,9 +1039,9 @@ static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m
  * acted on, as Host, Origin, credentials, keys and sessions would be. */
 static const char *duplicated_header(const http_headers_t *h)
 {
-    static const char *const once[] = {"Host",           "Origin",   "Authorization",
-                                       "Idempotency-Key", "Mcp-Session-Id", "Mcp-Method",
-                                       "Mcp-Name",       "MCP-Protocol-Version"};
+    static const char *const once[] = {
+        "Host",           "Origin",     "Authorization", "Idempotency-Key",
+        "Mcp-Session-Id", "Mcp-Method", "Mcp-Name",      "MCP-Protocol-Version"};
     for (size_t i = 0; i < ARRAY_LEN(once); i++)
         if (http_headers_count(h, once[i]) > 1)
             return once[i];
