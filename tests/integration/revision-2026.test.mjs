@@ -251,6 +251,20 @@ test('SEP-2243: Mcp-Name in base64 is decoded and compared; a mismatch is refuse
   assert.equal(read.status, 200, read.text);
   const wrong = await raw2026(gw.url, 'prompts/get', { name: 'greet', arguments: { who: 'a' } }, { headers: { 'Mcp-Name': 'other' } });
   assert.equal(wrong.status, 400, wrong.text);
+  // the real client behind a proxy that rewrites its Mcp-Name: the 400 reaches it as the
+  // JSON-RPC error -32020, a protocol error it understands, not a result it cannot parse
+  for (const mode of MODES) {
+    const client = new Client({ name: 'idemgw-v2-mangled', version: '1.0.0' }, { versionNegotiation: mode.versionNegotiation });
+    const mangle = (u, init) => {
+      const headers = new Headers(init?.headers);
+      if (headers.get('mcp-name') === 'issue_refund') headers.set('mcp-name', 'get_ledger');
+      return fetch(u, { ...init, headers });
+    };
+    await client.connect(new StreamableHTTPClientTransport(new URL(gw.url), { fetch: mangle }));
+    t.after(() => client.close().catch(() => {}));
+    await assert.rejects(client.callTool({ name: 'issue_refund', arguments: { order_id: `mangled-${mode.name}`, amount_cents: 1 } }),
+      (e) => e.code === -32020 && /Mcp-Name/.test(e.message), `${mode.name}: a -32020 protocol error`);
+  }
   const ledger = await readLedger(upstream.ledger);
   assert.deepEqual(ledger.map((l) => l.order_id), ['b64-ok'], 'only the matching call ran');
 });
