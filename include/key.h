@@ -32,6 +32,18 @@ typedef struct key_result {
 key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args,
                         const policy_tool_t *pt, const char *header_key, key_result_t *out,
                         char *msg, size_t msglen) MUST_CHECK;
+
+/* The member of a tools/call's params that carries an explicit key (the shape SEP-3182
+ * proposes), outside the arguments and so never hashed. */
+#define KEY_PARAM "idempotencyKey"
+
+/* The same from a tools/call's whole params object (may be NULL): its arguments (modified as
+ * above) and its idempotencyKey. The sources of an explicit key, first found wins: the header,
+ * params.idempotencyKey, the key_arg argument. A params.idempotencyKey that is not a usable key
+ * (empty, too long, not a string or number) is refused, as the others are. */
+key_status_t key_derive_params(const char *subject, const char *tool, jcs_value_t *params,
+                               const policy_tool_t *pt, const char *header_key, key_result_t *out,
+                               char *msg, size_t msglen) MUST_CHECK;
 void key_result_free(key_result_t *r);
 
 /* Hex SHA-256 of the key, for the Idempotency-Key sent upstream, the replay marker and log

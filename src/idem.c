@@ -10,6 +10,7 @@
 #include "pending.h"
 #include "policy.h"
 #include "replay_cache.h"
+#include "revision.h"
 #include "sse.h"
 #include "store.h"
 #include "subject.h"
@@ -27,7 +28,6 @@
 /* Wait mode polls the store: replicas share nothing else. */
 #define WAIT_POLL_FIRST_MS 25
 #define WAIT_POLL_MAX_MS 250
-
 
 /* Stored as the result of an unknown row whose call its caller cancelled: another process
  * answering a duplicate can then say so. Unknown rows carry no result otherwise. */
@@ -122,6 +122,7 @@ typedef struct call {
     struct event *timer;       /* wait mode */
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;
+    revision_t revision; /* the caller's protocol era: what the answers written here look like */
 } call_t;
 
 static void set_state(call_t *c, call_state_t to)
@@ -151,6 +152,25 @@ static const mcp_msg_t *msg_of(const call_t *c)
 static const char *header_of(const call_t *c, const char *name)
 {
     return http_headers_get(&exchange_request(c->ex)->headers, name);
+}
+
+/* The era of the request: its MCP-Protocol-Version header and its body's _meta claim. */
+static revision_t request_revision(const exchange_t *ex)
+{
+    const http_request_t *req = exchange_request(ex);
+    size_t len = evbuffer_get_length(req->body);
+    const char *body = (const char *)evbuffer_pullup(req->body, -1);
+    char *claim = revision_meta_version(body, len);
+    revision_t r =
+        revision_of_request(http_headers_get(&req->headers, "mcp-protocol-version"), claim);
+    free(claim);
+    return r;
+}
+
+/* Every answer this stage writes itself passes here on its way out: it fits the caller's era. */
+static char *fit(const call_t *c, char *body)
+{
+    return revision_fit(body, c->revision);
 }
 
 /* --- the list of forwarded calls --- */
@@ -243,6 +263,7 @@ static void answer_why(call_t *c, answer_t a, const char *detail, const char *de
     exchange_set_log_fields(c->ex, fields);
     exchange_set_outcome(c->ex, answer_outcome(a));
     set_state(c, CALL_DONE);
+    body = fit(c, body);
     exchange_respond_json(c->ex, 200, body, NULL);
     free(body);
 }
@@ -264,8 +285,8 @@ static void strip_advertised_key(call_t *c)
         return;
     struct evbuffer *buf = exchange_request(c->ex)->body;
     size_t len = evbuffer_get_length(buf), out_len = 0;
-    char *body = mcp_without_argument((const char *)evbuffer_pullup(buf, -1), len, key_arg,
-                                      &out_len);
+    char *body =
+        mcp_without_argument((const char *)evbuffer_pullup(buf, -1), len, key_arg, &out_len);
     if (body)
         exchange_replace_body(c->ex, body, out_len);
     free(body);
@@ -409,6 +430,7 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
                          util_now_ms() + (uint64_t)row->expires_in_ms);
     exchange_set_outcome(c->ex, "replay");
     set_state(c, CALL_DONE);
+    body = fit(c, body);
     exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");
     free(body);
 }
@@ -524,6 +546,7 @@ static void answer_still_running(evutil_socket_t fd, short what, void *arg)
     exchange_set_log_fields(c->ex, fields);
     c->idem->ctx.stats->in_progress++;
     c->answered_early = true;
+    body = fit(c, body);
     exchange_answer_early(c->ex, body);
     free(body);
 }
@@ -585,8 +608,7 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         replay_cache_put(i->ctx.cache, c->key, row->args_digest, row->result, row->result_len,
                          row->created_at, row_attempts(c, row) + 1,
                          util_now_ms() + (uint64_t)row->expires_in_ms);
-        replay_cache_set_first(i->ctx.cache, c->key, row->first_session_id,
-                               row->first_jsonrpc_id);
+        replay_cache_set_first(i->ctx.cache, c->key, row->first_session_id, row->first_jsonrpc_id);
         answer_replay(c, row, false);
         return;
     case STORE_STATE_UNKNOWN:
@@ -718,8 +740,8 @@ static void status_answer(call_t *c, bool is_error, const char *code, const char
     if (c->key) {
         snprintf(status, sizeof(status), "{\"code\":\"%s\",\"key_hash\":\"%s\"}", code,
                  c->key_hash);
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"",
-                 KEY_HASH_LOG_LEN, c->key_hash, code);
+        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"", KEY_HASH_LOG_LEN,
+                 c->key_hash, code);
     } else {
         snprintf(status, sizeof(status), "{\"code\":\"%s\"}", code);
         snprintf(fields, sizeof(fields), "\"code\":\"%s\"", code);
@@ -728,6 +750,7 @@ static void status_answer(call_t *c, bool is_error, const char *code, const char
     exchange_set_log_fields(c->ex, fields);
     exchange_set_outcome(c->ex, "status");
     set_state(c, CALL_DONE);
+    body = fit(c, body);
     exchange_respond_json(c->ex, 200, body, NULL);
     free(body);
 }
@@ -766,6 +789,7 @@ static void on_status_row(store_status_t st, const store_row_t *row, void *arg)
         }
         exchange_set_outcome(c->ex, "status");
         set_state(c, CALL_DONE);
+        body = fit(c, body);
         exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");
         free(body);
         return;
@@ -824,9 +848,9 @@ static void status_lookup(call_t *c)
     c->target = xstrdup(tool);
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks = key_derive(c->subject, tool, jcs_object_get(sargs, "arguments"),
-                                 policy_lookup(&cfg->policy, tool), explicit, &kr, msg,
-                                 sizeof(msg));
+    key_status_t ks =
+        key_derive(c->subject, tool, jcs_object_get(sargs, "arguments"),
+                   policy_lookup(&cfg->policy, tool), explicit, &kr, msg, sizeof(msg));
     jcs_free(root);
     if (ks != KEY_OK) {
         answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
@@ -873,11 +897,10 @@ static void on_subject(void *arg, const subject_result_t *res)
         answer(c, ANSWER_BAD_ARGUMENTS, jcs_status_str(js), NULL);
         return;
     }
-    jcs_value_t *args = jcs_object_get(jcs_object_get(root, "params"), "arguments");
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks = key_derive(c->subject, m->tool, args, pt, header_of(c, "idempotency-key"),
-                                 &kr, msg, sizeof(msg));
+    key_status_t ks = key_derive_params(c->subject, m->tool, jcs_object_get(root, "params"), pt,
+                                        header_of(c, "idempotency-key"), &kr, msg, sizeof(msg));
     jcs_free(root);
     if (ks != KEY_OK) {
         answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
@@ -1039,9 +1062,9 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
     if (c->foreign) {
         /* the upstream answered with another request's response: never the caller's */
         i->ctx.stats->unknown++;
-        char *body =
-            answer_body(ANSWER_FOREIGN, msg_of(c)->id_text, c->key_hash, NULL, NULL, NULL);
+        char *body = answer_body(ANSWER_FOREIGN, msg_of(c)->id_text, c->key_hash, NULL, NULL, NULL);
         exchange_set_outcome(c->ex, answer_outcome(ANSWER_FOREIGN));
+        body = fit(c, body);
         exchange_replace_answer(c->ex, body);
         free(body);
         return;
@@ -1078,7 +1101,8 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
         result_len = sizeof(CANCEL_NOTE) - 1;
     }
     uint64_t ttl = 0;
-    if (result && state == STORE_STATE_SUCCEEDED && task_result_of(result, result_len, NULL, &ttl)) {
+    if (result && state == STORE_STATE_SUCCEEDED &&
+        task_result_of(result, result_len, NULL, &ttl)) {
         /* a replay of a task that no longer exists would point the retry at nothing */
         if (ttl && ttl < c->rules.window_ms)
             c->rules.window_ms = ttl;
@@ -1191,6 +1215,7 @@ void idem_call(void *arg, exchange_t *ex)
     c->idem = i;
     c->ex = ex;
     c->state = CALL_RESOLVING;
+    c->revision = request_revision(ex);
     c->rules =
         policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool), cfg->upstream_timeout_ms);
     if (cfg->status_tool && strcmp(exchange_msg(ex)->tool, CATALOG_STATUS_TOOL) == 0) {
@@ -1213,8 +1238,7 @@ static void on_task_subject(void *arg, const subject_result_t *res)
 {
     task_ask_t *a = arg;
     const char *session =
-        res->subject ? task_routes_session(a->idem->tasks, a->task_id, res->subject,
-                                           util_now_ms())
+        res->subject ? task_routes_session(a->idem->tasks, a->task_id, res->subject, util_now_ms())
                      : NULL;
     const char *own = http_headers_get(&exchange_request(a->ex)->headers, "mcp-session-id");
     if (session && (!own || strcmp(own, session) != 0))

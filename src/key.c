@@ -111,8 +111,8 @@ static key_status_t check_explicit(const char *k, size_t len, const char *from, 
 
 /* Takes the explicit key out of the key_arg member, if usable. *out stays NULL when the member
  * is absent or null. */
-static key_status_t arg_explicit(const jcs_value_t *member, const char *key_arg, char **out,
-                                 char *msg, size_t msglen)
+static key_status_t arg_explicit(const jcs_value_t *member, const char *key_arg, const char *where,
+                                 char **out, char *msg, size_t msglen)
 {
     *out = NULL;
     if (!member || jcs_type(member) == JCS_NULL)
@@ -126,10 +126,10 @@ static key_status_t arg_explicit(const jcs_value_t *member, const char *key_arg,
         text = jcs_serialize(member, &len);
     } else {
         return key_fail(KEY_ERR_BAD_EXPLICIT, msg, msglen,
-                        "argument %s: idempotency key must be a string or a number", key_arg);
+                        "%s%s: idempotency key must be a string or a number", where, key_arg);
     }
     char from[160];
-    snprintf(from, sizeof from, "argument %s", key_arg);
+    snprintf(from, sizeof from, "%s%s", where, key_arg);
     key_status_t st = check_explicit(text, len, from, msg, msglen);
     if (st != KEY_OK) {
         free(text);
@@ -139,9 +139,10 @@ static key_status_t arg_explicit(const jcs_value_t *member, const char *key_arg,
     return KEY_OK;
 }
 
-key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args,
-                        const policy_tool_t *pt, const char *header_key, key_result_t *out,
-                        char *msg, size_t msglen)
+/* param_key: the params.idempotencyKey member, or NULL. */
+static key_status_t derive(const char *subject, const char *tool, jcs_value_t *args,
+                           const jcs_value_t *param_key, const policy_tool_t *pt,
+                           const char *header_key, key_result_t *out, char *msg, size_t msglen)
 {
     memset(out, 0, sizeof *out);
     if (msg && msglen)
@@ -163,8 +164,13 @@ key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args
         if (st != KEY_OK)
             return st;
         explicit_key = xstrndup(header_key, hlen);
+    } else if (param_key && jcs_type(param_key) != JCS_NULL) {
+        st = arg_explicit(param_key, KEY_PARAM, "params.", &explicit_key, msg, msglen);
+        if (st != KEY_OK)
+            return st;
     } else if (!absent && key_arg) {
-        st = arg_explicit(jcs_object_get(args, key_arg), key_arg, &explicit_key, msg, msglen);
+        st = arg_explicit(jcs_object_get(args, key_arg), key_arg, "argument ", &explicit_key, msg,
+                          msglen);
         if (st != KEY_OK)
             return st;
     }
@@ -192,6 +198,22 @@ key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args
         out->key = build_key(subject, tool, "h", out->args_digest, 32);
     }
     return KEY_OK;
+}
+
+key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args,
+                        const policy_tool_t *pt, const char *header_key, key_result_t *out,
+                        char *msg, size_t msglen)
+{
+    return derive(subject, tool, args, NULL, pt, header_key, out, msg, msglen);
+}
+
+key_status_t key_derive_params(const char *subject, const char *tool, jcs_value_t *params,
+                               const policy_tool_t *pt, const char *header_key, key_result_t *out,
+                               char *msg, size_t msglen)
+{
+    jcs_value_t *args = jcs_object_get(params, "arguments");
+    const jcs_value_t *param_key = jcs_object_get(params, KEY_PARAM);
+    return derive(subject, tool, args, param_key, pt, header_key, out, msg, msglen);
 }
 
 void key_result_free(key_result_t *r)

@@ -5,6 +5,7 @@
 #include "handoff.h"
 #include "log.h"
 #include "policy.h"
+#include "revision.h"
 #include "sse.h"
 #include "subject.h"
 #include "target.h"
@@ -1014,24 +1015,26 @@ uint64_t proxy_exchanges(const proxy_t *p)
 
 /* --- request validation and classification --- */
 
-/* Checks the 2026 draft's mirrored headers against the body. */
-static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m)
+/* The mirrored headers of SEP-2243 (Mcp-Method, Mcp-Name, MCP-Protocol-Version) against the
+ * body: revision.c decides. */
+static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m, const char *body,
+                                   size_t len)
 {
-    const char *hm = http_headers_get(&req->headers, "mcp-method");
-    if (hm && m->kind != MCP_KIND_BATCH && m->method && strcmp(hm, m->method) != 0)
-        return "Mcp-Method header does not match the body's method";
-    const char *hn = http_headers_get(&req->headers, "mcp-name");
-    if (hn && m->tool && strncmp(hn, "=?base64?", 9) != 0 && strcmp(hn, m->tool) != 0)
-        return "Mcp-Name header does not match the body's tool name";
-    return NULL;
+    const revision_headers_t h = {
+        .protocol_version = http_headers_get(&req->headers, "mcp-protocol-version"),
+        .method = http_headers_get(&req->headers, "mcp-method"),
+        .name = http_headers_get(&req->headers, "mcp-name"),
+    };
+    return revision_header_mismatch(&h, m, body, len);
 }
 
 /* Headers whose copies a proxy cannot merge safely (RFC 9110 5.3): one copy checked, another
  * acted on, as Host, Origin, credentials, keys and sessions would be. */
 static const char *duplicated_header(const http_headers_t *h)
 {
-    static const char *const once[] = {"Host", "Origin", "Authorization", "Idempotency-Key",
-                                       "Mcp-Session-Id"};
+    static const char *const once[] = {
+        "Host",           "Origin",     "Authorization", "Idempotency-Key",
+        "Mcp-Session-Id", "Mcp-Method", "Mcp-Name",      "MCP-Protocol-Version"};
     for (size_t i = 0; i < ARRAY_LEN(once); i++)
         if (http_headers_count(h, once[i]) > 1)
             return once[i];
@@ -1188,7 +1191,7 @@ static bool body_acceptable(exchange_t *ex)
     ex->has_msg = true;
     if (ex->traced)
         trace_adopt_meta(ex, body ? body : "", blen);
-    const char *mismatch = header_mismatch(ex->req, &ex->msg);
+    const char *mismatch = header_mismatch(ex->req, &ex->msg, body, blen);
     if (mismatch) {
         refuse(ex, 400, -32020, mismatch, NULL);
         return false;

@@ -1,7 +1,10 @@
 /* libFuzzer driver for JSON-RPC extraction and response classification: any bytes, no crash,
  * spans found always lie inside the input, and the fast scanner agrees with the jansson tree
- * on every body (differential: the tree path is the reference). */
+ * on every body (differential: the tree path is the reference). The revision's readers run on
+ * the same bytes: the mirrored headers checked against the body, the _meta version claim, and
+ * a replay made to fit 2026-07-28, which stays JSON whenever the replay was. */
 #include "mcp.h"
+#include "revision.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -56,9 +59,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 abort();
             if (c == MCP_RESP_RESULT) {
                 char *b = mcp_replay_body(m.id_text, text + off, len, "{}");
+                json_t *before = b ? json_loads(b, 0, NULL) : NULL;
+                b = revision_fit(b, REVISION_2026);
+                json_t *after = b ? json_loads(b, 0, NULL) : NULL;
+                if (before && (!json_is_object(after) ||
+                               !json_is_string(json_object_get(json_object_get(after, "result"),
+                                                               "resultType"))))
+                    abort();
+                json_decref(before);
+                json_decref(after);
                 free(b);
             }
         }
+        /* the body's own bytes as the header values it is checked against */
+        char *hv = strndup(text, size < 64 ? size : 64);
+        revision_headers_t h = {.protocol_version = hv, .method = hv, .name = hv};
+        (void)revision_header_mismatch(&h, &m, text, size);
+        free(revision_meta_version(text, size));
+        free(revision_header_value(hv, NULL));
+        free(hv);
         mcp_msg_free(&m);
     }
     size_t off, len;

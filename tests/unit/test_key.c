@@ -448,12 +448,84 @@ static void test_key_status_str(void **state)
     assert_string_equal(key_status_str((key_status_t)42), "unknown key status");
 }
 
+/* params.idempotencyKey: an explicit key outside the arguments. The header wins over it, it
+ * wins over the key argument, and it is refused when unusable. */
+static void test_params_key(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *params, *header;
+        key_status_t st;
+        const char *key;   /* on KEY_OK */
+        const char *canon; /* the arguments hashed, on KEY_OK */
+    } cases[] = {
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":\"p1\"}", NULL, KEY_OK, "s:t:x:p1",
+         "{\"a\":1}"},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":\"p1\"}", "h1", KEY_OK, "s:t:x:h1",
+         "{\"a\":1}"},
+        {"{\"arguments\":{\"a\":1,\"idempotency_key\":\"arg\"},\"idempotencyKey\":\"p1\"}", NULL,
+         KEY_OK, "s:t:x:p1", "{\"a\":1}"},
+        {"{\"arguments\":{\"a\":1,\"idempotency_key\":\"arg\"}}", NULL, KEY_OK, "s:t:x:arg",
+         "{\"a\":1}"},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":null}", NULL, KEY_OK, NULL, "{\"a\":1}"},
+        {"{\"idempotencyKey\":42}", NULL, KEY_OK, "s:t:x:42", "{}"},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":\"\"}", NULL, KEY_ERR_BAD_EXPLICIT, NULL,
+         NULL},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":{\"k\":1}}", NULL, KEY_ERR_BAD_EXPLICIT, NULL,
+         NULL},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":[\"k\"]}", NULL, KEY_ERR_BAD_EXPLICIT, NULL,
+         NULL},
+        {"{\"arguments\":[1],\"idempotencyKey\":\"p1\"}", NULL, KEY_ERR_ARGS_NOT_OBJECT, NULL,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        jcs_value_t *params = parse(cases[i].params);
+        key_result_t r;
+        char msg[256];
+        key_status_t st =
+            key_derive_params("s", "t", params, NULL, cases[i].header, &r, msg, sizeof msg);
+        if (st != cases[i].st)
+            fail_msg("case %zu: status %s, want %s (%s)", i, key_status_str(st),
+                     key_status_str(cases[i].st), msg);
+        if (st != KEY_OK) {
+            if (st == KEY_ERR_BAD_EXPLICIT)
+                assert_non_null(strstr(msg, "params.idempotencyKey"));
+            jcs_free(params);
+            continue;
+        }
+        char digest[65];
+        util_sha256_hex(cases[i].canon, strlen(cases[i].canon), digest);
+        assert_string_equal(r.args_digest, digest);
+        if (cases[i].key) {
+            assert_string_equal(r.key, cases[i].key);
+            assert_true(r.explicit_key);
+        } else {
+            assert_false(r.explicit_key);
+        }
+        key_result_free(&r);
+        jcs_free(params);
+    }
+    /* the same key with other arguments: same key, another digest (what key_reused compares) */
+    jcs_value_t *a = parse("{\"arguments\":{\"a\":1},\"idempotencyKey\":\"p\"}");
+    jcs_value_t *b = parse("{\"arguments\":{\"a\":2},\"idempotencyKey\":\"p\"}");
+    key_result_t ra, rb;
+    assert_int_equal(key_derive_params("s", "t", a, NULL, NULL, &ra, NULL, 0), KEY_OK);
+    assert_int_equal(key_derive_params("s", "t", b, NULL, NULL, &rb, NULL, 0), KEY_OK);
+    assert_string_equal(ra.key, rb.key);
+    assert_string_not_equal(ra.args_digest, rb.args_digest);
+    key_result_free(&ra);
+    key_result_free(&rb);
+    jcs_free(a);
+    jcs_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_table),       cmocka_unit_test(test_key_relations),
         cmocka_unit_test(test_explicit_length), cmocka_unit_test(test_args_modified),
         cmocka_unit_test(test_key_hash_hex),    cmocka_unit_test(test_key_status_str),
+        cmocka_unit_test(test_params_key),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

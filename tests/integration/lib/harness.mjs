@@ -166,6 +166,22 @@ export async function startFixture(t) {
   return { ...h, port, url: `http://127.0.0.1:${port}/mcp` };
 }
 
+/**
+ * tests/fixtures/v2-server.mjs (@modelcontextprotocol/server 2.4.0: 2026-07-28, and 2025-era
+ * requests served statelessly) with its ledger in a fresh temp folder.
+ * Returns {url, port, ledger, proc, logs, exited}.
+ */
+export async function startV2Server(t) {
+  const ledger = path.join(await tempDir(t, 'idemgw-v2-ledger-'), 'ledger.jsonl');
+  const h = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/v2-server.mjs'), '0'], {
+    env: { LEDGER: ledger },
+    readyLine: /listening on port (\d+)/,
+    name: 'v2-fixture',
+  });
+  const port = Number(h.match[1]);
+  return { ...h, port, ledger, url: `http://127.0.0.1:${port}/mcp` };
+}
+
 // A small YAML writer for the gateway config: nested maps, lists and scalars.
 function yamlScalar(v) {
   if (v === null || v === undefined) return 'null';
