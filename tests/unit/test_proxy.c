@@ -275,8 +275,13 @@ static void other_paths_and_methods_are_relayed(void **state)
     assert_non_null(strstr(up_last_head, "GET /.well-known/oauth-protected-resource/mcp HTTP/1.1"));
     free(r);
     /* a body on another path that is no protected call goes up as it is */
-    r = exchange("POST", "/token", NULL, "grant_type=client_credentials");
+    r = exchange("POST", "/token", NULL, "{\"grant_type\":\"client_credentials\"}");
     assert_non_null(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    /* one that says it is JSON and is not is refused: the gateway could not tell what it holds */
+    r = exchange("POST", "/token", NULL, "grant_type=client_credentials");
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_non_null(strstr(r, "parse error"));
     free(r);
     r = exchange("OPTIONS", "/mcp", "Origin: http://localhost:5173\r\n", NULL);
     assert_non_null(strstr(r, "HTTP/1.1 200"));
