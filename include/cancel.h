@@ -28,6 +28,8 @@ typedef enum {
 
 typedef enum {
     CANCEL_PASS = 0, /* no protected call of this caller: the upstream gets the cancel */
+    CANCEL_IGNORE,   /* another caller names a protected call in its session: answered 202
+                      * here and not passed on, so it cannot stop a call it does not own */
     CANCEL_KEEP,     /* finish: answered 202 here; the call goes on and is recorded */
     CANCEL_DROP,     /* forward, not sent yet: answered 202 here; the call is never sent and
                       * its key released */
@@ -35,9 +37,16 @@ typedef enum {
     CANCEL_N_ACTIONS
 } cancel_action_t;
 
+typedef enum {
+    CANCEL_NO_MATCH = 0, /* another request */
+    CANCEL_MATCH,        /* this call, by its own caller */
+    CANCEL_FOREIGN,      /* this call's session and id, but not its caller (or none) */
+} cancel_match_t;
+
 /* Whether the cancel names the call: one caller, one session (both none, or the same), and the
  * same request id (a number and a string never match). */
-bool cancel_matches(const cancel_party_t *call, const cancel_party_t *note);
+cancel_match_t cancel_match(const cancel_party_t *call, const cancel_party_t *note);
+const char *cancel_match_name(cancel_match_t m);
 
 /* What to do with a cancel that names a call of phase whose tool says mode. */
 cancel_action_t cancel_decide(on_cancel_t mode, cancel_phase_t phase);
@@ -46,7 +55,7 @@ cancel_action_t cancel_decide(on_cancel_t mode, cancel_phase_t phase);
  * verdict for the cancel itself. A relay wins (the upstream needs it), then drop and keep. */
 cancel_action_t cancel_combine(cancel_action_t a, cancel_action_t b);
 
-/* "pass", "keep", "drop", "relay": for log lines. */
+/* "pass", "ignore", "keep", "drop", "relay": for log lines. */
 const char *cancel_action_name(cancel_action_t a);
 
 #endif

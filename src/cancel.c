@@ -5,10 +5,8 @@
 #include <string.h>
 
 static const char *const action_names[CANCEL_N_ACTIONS] = {
-    [CANCEL_PASS] = "pass",
-    [CANCEL_KEEP] = "keep",
-    [CANCEL_DROP] = "drop",
-    [CANCEL_RELAY] = "relay",
+    [CANCEL_PASS] = "pass", [CANCEL_IGNORE] = "ignore", [CANCEL_KEEP] = "keep",
+    [CANCEL_DROP] = "drop", [CANCEL_RELAY] = "relay",
 };
 
 /* The verdict by tool setting and phase: one table, read by cancel_decide. */
@@ -25,18 +23,27 @@ static bool same_text(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
-bool cancel_matches(const cancel_party_t *call, const cancel_party_t *note)
+/* A request id as JSON-RPC has them: a string or an integer. */
+static bool is_id(const json_t *id)
 {
-    if (!call->subject || !note->subject || strcmp(call->subject, note->subject) != 0)
-        return false;
-    if (!same_text(call->session, note->session))
-        return false;
-    /* json_equal says 1 == 1.0; JSON-RPC ids compare as written, so the types must agree */
-    if (!call->id || !note->id || json_typeof(call->id) != json_typeof(note->id))
-        return false;
-    if (!json_is_string(call->id) && !json_is_integer(call->id))
-        return false;
-    return json_equal(call->id, note->id);
+    return id && (json_is_string(id) || json_is_integer(id));
+}
+
+cancel_match_t cancel_match(const cancel_party_t *call, const cancel_party_t *note)
+{
+    /* json_equal says 1 == 1.0; ids compare as written, so their types must agree too */
+    if (!is_id(call->id) || !is_id(note->id) || json_typeof(call->id) != json_typeof(note->id) ||
+        !json_equal(call->id, note->id) || !same_text(call->session, note->session))
+        return CANCEL_NO_MATCH;
+    if (call->subject && note->subject && strcmp(call->subject, note->subject) == 0)
+        return CANCEL_MATCH;
+    /* without a session an id says nothing about whose request it is */
+    return call->session ? CANCEL_FOREIGN : CANCEL_NO_MATCH;
+}
+
+const char *cancel_match_name(cancel_match_t m)
+{
+    return m == CANCEL_MATCH ? "match" : m == CANCEL_FOREIGN ? "foreign" : "no_match";
 }
 
 cancel_action_t cancel_decide(on_cancel_t mode, cancel_phase_t phase)
