@@ -3,6 +3,7 @@
 #include "cancel.h"
 #include "catalog.h"
 #include "decode.h"
+#include "dup_recent.h"
 #include "dupsource.h"
 #include "jcs.h"
 #include "key.h"
@@ -24,6 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Keys whose recent attempts are kept for the duplicate-source rules. */
+#define DUP_RECENT_SLOTS 4096
+/* Where 2026-07-28 requests name their client (params._meta). */
+#define CLIENT_INFO_META "io.modelcontextprotocol/clientInfo"
 
 /* Wait mode polls the store: replicas share nothing else. */
 #define WAIT_POLL_FIRST_MS 25
@@ -80,6 +86,7 @@ struct idem {
     pending_reg_t *pending;
     struct call *live;      /* calls claiming their key or run by the upstream: for cancels */
     task_routes_t *tasks;   /* tasks this process stored or replayed: their sessions */
+    dup_recent_t *recent;   /* each key's recent attempts, for the duplicate-source rules */
 };
 
 typedef struct call {
@@ -316,17 +323,58 @@ static int row_attempts(const call_t *c, const store_row_t *row);
  * kept for the log, and recorded on the key's row (its counts and history; a replay also
  * counts in attempts). The record rides on the next batched write, never a store call of its
  * own; one that is lost loses nothing else. */
+/* The clientInfo a 2026-07-28 request carries in params._meta, as "name/version"; "" if none. */
+static void client_of(const call_t *c, char *out, size_t len)
+{
+    out[0] = '\0';
+    struct evbuffer *b = exchange_request(c->ex)->body;
+    size_t n = evbuffer_get_length(b);
+    const char *body = (const char *)evbuffer_pullup(b, -1);
+    if (!body || !memmem(body, n, CLIENT_INFO_META, sizeof(CLIENT_INFO_META) - 1))
+        return;
+    json_t *root = json_loadb(body, n, 0, NULL);
+    json_t *info = json_object_get(json_object_get(json_object_get(root, "params"), "_meta"),
+                                   CLIENT_INFO_META);
+    const char *name = json_string_value(json_object_get(info, "name"));
+    const char *version = json_string_value(json_object_get(info, "version"));
+    if (name)
+        snprintf(out, len, "%.60s/%.30s", name, version ? version : "");
+    json_decref(root);
+}
+
+/* An attempt of the call's key (the first, a takeover or a duplicate), for the rules that
+ * look at the steps between attempts; before: what was known until then (may be NULL). */
+static void note_attempt(call_t *c, const char *client, dup_recent_seen_t *before)
+{
+    dup_recent_note(c->idem->recent, c->key_hash, util_now_ms(), c->idem->ctx.cfg->dup_model_ms,
+                    client && *client ? client : NULL, before);
+}
+
 static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
                             store_dup_answer_t answered)
 {
     const config_t *cfg = c->idem->ctx.cfg;
     uint64_t first = dup_parse_time_ms(row->created_at), now = util_wall_ms();
+    char client[96];
+    client_of(c, client, sizeof(client));
+    dup_recent_seen_t seen;
+    note_attempt(c, client, &seen);
+    uint64_t mono = util_now_ms();
     dup_facts_t f = {
         .first_session = row->first_session_id,
         .session = header_of(c, "mcp-session-id"),
         .first_id = row->first_jsonrpc_id,
         .id = msg_of(c)->id_text,
         .gap_ms = first && now > first ? now - first : 0,
+        .first_running = row->state == STORE_STATE_IN_PROGRESS && !row->lease_expired,
+        .first_client = seen.attempts && seen.first_client[0] ? seen.first_client : NULL,
+        .client = client[0] ? client : NULL,
+        /* 0 says "not known": a gap of 0 ms counts as 1 */
+        .last_gap_ms = seen.attempts ? (mono > seen.last_ms ? mono - seen.last_ms : 1) : 0,
+        .step_ms =
+            seen.before_last_ms
+                ? (seen.last_ms > seen.before_last_ms ? seen.last_ms - seen.before_last_ms : 1)
+                : 0,
     };
     dup_thresholds_t t = {cfg->dup_harness_ms, cfg->dup_model_ms};
     dup_source_t src = dup_source(&f, &t);
@@ -651,6 +699,9 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
             release_unsent(c);
             return;
         }
+        char client[96];
+        client_of(c, client, sizeof(client));
+        note_attempt(c, client, NULL);
         forward_claimed(c);
         return;
     }
@@ -1465,6 +1516,7 @@ idem_t *idem_new(const idem_ctx_t *ctx)
     idem_t *i = xcalloc(1, sizeof(*i));
     i->ctx = *ctx;
     i->tasks = task_routes_new();
+    i->recent = dup_recent_new(DUP_RECENT_SLOTS);
     pending_ctx_t pc = {
         .store = ctx->store,
         .stats = ctx->stats,
@@ -1483,6 +1535,7 @@ void idem_free(idem_t *i)
         return;
     pending_free(i->pending);
     task_routes_free(i->tasks);
+    dup_recent_free(i->recent);
     free(i);
 }
 
