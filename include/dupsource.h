@@ -2,22 +2,34 @@
  * about it and about the first call with its key. Duplicates come from four layers, and only
  * the first two are visible inside an agent framework:
  *
- *   | facts                                        | source      | what retried                   |
+ *   | facts (the first rule that holds decides)   | source      | what retried                   |
  *   |----------------------------------------------|-------------|--------------------------------|
  *   | another session than the first call's        | reconnect   | the client reconnected (or     |
  *   |                                              |             | restarted) and re-sent         |
- *   | same session, same JSON-RPC id               | transport   | a proxy or HTTP library below  |
+ *   | another clientInfo (2026-07-28 _meta)        | reconnect   | another client, or a new       |
+ *   |                                              |             | version of it, re-sent         |
+ *   | same id, no sessions, harness_within or more | reconnect   | a restarted client: its ids    |
+ *   |                                              |             | began again                    |
+ *   | same id                                      | transport   | a proxy or HTTP library below  |
  *   |                                              |             | the client re-sent the request |
- *   | same session, new id, within harness_within  | harness     | the agent harness's retry      |
- *   | same session, new id, within model_within    | model       | the model re-issued the call   |
- *   | same session, new id, later                  | late        | a deliberate repeat, most      |
+ *   | new id, the first call still running         | harness     | its retry after a timeout or a |
+ *   |                                              |             | 5xx: no answer to read yet     |
+ *   | new id, within harness_within of the first   | harness     | the agent harness's retry      |
+ *   | or of the attempt before                     |             |                                |
+ *   | new id, the steps between attempts fixed or  | harness     | a retry policy with backoff    |
+ *   | growing (the last 2/3 to 4 times the one     |             |                                |
+ *   | before)                                      |             |                                |
+ *   | new id, within model_within                  | model       | the model re-issued the call   |
+ *   |                                              |             | after reading an answer        |
+ *   | new id, later                                | late        | a deliberate repeat, most      |
  *   |                                              |             | likely                         |
  *
- * A server without sessions gives no session to compare: then the id and the gap decide. The
+ * The 2026-07-28 revision has no sessions: there clientInfo, the id and the gaps decide. The
  * rules are this table, in dup_source(), and a table test (tests/unit/test_dupsource.c). Pure. */
 #ifndef IDEMGW_DUPSOURCE_H
 #define IDEMGW_DUPSOURCE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef enum {
@@ -35,6 +47,11 @@ typedef struct dup_facts {
     const char *first_id;      /* the first call's JSON-RPC id, as JSON text, or NULL */
     const char *id;            /* this request's */
     uint64_t gap_ms;           /* since the first call was seen */
+    bool first_running;        /* the first call was in progress (and its lease alive) */
+    const char *first_client;  /* the first call's clientInfo "name/version", or NULL */
+    const char *client;        /* this request's, or NULL */
+    uint64_t last_gap_ms;      /* since the attempt before this one; 0: not known */
+    uint64_t step_ms;          /* between the two attempts before this one; 0: not known */
 } dup_facts_t;
 
 typedef struct dup_thresholds {

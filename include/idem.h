@@ -48,6 +48,10 @@ void idem_stream(void *arg, exchange_t *ex);
 /* A tasks/get, tasks/result or tasks/cancel: to the session of a task this caller was given
  * by a replay (tasks.h). */
 void idem_task(void *arg, exchange_t *ex);
+/* A caller's notifications/cancelled, before it goes upstream: kept here, or forwarded, as the
+ * on_cancel of the protected call it names says (cancel.h). */
+void idem_cancel(void *arg, exchange_t *ex, const json_t *request_id);
+/* A notifications/cancelled the upstream accepted: a running call it names ends cancelled. */
 void idem_cancelled(void *arg, const http_request_t *note, const char *session,
                     const json_t *request_id);
 bool idem_session_busy(void *arg, const char *session);

@@ -18,6 +18,7 @@ typedef enum {
     WHY_REDIRECTED,     /* an HTTP 3xx from the upstream: it ran nothing */
     WHY_NEVER_SENT,     /* the upstream could not be reached */
     WHY_CANCELLED,      /* its caller cancelled it while it ran */
+    WHY_DROPPED,        /* its caller cancelled it before it was sent (on_cancel: forward) */
     WHY_UNDECODABLE,    /* it ran; its answer's coding could not be read */
     WHY_FOREIGN,        /* the upstream answered with another request's response */
     WHY_UNKNOWN,        /* no complete answer */

@@ -16,6 +16,10 @@ typedef enum {
 typedef enum { ON_TOOL_ERROR_RELEASE = 0, ON_TOOL_ERROR_STORE } on_tool_error_t;
 typedef enum { ON_AMBIGUOUS_HOLD = 0, ON_AMBIGUOUS_RELEASE } on_ambiguous_t;
 typedef enum { ON_STORE_DOWN_REJECT = 0, ON_STORE_DOWN_PASSTHROUGH } on_store_down_t;
+/* The caller cancels a protected call (notifications/cancelled, or closing a 2026-07-28
+ * request's stream). finish: the cancel stays at the gateway, the call runs to its end and is
+ * recorded; forward: the upstream is told, and the outcome is what on_ambiguous says. */
+typedef enum { ON_CANCEL_FINISH = 0, ON_CANCEL_FORWARD } on_cancel_t;
 
 typedef struct policy_tool {
     char *name;                    /* tool name; NULL for the defaults entry */
@@ -31,6 +35,7 @@ typedef struct policy_tool {
     uint64_t max_stored_bytes;     /* larger results are not stored (default 1 MiB) */
     bool forward_key;              /* send Idempotency-Key: sha256(key) upstream */
     on_store_down_t on_store_down; /* Postgres unreachable: reject (default) or passthrough */
+    on_cancel_t on_cancel;         /* the caller cancels: finish (default) or forward */
     bool advertise_key;            /* tools/list shows key_arg as an optional argument */
     uint64_t answer_after_ms;      /* still running after this: the agent is answered
                                       still_running, the result is kept; 0 = never */
@@ -46,7 +51,7 @@ typedef struct policy {
 } policy_t;
 
 /* Built-in defaults: class non_idempotent, window 10m, key_arg idempotency_key, release,
- * hold, reject, lease 0 (derived), max_stored_bytes 1 MiB, no forward_key, reject. */
+ * hold, reject, lease 0 (derived), max_stored_bytes 1 MiB, no forward_key, reject, finish. */
 void policy_defaults_init(policy_tool_t *out);
 
 /* Sorts tools by name so policy_lookup can binary-search; config.c calls it after parsing.
@@ -69,6 +74,7 @@ typedef struct policy_rules {
     on_tool_error_t on_tool_error;
     on_ambiguous_t on_ambiguous;
     on_store_down_t on_store_down;
+    on_cancel_t on_cancel;
     bool forward_key;
     bool advertise_key;
 } policy_rules_t;
@@ -80,6 +86,7 @@ policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms
 bool policy_needs_store(const policy_t *p);
 
 const char *tool_class_name(tool_class_t c);
+const char *on_cancel_name(on_cancel_t c);
 /* Returns 0 and sets *out, or -1 for an unknown name. */
 int tool_class_parse(const char *s, tool_class_t *out);
 

@@ -30,6 +30,9 @@ typedef struct proxy_stage {
     void (*task)(void *arg, exchange_t *ex);
     /* a GET stream about to be forwarded: the stage may set an observer on it */
     void (*stream)(void *arg, exchange_t *ex);
+    /* a notifications/cancelled naming request_id, before it goes upstream: the stage owns its
+     * next step (exchange_forward, or exchange_respond_json with 202 to keep it) */
+    void (*cancel)(void *arg, exchange_t *ex, const json_t *request_id);
     /* a notifications/cancelled of session, naming request_id, that the upstream accepted */
     void (*cancelled)(void *arg, const http_request_t *note, const char *session,
                       const json_t *request_id);

@@ -19,6 +19,7 @@
 _Static_assert(sizeof(tool_class_t) == sizeof(int), "enum size");
 _Static_assert(sizeof(on_tool_error_t) == sizeof(int), "enum size");
 _Static_assert(sizeof(on_ambiguous_t) == sizeof(int), "enum size");
+_Static_assert(sizeof(on_cancel_t) == sizeof(int), "enum size");
 _Static_assert(sizeof(on_store_down_t) == sizeof(int), "enum size");
 
 void cy_err_at(ctx_t *cx, int line, const char *fmt, ...)
@@ -597,6 +598,7 @@ static const char *const class_names[] = {"read", "idempotent", "non_idempotent"
 static const char *const tool_error_names[] = {"release", "store", NULL};
 static const char *const ambiguous_names[] = {"hold", "release", NULL};
 static const char *const store_down_names[] = {"reject", "passthrough", NULL};
+static const char *const cancel_names[] = {"finish", "forward", NULL};
 
 /* Every per-tool setting; `defaults` takes the same keys. They say nothing about reloads: they
  * belong to the policy, which the `defaults` and `tools` keys reload whole. */
@@ -618,6 +620,7 @@ static const key_spec_t tool_keys[] = {
      .kind = K_ENUM,
      .off = TOOL(on_store_down),
      .names = store_down_names},
+    {.name = "on_cancel", .kind = K_ENUM, .off = TOOL(on_cancel), .names = cancel_names},
     {.name = "advertise_key", .kind = K_BOOL, .off = TOOL(advertise_key)},
     {.name = "answer_after", .kind = K_DUR, .off = TOOL(answer_after_ms), .min = 1, .max = MS_D},
     /* last, as `defaults` alone takes it: whether unlisted tools follow their annotations */

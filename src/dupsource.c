@@ -21,13 +21,27 @@ static bool same(const char *a, const char *b)
     return a && b && strcmp(a, b) == 0;
 }
 
+/* The last gap is a step of a retry policy's backoff after the one before: the same (fixed
+ * delay, with jitter) or up to four times it (exponential, factor 2, with jitter). */
+static bool backoff_step(uint64_t last, uint64_t before)
+{
+    return last && before && 3 * last >= 2 * before && last <= 4 * before;
+}
+
 dup_source_t dup_source(const dup_facts_t *f, const dup_thresholds_t *t)
 {
+    bool sessions = f->first_session || f->session;
     if (f->first_session && !same(f->first_session, f->session))
         return DUP_RECONNECT;
+    if (f->first_client && f->client && !same(f->first_client, f->client))
+        return DUP_RECONNECT;
     if (same(f->first_id, f->id))
-        return DUP_TRANSPORT;
-    if (f->gap_ms < t->harness_ms)
+        return !sessions && f->gap_ms >= t->harness_ms ? DUP_RECONNECT : DUP_TRANSPORT;
+    if (f->first_running && f->gap_ms < t->model_ms)
+        return DUP_HARNESS;
+    if (f->gap_ms < t->harness_ms || (f->last_gap_ms && f->last_gap_ms < t->harness_ms))
+        return DUP_HARNESS;
+    if (backoff_step(f->last_gap_ms, f->step_ms) && f->gap_ms < t->model_ms)
         return DUP_HARNESS;
     if (f->gap_ms < t->model_ms)
         return DUP_MODEL;

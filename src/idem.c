@@ -1,7 +1,9 @@
 #include "idem.h"
 #include "answers.h"
+#include "cancel.h"
 #include "catalog.h"
 #include "decode.h"
+#include "dup_recent.h"
 #include "dupsource.h"
 #include "jcs.h"
 #include "key.h"
@@ -25,6 +27,11 @@
 #include <string.h>
 #include <time.h>
 
+/* Keys whose recent attempts are kept for the duplicate-source rules. */
+#define DUP_RECENT_SLOTS 4096
+/* Where 2026-07-28 requests name their client (params._meta). */
+#define CLIENT_INFO_META "io.modelcontextprotocol/clientInfo"
+
 /* Wait mode polls the store: replicas share nothing else. */
 #define WAIT_POLL_FIRST_MS 25
 #define WAIT_POLL_MAX_MS 250
@@ -39,6 +46,7 @@ static const char CANCEL_NOTE[] = "{\"idemgw/cancelled\":true}";
  *       |            |  ^          |
  *       |            |  +- (again) |
  *       |            +--> FORWARDED --> RECORDING --> DONE
+ *       |            +--> RECORDING (cancelled before it was sent: the claim released)
  *       |            +--> PASSTHROUGH (store down, the policy says forward unprotected)
  *       +------------+-------------+--> DONE (answered: replay, refusal, in progress ...)
  *
@@ -64,7 +72,7 @@ static const char *const call_state_names[CALL_N_STATES] = {
 static const unsigned call_transitions[CALL_N_STATES] = {
     [CALL_RESOLVING] = TO(CALL_CLAIMING) | TO(CALL_DONE),
     [CALL_CLAIMING] = TO(CALL_CLAIMING) | TO(CALL_WAITING) | TO(CALL_FORWARDED) |
-                      TO(CALL_PASSTHROUGH) | TO(CALL_DONE),
+                      TO(CALL_PASSTHROUGH) | TO(CALL_RECORDING) | TO(CALL_DONE),
     [CALL_WAITING] = TO(CALL_CLAIMING) | TO(CALL_DONE),
     [CALL_FORWARDED] = TO(CALL_RECORDING) | TO(CALL_DONE),
     [CALL_PASSTHROUGH] = 0,
@@ -76,8 +84,9 @@ static const unsigned call_transitions[CALL_N_STATES] = {
 struct idem {
     idem_ctx_t ctx;
     pending_reg_t *pending;
-    struct call *forwarded; /* calls the upstream runs now, for cancels */
+    struct call *live;      /* calls claiming their key or run by the upstream: for cancels */
     task_routes_t *tasks;   /* tasks this process stored or replayed: their sessions */
+    dup_recent_t *recent;   /* each key's recent attempts, for the duplicate-source rules */
 };
 
 typedef struct call {
@@ -113,7 +122,9 @@ typedef struct call {
     decoder_t *decoder; /* the upstream compressed the answer: decoded for capture only */
     bool undecodable;   /* the answer's coding could not be read: stored as not replayable */
     bool cancelled;     /* its caller's notifications/cancelled reached the upstream */
-    struct call *prev_fwd, *next_fwd; /* CALL_FORWARDED: in the list of forwarded calls */
+    bool cancel_kept;   /* its caller cancelled it; on_cancel: finish kept that here */
+    bool drop_unsent;   /* its caller cancelled it before it was sent; on_cancel: forward */
+    struct call *prev_fwd, *next_fwd; /* in the list of live calls */
     bool in_fwd;
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     struct event *early_timer; /* answer_after: answers the agent still_running */
@@ -173,7 +184,7 @@ static char *fit(const call_t *c, char *body)
     return revision_fit(body, c->revision);
 }
 
-/* --- the list of forwarded calls --- */
+/* --- the list of live calls: claiming, waiting or forwarded, for cancels --- */
 
 static void fwd_remove(call_t *c)
 {
@@ -182,7 +193,7 @@ static void fwd_remove(call_t *c)
     if (c->prev_fwd)
         c->prev_fwd->next_fwd = c->next_fwd;
     else
-        c->idem->forwarded = c->next_fwd;
+        c->idem->live = c->next_fwd;
     if (c->next_fwd)
         c->next_fwd->prev_fwd = c->prev_fwd;
     c->in_fwd = false;
@@ -190,11 +201,13 @@ static void fwd_remove(call_t *c)
 
 static void fwd_add(call_t *c)
 {
+    if (c->in_fwd)
+        return;
     c->prev_fwd = NULL;
-    c->next_fwd = c->idem->forwarded;
+    c->next_fwd = c->idem->live;
     if (c->next_fwd)
         c->next_fwd->prev_fwd = c;
-    c->idem->forwarded = c;
+    c->idem->live = c;
     c->in_fwd = true;
 }
 
@@ -331,17 +344,58 @@ static int row_attempts(const call_t *c, const store_row_t *row);
  * kept for the log, and recorded on the key's row (its counts and history; a replay also
  * counts in attempts). The record rides on the next batched write, never a store call of its
  * own; one that is lost loses nothing else. */
+/* The clientInfo a 2026-07-28 request carries in params._meta, as "name/version"; "" if none. */
+static void client_of(const call_t *c, char *out, size_t len)
+{
+    out[0] = '\0';
+    struct evbuffer *b = exchange_request(c->ex)->body;
+    size_t n = evbuffer_get_length(b);
+    const char *body = (const char *)evbuffer_pullup(b, -1);
+    if (!body || !memmem(body, n, CLIENT_INFO_META, sizeof(CLIENT_INFO_META) - 1))
+        return;
+    json_t *root = json_loadb(body, n, 0, NULL);
+    json_t *info = json_object_get(json_object_get(json_object_get(root, "params"), "_meta"),
+                                   CLIENT_INFO_META);
+    const char *name = json_string_value(json_object_get(info, "name"));
+    const char *version = json_string_value(json_object_get(info, "version"));
+    if (name)
+        snprintf(out, len, "%.60s/%.30s", name, version ? version : "");
+    json_decref(root);
+}
+
+/* An attempt of the call's key (the first, a takeover or a duplicate), for the rules that
+ * look at the steps between attempts; before: what was known until then (may be NULL). */
+static void note_attempt(call_t *c, const char *client, dup_recent_seen_t *before)
+{
+    dup_recent_note(c->idem->recent, c->key_hash, util_now_ms(), c->idem->ctx.cfg->dup_model_ms,
+                    client && *client ? client : NULL, before);
+}
+
 static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
                             store_dup_answer_t answered)
 {
     const config_t *cfg = c->idem->ctx.cfg;
     uint64_t first = dup_parse_time_ms(row->created_at), now = util_wall_ms();
+    char client[96];
+    client_of(c, client, sizeof(client));
+    dup_recent_seen_t seen;
+    note_attempt(c, client, &seen);
+    uint64_t mono = util_now_ms();
     dup_facts_t f = {
         .first_session = row->first_session_id,
         .session = header_of(c, "mcp-session-id"),
         .first_id = row->first_jsonrpc_id,
         .id = msg_of(c)->id_text,
         .gap_ms = first && now > first ? now - first : 0,
+        .first_running = row->state == STORE_STATE_IN_PROGRESS && !row->lease_expired,
+        .first_client = seen.attempts && seen.first_client[0] ? seen.first_client : NULL,
+        .client = client[0] ? client : NULL,
+        /* 0 says "not known": a gap of 0 ms counts as 1 */
+        .last_gap_ms = seen.attempts ? (mono > seen.last_ms ? mono - seen.last_ms : 1) : 0,
+        .step_ms =
+            seen.before_last_ms
+                ? (seen.last_ms > seen.before_last_ms ? seen.last_ms - seen.before_last_ms : 1)
+                : 0,
     };
     dup_thresholds_t t = {cfg->dup_harness_ms, cfg->dup_model_ms};
     dup_source_t src = dup_source(&f, &t);
@@ -490,17 +544,25 @@ static void on_get(store_status_t st, const store_row_t *row, void *arg)
     c->poll_ms = c->poll_ms * 2 > WAIT_POLL_MAX_MS ? WAIT_POLL_MAX_MS : c->poll_ms * 2;
 }
 
+static void answer_dropped(call_t *c);
+
 static void wait_tick(evutil_socket_t fd, short what, void *arg)
 {
     call_t *c = arg;
     if (agent_left(c))
         return;
+    if (c->drop_unsent) {
+        answer_dropped(c); /* cancelled while it waited: it never goes up */
+        return;
+    }
     if (store_get(c->idem->ctx.store, c->key, on_get, c) != STORE_OK)
         answer_in_progress(c, NULL);
 }
 
 static void start_wait(call_t *c)
 {
+    log_debug(exchange_conn_id(c->ex), "key %.*s: an identical call runs; waiting for its outcome",
+              KEY_HASH_LOG_LEN, c->key_hash);
     set_state(c, CALL_WAITING);
     c->wait_deadline_ms = util_now_ms() + c->rules.wait_ms;
     c->poll_ms = WAIT_POLL_FIRST_MS;
@@ -578,6 +640,69 @@ static void forward_claimed(call_t *c)
     exchange_forward(c->ex, extra, true);
 }
 
+/* A call its caller cancelled before it went up (on_cancel: forward) ends here. The caller
+ * expects no answer; one still connected gets an error saying nothing ran, which ends its
+ * request. */
+static void answer_dropped(call_t *c)
+{
+    set_state(c, CALL_DONE);
+    exchange_set_outcome(c->ex, outcome_name(WHY_DROPPED));
+    if (!exchange_agent_waiting(c->ex)) {
+        exchange_end(c->ex);
+        return;
+    }
+    char *body = mcp_error_body(msg_of(c)->id_text, -32800,
+                                "the request was cancelled by its caller before it reached the "
+                                "server; nothing was executed, and repeating it is safe");
+    exchange_respond_json(c->ex, 200, body, NULL);
+    free(body);
+}
+
+/* The claim is released without the call going up: nothing ran. The agent, if it still
+ * waits, hears that the call was cancelled and not executed. */
+static void on_released(store_status_t st, bool fence_matched, void *arg)
+{
+    call_t *c = arg;
+    if (st != STORE_OK || !fence_matched)
+        log_warn(exchange_conn_id(c->ex),
+                 "key %.*s: the release of a cancelled call was not "
+                 "written (%s); the claim ends with its lease",
+                 KEY_HASH_LOG_LEN, c->key_hash,
+                 st != STORE_OK ? store_status_str(st) : "taken over");
+    answer_dropped(c);
+}
+
+static void deferred_release_fail(evutil_socket_t fd, short what, void *arg)
+{
+    call_t *c = arg;
+    on_released(c->deferred_status, false, c);
+}
+
+static void release_unsent(call_t *c)
+{
+    idem_t *i = c->idem;
+    set_state(c, CALL_RECORDING);
+    fwd_remove(c);
+    c->recorded = STORE_STATE_FAILED;
+    c->why = WHY_DROPPED;
+    exchange_set_outcome(c->ex, outcome_name(c->why));
+    char fields[200];
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"",
+             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(c->recorded), outcome_why_str(c->why));
+    exchange_set_log_fields(c->ex, fields);
+    log_info(exchange_conn_id(c->ex),
+             "key %.*s: cancelled by its caller before it was sent; "
+             "released, not forwarded",
+             KEY_HASH_LOG_LEN, c->key_hash);
+    store_status_t st = store_finish(i->ctx.store, c->key, c->fence, STORE_STATE_FAILED, NULL, 0,
+                                     false, c->rules.window_ms, on_released, c);
+    if (st != STORE_OK) {
+        c->deferred_status = st;
+        struct timeval zero = {0, 0};
+        event_base_once(i->ctx.base, -1, EV_TIMEOUT, deferred_release_fail, c, &zero);
+    }
+}
+
 static void on_claim(store_status_t st, const store_claim_result_t *res, void *arg)
 {
     call_t *c = arg;
@@ -593,6 +718,13 @@ static void on_claim(store_status_t st, const store_claim_result_t *res, void *a
         c->attempts = res->attempts;
         log_debug(exchange_conn_id(c->ex), "claimed key %s fence %lld", c->key_hash,
                   (long long)c->fence);
+        if (c->drop_unsent) {
+            release_unsent(c);
+            return;
+        }
+        char client[96];
+        client_of(c, client, sizeof(client));
+        note_attempt(c, client, NULL);
         forward_claimed(c);
         return;
     }
@@ -916,6 +1048,7 @@ static void on_subject(void *arg, const subject_result_t *res)
     snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"", KEY_HASH_LOG_LEN, c->key_hash);
     exchange_set_log_fields(c->ex, fields);
     set_state(c, CALL_CLAIMING);
+    fwd_add(c); /* a cancel may name it from now on */
     claim(c);
 }
 
@@ -1087,9 +1220,10 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     if (outcome_executed(why))
         i->ctx.stats->executions++;
     char fields[200];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"%s",
+    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"%s%s",
              KEY_HASH_LOG_LEN, c->key_hash, store_state_str(state), outcome_why_str(why),
-             c->answered_early ? ",\"answered\":\"still_running\"" : "");
+             c->answered_early ? ",\"answered\":\"still_running\"" : "",
+             c->cancel_kept ? ",\"cancel\":\"kept\"" : "");
     exchange_set_log_fields(c->ex, fields);
     c->why = why;
     c->recorded = state;
@@ -1277,22 +1411,107 @@ bool idem_session_busy(void *arg, const char *session)
     return pending_has_session(i->pending, session);
 }
 
-/* A cancel the upstream accepted, while its caller is being resolved. */
+/* --- a caller's notifications/cancelled (cancel.h) --- */
+
+/* A cancel while its caller is being resolved: ex is the notification's own exchange before it
+ * goes upstream (idem_cancel), NULL once the upstream has taken it (idem_cancelled). */
 typedef struct cancel {
     idem_t *idem;
+    exchange_t *ex;
     char *session;
     json_t *request_id;
 } cancel_t;
 
+static cancel_party_t call_party(const call_t *c)
+{
+    return (cancel_party_t){c->subject, header_of(c, "mcp-session-id"), msg_of(c)->id};
+}
+
+static void cancel_free(cancel_t *k)
+{
+    free(k->session);
+    json_decref(k->request_id);
+    free(k);
+}
+
+/* What on_cancel makes of a cancel for each live call it names; the cancel itself goes
+ * upstream unless every call it names keeps or drops it here. */
+static void on_note_subject(void *arg, const subject_result_t *res)
+{
+    cancel_t *k = arg;
+    cancel_party_t note = {res->subject, k->session, k->request_id};
+    cancel_action_t verdict = CANCEL_PASS;
+    for (call_t *c = k->idem->live; c; c = c->next_fwd) {
+        cancel_phase_t phase;
+        if (c->state == CALL_FORWARDED && !c->final_seen)
+            phase = CANCEL_CALL_RUNNING;
+        else if (c->state == CALL_CLAIMING || c->state == CALL_WAITING)
+            phase = CANCEL_CALL_UNSENT;
+        else
+            continue;
+        cancel_party_t call = call_party(c);
+        cancel_match_t m = cancel_match(&call, &note);
+        if (m == CANCEL_FOREIGN) {
+            log_warn(exchange_conn_id(k->ex),
+                     "a cancel names the protected call of key %.*s but comes from another "
+                     "caller: not passed on",
+                     KEY_HASH_LOG_LEN, c->key_hash);
+            verdict = cancel_combine(verdict, CANCEL_IGNORE);
+            continue;
+        }
+        if (m != CANCEL_MATCH)
+            continue;
+        cancel_action_t a = cancel_decide(c->rules.on_cancel, phase);
+        if (a == CANCEL_KEEP) {
+            log_info(exchange_conn_id(c->ex),
+                     "key %.*s: its caller cancelled the call; on_cancel: finish, so it runs "
+                     "to its end and is recorded for the retry",
+                     KEY_HASH_LOG_LEN, c->key_hash);
+            c->cancel_kept = true;
+        } else if (a == CANCEL_DROP) {
+            c->drop_unsent = true;
+        }
+        verdict = cancel_combine(verdict, a);
+    }
+    exchange_t *ex = k->ex;
+    cancel_free(k);
+    if (verdict == CANCEL_PASS || verdict == CANCEL_RELAY) {
+        exchange_forward(ex, NULL, false);
+        return;
+    }
+    /* a notification gets no JSON-RPC answer; the POST carrying it gets 202 */
+    exchange_set_outcome(ex, verdict == CANCEL_KEEP   ? "cancel_kept"
+                             : verdict == CANCEL_DROP ? "cancel_dropped"
+                                                      : "cancel_ignored");
+    exchange_respond_json(ex, 202, "", NULL);
+}
+
+void idem_cancel(void *arg, exchange_t *ex, const json_t *request_id)
+{
+    idem_t *i = arg;
+    if (!i->live) {
+        exchange_forward(ex, NULL, false);
+        return;
+    }
+    cancel_t *k = xcalloc(1, sizeof(*k));
+    k->idem = i;
+    k->ex = ex;
+    const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
+    k->session = session ? xstrdup(session) : NULL;
+    k->request_id = json_deep_copy(request_id);
+    subject_resolve(i->ctx.subject, exchange_request(ex), on_note_subject, k);
+}
+
 static void on_cancel_subject(void *arg, const subject_result_t *res)
 {
     cancel_t *k = arg;
-    for (call_t *c = k->idem->forwarded; c && res->subject;) {
+    cancel_party_t note = {res->subject, k->session, k->request_id};
+    for (call_t *c = k->idem->live; c;) {
         call_t *next = c->next_fwd;
-        const char *s2 = header_of(c, "mcp-session-id");
-        /* the session, the caller and the request id must all be the call's */
-        if (!c->final_seen && s2 && strcmp(s2, k->session) == 0 &&
-            strcmp(c->subject, res->subject) == 0 && json_equal(msg_of(c)->id, k->request_id)) {
+        cancel_party_t call = call_party(c);
+        /* the upstream took the cancel: no answer will come for the call it names */
+        if (c->state == CALL_FORWARDED && !c->final_seen &&
+            cancel_match(&call, &note) == CANCEL_MATCH) {
             log_info(exchange_conn_id(c->ex), "key %.*s: its caller cancelled the call; ending it",
                      KEY_HASH_LOG_LEN, c->key_hash);
             c->cancelled = true;
@@ -1300,20 +1519,18 @@ static void on_cancel_subject(void *arg, const subject_result_t *res)
         }
         c = next;
     }
-    free(k->session);
-    json_decref(k->request_id);
-    free(k);
+    cancel_free(k);
 }
 
 void idem_cancelled(void *arg, const http_request_t *note, const char *session,
                     const json_t *request_id)
 {
     idem_t *i = arg;
-    if (!session || !request_id || !i->forwarded)
+    if (!request_id || !i->live)
         return;
     cancel_t *k = xcalloc(1, sizeof(*k));
     k->idem = i;
-    k->session = xstrdup(session);
+    k->session = session ? xstrdup(session) : NULL;
     k->request_id = json_deep_copy(request_id);
     subject_resolve(i->ctx.subject, note, on_cancel_subject, k);
 }
@@ -1323,6 +1540,7 @@ idem_t *idem_new(const idem_ctx_t *ctx)
     idem_t *i = xcalloc(1, sizeof(*i));
     i->ctx = *ctx;
     i->tasks = task_routes_new();
+    i->recent = dup_recent_new(DUP_RECENT_SLOTS);
     pending_ctx_t pc = {
         .store = ctx->store,
         .stats = ctx->stats,
@@ -1341,6 +1559,7 @@ void idem_free(idem_t *i)
         return;
     pending_free(i->pending);
     task_routes_free(i->tasks);
+    dup_recent_free(i->recent);
     free(i);
 }
 

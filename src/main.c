@@ -524,6 +524,7 @@ static void wire_stages(server_t *s)
         .call = idem_call,
         .stream = idem_stream,
         .task = idem_task,
+        .cancel = idem_cancel,
         .cancelled = idem_cancelled,
         .session_busy = idem_session_busy,
         .arg = s->idem,

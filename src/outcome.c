@@ -15,6 +15,7 @@ static const struct {
     [WHY_REDIRECTED] = {"redirected by upstream", "redirected", false},
     [WHY_NEVER_SENT] = {"never sent", "not_sent", false},
     [WHY_CANCELLED] = {"cancelled by its caller", "cancelled", false},
+    [WHY_DROPPED] = {"cancelled by its caller before it was sent", "cancelled", false},
     [WHY_UNDECODABLE] = {"answer not decodable", "executed", true},
     [WHY_FOREIGN] = {"response id mismatch", "unknown", false},
     [WHY_UNKNOWN] = {"outcome unknown", "unknown", false},

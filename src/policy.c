@@ -32,6 +32,8 @@ void policy_defaults_init(policy_tool_t *out)
     out->max_stored_bytes = 1024 * 1024;
     out->forward_key = false;
     out->on_store_down = ON_STORE_DOWN_REJECT;
+    /* a half-cancelled side effect is the one outcome nobody can act on */
+    out->on_cancel = ON_CANCEL_FINISH;
     out->trust_annotations = true;
     out->line = 0;
 }
@@ -107,6 +109,7 @@ policy_rules_t policy_rules(const policy_tool_t *t, uint64_t upstream_timeout_ms
         .on_tool_error = t->on_tool_error,
         .on_ambiguous = t->on_ambiguous,
         .on_store_down = t->on_store_down,
+        .on_cancel = t->on_cancel,
         .forward_key = t->forward_key,
         .advertise_key = t->advertise_key,
         .answer_after_ms = t->answer_after_ms,
@@ -118,6 +121,11 @@ const char *tool_class_name(tool_class_t c)
     if ((unsigned)c >= ARRAY_LEN(class_names))
         return "unknown";
     return class_names[c];
+}
+
+const char *on_cancel_name(on_cancel_t c)
+{
+    return c == ON_CANCEL_FORWARD ? "forward" : "finish";
 }
 
 int tool_class_parse(const char *s, tool_class_t *out)

@@ -1340,6 +1340,11 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
             p->stage.task(p->stage.arg, ex);
             return;
         }
+        if (ex->cancel_id && p->stage.cancel) {
+            set_state(ex, EX_CLAIMING);
+            p->stage.cancel(p->stage.arg, ex, ex->cancel_id);
+            return;
+        }
         if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->ctx.catalog &&
             strcmp(ex->msg.method, "tools/list") == 0)
             catalog_observe(p->ctx.catalog, p->ctx.base,

@@ -47,9 +47,16 @@ static void window_text(const policy_t *p, const char *tool, tool_class_t cls, c
         snprintf(out, outlen, "%llus", (unsigned long long)(ms / 1000));
 }
 
+/* What a caller's cancel does to a protected call of tool; "-" for a tool that is not. */
+static const char *cancel_text(const policy_t *p, const char *tool, tool_class_t cls)
+{
+    return cls == TOOL_CLASS_NON_IDEMPOTENT ? on_cancel_name(policy_lookup(p, tool)->on_cancel)
+                                            : "-";
+}
+
 static void print_table(const catalog_t *c, const config_t *cfg)
 {
-    printf("%-32s %-15s %-11s %-7s %s\n", "TOOL", "CLASS", "SOURCE", "WINDOW",
+    printf("%-32s %-15s %-11s %-7s %-7s %s\n", "TOOL", "CLASS", "SOURCE", "WINDOW", "CANCEL",
            "READONLY IDEMPOTENT DESTRUCTIVE");
     for (size_t i = 0; i < catalog_size(c); i++) {
         const catalog_tool_t *t = catalog_at(c, i);
@@ -57,9 +64,9 @@ static void print_table(const catalog_t *c, const config_t *cfg)
         tool_class_t cls = catalog_classify(c, t->name, &src);
         char window[32];
         window_text(&cfg->policy, t->name, cls, window, sizeof(window));
-        printf("%-32s %-15s %-11s %-7s %-8s %-10s %s\n", t->name, tool_class_name(cls),
-               class_source_name(src), window, hint(t->read_only), hint(t->idempotent),
-               hint(t->destructive));
+        printf("%-32s %-15s %-11s %-7s %-7s %-8s %-10s %s\n", t->name, tool_class_name(cls),
+               class_source_name(src), window, cancel_text(&cfg->policy, t->name, cls),
+               hint(t->read_only), hint(t->idempotent), hint(t->destructive));
     }
     for (size_t i = 0; i < cfg->policy.n_tools; i++) {
         const policy_tool_t *t = &cfg->policy.tools[i];
@@ -67,8 +74,9 @@ static void print_table(const catalog_t *c, const config_t *cfg)
             continue;
         char window[32];
         window_text(&cfg->policy, t->name, t->cls, window, sizeof(window));
-        printf("%-32s %-15s %-11s %-7s (in the policy, not listed by the server)\n", t->name,
-               tool_class_name(t->cls), "policy", window);
+        printf("%-32s %-15s %-11s %-7s %-7s (in the policy, not listed by the server)\n", t->name,
+               tool_class_name(t->cls), "policy", window,
+               cancel_text(&cfg->policy, t->name, t->cls));
     }
 }
 

@@ -83,16 +83,16 @@ test('a tools/list passing through teaches the catalogue when the gateway cannot
   assert.equal((await readLedger(upstream.ledger)).length, 1);
 });
 
-test('idemgw tools prints every tool with its class, source and window', async (t) => {
+test('idemgw tools prints every tool with its class, source, window and on_cancel', async (t) => {
   const upstream = await startRefundServer(t);
-  const { gw } = { gw: await startGateway(t, { upstream: upstream.url, config: { tools: { issue_refund: { class: 'non_idempotent', window: '1h' }, retired_tool: { class: 'read' } } } }) };
+  const { gw } = { gw: await startGateway(t, { upstream: upstream.url, config: { tools: { issue_refund: { class: 'non_idempotent', window: '1h', on_cancel: 'forward' }, retired_tool: { class: 'read' } } } }) };
   const r = await run(IDEMGW_BIN, ['tools', '-c', gw.configPath]);
   assert.equal(r.code, 0, r.stderr);
   const rows = Object.fromEntries(r.stdout.trim().split('\n').slice(1).map((l) => { const f = l.split(/\s+/); return [f[0], f]; }));
-  assert.deepEqual(rows.issue_refund.slice(1, 4), ['non_idempotent', 'policy', '1h']);
-  assert.deepEqual(rows.get_ledger.slice(1, 5), ['read', 'annotation', '-', 'true']);
-  assert.deepEqual(rows.failing_refund.slice(1, 4), ['non_idempotent', 'default', '10m']);
-  assert.match(r.stdout, /retired_tool\s+read\s+policy\s+-\s+\(in the policy, not listed by the server\)/);
+  assert.deepEqual(rows.issue_refund.slice(1, 5), ['non_idempotent', 'policy', '1h', 'forward']);
+  assert.deepEqual(rows.get_ledger.slice(1, 6), ['read', 'annotation', '-', '-', 'true']);
+  assert.deepEqual(rows.failing_refund.slice(1, 5), ['non_idempotent', 'default', '10m', 'finish']);
+  assert.match(r.stdout, /retired_tool\s+read\s+policy\s+-\s+-\s+\(in the policy, not listed by the server\)/);
 
   const down = await run(IDEMGW_BIN, ['tools', '-c', gw.configPath], { env: { ...process.env, IDEMGW_UPSTREAM: 'http://127.0.0.1:1/mcp' } });
   assert.equal(down.code, 1);

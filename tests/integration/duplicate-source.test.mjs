@@ -108,6 +108,32 @@ test('a new id after harness_within is the model re-issuing the call', async (t)
   assert.equal((await counts(gw)).model, 1);
 });
 
+test('a new id while the first call still runs is the harness, whatever the gap; another clientInfo is a reconnect', async (t) => {
+  // no gap counts as a harness's: only the facts the rules add decide
+  const { upstream, gw } = await setup(t, { duplicates: { harness_within: '1ms', model_within: '1h' } });
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-running', amount_cents: 2, delay_ms: 3000 };
+  const first = s.call('slow_refund', args, { id: 'run-1' });
+  await waitForLedger(upstream.ledger, 1);
+  const dup = await s.call('slow_refund', args, { id: 'run-2' });
+  assert.equal(idemStatus(dup.message?.result)?.code, 'in_progress', dup.body);
+  await waitForLog(gw, /"rpc_id":"run-2".*"duplicate_source"/);
+  assert.equal(lineOf(gw, 'run-2').duplicate_source, 'harness', 'no answer yet that a model could have read');
+  assert.equal(lineOf(gw, 'run-2').first_state, 'in_progress');
+  await first;
+
+  // 2026-07-28 requests name their client in params._meta
+  const meta = (name) => ({ 'io.modelcontextprotocol/clientInfo': { name, version: '1.0.0' } });
+  const refund = { order_id: 'ord-client', amount_cents: 3 };
+  const a = await s.request('tools/call', { name: 'issue_refund', arguments: refund, _meta: meta('agent-a') }, { id: 'ci-1' });
+  assert.match(toolText(a.message?.result), /ord-client/, a.body);
+  const b = await s.request('tools/call', { name: 'issue_refund', arguments: refund, _meta: meta('agent-b') }, { id: 'ci-2' });
+  assert.ok(replayMarker(b.message?.result), b.body);
+  await waitForLog(gw, /"rpc_id":"ci-2".*"duplicate_source"/);
+  assert.equal(lineOf(gw, 'ci-2').duplicate_source, 'reconnect', 'another client re-sent it');
+  assert.equal((await readLedger(upstream.ledger)).length, 2, 'each call ran once');
+});
+
 // A proxy between the agent and the gateway that loses the first answer to a tools/call (its
 // connection to the gateway breaks as the answer begins) and sends the same request again on
 // a new connection, as proxies and HTTP libraries do on a reset: the agent sees one answer.

@@ -126,6 +126,7 @@ static void test_reference_conf(void **state)
     assert_int_equal(d->n_exclude_args, 0);
     assert_int_equal(d->lease_ms, builtin.lease_ms);
     assert_int_equal(d->max_stored_bytes, builtin.max_stored_bytes);
+    assert_int_equal(d->on_cancel, builtin.on_cancel);
     policy_tool_free(&builtin);
 
     assert_int_equal(c->policy.n_tools, 3);
@@ -202,7 +203,8 @@ static void test_inherit(void **state)
     config_t *c = must_load("tests/data/config/good/inherit.yaml");
     const policy_tool_t *d = &c->policy.defaults;
     assert_int_equal(d->window_ms, 1800000);
-    assert_int_equal(d->line, 13);
+    assert_int_equal(d->line, 14);
+    assert_int_equal(d->on_cancel, ON_CANCEL_FORWARD);
     assert_int_equal(c->policy.n_tools, 4);
 
     const policy_tool_t *t = policy_lookup(&c->policy, "send_email");
@@ -215,8 +217,10 @@ static void test_inherit(void **state)
     assert_int_equal(t->lease_ms, 300000);
     assert_int_equal(t->wait_ms, 10000);
     assert_string_equal(t->key_arg, "idempotency_key");
+    assert_int_equal(t->on_cancel, ON_CANCEL_FORWARD); /* inherited */
 
     t = policy_lookup(&c->policy, "create_ticket");
+    assert_int_equal(t->on_cancel, ON_CANCEL_FINISH); /* own */
     assert_int_equal(t->window_ms, 1800000);
     assert_int_equal(t->n_exclude_args, 0); /* replaced by [] */
     assert_int_equal(t->on_tool_error, ON_TOOL_ERROR_RELEASE);
@@ -280,6 +284,7 @@ static const struct bad_case {
     {"bad_on_tool_error", 4,
      "defaults.on_tool_error: unknown value 'keep' (allowed: release, store)"},
     {"bad_on_ambiguous", 5, "tools.t.on_ambiguous: unknown value 'retry' (allowed: hold, release)"},
+    {"bad_on_cancel", 5, "tools.t.on_cancel: unknown value 'abort' (allowed: finish, forward)"},
     {"bad_on_store_down", 5,
      "tools.t.on_store_down: unknown value 'allow' (allowed: reject, passthrough)"},
     {"bad_in_progress", 5,
@@ -369,7 +374,8 @@ static void test_exact_messages(void **state)
     expect_one_error("upstream: http://h/mcp\ntools:\n  bar:\n    foo: 1\n",
                      "t.yaml:4: unknown key 'foo' in tools.bar (allowed: class, window, "
                      "exclude_args, key_arg, on_tool_error, on_ambiguous, in_progress, lease, "
-                     "max_stored_bytes, forward_key, on_store_down, advertise_key, answer_after)");
+                     "max_stored_bytes, forward_key, on_store_down, on_cancel, advertise_key, "
+                     "answer_after)");
     expect_one_error("upstream: http://h/mcp\ntimeouts: {upstream: 10x}\n",
                      "t.yaml:2: timeouts.upstream: bad duration '10x' (a whole number with unit "
                      "ms, s, m, h or d, e.g. 250ms, 90s, 10m)");

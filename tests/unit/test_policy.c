@@ -26,6 +26,7 @@ static void test_defaults(void **state)
     assert_int_equal(t.max_stored_bytes, 1024 * 1024);
     assert_false(t.forward_key);
     assert_int_equal(t.on_store_down, ON_STORE_DOWN_REJECT);
+    assert_int_equal(t.on_cancel, ON_CANCEL_FINISH);
     assert_int_equal(t.n_exclude_args, 0);
     policy_tool_free(&t);
 }
