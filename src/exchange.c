@@ -1,0 +1,815 @@
+/* The request object: one agent request and its upstream call, with the relay between them
+ * (backpressure both ways), holding and releasing the answer for a stage, the gateway's own
+ * answers, streams kept for resumption, the request's log line, metrics and spans. The router
+ * (proxy.c) makes exchanges and decides where each goes; stages drive them through exchange.h. */
+#include "exchange_int.h"
+#include "resume.h"
+#include "catalog.h"
+#include "handoff.h"
+#include "log.h"
+#include "policy.h"
+#include "subject.h"
+#include "upstream.h"
+#include "util.h"
+
+#include <event2/buffer.h>
+#include <llhttp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* Above this much unsent output to the agent, reading from the upstream pauses. */
+#define CLIENT_HIGH_WATERMARK (256 * 1024)
+
+static const char *const ex_state_names[EX_N_STATES] = {
+    "classifying", "claiming", "forwarding", "streaming", "holding", "recording", "done",
+};
+
+#define TO(s) (1u << (s))
+static const unsigned ex_transitions[EX_N_STATES] = {
+    [EX_CLASSIFYING] = TO(EX_CLAIMING) | TO(EX_FORWARDING) | TO(EX_DONE),
+    [EX_CLAIMING] = TO(EX_FORWARDING) | TO(EX_DONE),
+    [EX_FORWARDING] = TO(EX_STREAMING) | TO(EX_HOLDING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_STREAMING] = TO(EX_HOLDING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_HOLDING] = TO(EX_STREAMING) | TO(EX_RECORDING) | TO(EX_DONE),
+    [EX_RECORDING] = TO(EX_DONE),
+    [EX_DONE] = 0,
+};
+#undef TO
+
+static void on_up_head(void *arg, int status, const http_headers_t *headers);
+static void on_up_body(void *arg, const char *data, size_t len);
+static void on_up_end(void *arg, upstream_result_t res);
+static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
+static void exchange_free(exchange_t *ex);
+
+/* --- the state machine --- */
+
+static void set_state(exchange_t *ex, ex_state_t to)
+{
+    if (!(ex_transitions[ex->state] & (1u << to))) {
+        /* a broken invariant: going on could answer an agent twice or free in use */
+        log_error(ex->conn_id, "exchange: no transition from %s to %s", ex_state_names[ex->state],
+                  ex_state_names[to]);
+        abort();
+    }
+    ex->state = to;
+    if (to == EX_DONE)
+        exchange_free(ex);
+}
+
+static bool upstream_running(const exchange_t *ex)
+{
+    return ex->state == EX_FORWARDING || ex->state == EX_STREAMING || ex->state == EX_HOLDING;
+}
+
+static bool holding(const exchange_t *ex)
+{
+    return ex->state == EX_HOLDING || ex->state == EX_RECORDING;
+}
+
+/* --- logging --- */
+
+static void log_exchange(exchange_t *ex)
+{
+    if (LOG_INFO < log_threshold)
+        return;
+    char fields[1024], method[96] = "null", tool[300] = "null", outcome[64], target[300];
+    if (ex->has_msg && ex->msg.method)
+        log_json_string(method, sizeof(method), ex->msg.method);
+    if (ex->has_msg && ex->msg.tool)
+        log_json_string(tool, sizeof(tool), ex->msg.tool);
+    log_json_string(outcome, sizeof(outcome), ex->outcome ? ex->outcome : "forwarded");
+    log_json_string(target, sizeof(target), ex->req->target);
+    const char *id =
+        ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100 ? ex->msg.id_text : "null";
+    snprintf(fields, sizeof(fields),
+             "\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,\"tool\":%s,"
+             "\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s%s",
+             ex->req->method_name, target, method, id, tool, ex->status, outcome,
+             (unsigned long long)(util_now_ms() - ex->start_ms), ex->log_fields ? "," : "",
+             ex->log_fields ? ex->log_fields : "");
+    log_emit(LOG_INFO, ex->conn_id, fields, "request");
+}
+
+void exchange_set_outcome(exchange_t *ex, const char *outcome)
+{
+    ex->outcome = outcome;
+}
+
+void exchange_set_log_fields(exchange_t *ex, const char *fields)
+{
+    free(ex->log_fields);
+    ex->log_fields = fields ? xstrdup(fields) : NULL;
+}
+
+/* --- accessors --- */
+
+const http_request_t *exchange_request(const exchange_t *ex)
+{
+    return ex->req;
+}
+
+const mcp_msg_t *exchange_msg(const exchange_t *ex)
+{
+    return ex->has_msg ? &ex->msg : NULL;
+}
+
+uint64_t exchange_conn_id(const exchange_t *ex)
+{
+    return ex->conn_id;
+}
+
+bool exchange_agent_waiting(const exchange_t *ex)
+{
+    return ex->client && !ex->answered;
+}
+
+void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
+{
+    ex->obs = ops;
+    ex->obs_arg = arg;
+}
+
+void exchange_drop_request_header(exchange_t *ex, const char *name)
+{
+    http_headers_remove(&ex->req->headers, name);
+}
+
+void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
+{
+    evbuffer_drain(ex->req->body, evbuffer_get_length(ex->req->body));
+    evbuffer_add(ex->req->body, body, len);
+}
+
+static void get_list_add(exchange_t *ex)
+{
+    proxy_t *p = ex->proxy;
+    ex->in_get_list = true;
+    ex->prev_get = NULL;
+    ex->next_get = p->gets;
+    if (p->gets)
+        p->gets->prev_get = ex;
+    p->gets = ex;
+}
+
+static void get_list_remove(exchange_t *ex)
+{
+    if (!ex->in_get_list)
+        return;
+    if (ex->prev_get)
+        ex->prev_get->next_get = ex->next_get;
+    else
+        ex->proxy->gets = ex->next_get;
+    if (ex->next_get)
+        ex->next_get->prev_get = ex->prev_get;
+    ex->in_get_list = false;
+}
+
+/* --- the agent's side --- */
+
+/* --- tracing --- */
+
+/* The agent's traceparent: the header, else params._meta.traceparent of the body. */
+static void trace_start(exchange_t *ex)
+{
+    span_ctx_t parent;
+    const char *tp = http_headers_get(&ex->req->headers, "traceparent");
+    ex->has_parent = trace_parse_parent(tp, &parent);
+    ex->traced = true;
+    ex->start_ns = trace_now_ns();
+    trace_new_span(ex->proxy->ctx.tracer, &ex->span, ex->has_parent ? &parent : NULL);
+    if (!ex->has_parent)
+        ex->span.sampled = tracer_sampled(ex->proxy->ctx.tracer, ex->span.trace_id);
+    if (ex->has_parent)
+        memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
+}
+
+static void trace_adopt_meta(exchange_t *ex, const char *body, size_t len)
+{
+    size_t po, pl, mo, ml, to, tl;
+    span_ctx_t parent;
+    if (ex->has_parent || !mcp_member_span(body, len, "params", &po, &pl) ||
+        !mcp_member_span(body + po, pl, "_meta", &mo, &ml) ||
+        !mcp_member_span(body + po + mo, ml, "traceparent", &to, &tl) || tl < 2)
+        return;
+    char value[80];
+    snprintf(value, sizeof(value), "%.*s", (int)(tl - 2), body + po + mo + to + 1);
+    if (!trace_parse_parent(value, &parent))
+        return;
+    ex->has_parent = true;
+    memcpy(ex->parent_span_id, parent.span_id, sizeof(ex->parent_span_id));
+    trace_new_span(ex->proxy->ctx.tracer, &ex->span, &parent);
+}
+
+/* One member of the log fields ("\"key_hash\":\"...\"" ...), unquoted, into out; NULL if absent. */
+static const char *log_field(const exchange_t *ex, const char *name, char *out, size_t outlen)
+{
+    if (!ex->log_fields)
+        return NULL;
+    char *obj = xasprintf("{%s}", ex->log_fields);
+    size_t off, len;
+    const char *r = NULL;
+    if (mcp_member_span(obj, strlen(obj), name, &off, &len) && len >= 2 && obj[off] == '"') {
+        snprintf(out, outlen, "%.*s", (int)(len - 2), obj + off + 1);
+        r = out;
+    }
+    free(obj);
+    return r;
+}
+
+static void trace_record(exchange_t *ex, int kind)
+{
+    if (!(kind == SPAN_SERVER ? ex->span : ex->client_span).sampled)
+        return; /* not exported: its attributes are not worth collecting */
+    const char *method = ex->has_msg && ex->msg.method ? ex->msg.method : ex->req->method_name;
+    const char *tool = ex->has_msg ? ex->msg.tool : NULL;
+    char name[300], status[8], key_hash[80], source[40], code[40], id[80];
+    snprintf(name, sizeof(name), "%s%s%s", method, tool ? " " : "", tool ? tool : "");
+    snprintf(status, sizeof(status), "%d", ex->status);
+    const char *rpc_id = NULL;
+    if (ex->has_msg && ex->msg.id_text) {
+        const char *t = ex->msg.id_text;
+        size_t n = strlen(t);
+        snprintf(id, sizeof(id), "%.*s", (int)(t[0] == '"' && n >= 2 ? n - 2 : n),
+                 t[0] == '"' && n >= 2 ? t + 1 : t);
+        rpc_id = id;
+    }
+    span_attr_t attrs[] = {
+        {"mcp.method.name", ex->has_msg ? ex->msg.method : NULL},
+        {"mcp.session.id", http_headers_get(&ex->req->headers, "mcp-session-id")},
+        {"mcp.protocol.version", http_headers_get(&ex->req->headers, "mcp-protocol-version")},
+        {"gen_ai.tool.name", tool},
+        {"jsonrpc.request.id", rpc_id},
+        {"network.transport", "tcp"},
+        {"http.response.status_code", ex->status ? status : NULL},
+        {"idemgw.outcome", kind == SPAN_SERVER ? (ex->outcome ? ex->outcome : "forwarded") : NULL},
+        {"idemgw.class", kind == SPAN_SERVER && tool && ex->proxy->ctx.catalog
+                             ? tool_class_name(catalog_classify(ex->proxy->ctx.catalog, tool, NULL))
+                             : NULL},
+        {"idemgw.key_hash",
+         kind == SPAN_SERVER ? log_field(ex, "key_hash", key_hash, sizeof(key_hash)) : NULL},
+        {"idemgw.duplicate_source",
+         kind == SPAN_SERVER ? log_field(ex, "duplicate_source", source, sizeof(source)) : NULL},
+        {"idemgw.code", kind == SPAN_SERVER ? log_field(ex, "code", code, sizeof(code)) : NULL},
+    };
+    span_t s = {
+        .name = name,
+        .kind = kind,
+        .ctx = kind == SPAN_SERVER ? ex->span : ex->client_span,
+        .parent_span_id =
+            kind == SPAN_SERVER ? (ex->has_parent ? ex->parent_span_id : NULL) : ex->span.span_id,
+        .start_ns = kind == SPAN_SERVER ? ex->start_ns : ex->forward_ns,
+        .end_ns = trace_now_ns(),
+        .attrs = attrs,
+        .n_attrs = ARRAY_LEN(attrs),
+        .error = kind == SPAN_SERVER ? ex->status >= 500 : ex->up_result != UPSTREAM_OK,
+    };
+    tracer_record(ex->proxy->ctx.tracer, &s);
+}
+
+/* A tools/call, by tool, class and outcome, for /metrics. */
+static void count_tool_call(const exchange_t *ex)
+{
+    const proxy_t *p = ex->proxy;
+    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
+        return;
+    const char *tool = ex->msg.tool;
+    stats_tool_t *t = stats_tool(p->ctx.stats, tool, catalog_known(p->ctx.catalog, tool));
+    t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
+    stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
+    t->calls[o]++;
+}
+
+static void exchange_free(exchange_t *ex)
+{
+    proxy_t *p = ex->proxy;
+    log_exchange(ex);
+    if (ex->traced)
+        trace_record(ex, SPAN_SERVER);
+    stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
+                          util_now_ms() - ex->start_ms);
+    count_tool_call(ex);
+    if (ex->obs && ex->obs->detach)
+        ex->obs->detach(ex->obs_arg);
+    if (ex->client)
+        http_conn_set_observer(ex->client, NULL, NULL, NULL);
+    resume_stop(ex);
+    get_list_remove(ex);
+    if (ex->has_msg)
+        mcp_msg_free(&ex->msg);
+    json_decref(ex->cancel_id);
+    if (ex->held)
+        evbuffer_free(ex->held);
+    free(ex->log_fields);
+    http_request_free(ex->req);
+    free(ex);
+    p->open--;
+    if (p->ctx.exchange_ended)
+        p->ctx.exchange_ended(p->ctx.arg);
+}
+
+/* Bytes for the agent: held while a stage holds, dropped if the agent left. */
+static void to_client(exchange_t *ex, const char *data, size_t len)
+{
+    if (holding(ex)) {
+        if (!ex->held)
+            ex->held = evbuffer_new();
+        evbuffer_add(ex->held, data, len);
+        return;
+    }
+    if (!ex->client)
+        return;
+    ex->relayed = true;
+    evbuffer_add(http_conn_output(ex->client), data, len);
+}
+
+static void body_to_client(exchange_t *ex, const char *data, size_t len)
+{
+    if (ex->chunked) {
+        char hdr[24];
+        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
+        to_client(ex, hdr, (size_t)n);
+        to_client(ex, data, len);
+        to_client(ex, "\r\n", 2);
+    } else {
+        to_client(ex, data, len);
+    }
+}
+
+/* The agent's response is complete: the connection goes back to its keep-alive loop. */
+static void finish_client(exchange_t *ex, bool keep)
+{
+    ex->answered = true;
+    if (!ex->client)
+        return;
+    http_conn_t *c = ex->client;
+    http_conn_set_observer(c, NULL, NULL, NULL);
+    ex->client = NULL;
+    http_conn_response_done(c, keep);
+}
+
+/* Ends the agent's relayed response after the upstream's end. */
+static void complete_client(exchange_t *ex)
+{
+    if (ex->answered || !ex->head_sent)
+        return;
+    bool keep = ex->keep_alive;
+    if (ex->client && ex->chunked)
+        evbuffer_add(http_conn_output(ex->client), "0\r\n\r\n", 5);
+    else if (ex->up_result != UPSTREAM_OK)
+        keep = false; /* a length-framed body was cut short: only closing tells the agent */
+    finish_client(ex, keep);
+}
+
+static const char *origin_of(const exchange_t *ex)
+{
+    return http_headers_get(&ex->req->headers, "origin");
+}
+
+/* CORS lines for an answer the gateway writes itself, or NULL. */
+char *exchange_own_cors(const exchange_t *ex)
+{
+    if (ex->proxy->ctx.cfg->cors == CORS_OFF)
+        return NULL;
+    return cors_headers(&ex->proxy->cors, origin_of(ex));
+}
+
+void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
+{
+    ex->status = status;
+    ex->head_sent = true;
+    ex->answered = true;
+    if (ex->client) {
+        http_conn_t *c = ex->client;
+        http_conn_set_observer(c, NULL, NULL, NULL);
+        ex->client = NULL;
+        char *cors = exchange_own_cors(ex);
+        char *all = cors ? xasprintf("%s%s", extra ? extra : "", cors) : NULL;
+        http_conn_respond(c, status, "application/json", body, strlen(body), all ? all : extra,
+                          ex->req->keep_alive);
+        free(all);
+        free(cors);
+    }
+    if (ex->up) {
+        /* a drain ends a GET stream that had no head yet */
+        upstream_abandon(ex->up);
+        ex->up = NULL;
+    }
+    set_state(ex, EX_DONE);
+}
+
+static void respond_error(exchange_t *ex, int status, int code, const char *message,
+                          const char *extra)
+{
+    if (status >= 500)
+        ex->proxy->ctx.stats->upstream_errors++;
+    else
+        ex->proxy->ctx.stats->bad_requests++;
+    char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, code, message);
+    exchange_respond_json(ex, status, body, extra);
+    free(body);
+}
+
+void exchange_end(exchange_t *ex)
+{
+    ex->answered = true;
+    set_state(ex, EX_DONE);
+}
+
+/* After the upstream's end with nothing held: the agent gets the rest, the exchange ends. */
+static void conclude(exchange_t *ex)
+{
+    if (ex->deferred_status && !ex->answered && ex->client) {
+        respond_error(ex, ex->deferred_status, -32603, ex->deferred_message, NULL);
+        return;
+    }
+    if (!ex->head_sent)
+        ex->answered = true;
+    complete_client(ex);
+    set_state(ex, EX_DONE);
+}
+
+void exchange_release(exchange_t *ex)
+{
+    if (!holding(ex))
+        return;
+    ex->sse_unheld = ex->sse_total;
+    if (ex->held) {
+        if (ex->client && !ex->deferred_status) {
+            evbuffer_add_buffer(http_conn_output(ex->client), ex->held);
+            ex->relayed = true;
+        }
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    if (ex->state == EX_HOLDING)
+        set_state(ex, EX_STREAMING);
+    else
+        conclude(ex);
+}
+
+void exchange_replace_answer(exchange_t *ex, const char *body)
+{
+    if (ex->held) {
+        evbuffer_free(ex->held);
+        ex->held = NULL;
+    }
+    ex->deferred_status = 0;
+    if (!ex->relayed && !ex->answered) {
+        exchange_respond_json(ex, 200, body, NULL);
+        return;
+    }
+    if (ex->client && !ex->answered && ex->resp_sse && ex->chunked) {
+        char *event = xasprintf("event: message\ndata: %s\n\n", body);
+        struct evbuffer *out = http_conn_output(ex->client);
+        evbuffer_add_printf(out, "%zx\r\n", strlen(event));
+        evbuffer_add(out, event, strlen(event));
+        evbuffer_add(out, "\r\n", 2);
+        free(event);
+    } else {
+        ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
+    }
+    if (ex->state == EX_HOLDING)
+        set_state(ex, EX_STREAMING);
+    else if (ex->state == EX_RECORDING)
+        conclude(ex);
+}
+
+void exchange_answer_early(exchange_t *ex, const char *body)
+{
+    http_conn_t *c = ex->client;
+    if (!c || ex->answered)
+        return;
+    if (ex->held) {
+        evbuffer_free(ex->held); /* what the agent has not seen it never will */
+        ex->held = NULL;
+    }
+    ex->answered = true;
+    if (!ex->relayed) {
+        http_conn_set_observer(c, NULL, NULL, NULL);
+        ex->client = NULL;
+        char *cors = exchange_own_cors(ex);
+        http_conn_respond(c, 200, "application/json", body, strlen(body), cors,
+                          ex->req->keep_alive);
+        free(cors);
+        return;
+    }
+    bool keep = false;
+    if (ex->resp_sse && ex->chunked) {
+        char *event = xasprintf("event: message\ndata: %s\n\n", body);
+        struct evbuffer *out = http_conn_output(c);
+        evbuffer_add_printf(out, "%zx\r\n%s\r\n0\r\n\r\n", strlen(event), event);
+        free(event);
+        keep = ex->keep_alive;
+    } /* else a length-framed body was partly relayed: only closing ends it */
+    finish_client(ex, keep);
+}
+
+static void on_client_drained(void *arg)
+{
+    exchange_t *ex = arg;
+    if (ex->paused && ex->up) {
+        ex->paused = false;
+        upstream_pause(ex->up, false);
+    }
+}
+
+static bool answer_seen(const exchange_t *ex)
+{
+    return ex->obs && ex->obs->answer_seen && ex->obs->answer_seen(ex->obs_arg) && !holding(ex);
+}
+
+static void on_client_gone(void *arg)
+{
+    exchange_t *ex = arg;
+    ex->client = NULL;
+    /* closing a GET stream is how an agent ends it; closing after the call's answer arrived
+     * is a normal exit too. Only leaving before the answer is news. */
+    if (ex->req->method == HTTP_GET) {
+        if (!ex->outcome)
+            ex->outcome = "closed_by_agent";
+    } else if (!answer_seen(ex)) {
+        log_info(ex->conn_id, "agent disconnected before its answer was complete");
+        if (!ex->outcome)
+            ex->outcome = "agent_gone";
+    }
+    if (!upstream_running(ex))
+        return; /* a stage has it: it sees the agent gone at its next step */
+    if (ex->req->method == HTTP_POST) {
+        /* not a cancellation: read to the end so a protected result gets stored */
+        if (ex->paused && ex->up) {
+            ex->paused = false;
+            upstream_pause(ex->up, false);
+        }
+        return;
+    }
+    if (ex->up) {
+        upstream_abandon(ex->up);
+        ex->up = NULL;
+    }
+    ex->answered = true;
+    set_state(ex, EX_DONE);
+}
+
+/* --- the upstream's side --- */
+
+static long long header_ll(const http_headers_t *h, const char *name)
+{
+    const char *v = http_headers_get(h, name);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    long long n = strtoll(v, &end, 10);
+    return *end == '\0' && n >= 0 ? n : -1;
+}
+
+static void observe(exchange_t *ex, observe_t verdict)
+{
+    if (verdict == OBSERVE_HOLD && ex->state == EX_STREAMING)
+        set_state(ex, EX_HOLDING);
+}
+
+static void on_up_head(void *arg, int status, const http_headers_t *headers)
+{
+    exchange_t *ex = arg;
+    ex->status = status;
+    const char *ct = http_headers_get(headers, "content-type");
+    ex->resp_sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
+    long long clen = header_ll(headers, "content-length");
+    if (status == 204 || status == 304)
+        clen = -2;
+    else if (ex->req->method == HTTP_HEAD)
+        clen = clen >= 0 ? clen : -2; /* no body follows, whatever the head says */
+    else if (clen < 0 || (ex->resp_sse && ex->obs && status == 200))
+        clen = -1; /* chunked or close-delimited upstream, or a watched stream the gateway
+                    * may have to end with an answer of its own: chunked to the agent */
+    ex->chunked = clen == -1;
+    ex->keep_alive = ex->req->keep_alive;
+    if (ex->resp_sse && ex->chunked && ex->req->method == HTTP_POST && status == 200 &&
+        exchange_session(ex))
+        resume_start(ex);
+    set_state(ex, EX_STREAMING);
+    if (ex->obs && ex->obs->on_head)
+        observe(ex, ex->obs->on_head(ex->obs_arg, status, headers, ex->resp_sse));
+    cors_learn(&ex->proxy->cors, origin_of(ex), headers);
+    char *extra = NULL;
+    if (ex->req->method == HTTP_OPTIONS)
+        extra = cors_preflight_extra(
+            http_headers_get(&ex->req->headers, "access-control-request-headers"), headers);
+    struct evbuffer *head = evbuffer_new();
+    bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
+    http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
+    free(extra);
+    size_t n = evbuffer_get_length(head);
+    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
+    evbuffer_free(head);
+    ex->head_sent = true;
+}
+
+static void on_up_body(void *arg, const char *data, size_t len)
+{
+    exchange_t *ex = arg;
+    if (ex->obs && ex->obs->on_body)
+        observe(ex, ex->obs->on_body(ex->obs_arg, data, len));
+    resume_feed(ex, data, len);
+    body_to_client(ex, data, len);
+    bool held = holding(ex);
+    if (ex->resp_sse && ex->client && !held)
+        http_conn_flush(ex->client);
+    if (ex->sse_tracking && !held)
+        ex->sse_unheld = ex->sse_total;
+    if (ex->client && !ex->paused && ex->up &&
+        http_conn_output_len(ex->client) > CLIENT_HIGH_WATERMARK) {
+        ex->paused = true;
+        upstream_pause(ex->up, true);
+    }
+}
+
+static bool is_cancel(const exchange_t *ex)
+{
+    return ex->has_msg && ex->msg.kind == MCP_KIND_NOTIFICATION && ex->msg.method &&
+           strcmp(ex->msg.method, "notifications/cancelled") == 0;
+}
+
+static void on_up_end(void *arg, upstream_result_t res)
+{
+    exchange_t *ex = arg;
+    proxy_t *p = ex->proxy;
+    upstream_conn_t *up = ex->up;
+    ex->up = NULL;
+    ex->up_result = res;
+    if (ex->forward_ms)
+        stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
+    if (ex->traced && ex->forward_ns)
+        trace_record(ex, SPAN_CLIENT);
+    if (res != UPSTREAM_OK && !ex->cut)
+        log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
+    /* relayed once the upstream took it: a protected call it names will get no answer */
+    if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
+        p->stage.cancelled)
+        p->stage.cancelled(p->stage.arg, ex->req, exchange_session(ex), ex->cancel_id);
+    bool hold = holding(ex);
+    if (ex->obs && ex->obs->on_end && ex->obs->on_end(ex->obs_arg, res) == OBSERVE_HOLD)
+        hold = true;
+    if (up && ex->discard_up) {
+        log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
+        upstream_discard(up);
+    }
+    if (!ex->head_sent) {
+        if (ex->held) {
+            evbuffer_free(ex->held);
+            ex->held = NULL;
+        }
+        if (ex->client && !ex->answered) {
+            ex->deferred_status = res == UPSTREAM_ERR_HEAD_TIMEOUT ? 504 : 502;
+            ex->deferred_message = res == UPSTREAM_ERR_CONNECT ? "upstream MCP server unreachable"
+                                   : res == UPSTREAM_ERR_HEAD_TIMEOUT
+                                       ? "upstream MCP server did not answer in time"
+                                       : "upstream MCP server failed to answer";
+        }
+    }
+    if (hold) {
+        /* answered once the stage's write is done (exchange_release) */
+        set_state(ex, EX_RECORDING);
+        return;
+    }
+    conclude(ex);
+}
+
+void exchange_end_upstream(exchange_t *ex)
+{
+    if (!ex->up)
+        return;
+    upstream_abandon(ex->up);
+    ex->cut = true;
+    on_up_end(ex, UPSTREAM_ERR_CLOSED);
+}
+
+void exchange_discard_upstream(exchange_t *ex)
+{
+    ex->discard_up = true;
+}
+
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
+{
+    proxy_t *p = ex->proxy;
+    set_state(ex, EX_FORWARDING);
+    char *traced_extra = NULL;
+    if (ex->traced) {
+        /* the upstream continues the trace from the gateway's CLIENT span */
+        char tp[64];
+        trace_new_span(ex->proxy->ctx.tracer, &ex->client_span, &ex->span);
+        trace_format_parent(&ex->client_span, tp, sizeof(tp));
+        ex->forward_ns = trace_now_ns();
+        traced_extra = xasprintf("%straceparent: %s\r\n", extra_headers ? extra_headers : "", tp);
+        extra_headers = traced_extra;
+    }
+    struct evbuffer *out = evbuffer_new();
+    size_t blen = evbuffer_get_length(ex->req->body);
+    long long body_len = ex->req->method == HTTP_POST || blen > 0 ? (long long)blen : -1;
+    http_write_request_head(out, ex->req->method_name, ex->req->target, &ex->req->headers,
+                            p->ctx.cfg->upstream_host_header, ex->req->client_ip, body_len,
+                            extra_headers);
+    evbuffer_add_buffer(out, ex->req->body);
+    p->ctx.stats->forwarded++;
+    ex->forward_ms = util_now_ms();
+    ex->up = upstream_send(p->ctx.pool, out, fresh, &up_cbs, ex);
+    evbuffer_free(out);
+    free(traced_extra);
+}
+
+/* --- GET streams: resumes and the drain --- */
+
+void proxy_drain(proxy_t *p)
+{
+    exchange_t *ex = p->gets;
+    while (ex) {
+        exchange_t *next = ex->next_get;
+        if (upstream_running(ex)) {
+            ex->outcome = "drained";
+            if (!ex->head_sent && ex->client) {
+                respond_error(ex, 503, -32000, "the gateway is shutting down", NULL);
+            } else {
+                if (ex->up) {
+                    upstream_abandon(ex->up);
+                    ex->up = NULL;
+                }
+                ex->up_result = UPSTREAM_OK; /* a clean end of the stream for the agent */
+                if (ex->state == EX_FORWARDING)
+                    ex->answered = true;
+                complete_client(ex);
+                set_state(ex, EX_DONE);
+            }
+        }
+        ex = next;
+    }
+}
+
+uint64_t proxy_exchanges(const proxy_t *p)
+{
+    return p->open;
+}
+
+/* --- what the router calls --- */
+
+const char *exchange_session(const exchange_t *ex)
+{
+    return http_headers_get(&ex->req->headers, "mcp-session-id");
+}
+
+void exchange_attach_agent(exchange_t *ex, http_conn_t *conn)
+{
+    ex->client = conn;
+    http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+}
+
+exchange_t *exchange_new(proxy_t *p, http_conn_t *conn, http_request_t *req)
+{
+    exchange_t *ex = xcalloc(1, sizeof(*ex));
+    ex->proxy = p;
+    ex->state = EX_CLASSIFYING;
+    ex->conn_id = http_conn_id(conn);
+    ex->client = conn;
+    ex->req = req;
+    ex->start_ms = req->start_ms;
+    p->open++;
+    http_conn_fill_client_ip(conn, req);
+    http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
+    if (p->ctx.tracer)
+        trace_start(ex);
+    return ex;
+}
+
+void exchange_set_state(exchange_t *ex, ex_state_t to)
+{
+    set_state(ex, to);
+}
+
+void exchange_respond_error(exchange_t *ex, int status, int code, const char *message,
+                            const char *extra)
+{
+    respond_error(ex, status, code, message, extra);
+}
+
+void exchange_track_get(exchange_t *ex)
+{
+    get_list_add(ex);
+}
+
+bool exchange_resume(exchange_t *get)
+{
+    return resume_serve(get);
+}
+
+void exchange_adopt_trace_meta(exchange_t *ex, const char *body, size_t len)
+{
+    trace_adopt_meta(ex, body, len);
+}
+
+bool exchange_is_cancel(const exchange_t *ex)
+{
+    return is_cancel(ex);
+}

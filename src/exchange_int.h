@@ -1,0 +1,127 @@
+/* The exchange's insides: the request object's fields and the calls the router and the
+ * resumption code make on it. Private to the pipeline (exchange.c, proxy.c); stages see an
+ * exchange through exchange.h alone. */
+#ifndef IDEMGW_EXCHANGE_INT_H
+#define IDEMGW_EXCHANGE_INT_H
+
+#include "cors.h"
+#include "exchange.h"
+#include "proxy.h"
+#include "sse.h"
+#include "trace.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* An exchange's life. The upstream side drives it; the agent side is a pointer that becomes
+ * NULL when the agent leaves (a POST is still read to its end, so its result is recorded).
+ *
+ *   CLASSIFYING --> CLAIMING --> FORWARDING --> STREAMING <--> HOLDING
+ *        |             |             |              |             |
+ *        |             |             +--------------+-------------+--> RECORDING
+ *        +-------------+-------------+--------------+-------------+--------+--> DONE
+ *
+ * CLAIMING: a stage has the request and no upstream request is out. HOLDING: the stage keeps
+ * back the bytes for the agent while the upstream still sends. RECORDING: the upstream has
+ * ended and the stage holds the answer until its write is done. DONE frees the exchange. */
+typedef enum {
+    EX_CLASSIFYING = 0,
+    EX_CLAIMING,
+    EX_FORWARDING,
+    EX_STREAMING,
+    EX_HOLDING,
+    EX_RECORDING,
+    EX_DONE,
+    EX_N_STATES
+} ex_state_t;
+
+typedef struct sse_mark {
+    char *id;
+    size_t end; /* offset in the stream just past the event */
+} sse_mark_t;
+
+struct exchange {
+    proxy_t *proxy;
+    ex_state_t state;
+    uint64_t conn_id;    /* agent connection id, for logs */
+    http_conn_t *client; /* NULL once the agent has gone or has its whole answer */
+    http_request_t *req; /* owned */
+    mcp_msg_t msg;       /* parsed POST body */
+    bool has_msg;
+    json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
+    upstream_conn_t *up; /* while the upstream exchange runs */
+    upstream_result_t up_result;
+    bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */
+    bool discard_up;       /* the upstream connection must not be reused */
+    bool paused;           /* upstream reading paused for backpressure */
+    bool resp_sse;         /* the upstream answered text/event-stream */
+    bool chunked;          /* agent response uses chunked framing */
+    bool keep_alive;       /* agent connection may be reused afterwards */
+    bool head_sent;        /* a response head was produced for the agent (maybe held) */
+    bool relayed;          /* some bytes reached the agent's output, not held */
+    bool answered;         /* the agent's response is complete (or was never to be) */
+    int status;            /* response status sent (or to send) to the agent */
+    struct evbuffer *held; /* bytes kept back while a stage holds */
+    int deferred_status;   /* an error answer waiting for the hold to end */
+    const char *deferred_message;
+    const response_observer_t *obs; /* the stage watching the response, or NULL */
+    void *obs_arg;
+    /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
+     * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while
+     * the gateway still holds the upstream stream open */
+    struct evbuffer *sse_log;
+    sse_parser_t sse_ids;
+    sse_mark_t *marks; /* event id -> end offset in sse_log */
+    size_t n_marks, cap_marks;
+    size_t sse_total;  /* bytes appended to sse_log */
+    size_t sse_unheld; /* of those, bytes already passed on (not held back) */
+    bool sse_tracking; /* off once the stream outgrows the resumption limit */
+    exchange_t *next_tracked;
+    exchange_t *next_get, *prev_get; /* GET streams, ended by a drain */
+    bool in_get_list;
+    const char *outcome; /* for the log line: "forwarded", "replay", ... */
+    char *log_fields;    /* extra JSON members for the log line */
+    uint64_t start_ms;
+    uint64_t forward_ms; /* when the request went upstream (0: it did not) */
+    /* tracing: the agent's request (SERVER) and the call to the upstream (CLIENT) */
+    span_ctx_t span, client_span;
+    uint8_t parent_span_id[8]; /* the agent's span, from its traceparent */
+    bool has_parent, traced;
+    uint64_t start_ns, forward_ns;
+};
+
+struct proxy {
+    proxy_ctx_t ctx;
+    proxy_stage_t stage;
+    exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
+    exchange_t *gets;    /* GET streams in flight */
+    uint64_t open;       /* exchanges in flight */
+    cors_table_t cors;   /* the upstream's CORS answers, mirrored on the gateway's own */
+};
+
+/* The request's Mcp-Session-Id, or NULL. */
+const char *exchange_session(const exchange_t *ex);
+/* The agent's connection becomes ex's: its output, its drain and its leaving. */
+void exchange_attach_agent(exchange_t *ex, http_conn_t *conn);
+/* CORS lines for an answer the gateway writes itself, or NULL. */
+char *exchange_own_cors(const exchange_t *ex);
+/* A new exchange for req on conn (the request is the exchange's from now on), in CLASSIFYING. */
+exchange_t *exchange_new(proxy_t *p, http_conn_t *conn, http_request_t *req);
+/* Every state change goes here; a transition the table does not allow aborts. DONE logs the
+ * exchange and frees it. */
+void exchange_set_state(exchange_t *ex, ex_state_t to);
+/* A JSON-RPC error answer written by the gateway (counted as a bad request or upstream error). */
+void exchange_respond_error(exchange_t *ex, int status, int code, const char *message,
+                            const char *extra);
+/* A GET stream, ended by the drain. */
+void exchange_track_get(exchange_t *ex);
+/* A GET with Last-Event-ID for a stream this process or another worker reads: served or handed
+ * over (true), else the upstream's to serve (false). */
+bool exchange_resume(exchange_t *get);
+/* The agent's traceparent from params._meta when the headers had none. */
+void exchange_adopt_trace_meta(exchange_t *ex, const char *body, size_t len);
+/* The request is a notifications/cancelled. */
+bool exchange_is_cancel(const exchange_t *ex);
+
+#endif
