@@ -30,7 +30,13 @@ typedef enum {
 /* Called in order: on_head once, on_body per chunk (the raw bytes as the upstream sent them,
  * before they go to the agent), on_end once. Any callback may be NULL. A hold, once asked
  * for, stays until released; the callbacks after it may still say PASS. detach is the last
- * call the observer gets: the exchange is being freed. */
+ * call the observer gets: the exchange has ended.
+ *
+ * From on_end an observer may answer at once (exchange_release, exchange_replace_answer or
+ * exchange_respond_json) and then return OBSERVE_PASS; the exchange may have ended, and its
+ * observer been detached, by the time on_end returns, but its memory lasts until the loop is
+ * out of every callback (exchange.c frees ended exchanges from the loop), so neither the
+ * exchange nor the caller of on_end touches freed memory. */
 typedef struct response_observer {
     observe_t (*on_head)(void *arg, int status, const http_headers_t *headers, bool sse);
     observe_t (*on_body)(void *arg, const char *data, size_t len);

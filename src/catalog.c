@@ -364,7 +364,6 @@ typedef struct list_watch {
     catalog_rewrite_t rw;
     bool rewriting;      /* the answer is held for the rewritten one */
     char *id_text;       /* the request's id, for the rewritten answer */
-    struct event *later; /* gives the agent its answer once the proxy's callback is over */
     char *answer;        /* the rewritten response, or NULL: release the held one */
 } list_watch_t;
 
@@ -394,15 +393,6 @@ static observe_t watch_body(void *arg, const char *data, size_t len)
     return OBSERVE_PASS;
 }
 
-static void give_answer(evutil_socket_t fd, short what, void *arg)
-{
-    list_watch_t *w = arg;
-    if (w->answer)
-        exchange_replace_answer(w->ex, w->answer); /* may free the exchange, and w */
-    else
-        exchange_release(w->ex);
-}
-
 static observe_t watch_end(void *arg, upstream_result_t res)
 {
     list_watch_t *w = arg;
@@ -419,17 +409,19 @@ static observe_t watch_end(void *arg, upstream_result_t res)
         w->answer = xasprintf("{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", w->id_text, result);
         free(result);
     }
-    struct timeval zero = {0, 0};
-    evtimer_add(w->later, &zero);
-    return OBSERVE_HOLD;
+    /* answered from here (exchange.h): w is gone once this returns to the exchange */
+    exchange_t *ex = w->ex;
+    if (w->answer)
+        exchange_replace_answer(ex, w->answer);
+    else
+        exchange_release(ex);
+    return OBSERVE_PASS;
 }
 
 static void watch_detach(void *arg)
 {
     list_watch_t *w = arg;
     rpc_reader_free(&w->reader);
-    if (w->later)
-        event_free(w->later);
     free(w->id_text);
     free(w->answer);
     free(w);
@@ -455,7 +447,6 @@ void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrit
     w->rewriting = catalog_rewrites(c, rw);
     if (w->rewriting) {
         w->id_text = xstrdup(m->id_text);
-        w->later = evtimer_new(base, give_answer, w);
     }
     rpc_reader_init(&w->reader, m->id, CATALOG_MAX_ANSWER);
     exchange_set_observer(ex, &watch_ops, w);

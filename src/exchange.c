@@ -13,6 +13,7 @@
 #include "util.h"
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <llhttp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers);
 static void on_up_body(void *arg, const char *data, size_t len);
 static void on_up_end(void *arg, upstream_result_t res);
 static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
-static void exchange_free(exchange_t *ex);
+static void exchange_close(exchange_t *ex);
+static void reap_cb(evutil_socket_t fd, short what, void *arg);
 
 /* --- the state machine --- */
 
@@ -57,7 +59,7 @@ static void set_state(exchange_t *ex, ex_state_t to)
     }
     ex->state = to;
     if (to == EX_DONE)
-        exchange_free(ex);
+        exchange_close(ex);
 }
 
 static bool upstream_running(const exchange_t *ex)
@@ -283,7 +285,10 @@ static void count_tool_call(const exchange_t *ex)
     t->calls[o]++;
 }
 
-static void exchange_free(exchange_t *ex)
+/* The exchange has ended: logged, counted, and let go by its observer, its agent connection
+ * and the lists that name it. Its memory stays until the loop is out of every callback that
+ * may still hold a pointer to it (exchange_reap); until then its accessors still answer. */
+static void exchange_close(exchange_t *ex)
 {
     proxy_t *p = ex->proxy;
     log_exchange(ex);
@@ -294,10 +299,21 @@ static void exchange_free(exchange_t *ex)
     count_tool_call(ex);
     if (ex->obs && ex->obs->detach)
         ex->obs->detach(ex->obs_arg);
+    ex->obs = NULL;
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
+    ex->client = NULL;
     resume_stop(ex);
     get_list_remove(ex);
+    ex->next_closed = p->closed;
+    p->closed = ex;
+    if (!p->reap_ev)
+        p->reap_ev = event_new(p->ctx.base, -1, 0, reap_cb, p);
+    event_active(p->reap_ev, EV_TIMEOUT, 0);
+}
+
+static void exchange_free(exchange_t *ex)
+{
     if (ex->has_msg)
         mcp_msg_free(&ex->msg);
     json_decref(ex->cancel_id);
@@ -306,9 +322,26 @@ static void exchange_free(exchange_t *ex)
     free(ex->log_fields);
     http_request_free(ex->req);
     free(ex);
-    p->open--;
-    if (p->ctx.exchange_ended)
+}
+
+void exchange_reap(proxy_t *p)
+{
+    bool any = p->closed != NULL;
+    while (p->closed) {
+        exchange_t *ex = p->closed;
+        p->closed = ex->next_closed;
+        exchange_free(ex);
+        p->open--;
+    }
+    if (any && p->ctx.exchange_ended)
         p->ctx.exchange_ended(p->ctx.arg);
+}
+
+static void reap_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    exchange_reap(arg);
 }
 
 /* Bytes for the agent: held while a stage holds, dropped if the agent left. */
@@ -654,6 +687,8 @@ static void on_up_end(void *arg, upstream_result_t res)
     bool hold = holding(ex);
     if (ex->obs && ex->obs->on_end && ex->obs->on_end(ex->obs_arg, res) == OBSERVE_HOLD)
         hold = true;
+    if (ex->state == EX_DONE)
+        return; /* the observer answered from on_end: nothing of the exchange is left to do */
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
         upstream_discard(up);

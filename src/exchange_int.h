@@ -79,6 +79,7 @@ struct exchange {
     bool sse_tracking; /* off once the stream outgrows the resumption limit */
     exchange_t *next_tracked;
     exchange_t *next_get, *prev_get; /* GET streams, ended by a drain */
+    exchange_t *next_closed;         /* on the proxy's list of ended exchanges */
     bool in_get_list;
     const char *outcome; /* for the log line: "forwarded", "replay", ... */
     char *log_fields;    /* extra JSON members for the log line */
@@ -96,7 +97,9 @@ struct proxy {
     proxy_stage_t stage;
     exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
     exchange_t *gets;    /* GET streams in flight */
-    uint64_t open;       /* exchanges in flight */
+    uint64_t open;       /* exchanges in flight, and ended ones not yet freed */
+    exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
+    struct event *reap_ev;
     cors_table_t cors;   /* the upstream's CORS answers, mirrored on the gateway's own */
 };
 
@@ -114,6 +117,8 @@ void exchange_set_state(exchange_t *ex, ex_state_t to);
 /* A JSON-RPC error answer written by the gateway (counted as a bad request or upstream error). */
 void exchange_respond_error(exchange_t *ex, int status, int code, const char *message,
                             const char *extra);
+/* Frees the ended exchanges (the loop does it after their callbacks; proxy_free at the end). */
+void exchange_reap(proxy_t *p);
 /* A GET stream, ended by the drain. */
 void exchange_track_get(exchange_t *ex);
 /* A GET with Last-Event-ID for a stream this process or another worker reads: served or handed

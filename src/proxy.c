@@ -13,6 +13,7 @@
 #include "util.h"
 
 #include <event2/buffer.h>
+#include <event2/event.h>
 #include <llhttp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -363,6 +364,10 @@ void proxy_free(proxy_t *p)
     /* NULL when the worker failed before wiring its stages (the store refused to open) */
     if (!p)
         return;
+    p->ctx.exchange_ended = NULL; /* nothing is left to tell */
+    exchange_reap(p);
+    if (p->reap_ev)
+        event_free(p->reap_ev);
     cors_table_free(&p->cors);
     free(p);
 }
