@@ -154,10 +154,8 @@ static void test_fnv1a64(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_table),
-        cmocka_unit_test(test_utf8_decode),
-        cmocka_unit_test(test_iso_utc_ms),
-        cmocka_unit_test(test_log_line_time),
+        cmocka_unit_test(test_utf8_table), cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_iso_utc_ms), cmocka_unit_test(test_log_line_time),
         cmocka_unit_test(test_fnv1a64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
