@@ -385,6 +385,11 @@ int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstrea
         } else if (opt == 'h') {
             usage(stdout);
             return 1;
+        } else if (opt == 'u') {
+            /* a command without it: argv[optind - 1] is the option's value, not its name */
+            fprintf(stderr, "%s: unknown or incomplete option --upstream\n", cmd);
+            usage(stderr);
+            return -1;
         } else {
             fprintf(stderr, "%s: unknown or incomplete option %s\n", cmd, argv[optind - 1]);
             usage(stderr);
