@@ -308,7 +308,8 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
         .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
         .pool = 1,
     };
-    if (cfg->upstream_tls && !(tls = upstream_tls_new(cfg->upstream_ca_file, err, errlen)))
+    if (cfg->upstream_tls &&
+        !(tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", err, errlen)))
         goto out;
     upstream_opts_t uo = {
         .base = run.base,

@@ -285,7 +285,7 @@ tracer_t *tracer_new(struct event_base *base, const http_url_t *url, double samp
                           : 0;
     t->limits = (upstream_limits_t){.connect_timeout_ms = 2000, .timeout_ms = 5000,
                                     .idle_timeout_ms = 5000, .pool = 1};
-    if (url->tls && !(t->tls = upstream_tls_new(NULL, msg, msglen))) {
+    if (url->tls && !(t->tls = upstream_tls_new(NULL, NULL, msg, msglen))) {
         free(t);
         return NULL;
     }
