@@ -294,7 +294,7 @@ static void expect_sets(const jwks_source_t *s, size_t n, size_t keys0, size_t k
         assert_int_equal(jwks_count(sets[1]), keys1);
 }
 
-/* Runs fn with log lines captured into text. */
+/* Log lines go to a temporary file until logged() reads them back into text. */
 static FILE *capture_log(void)
 {
     FILE *f = tmpfile();
