@@ -59,8 +59,10 @@ typedef struct upstream_opts {
 } upstream_opts_t;
 
 /* A TLS client context that verifies the upstream's certificate against ca_file (PEM), or the
- * system's CA store when ca_file is NULL. NULL with msg on failure. */
-struct ssl_ctx_st *upstream_tls_new(const char *ca_file, char *msg, size_t msglen);
+ * system's CA store when ca_file is NULL. NULL with msg on failure, naming ca_file by setting,
+ * the configuration key it came from ("upstream_ca_file"). */
+struct ssl_ctx_st *upstream_tls_new(const char *ca_file, const char *setting, char *msg,
+                                    size_t msglen);
 
 /* Resolves the upstream address (blocking, at start). NULL with msg on failure. */
 upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen);

@@ -28,8 +28,8 @@ uint64_t util_now_ms(void);
 /* Wall clock in milliseconds since the epoch, for log lines and stored times. */
 uint64_t util_wall_ms(void);
 
-/* Epoch milliseconds as ISO 8601 UTC with milliseconds (2025-01-01T00:00:00.000Z), the form
- * the stores print times in. */
+/* Epoch milliseconds as ISO 8601 UTC with milliseconds (2025-01-01T00:00:00.000Z): the one
+ * form the gateway prints times in (log lines, stored rows, answers to agents). */
 #define UTIL_ISO_LEN 24
 void util_iso_utc_ms(int64_t ms, char out[UTIL_ISO_LEN + 1]);
 

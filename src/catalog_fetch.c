@@ -308,7 +308,8 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
         .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
         .pool = 1,
     };
-    if (cfg->upstream_tls && !(tls = upstream_tls_new(cfg->upstream_ca_file, err, errlen)))
+    if (cfg->upstream_tls &&
+        !(tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", err, errlen)))
         goto out;
     upstream_opts_t uo = {
         .base = run.base,
@@ -385,6 +386,11 @@ int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstrea
         } else if (opt == 'h') {
             usage(stdout);
             return 1;
+        } else if (opt == 'u') {
+            /* a command without it: argv[optind - 1] is the option's value, not its name */
+            fprintf(stderr, "%s: unknown or incomplete option --upstream\n", cmd);
+            usage(stderr);
+            return -1;
         } else {
             fprintf(stderr, "%s: unknown or incomplete option %s\n", cmd, argv[optind - 1]);
             usage(stderr);

@@ -26,12 +26,10 @@ static struct event *rx_ev;
 static handoff_adopt_fn adopt_fn;
 static void *adopt_arg;
 
+/* The session's hash with the low byte cleared, where a slot keeps the worker number. */
 static uint64_t session_hash(const char *s)
 {
-    uint64_t h = UINT64_C(1469598103934665603); /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
-        h = (h ^ *p) * UINT64_C(1099511628211);
-    return h & ~(uint64_t)WORKER_BITS;
+    return util_fnv1a64(s) & ~(uint64_t)WORKER_BITS;
 }
 
 int handoff_setup(int n_workers)

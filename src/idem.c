@@ -791,16 +791,6 @@ static bool replay_from_cache(call_t *c)
     return true;
 }
 
-static void iso_now(char *out, size_t outlen)
-{
-    uint64_t ms = util_wall_ms();
-    time_t secs = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(out, outlen, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, outlen - n, ".%03uZ", (unsigned)(ms % 1000));
-}
-
 /* A copy of a value for a diagnostic text column. The column holds only UTF-8: a value that is
  * not (an Mcp-Session-Id with a byte like 0xff) is kept as "\x" and the hex of its bytes,
  * bytea's notation, rather than refusing a call over a value the gateway never interprets.
@@ -832,7 +822,7 @@ static void claim(call_t *c)
         answer_store_down(c);
         return;
     }
-    iso_now(c->claimed_at, sizeof(c->claimed_at));
+    util_iso_utc_ms((int64_t)util_wall_ms(), c->claimed_at);
     /* stored for diagnosis only; never compared */
     char *session = row_text(header_of(c, "mcp-session-id"));
     char *rpc_id = row_text(msg_of(c)->id_text);

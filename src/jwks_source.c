@@ -177,7 +177,7 @@ jwks_source_t *jwks_source_new(const jwks_source_opts_t *opts, char *msg, size_t
     s->host_header = xstrdup(c->jwks.host_header);
     s->ca_file = c->ca_file ? xstrdup(c->ca_file) : NULL;
     char err[256];
-    if (!(s->tls = upstream_tls_new(c->ca_file, err, sizeof(err)))) {
+    if (!(s->tls = upstream_tls_new(c->ca_file, "ca_file", err, sizeof(err)))) {
         snprintf(msg, msglen, "jwks_url: %s", err);
         goto fail;
     }

@@ -1,11 +1,11 @@
 #include "log.h"
 
+#include "util.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/time.h>
-#include <time.h>
 
 log_level_t log_threshold = LOG_INFO;
 int log_worker;
@@ -53,19 +53,14 @@ void log_json_string(char *out, size_t outlen, const char *s)
 
 void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *fmt, ...)
 {
-    char msg[1024], esc[2100], ts[40];
+    char msg[1024], esc[2100], ts[UTIL_ISO_LEN + 1];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     log_json_string(esc, sizeof(esc), msg);
 
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    struct tm tm;
-    gmtime_r(&tv.tv_sec, &tm);
-    size_t n = strftime(ts, sizeof(ts), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ts + n, sizeof(ts) - n, ".%03dZ", (int)(tv.tv_usec / 1000));
+    util_iso_utc_ms((int64_t)util_wall_ms(), ts);
 
     char connf[64] = "";
     int n2 = 0;

@@ -586,7 +586,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     char msg[512] = "";
 
     if (cfg->upstream_tls) {
-        server->tls = upstream_tls_new(cfg->upstream_ca_file, msg, sizeof(msg));
+        server->tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", msg, sizeof(msg));
         if (!server->tls) {
             fprintf(stderr, "idemgw: %s\n", msg);
             goto out;

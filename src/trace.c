@@ -22,6 +22,7 @@ struct tracer {
     char *target, *host;
     struct evbuffer *pending; /* serialized spans, comma-separated */
     size_t n_pending;
+    upstream_conn_t *up; /* the batch on its way, or NULL */
     bool sending;
     int status;
     struct event *timer;
@@ -176,7 +177,7 @@ static void send_batch(tracer_t *t)
     evbuffer_free(body);
     t->sending = true;
     t->status = 0;
-    (void)upstream_send(t->pool, req, false, &export_cbs, t);
+    t->up = upstream_send(t->pool, req, false, &export_cbs, t);
     evbuffer_free(req);
 }
 
@@ -192,6 +193,7 @@ static void on_export_body(void *arg, const char *data, size_t len)
 static void on_export_end(void *arg, upstream_result_t res)
 {
     tracer_t *t = arg;
+    t->up = NULL;
     t->sending = false;
     if (res == UPSTREAM_OK && t->status >= 200 && t->status < 300) {
         t->stats->spans_exported += t->in_flight;
@@ -242,6 +244,15 @@ void tracer_drain(tracer_t *t, uint64_t within_ms)
     event_base_dispatch(t->base);
     event_free(deadline);
     uint64_t lost = t->n_pending + (t->sending ? t->in_flight : 0);
+    /* what missed the deadline is counted dropped here, once: the batch still on its way is
+     * ended, so no late answer counts it again or reaches a freed tracer */
+    if (t->up)
+        upstream_abandon(t->up);
+    t->up = NULL;
+    t->sending = false;
+    t->in_flight = 0;
+    evbuffer_drain(t->pending, evbuffer_get_length(t->pending));
+    t->n_pending = 0;
     if (lost) {
         t->stats->spans_dropped += lost;
         log_warn(0, "traces: %llu spans not sent within %llu ms at exit", (unsigned long long)lost,
@@ -274,7 +285,7 @@ tracer_t *tracer_new(struct event_base *base, const http_url_t *url, double samp
                           : 0;
     t->limits = (upstream_limits_t){.connect_timeout_ms = 2000, .timeout_ms = 5000,
                                     .idle_timeout_ms = 5000, .pool = 1};
-    if (url->tls && !(t->tls = upstream_tls_new(NULL, msg, msglen))) {
+    if (url->tls && !(t->tls = upstream_tls_new(NULL, NULL, msg, msglen))) {
         free(t);
         return NULL;
     }
@@ -302,6 +313,8 @@ void tracer_free(tracer_t *t)
     if (!t)
         return;
     event_free(t->timer);
+    if (t->up)
+        upstream_abandon(t->up);
     upstream_pool_free(t->pool);
     if (t->tls)
         SSL_CTX_free(t->tls);

@@ -551,7 +551,8 @@ upstream_result_t upstream_parse_response(const char *data, size_t len, const up
 
 /* --- TLS --- */
 
-struct ssl_ctx_st *upstream_tls_new(const char *ca_file, char *msg, size_t msglen)
+struct ssl_ctx_st *upstream_tls_new(const char *ca_file, const char *setting, char *msg,
+                                    size_t msglen)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
     if (!ctx) {
@@ -560,7 +561,7 @@ struct ssl_ctx_st *upstream_tls_new(const char *ca_file, char *msg, size_t msgle
     }
     if (ca_file) {
         if (SSL_CTX_load_verify_locations(ctx, ca_file, NULL) != 1) {
-            snprintf(msg, msglen, "upstream_ca_file %s: no usable certificate in it", ca_file);
+            snprintf(msg, msglen, "%s %s: no usable certificate in it", setting, ca_file);
             SSL_CTX_free(ctx);
             return NULL;
         }

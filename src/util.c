@@ -187,7 +187,7 @@ struct timeval util_ms_to_tv(uint64_t ms)
 
 uint64_t util_fnv1a64(const char *s)
 {
-    uint64_t h = UINT64_C(1469598103934665603);
+    uint64_t h = UINT64_C(14695981039346656037);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++)
         h = (h ^ *p) * UINT64_C(1099511628211);
     return h;

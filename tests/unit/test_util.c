@@ -1,4 +1,5 @@
 /* The shared primitives of util.c, as tables of cases. */
+#include "log.h"
 #include "util.h"
 
 #include <stdarg.h>
@@ -7,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 typedef struct utf8_case {
@@ -73,12 +75,88 @@ static void test_utf8_decode(void **state)
     assert_int_equal(util_utf8_decode((const unsigned char *)"\xc3\xa9", 1, &cp), 0);
     assert_int_equal(util_utf8_decode((const unsigned char *)"a", 0, &cp), 0);
 }
+/* The one ISO 8601 formatter: milliseconds kept, times before the epoch counted back. */
+static void test_iso_utc_ms(void **state)
+{
+    static const struct {
+        int64_t ms;
+        const char *want;
+    } cases[] = {
+        {0, "1970-01-01T00:00:00.000Z"},
+        {1, "1970-01-01T00:00:00.001Z"},
+        {1735689599999, "2024-12-31T23:59:59.999Z"},
+        {1735689600000, "2025-01-01T00:00:00.000Z"},
+        {951782400123, "2000-02-29T00:00:00.123Z"},
+        {-1, "1969-12-31T23:59:59.999Z"},
+        {-1000, "1969-12-31T23:59:59.000Z"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char out[UTIL_ISO_LEN + 1];
+        util_iso_utc_ms(cases[i].ms, out);
+        assert_string_equal(out, cases[i].want);
+        assert_int_equal(strlen(out), UTIL_ISO_LEN);
+    }
+}
+
+/* Log lines carry their time in that form, first in the object. */
+static void test_log_line_time(void **state)
+{
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    FILE *was = log_stream;
+    log_stream = f;
+    log_emit(LOG_INFO, 7, NULL, "hello %d", 1);
+    log_stream = was;
+    rewind(f);
+    char line[256] = "";
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    static const char lead[] = "{\"time\":\"";
+    assert_memory_equal(line, lead, sizeof(lead) - 1);
+    const char *t = line + sizeof(lead) - 1;
+    /* YYYY-MM-DDTHH:MM:SS.mmmZ */
+    for (int i = 0; i < UTIL_ISO_LEN; i++) {
+        char c = t[i];
+        switch (i) {
+        case 4:
+        case 7:
+            assert_int_equal(c, '-');
+            break;
+        case 10:
+            assert_int_equal(c, 'T');
+            break;
+        case 13:
+        case 16:
+            assert_int_equal(c, ':');
+            break;
+        case 19:
+            assert_int_equal(c, '.');
+            break;
+        case 23:
+            assert_int_equal(c, 'Z');
+            break;
+        default:
+            assert_true(c >= '0' && c <= '9');
+        }
+    }
+    assert_string_equal(t + UTIL_ISO_LEN,
+                        "\",\"level\":\"info\",\"conn\":7,\"msg\":\"hello 1\"}\n");
+}
+
+/* FNV-1a's published test vectors. */
+static void test_fnv1a64(void **state)
+{
+    assert_true(util_fnv1a64("") == UINT64_C(0xcbf29ce484222325));
+    assert_true(util_fnv1a64("a") == UINT64_C(0xaf63dc4c8601ec8c));
+    assert_true(util_fnv1a64("foobar") == UINT64_C(0x85944171f73967e8));
+}
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_table),
-        cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_utf8_table), cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_iso_utc_ms), cmocka_unit_test(test_log_line_time),
+        cmocka_unit_test(test_fnv1a64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
