@@ -15,6 +15,7 @@ import {
   IDEMGW_BIN, NODE, TESTS, createDatabase, freePort, readLedger, startGateway, startPgCluster, startProcess,
   startRefundServer, tempDir, toYaml, waitFor, waitForLog,
 } from '../integration/lib/harness.mjs';
+import { startStallProxy } from '../integration/lib/stall-proxy.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
 
 const SUBJECT = { header: 'X-Subject' };
@@ -116,6 +117,53 @@ scenarios['locked-key-table'] = async (s) => {
     failIf: readyWhileLocked === 200, // a store that does not answer is not ready
   });
 };
+
+// --- the database path stalls (accepts, never answers; or stops mid-handshake) --------------
+// The store's connections are cut and every new one stalls: /readyz must go down, protected
+// calls be refused with nothing executed, and the store must come back by itself (no restart)
+// once the path passes bytes again; each connection has a deadline from its start to ready.
+async function stalledStoreScenario(s, name, mode) {
+  const POOL = 2;
+  const proxy = await startStallProxy(s, await createDatabase());
+  const up = await startRefundServer(s, { jsonResponse: true });
+  const gw = await startGateway(s, {
+    upstream: up.url,
+    databaseUrl: proxy.url,
+    config: { subject: SUBJECT, ...POLICY, store: { timeout: '1s', pool: POOL }, defaults: { on_store_down: 'reject' } },
+  });
+  const readyz = async () => (await fetch(`${gw.adminUrl}/readyz`, { signal: AbortSignal.timeout(15000) }).catch(() => ({ status: 'none' }))).status;
+  const before = await load(gw.url, { workers: 4, perWorker: 5, tag: `${name}-before` });
+  proxy.setMode(mode, { cut: true });
+  await waitFor(async () => (await readyz()) !== 200, { timeoutMs: 30000, what: '/readyz to go down' });
+  // not wedged: connections that never became ready are dropped and tried again
+  const seen = proxy.accepted();
+  await proxy.waitAccepted(seen + POOL + 1, { timeoutMs: 60000 });
+  const readyWhileStalled = await readyz();
+  const during = await load(gw.url, { workers: 4, perWorker: 3, tag: `${name}-stalled`, repeat: false, timeoutMs: 15000 });
+  const ranWhileStalled = (await readLedger(up.ledger)).filter((e) => e.order_id.startsWith(`${name}-stalled`)).length;
+  proxy.setMode('pass');
+  const recovered = await waitFor(async () => (await readyz()) === 200, { timeoutMs: 60000, what: '/readyz to recover' })
+    .then(() => true, () => false);
+  const after = await load(gw.url, { workers: 4, perWorker: 5, tag: `${name}-after` });
+  const tl = tally();
+  for (const part of [before.tl, during.tl, after.tl]) {
+    for (const k of ['calls', 'executed', 'replays', 'refusals', 'http_errors', 'wrong_caller']) tl[k] += part[k];
+    for (const [k, v] of Object.entries(part.codes)) tl.codes[k] = (tl.codes[k] ?? 0) + v;
+  }
+  const refusedStalled = during.tl.codes.store_unavailable ?? 0;
+  const ledger = await readLedger(up.ledger);
+  return report(name, tl, {
+    executions: ledger.length,
+    doubles: doubleExecutions(ledger),
+    extra: `readyz_while_stalled=${readyWhileStalled} refused_while_stalled=${refusedStalled}/${during.tl.calls} ` +
+      `ran_while_stalled=${ranWhileStalled} recovered=${recovered ? 'yes' : 'no'} after_executed=${after.tl.executed}`,
+    failIf: readyWhileStalled === 200 || ranWhileStalled > 0 || refusedStalled !== during.tl.calls || !recovered ||
+      after.tl.executed !== 20,
+  });
+}
+
+scenarios['store-blackhole'] = (s) => stalledStoreScenario(s, 'store-blackhole', 'stall');
+scenarios['store-handshake-stall'] = (s) => stalledStoreScenario(s, 'store-handshake-stall', 'handshake');
 
 /** Opens n TCP connections to port and keeps them; returns them. */
 async function openIdle(port, n) {
