@@ -77,6 +77,8 @@ const char *store_status_str(store_status_t st)
         return "schema mismatch";
     case STORE_ERR_SHUTDOWN:
         return "shutting down";
+    case STORE_ERR_FILE_LOST:
+        return "the store's file was deleted or replaced";
     }
     return "unknown status";
 }
