@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  idemStatus, rawSession, readLedger, startGateway, startRefundServer, tempDir, toolText, waitFor,
+  idemStatus, rawSession, readLedger, run, startGateway, startRefundServer, tempDir, toolText, waitFor,
 } from './lib/harness.mjs';
 
 const SUBJECT = { 'X-Subject': 'agent-files' };
@@ -76,4 +76,70 @@ test('key file replaced by a copy: the gateway notices and refuses', async (t) =
   await assertLost(gw, s, 'files-4');
   assert.match(gw.logs(), /keys\.db was replaced by another file/);
   assert.deepEqual((await readLedger(upstream.ledger)).map((e) => e.order_id), ['files-1']);
+});
+
+/** Fills the file system holding dir until a write fails with ENOSPC; returns the filler's path. */
+async function fillDisk(dir) {
+  const filler = path.join(dir, 'filler');
+  const fh = await fs.open(filler, 'w');
+  const chunk = Buffer.alloc(16384, 1);
+  try {
+    for (;;) await fh.write(chunk);
+  } catch (err) {
+    if (err.code !== 'ENOSPC') throw err;
+  } finally {
+    await fh.close();
+  }
+  return filler;
+}
+
+// todo: by hand (a 2 MiB tmpfs filled, 300 claims) the store goes not ready after three failed
+// commits and comes back once space is freed; in this harness the calls keep being written
+// (the write-ahead log's pages already taken are reused) and /readyz never goes down in time.
+test('disk full: repeated failed writes make /readyz not ready until a write succeeds again', { todo: 'does not yet reach a full disk in the harness' }, async (t) => {
+  const dir = await tempDir(t, 'idemgw-sqlite-full-');
+  const mnt = path.join(dir, 'mnt');
+  await fs.mkdir(mnt);
+  // a small file system of the test's own: filling it harms nothing else
+  const m = await run('mount', ['-t', 'tmpfs', '-o', 'size=2m,mode=0700', 'tmpfs', mnt]);
+  if (m.code !== 0) {
+    t.skip(`cannot mount a tmpfs here (${m.stderr.trim()})`);
+    return;
+  }
+  t.after(() => run('umount', ['-l', mnt]));
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${path.join(mnt, 'keys.db')}`, config: CONFIG });
+  const s = await rawSession(t, gw.url, { headers: SUBJECT });
+  const ok = await s.call('issue_refund', { order_id: 'full-0', amount_cents: 5 });
+  assert.match(toolText(ok.message?.result), /^Refunded 5 cents/);
+
+  const filler = await fillDisk(mnt);
+  let executed = 1;
+  let refused = 0;
+  let i = 1;
+  // each call either runs (its claim was written) or is refused as not executed
+  await waitFor(async () => {
+    // a long order id: the stored result names it, so every call needs new pages
+    const a = await s.call('issue_refund', { order_id: `full-${i++}-${'x'.repeat(4000)}`, amount_cents: 5 });
+    const result = a.message?.result;
+    if (idemStatus(result)) {
+      assert.equal(idemStatus(result).code, 'store_unavailable', JSON.stringify(result));
+      assert.equal(idemStatus(result).executed, false);
+      refused++;
+    } else {
+      assert.match(toolText(result), /^Refunded 5 cents/);
+      executed++;
+    }
+    return (await readyz(gw)).status === 503;
+  }, { timeoutMs: 30000, intervalMs: 0, what: '/readyz to say not ready on a full disk' });
+  assert.ok(refused >= 3, `${refused} claims refused`);
+  assert.match(gw.logs(), /write transactions in a row failed for the disk/);
+  assert.equal((await readLedger(upstream.ledger)).length, executed, 'only the calls answered as run ran');
+
+  // space again: the store's probe write succeeds and it is ready, with no call needed
+  await fs.rm(filler);
+  await waitFor(async () => (await readyz(gw)).status === 200, { timeoutMs: 15000, what: '/readyz to recover' });
+  assert.match(gw.logs(), /takes writes again/);
+  const after = await s.call('issue_refund', { order_id: 'full-after', amount_cents: 5 });
+  assert.match(toolText(after.message?.result), /^Refunded 5 cents/);
 });
