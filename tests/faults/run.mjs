@@ -165,6 +165,37 @@ async function stalledStoreScenario(s, name, mode) {
 scenarios['store-blackhole'] = (s) => stalledStoreScenario(s, 'store-blackhole', 'stall');
 scenarios['store-handshake-stall'] = (s) => stalledStoreScenario(s, 'store-handshake-stall', 'handshake');
 
+// --- the embedded store's files deleted under a running gateway -----------------------------
+// It must stop serving protected calls (its keys are in files nobody else can open), and a
+// second gateway on the same path must be the only one that runs a call.
+scenarios['sqlite-deleted'] = async (s) => {
+  const dir = await tempDir(s, 'idemgw-faults-sqlite-');
+  const file = path.join(dir, 'keys.db');
+  const up = await startRefundServer(s, { jsonResponse: true });
+  const config = { subject: SUBJECT, ...POLICY, store: { cache_entries: 0 } };
+  const gw = await startGateway(s, { upstream: up.url, databaseUrl: `sqlite:${file}`, config });
+  const before = await load(gw.url, { workers: 4, perWorker: 5, tag: 'sqlite-before' });
+  for (const suffix of ['', '-wal', '-shm', '.lock']) await fs.rm(`${file}${suffix}`, { force: true });
+  const readyz = async (g) => (await fetch(`${g.adminUrl}/readyz`).catch(() => ({ status: 'none' }))).status;
+  const down = await waitFor(async () => (await readyz(gw)) === 503, { timeoutMs: 15000, what: '/readyz down' }).then(() => true, () => false);
+  const gw2 = await startGateway(s, { upstream: up.url, databaseUrl: `sqlite:${file}`, config });
+  // the same orders through both gateways: each may run once, on the second only
+  const first = await load(gw.url, { workers: 4, perWorker: 3, tag: 'sqlite-both', repeat: false });
+  const second = await load(gw2.url, { workers: 4, perWorker: 3, tag: 'sqlite-both', repeat: false });
+  const tl = tally();
+  for (const part of [before.tl, first.tl, second.tl]) {
+    for (const k of ['calls', 'executed', 'replays', 'refusals', 'http_errors', 'wrong_caller']) tl[k] += part[k];
+    for (const [k, v] of Object.entries(part.codes)) tl.codes[k] = (tl.codes[k] ?? 0) + v;
+  }
+  const ledger = await readLedger(up.ledger);
+  return report('sqlite-deleted', tl, {
+    executions: ledger.length,
+    doubles: doubleExecutions(ledger),
+    extra: `readyz_down=${down ? 'yes' : 'no'} first_executed_after_delete=${first.tl.executed} second_executed=${second.tl.executed}`,
+    failIf: !down || first.tl.executed > 0 || second.tl.executed !== 12,
+  });
+};
+
 /** Opens n TCP connections to port and keeps them; returns them. */
 async function openIdle(port, n) {
   const socks = [];
