@@ -30,6 +30,8 @@ typedef enum {
                               same call fails the same way */
     STORE_ERR_SCHEMA,      /* the database has a newer schema than this binary knows */
     STORE_ERR_SHUTDOWN,    /* the store is closing */
+    STORE_ERR_FILE_LOST,   /* the embedded store's files were deleted or replaced: down until a
+                              restart (retrying fails the same way) */
 } store_status_t;
 
 const char *store_status_str(store_status_t st);

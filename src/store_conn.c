@@ -54,6 +54,7 @@ static const char migrate_begin_sql[] = "BEGIN;"
 
 static void conn_on_io(evutil_socket_t fd, short what, void *arg);
 static void conn_on_retry(evutil_socket_t fd, short what, void *arg);
+static void conn_on_ready_deadline(evutil_socket_t fd, short what, void *arg);
 static void conn_uncork(evutil_socket_t fd, short what, void *arg);
 static void conn_dead(store_conn_t *c, const char *why);
 
@@ -228,8 +229,9 @@ void store_conn_init(store_pg_t *s, store_conn_t *c, int id)
     c->rd_ev = event_new(s->base, -1, 0, conn_on_io, c);
     c->wr_ev = event_new(s->base, -1, 0, conn_on_io, c);
     c->retry_ev = evtimer_new(s->base, conn_on_retry, c);
+    c->ready_ev = evtimer_new(s->base, conn_on_ready_deadline, c);
     c->uncork_ev = event_new(s->base, -1, 0, conn_uncork, c);
-    if (!c->rd_ev || !c->wr_ev || !c->retry_ev || !c->uncork_ev) {
+    if (!c->rd_ev || !c->wr_ev || !c->retry_ev || !c->ready_ev || !c->uncork_ev) {
         fprintf(stderr, "idemgw: out of memory creating events\n");
         abort();
     }
@@ -260,11 +262,19 @@ static void conn_schedule_retry(store_conn_t *c)
         c->backoff_ms = BACKOFF_MAX_MS;
 }
 
+/* (Re)arms the deadline by which c must be ready: ms from now. */
+static void conn_ready_by(store_conn_t *c, uint64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(c->ready_ev, &tv);
+}
+
 /* Closes the libpq side: events off before the socket goes away with PQfinish. */
 static void conn_teardown(store_conn_t *c)
 {
     event_del(c->rd_ev);
     event_del(c->wr_ev);
+    event_del(c->ready_ev);
     event_del(c->uncork_ev);
     c->corked = false;
     c->sent_in_pass = false;
@@ -357,6 +367,7 @@ static void conn_prepare_next(store_conn_t *c)
         }
         c->backoff_ms = BACKOFF_MIN_MS;
         c->s->stats.connects++;
+        event_del(c->ready_ev);
         store_conn_set_state(c, STORE_CONN_IDLE);
         log_info(0, "store conn %d: ready", c->id);
         store_pump(c->s);
@@ -383,6 +394,7 @@ static void conn_connected(store_conn_t *c)
         return;
     }
     if (!s->schema_ok) {
+        conn_ready_by(c, STORE_MIGRATE_DEADLINE_MS);
         store_conn_set_state(c, STORE_CONN_MIGRATING);
         (void)conn_send_simple(c, migrate_begin_sql);
         return;
@@ -429,6 +441,7 @@ static void conn_migrate_step(store_conn_t *c, PGresult *res)
         log_info(0, "store: schema at version %d", store_schema_version());
     s->schema_ok = true;
     c->step = 0;
+    conn_ready_by(c, s->connect_deadline_ms);
     store_conn_set_state(c, STORE_CONN_PREPARING);
     conn_prepare_next(c);
 out:
@@ -712,6 +725,7 @@ void store_conn_start(store_conn_t *c)
         abort();
     }
     store_conn_set_state(c, STORE_CONN_CONNECTING);
+    conn_ready_by(c, s->connect_deadline_ms);
     if (PQstatus(c->pg) == CONNECTION_BAD || PQsetnonblocking(c->pg, 1) != 0) {
         conn_dead(c, pg_msg(c->pg, err, sizeof(err)));
         return;
@@ -798,6 +812,24 @@ void store_conn_abort(store_conn_t *c, const char *why)
         conn_dead(c, why);
 }
 
+/* Not ready in time: a server that accepted and stopped answering (mid-handshake, during the
+ * preparation) is dropped like a refused connect, and the retry backs off. */
+static void conn_on_ready_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_conn_t *c = arg;
+    if (c->state != STORE_CONN_CONNECTING && c->state != STORE_CONN_MIGRATING &&
+        c->state != STORE_CONN_PREPARING)
+        return;
+    char why[160];
+    snprintf(why, sizeof(why), "not ready within %llu ms (the server stopped answering while %s)",
+             (unsigned long long)(c->state == STORE_CONN_MIGRATING ? STORE_MIGRATE_DEADLINE_MS
+                                                                   : c->s->connect_deadline_ms),
+             conn_state_names[c->state]);
+    conn_dead(c, why);
+}
+
 static void conn_on_retry(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -811,13 +843,15 @@ store_op_t *store_conn_close(store_conn_t *c)
     conn_teardown(c);
     if (c->retry_ev)
         event_free(c->retry_ev);
+    if (c->ready_ev)
+        event_free(c->ready_ev);
     if (c->rd_ev)
         event_free(c->rd_ev);
     if (c->wr_ev)
         event_free(c->wr_ev);
     if (c->uncork_ev)
         event_free(c->uncork_ev);
-    c->retry_ev = c->rd_ev = c->wr_ev = c->uncork_ev = NULL;
+    c->retry_ev = c->ready_ev = c->rd_ev = c->wr_ev = c->uncork_ev = NULL;
     store_conn_set_state(c, STORE_CONN_CLOSED);
     return op;
 }

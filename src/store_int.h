@@ -43,6 +43,15 @@ typedef enum {
 /* Ops in flight on one connection in pipeline mode. Enough to hide the round trip at the
  * rates one loop reaches; a dead connection fails at most this many ops as unavailable. */
 #define STORE_PIPELINE_DEPTH 32
+
+/* A connection must be ready (TCP, TLS, authentication, the statements prepared, the settings
+ * read) within twice store.timeout of its start, and never less than this: libpq's
+ * connect_timeout is not applied under PQconnectPoll, so without it a server that accepts and
+ * never answers would hold the connection in "connecting" for good. */
+#define STORE_CONNECT_DEADLINE_MIN_MS 5000
+/* A migration run by a pool connection (the one at start could not connect) may wait for
+ * another gateway's and rewrite tables: it gets this long instead. */
+#define STORE_MIGRATE_DEADLINE_MS (10 * 60 * 1000)
 /* Group commit: at most this many claim statements (and as many finish statements) in flight
  * per connection of the pool. Claims queued behind them leave as one batch statement when one
  * comes back; with no concurrency each call still goes alone. */
@@ -92,6 +101,7 @@ typedef struct store_conn {
     struct event *rd_ev;       /* socket readable (persistent once connected) */
     struct event *wr_ev;       /* socket writable: connect steps and PQflush backlog */
     struct event *retry_ev;    /* backoff timer */
+    struct event *ready_ev;    /* the connect deadline: not ready by then, dropped and retried */
     uint64_t backoff_ms;       /* next reconnect delay, 100 ms doubling to 5 s */
     int step;                  /* progress through migrating / preparing */
     uint64_t settings_sent_ms; /* wall clock when the settings query left */
@@ -125,6 +135,7 @@ struct store_pg {
     char *pg_options;        /* libpq "options": the operator's, then the gateway's settings */
     uint64_t timeout_ms;     /* server-side statement_timeout and lock_timeout */
     uint64_t op_deadline_ms; /* client-side: an op unanswered this long kills its connection */
+    uint64_t connect_deadline_ms; /* connect start to ready: 2 x timeout_ms, at least 5 s */
     bool settings_checked;   /* fsync / synchronous_commit looked at (logged once) */
     bool no_sync_warned;     /* several hosts, no synchronous standby: said once until it has one */
     bool migrate;

@@ -77,6 +77,8 @@ const char *store_status_str(store_status_t st)
         return "schema mismatch";
     case STORE_ERR_SHUTDOWN:
         return "shutting down";
+    case STORE_ERR_FILE_LOST:
+        return "the store's file was deleted or replaced";
     }
     return "unknown status";
 }
@@ -1055,6 +1057,9 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
     s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
+    s->connect_deadline_ms = 2 * s->timeout_ms;
+    if (s->connect_deadline_ms < STORE_CONNECT_DEADLINE_MIN_MS)
+        s->connect_deadline_ms = STORE_CONNECT_DEADLINE_MIN_MS;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
     s->group_commit = opt->group_commit;

@@ -49,6 +49,12 @@
 /* Durations are clamped so that now + duration stays far inside int64 milliseconds. */
 #define DURATION_MAX_MS INT64_C(1000000000000)
 #define ISO_LEN 24 /* 2025-01-01T00:00:00.000Z */
+/* How often the files are compared with the ones opened when nothing else writes, and a disk
+ * that failed writes is probed. */
+#define GUARD_CHECK_MS 1000
+/* Write transactions failing for the disk (full, I/O error) in a row before /readyz says
+ * down; one that succeeds again brings it back. */
+#define DISK_FAILURES_DOWN 3
 
 typedef enum {
     SQ_CLAIM = 0,
@@ -61,11 +67,12 @@ typedef enum {
     SQ_FORGET,
     SQ_REPORT,        /* read-only: its batch runs in a read transaction */
     SQ_COUNT_UNKNOWN, /* for /metrics */
+    SQ_PROBE,         /* internal: one write, to learn whether the disk takes writes again */
 } sq_kind_t;
 
-static const char *const kind_names[] = {"claim",  "finish",       "get",     "duplicates",
-                                         "sweep",  "extend",       "release", "forget",
-                                         "report", "count_unknown"};
+static const char *const kind_names[] = {"claim",  "finish",        "get",     "duplicates",
+                                         "sweep",  "extend",        "release", "forget",
+                                         "report", "count_unknown", "probe"};
 
 /* A row read by the writer, every string owned. Times in epoch milliseconds. */
 typedef struct sq_row {
@@ -107,7 +114,7 @@ typedef struct sq_op {
     int top;          /* report: keys with the most calls */
     store_cb_t cb;
     void *arg;
-    bool internal; /* the sweeper's batch or the duplicate flush: no callback */
+    bool internal;     /* the sweeper's batch or the duplicate flush: no callback */
     uint64_t start_us; /* internal ops: when made (stats_now_us), for /metrics */
 
     struct store_sqlite *store;
@@ -123,7 +130,7 @@ typedef struct sq_op {
     int64_t rows;  /* sweep: rows deleted; count: rows counted */
     bool has_row;  /* claim, get, release, forget */
     sq_row_t row;
-    int64_t now_ms; /* the store's clock when the op ran */
+    int64_t now_ms;                 /* the store's clock when the op ran */
     store_report_tool_t *rep_tools; /* report: strings owned */
     store_report_key_t *rep_top;
     size_t n_rep_tools, n_rep_top;
@@ -172,9 +179,17 @@ typedef struct store_sqlite {
     struct event *sweep_ev, *sweep_more_ev, *dup_ev;
     bool sweeping;
     bool closing;
-    dup_table_t dups; /* duplicates per key not yet written (the loop's) */
-    store_stats_t stats; /* the loop's counters */
+    dup_table_t dups;            /* duplicates per key not yet written (the loop's) */
+    store_stats_t stats;         /* the loop's counters */
     struct server_stats *timing; /* the sweeper's and the duplicates' writes, or NULL */
+
+    sq_guard_t guard;       /* the files opened (store_sqlite_guard.c) */
+    bool guarded;           /* not in shared mode: this process holds the lock */
+    struct event *guard_ev; /* every GUARD_CHECK_MS: the files, and the disk probe */
+    bool probing;           /* the disk probe is queued or running (loop only) */
+    /* under mu */
+    char *lost;        /* why the files are no longer the store's; NULL while they are */
+    int disk_failures; /* write transactions failed for the disk in a row */
 } store_sqlite_t;
 
 static const char *const stmt_sql[STMT_COUNT_] = {
@@ -658,6 +673,14 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
         st = s->stmts[STMT_DELETE];
         bind_text(st, 1, op->key);
         return stmt_run(s, st) < 0 ? STORE_ERR_STATEMENT : STORE_OK;
+    case SQ_PROBE:
+        /* 64 KiB written and committed (and freed again in the same transaction): a rewrite
+         * of one row fits in the write-ahead log's space already taken and proves nothing */
+        return sq_exec(s->db, "INSERT INTO schema_migrations (version, name)"
+                              " VALUES (-1, zeroblob(65536));"
+                              "DELETE FROM schema_migrations WHERE version = -1")
+                   ? STORE_OK
+                   : STORE_ERR_STATEMENT;
     case SQ_COUNT_UNKNOWN: {
         st = s->stmts[STMT_COUNT_UNKNOWN];
         sqlite3_bind_int64(st, 1, now);
@@ -681,6 +704,55 @@ static void batch_fail(sq_op_t *batch, store_status_t st)
     }
 }
 
+/* Whether the files at the path are still the ones opened. Once they are not, the store is
+ * lost for good (said once in the log): any thread. */
+static bool files_intact(store_sqlite_t *s)
+{
+    if (!s->guarded)
+        return true;
+    pthread_mutex_lock(&s->mu);
+    bool lost = s->lost != NULL;
+    pthread_mutex_unlock(&s->mu);
+    char why[600];
+    if (lost || sq_guard_check(&s->guard, why, sizeof(why)))
+        return !lost;
+    pthread_mutex_lock(&s->mu);
+    bool first = s->lost == NULL;
+    if (first)
+        s->lost = xstrdup(why);
+    pthread_mutex_unlock(&s->mu);
+    if (first)
+        log_error(0,
+                  "store: the embedded store is lost: %s. Protected calls are refused "
+                  "(store_error) and /readyz says not ready until the gateway is restarted; "
+                  "the keys it held are gone with the file",
+                  why);
+    return false;
+}
+
+/* Codes that say the disk did not take a write. */
+static bool disk_error(int rc)
+{
+    return (rc & 0xff) == SQLITE_FULL || (rc & 0xff) == SQLITE_IOERR;
+}
+
+/* A write transaction ended: failed for the disk, or committed. Repeated failures mark the
+ * store down in /readyz, a commit brings it back. Writer thread. */
+static void note_disk(store_sqlite_t *s, bool failed)
+{
+    pthread_mutex_lock(&s->mu);
+    int before = s->disk_failures;
+    s->disk_failures = failed ? before + 1 : 0;
+    pthread_mutex_unlock(&s->mu);
+    if (failed && before + 1 == DISK_FAILURES_DOWN)
+        log_error(0,
+                  "store: %d write transactions in a row failed for the disk (full, or I/O "
+                  "errors) on %s: /readyz says not ready until a write succeeds",
+                  DISK_FAILURES_DOWN, s->path);
+    else if (!failed && before >= DISK_FAILURES_DOWN)
+        log_info(0, "store: %s takes writes again", s->path);
+}
+
 /* One transaction for the whole batch; every op's result is final once it committed. */
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
@@ -688,12 +760,20 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     /* a batch of reports (or counts) only reads: a read transaction, which never holds the write
      * lock a gateway beside it needs (WAL lets both run) */
     bool read_only = true;
+    bool disk_failed = false;
     for (const sq_op_t *op = batch; op; op = op->next)
         read_only = read_only && (op->kind == SQ_REPORT || op->kind == SQ_COUNT_UNKNOWN);
+    /* reads too: the old file's rows are no longer the store's answer */
+    if (!files_intact(s)) {
+        batch_fail(batch, STORE_ERR_FILE_LOST);
+        return;
+    }
     if (!sq_exec(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
         int rc = sqlite3_extended_errcode(s->db);
         log_warn(0, "store: sqlite: cannot begin a transaction: %s", sqlite3_errmsg(s->db));
         batch_fail(batch, sq_status(rc));
+        if (!read_only && disk_error(rc))
+            note_disk(s, true);
         return;
     }
     for (sq_op_t *op = batch; op; op = op->next) {
@@ -718,9 +798,12 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
                       sqlite3_errmsg(s->db));
             row_free(&op->row);
             op->has_row = false;
+            disk_failed = disk_failed || disk_error(rc);
             if (sqlite3_get_autocommit(s->db)) {
                 /* SQLite rolled the whole transaction back: nothing of the batch holds */
                 batch_fail(batch, sq_status(rc));
+                if (!read_only && disk_failed)
+                    note_disk(s, true);
                 return;
             }
             op->status = sq_status(rc);
@@ -737,8 +820,12 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             sq_exec(s->db, "ROLLBACK");
         batch_fail(batch,
                    sq_status(rc) == STORE_ERR_STATEMENT ? STORE_ERR_UNAVAILABLE : sq_status(rc));
+        if (!read_only && (disk_failed || disk_error(rc)))
+            note_disk(s, true);
         return;
     }
+    if (!read_only)
+        note_disk(s, disk_failed);
     pthread_mutex_lock(&s->mu);
     s->transactions++;
     s->batched_ops += (uint64_t)ran;
@@ -826,6 +913,10 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
 {
     if (st == STORE_ERR_UNAVAILABLE)
         s->stats.unavailable++;
+    if (op->internal && op->kind == SQ_PROBE) {
+        s->probing = false;
+        return;
+    }
     if (op->internal) {
         if (s->timing)
             stats_observe_store_since(s->timing,
@@ -1080,6 +1171,27 @@ static void sweep_tick(evutil_socket_t fd, short what, void *arg)
         s->sweeping = false;
 }
 
+/* The files, looked at when nothing else writes; and while the disk fails writes, one probe
+ * write at a time, so /readyz comes back without waiting for a call. */
+static void guard_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_sqlite_t *s = arg;
+    if (s->closing || !files_intact(s))
+        return;
+    pthread_mutex_lock(&s->mu);
+    bool failing = s->disk_failures >= DISK_FAILURES_DOWN;
+    pthread_mutex_unlock(&s->mu);
+    if (!failing || s->probing)
+        return;
+    sq_op_t *op = op_new(SQ_PROBE, NULL);
+    op->internal = true;
+    s->probing = true;
+    if (submit(s, op) != STORE_OK)
+        s->probing = false;
+}
+
 /* ---- opening: the lock, the file, the schema ---- */
 
 /* Opens the file in WAL mode with synchronous=FULL: a commit is on disk when it returns. */
@@ -1173,6 +1285,11 @@ static void sq_free(store_sqlite_t *s)
         event_free(s->sweep_more_ev);
     if (s->dup_ev)
         event_free(s->dup_ev);
+    if (s->guard_ev)
+        event_free(s->guard_ev);
+    if (s->guarded)
+        sq_guard_free(&s->guard);
+    free(s->lost);
     if (s->efd >= 0)
         close(s->efd);
     dup_table_free(&s->dups);
@@ -1221,6 +1338,13 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     }
     struct timeval dup_tv = util_ms_to_tv(DUP_FLUSH_MS);
     event_add(s->dup_ev, &dup_tv);
+    if (!opt->shared) {
+        sq_guard_init(&s->guard, s->path, s->lock_fd);
+        s->guarded = true;
+        s->guard_ev = must_event(event_new(base, -1, EV_PERSIST, guard_tick, s));
+        struct timeval guard_tv = util_ms_to_tv(GUARD_CHECK_MS);
+        event_add(s->guard_ev, &guard_tv);
+    }
     int prc = pthread_create(&s->thread, NULL, writer_main, s);
     if (prc != 0) {
         snprintf(msg, msglen, "cannot start the writer thread: %s", strerror(prc));
@@ -1374,10 +1498,16 @@ static store_status_t ops_report(void *impl, uint64_t since_ms, int top, store_r
     return submit(impl, op);
 }
 
+/* Not while the files are lost, nor while the disk fails every write. */
 static bool ops_ready(const void *impl)
 {
-    const store_sqlite_t *s = impl;
-    return s && !s->closing && s->thread_started;
+    store_sqlite_t *s = (store_sqlite_t *)impl; /* the mutex, not the state, changes */
+    if (!s || s->closing || !s->thread_started)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    bool ok = !s->lost && s->disk_failures < DISK_FAILURES_DOWN;
+    pthread_mutex_unlock(&s->mu);
+    return ok;
 }
 
 static void ops_get_stats(const void *impl, store_stats_t *out)

@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* Runs sql, which returns no rows; true on success (the error is in sqlite3_errmsg). */
 bool sq_exec(sqlite3 *db, const char *sql);
@@ -18,5 +19,25 @@ store_status_t sq_status(int rc);
 int sq_lock_file(const char *path, char *msg, size_t msglen);
 /* Brings db's schema up to date (only with allow), in one transaction; a newer one is refused. */
 store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
+
+/* The files the store opened (store_sqlite_guard.c): the key file, -wal, -shm, the lock. */
+#define SQ_GUARD_FILES 4
+typedef struct {
+    char *path;
+    dev_t dev;
+    ino_t ino;
+    bool known; /* it existed when the store opened */
+} sq_guard_file_t;
+typedef struct {
+    sq_guard_file_t files[SQ_GUARD_FILES];
+    int lock_fd; /* the held lock's descriptor */
+} sq_guard_t;
+
+/* Records which files path (the key file) and its companions are now, and the lock held. */
+void sq_guard_init(sq_guard_t *g, const char *path, int lock_fd);
+/* True while every file at its path is the one recorded; else false, and why says which was
+ * deleted or replaced. Only stat()s: safe from any thread. */
+bool sq_guard_check(const sq_guard_t *g, char *why, size_t len);
+void sq_guard_free(sq_guard_t *g);
 
 #endif

@@ -16,6 +16,7 @@ import {
   startRefundServer, tempDir, toYaml, waitFor, waitForLog,
 } from '../integration/lib/harness.mjs';
 import { callBody, rawRequest, spellings, unreadableBodies } from '../integration/lib/bypass.mjs';
+import { startStallProxy } from '../integration/lib/stall-proxy.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
 
 const SUBJECT = { header: 'X-Subject' };
@@ -115,6 +116,84 @@ scenarios['locked-key-table'] = async (s) => {
     doubles: doubleExecutions(ledger) + late,
     extra: `readyz_while_locked=${readyWhileLocked}`,
     failIf: readyWhileLocked === 200, // a store that does not answer is not ready
+  });
+};
+
+// --- the database path stalls (accepts, never answers; or stops mid-handshake) --------------
+// The store's connections are cut and every new one stalls: /readyz must go down, protected
+// calls be refused with nothing executed, and the store must come back by itself (no restart)
+// once the path passes bytes again; each connection has a deadline from its start to ready.
+async function stalledStoreScenario(s, name, mode) {
+  const POOL = 2;
+  const proxy = await startStallProxy(s, await createDatabase());
+  const up = await startRefundServer(s, { jsonResponse: true });
+  const gw = await startGateway(s, {
+    upstream: up.url,
+    databaseUrl: proxy.url,
+    config: { subject: SUBJECT, ...POLICY, store: { timeout: '1s', pool: POOL }, defaults: { on_store_down: 'reject' } },
+  });
+  const readyz = async () => (await fetch(`${gw.adminUrl}/readyz`, { signal: AbortSignal.timeout(15000) }).catch(() => ({ status: 'none' }))).status;
+  const before = await load(gw.url, { workers: 4, perWorker: 5, tag: `${name}-before` });
+  proxy.setMode(mode, { cut: true });
+  await waitFor(async () => (await readyz()) !== 200, { timeoutMs: 30000, what: '/readyz to go down' });
+  // not wedged: connections that never became ready are dropped and tried again
+  const seen = proxy.accepted();
+  await proxy.waitAccepted(seen + POOL + 1, { timeoutMs: 60000 });
+  const readyWhileStalled = await readyz();
+  const during = await load(gw.url, { workers: 4, perWorker: 3, tag: `${name}-stalled`, repeat: false, timeoutMs: 15000 });
+  const ranWhileStalled = (await readLedger(up.ledger)).filter((e) => e.order_id.startsWith(`${name}-stalled`)).length;
+  proxy.setMode('pass');
+  const recovered = await waitFor(async () => (await readyz()) === 200, { timeoutMs: 60000, what: '/readyz to recover' })
+    .then(() => true, () => false);
+  const after = await load(gw.url, { workers: 4, perWorker: 5, tag: `${name}-after` });
+  const tl = tally();
+  for (const part of [before.tl, during.tl, after.tl]) {
+    for (const k of ['calls', 'executed', 'replays', 'refusals', 'http_errors', 'wrong_caller']) tl[k] += part[k];
+    for (const [k, v] of Object.entries(part.codes)) tl.codes[k] = (tl.codes[k] ?? 0) + v;
+  }
+  const refusedStalled = during.tl.codes.store_unavailable ?? 0;
+  const ledger = await readLedger(up.ledger);
+  return report(name, tl, {
+    executions: ledger.length,
+    doubles: doubleExecutions(ledger),
+    extra: `readyz_while_stalled=${readyWhileStalled} refused_while_stalled=${refusedStalled}/${during.tl.calls} ` +
+      `ran_while_stalled=${ranWhileStalled} recovered=${recovered ? 'yes' : 'no'} after_executed=${after.tl.executed}`,
+    failIf: readyWhileStalled === 200 || ranWhileStalled > 0 || refusedStalled !== during.tl.calls || !recovered ||
+      after.tl.executed !== 20,
+  });
+}
+
+scenarios['store-blackhole'] = (s) => stalledStoreScenario(s, 'store-blackhole', 'stall');
+scenarios['store-handshake-stall'] = (s) => stalledStoreScenario(s, 'store-handshake-stall', 'handshake');
+
+// --- the embedded store's files deleted under a running gateway -----------------------------
+// It must stop serving protected calls (its keys are in files nobody else can open), and a
+// second gateway on the same path must be the only one that runs a call.
+scenarios['sqlite-deleted'] = async (s) => {
+  const dir = await tempDir(s, 'idemgw-faults-sqlite-');
+  const file = path.join(dir, 'keys.db');
+  const up = await startRefundServer(s, { jsonResponse: true });
+  const config = { subject: SUBJECT, ...POLICY, store: { cache_entries: 0 } };
+  const gw = await startGateway(s, { upstream: up.url, databaseUrl: `sqlite:${file}`, config });
+  const before = await load(gw.url, { workers: 4, perWorker: 5, tag: 'sqlite-before' });
+  for (const suffix of ['', '-wal', '-shm', '.lock']) await fs.rm(`${file}${suffix}`, { force: true });
+  const readyz = async (g) => (await fetch(`${g.adminUrl}/readyz`).catch(() => ({ status: 'none' }))).status;
+  const down = await waitFor(async () => (await readyz(gw)) === 503, { timeoutMs: 15000, what: '/readyz down' }).then(() => true, () => false);
+  const gw2 = await startGateway(s, { upstream: up.url, databaseUrl: `sqlite:${file}`, config });
+  // the same orders through both gateways: each may run once, on the second only
+  const first = await load(gw.url, { workers: 4, perWorker: 3, tag: 'sqlite-both', repeat: false });
+  const second = await load(gw2.url, { workers: 4, perWorker: 3, tag: 'sqlite-both', repeat: false });
+  const tl = tally();
+  for (const part of [before.tl, first.tl, second.tl]) {
+    for (const k of ['calls', 'executed', 'replays', 'refusals', 'http_errors', 'wrong_caller']) tl[k] += part[k];
+    for (const [k, v] of Object.entries(part.codes)) tl.codes[k] = (tl.codes[k] ?? 0) + v;
+  }
+  const ledger = await readLedger(up.ledger);
+  return report('sqlite-deleted', tl, {
+    executions: ledger.length,
+    doubles: doubleExecutions(ledger),
+    extra: `readyz_down=${down ? 'yes' : 'no'} first_executed_after_delete=${first.tl.executed} second_executed=${second.tl.executed}`,
+    failIf: !down || first.tl.executed > 0 || second.tl.executed !== 12,
   });
 };
 

@@ -449,6 +449,8 @@ static void test_strings(void **state)
     assert_string_equal(store_status_str(STORE_ERR_STATEMENT), "statement failed");
     assert_string_equal(store_status_str(STORE_ERR_SCHEMA), "schema mismatch");
     assert_string_equal(store_status_str(STORE_ERR_SHUTDOWN), "shutting down");
+    assert_string_equal(store_status_str(STORE_ERR_FILE_LOST),
+                        "the store's file was deleted or replaced");
     assert_string_equal(store_status_str((store_status_t)99), "unknown status");
     assert_string_equal(store_state_str(STORE_STATE_IN_PROGRESS), "in_progress");
     assert_string_equal(store_state_str(STORE_STATE_SUCCEEDED), "succeeded");

@@ -1,0 +1,145 @@
+// The embedded store's files deleted or replaced under a running gateway. Its claims would
+// then live in files nobody else can open, while a second gateway started on the same path
+// makes new ones: the same call would run once on each. The gateway notices (the files at the
+// path are compared with the ones it opened, at every write and every second) and stops
+// serving protected calls until it is restarted: /readyz says not ready, calls are refused
+// store_error with nothing executed. The files at the path, and whoever locks them, are the
+// store from then on.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import {
+  idemStatus, rawSession, readLedger, run, startGateway, startRefundServer, tempDir, toolText, waitFor,
+} from './lib/harness.mjs';
+
+const SUBJECT = { 'X-Subject': 'agent-files' };
+const CONFIG = { subject: { header: 'X-Subject' }, store: { cache_entries: 0 }, tools: { issue_refund: { class: 'non_idempotent' } } };
+
+async function readyz(gw) {
+  const r = await fetch(`${gw.adminUrl}/readyz`, { signal: AbortSignal.timeout(15000) });
+  return { status: r.status, body: await r.json() };
+}
+
+async function assertLost(gw, s, order) {
+  await waitFor(async () => (await readyz(gw)).status === 503, { timeoutMs: 15000, what: '/readyz to say not ready' });
+  assert.equal((await readyz(gw)).body.store, 'down');
+  const a = await s.call('issue_refund', { order_id: order, amount_cents: 3 });
+  const result = a.message?.result;
+  assert.equal(result?.isError, true, JSON.stringify(result));
+  assert.equal(idemStatus(result)?.code, 'store_error', JSON.stringify(result));
+  assert.equal(idemStatus(result).executed, false);
+  assert.match(gw.logs(), /the embedded store is lost: .*keys\.db.* was (deleted|replaced)/);
+}
+
+async function setup(t) {
+  const dir = await tempDir(t, 'idemgw-sqlite-files-');
+  const file = path.join(dir, 'keys.db');
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${file}`, config: CONFIG });
+  const s = await rawSession(t, gw.url, { headers: SUBJECT });
+  const first = await s.call('issue_refund', { order_id: 'files-1', amount_cents: 3 });
+  assert.match(toolText(first.message?.result), /^Refunded 3 cents/);
+  return { file, upstream, gw, s };
+}
+
+test('key file, -wal, -shm and lock deleted: the gateway stops serving protected calls; a second gateway on the path is the only one that does', async (t) => {
+  const { file, upstream, gw, s } = await setup(t);
+  for (const suffix of ['', '-wal', '-shm', '.lock']) await fs.rm(`${file}${suffix}`);
+
+  await assertLost(gw, s, 'files-2');
+  // A second gateway on the same path starts on new files and serves; the first still refuses.
+  const gw2 = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${file}`, config: CONFIG });
+  const s2 = await rawSession(t, gw2.url, { headers: SUBJECT });
+  const ran = await s2.call('issue_refund', { order_id: 'files-2', amount_cents: 3 });
+  assert.match(toolText(ran.message?.result), /^Refunded 3 cents/);
+  const again = await s.call('issue_refund', { order_id: 'files-2', amount_cents: 3 });
+  assert.equal(idemStatus(again.message?.result)?.code, 'store_error');
+  assert.equal((await readyz(gw)).status, 503);
+  const ledger = (await readLedger(upstream.ledger)).map((e) => e.order_id);
+  assert.deepEqual(ledger, ['files-1', 'files-2'], 'each call ran once, on one gateway');
+});
+
+test('only the key file deleted: the next claim is refused, not executed', async (t) => {
+  const { file, upstream, gw, s } = await setup(t);
+  await fs.rm(file);
+  const a = await s.call('issue_refund', { order_id: 'files-3', amount_cents: 3 });
+  assert.equal(idemStatus(a.message?.result)?.code, 'store_error', JSON.stringify(a.message));
+  await assertLost(gw, s, 'files-3');
+  assert.deepEqual((await readLedger(upstream.ledger)).map((e) => e.order_id), ['files-1']);
+});
+
+test('key file replaced by a copy: the gateway notices and refuses', async (t) => {
+  const { file, upstream, gw, s } = await setup(t);
+  await fs.copyFile(file, `${file}.copy`);
+  await fs.rename(`${file}.copy`, file);
+  await assertLost(gw, s, 'files-4');
+  assert.match(gw.logs(), /keys\.db was replaced by another file/);
+  assert.deepEqual((await readLedger(upstream.ledger)).map((e) => e.order_id), ['files-1']);
+});
+
+/** Fills the file system holding dir until a write fails with ENOSPC; returns the filler's path. */
+async function fillDisk(dir) {
+  const filler = path.join(dir, 'filler');
+  const fh = await fs.open(filler, 'w');
+  const chunk = Buffer.alloc(16384, 1);
+  try {
+    for (;;) await fh.write(chunk);
+  } catch (err) {
+    if (err.code !== 'ENOSPC') throw err;
+  } finally {
+    await fh.close();
+  }
+  return filler;
+}
+
+// todo: by hand (a 2 MiB tmpfs filled, 300 claims) the store goes not ready after three failed
+// commits and comes back once space is freed; in this harness the calls keep being written
+// (the write-ahead log's pages already taken are reused) and /readyz never goes down in time.
+test('disk full: repeated failed writes make /readyz not ready until a write succeeds again', { todo: 'does not yet reach a full disk in the harness' }, async (t) => {
+  const dir = await tempDir(t, 'idemgw-sqlite-full-');
+  const mnt = path.join(dir, 'mnt');
+  await fs.mkdir(mnt);
+  // a small file system of the test's own: filling it harms nothing else
+  const m = await run('mount', ['-t', 'tmpfs', '-o', 'size=2m,mode=0700', 'tmpfs', mnt]);
+  if (m.code !== 0) {
+    t.skip(`cannot mount a tmpfs here (${m.stderr.trim()})`);
+    return;
+  }
+  t.after(() => run('umount', ['-l', mnt]));
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${path.join(mnt, 'keys.db')}`, config: CONFIG });
+  const s = await rawSession(t, gw.url, { headers: SUBJECT });
+  const ok = await s.call('issue_refund', { order_id: 'full-0', amount_cents: 5 });
+  assert.match(toolText(ok.message?.result), /^Refunded 5 cents/);
+
+  const filler = await fillDisk(mnt);
+  let executed = 1;
+  let refused = 0;
+  let i = 1;
+  // each call either runs (its claim was written) or is refused as not executed
+  await waitFor(async () => {
+    // a long order id: the stored result names it, so every call needs new pages
+    const a = await s.call('issue_refund', { order_id: `full-${i++}-${'x'.repeat(4000)}`, amount_cents: 5 });
+    const result = a.message?.result;
+    if (idemStatus(result)) {
+      assert.equal(idemStatus(result).code, 'store_unavailable', JSON.stringify(result));
+      assert.equal(idemStatus(result).executed, false);
+      refused++;
+    } else {
+      assert.match(toolText(result), /^Refunded 5 cents/);
+      executed++;
+    }
+    return (await readyz(gw)).status === 503;
+  }, { timeoutMs: 30000, intervalMs: 0, what: '/readyz to say not ready on a full disk' });
+  assert.ok(refused >= 3, `${refused} claims refused`);
+  assert.match(gw.logs(), /write transactions in a row failed for the disk/);
+  assert.equal((await readLedger(upstream.ledger)).length, executed, 'only the calls answered as run ran');
+
+  // space again: the store's probe write succeeds and it is ready, with no call needed
+  await fs.rm(filler);
+  await waitFor(async () => (await readyz(gw)).status === 200, { timeoutMs: 15000, what: '/readyz to recover' });
+  assert.match(gw.logs(), /takes writes again/);
+  const after = await s.call('issue_refund', { order_id: 'full-after', amount_cents: 5 });
+  assert.match(toolText(after.message?.result), /^Refunded 5 cents/);
+});
