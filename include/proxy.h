@@ -28,8 +28,10 @@ typedef struct proxy_stage {
     void (*call)(void *arg, exchange_t *ex);
     /* a tasks/get, tasks/result or tasks/cancel: the stage owns its next step */
     void (*task)(void *arg, exchange_t *ex);
-    /* a GET stream about to be forwarded: the stage may set an observer on it */
-    void (*stream)(void *arg, exchange_t *ex);
+    /* a GET stream about to be forwarded: the stage may set an observer on it and return
+     * false (the proxy forwards it), or take it and return true: it then owns its next step,
+     * as for call (a resume checked against the caller of the calls it may carry) */
+    bool (*stream)(void *arg, exchange_t *ex);
     /* a notifications/cancelled of session, naming request_id, that the upstream accepted */
     void (*cancelled)(void *arg, const http_request_t *note, const char *session,
                       const json_t *request_id);

@@ -10,6 +10,7 @@
 #include "pending.h"
 #include "policy.h"
 #include "replay_cache.h"
+#include "resume_guard.h"
 #include "sse.h"
 #include "store.h"
 #include "subject.h"
@@ -153,6 +154,17 @@ static const char *header_of(const call_t *c, const char *name)
     return http_headers_get(&exchange_request(c->ex)->headers, name);
 }
 
+/* The session's streams may carry this call's result: only its caller may resume them while
+ * the call can run and its result is remembered (resume_guard.h). */
+static void note_stream_caller(call_t *c)
+{
+    const char *session = header_of(c, "mcp-session-id");
+    uint64_t now = util_now_ms();
+    if (session && c->subject && c->idem->ctx.guard)
+        resume_guard_note(c->idem->ctx.guard, session, c->subject, now,
+                          now + c->rules.lease_ms + c->rules.window_ms);
+}
+
 /* --- the list of forwarded calls --- */
 
 static void fwd_remove(call_t *c)
@@ -279,6 +291,7 @@ static void answer_store_down(call_t *c)
                  msg_of(c)->tool);
         exchange_set_outcome(c->ex, "passthrough");
         set_state(c, CALL_PASSTHROUGH);
+        note_stream_caller(c);
         strip_advertised_key(c);
         exchange_forward(c->ex, NULL, false);
         return;
@@ -532,6 +545,7 @@ static void forward_claimed(call_t *c)
 {
     set_state(c, CALL_FORWARDED);
     fwd_add(c);
+    note_stream_caller(c);
     struct timeval tv;
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(c->idem->ctx.base, renew_lease, c);
@@ -1060,6 +1074,7 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
 {
     idem_t *i = c->idem;
     set_state(c, CALL_RECORDING);
+    note_stream_caller(c);
     exchange_set_outcome(c->ex, outcome_name(why));
     if (outcome_executed(why))
         i->ctx.stats->executions++;
@@ -1152,9 +1167,11 @@ static observe_t call_end(void *arg, upstream_result_t res)
     if (c->cancelled) /* no answer will come: the caller gave up on it, and it may have run */
         return record(c, ambiguous, WHY_CANCELLED);
     const char *session = header_of(c, "mcp-session-id");
-    if (c->capture_sse && session)
+    if (c->capture_sse && session) {
         pending_add(c->idem->pending, session, msg_of(c)->id, c->key, c->key_hash, c->fence,
                     &c->rules);
+        note_stream_caller(c);
+    }
     if (c->capture_sse && session && res == UPSTREAM_OK) {
         /* the server ended the stream early (SSE polling): the agent resumes it with GET and
          * the final response finishes the key there; until then the claim stays in progress */
@@ -1241,10 +1258,61 @@ void idem_task(void *arg, exchange_t *ex)
     subject_resolve(i->ctx.subject, exchange_request(ex), on_task_subject, a);
 }
 
-void idem_stream(void *arg, exchange_t *ex)
+/* A GET of a session whose streams may carry a protected call's result, while its caller is
+ * being resolved. */
+typedef struct stream_ask {
+    idem_t *idem;
+    exchange_t *ex;
+} stream_ask_t;
+
+static void on_stream_subject(void *arg, const subject_result_t *res)
+{
+    stream_ask_t *a = arg;
+    idem_t *i = a->idem;
+    exchange_t *ex = a->ex;
+    free(a);
+    const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
+    resume_verdict_t v = resume_guard_check(i->ctx.guard, session, res->subject, util_now_ms());
+    if (v == RESUME_FOREIGN) {
+        const char *why =
+            res->subject ? "the request comes from another caller" : "the request names no caller";
+        log_warn(exchange_conn_id(ex),
+                 "stream of session refused: %s than the caller of its "
+                 "protected call",
+                 res->subject ? "another caller" : "no caller");
+        char *body = answer_resume_refused(why);
+        exchange_set_outcome(ex, "refused");
+        exchange_respond_json(ex, 403, body, NULL);
+        free(body);
+        return;
+    }
+    if (!exchange_agent_waiting(ex)) {
+        exchange_end(ex);
+        return;
+    }
+    pending_watch(i->pending, ex);
+    exchange_forward(ex, NULL, false);
+}
+
+bool idem_stream(void *arg, exchange_t *ex)
 {
     idem_t *i = arg;
-    pending_watch(i->pending, ex);
+    const http_headers_t *h = &exchange_request(ex)->headers;
+    const char *session = http_headers_get(h, "mcp-session-id");
+    /* a resume may replay a protected result; a new stream may carry a pending one */
+    bool guarded =
+        session && i->ctx.guard &&
+        (http_headers_get(h, "last-event-id") || pending_has_session(i->pending, session)) &&
+        resume_guard_knows(i->ctx.guard, session, util_now_ms());
+    if (!guarded) {
+        pending_watch(i->pending, ex);
+        return false;
+    }
+    stream_ask_t *a = xcalloc(1, sizeof(*a));
+    a->idem = i;
+    a->ex = ex;
+    subject_resolve(i->ctx.subject, exchange_request(ex), on_stream_subject, a);
+    return true;
 }
 
 bool idem_session_busy(void *arg, const char *session)

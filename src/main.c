@@ -16,6 +16,7 @@
 #include "mcp.h"
 #include "proxy.h"
 #include "replay_cache.h"
+#include "resume_guard.h"
 #include "stats.h"
 #include "store.h"
 #include "store_pg.h"
@@ -66,6 +67,7 @@ typedef struct server {
     struct idem *idem;          /* the idempotency stage */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
+    struct resume_guard *guard; /* who may resume a session's streams */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
     struct ssl_ctx_st *tls;    /* for an https upstream, else NULL */
@@ -516,6 +518,7 @@ static void wire_stages(server_t *s)
         .catalog = s->catalog,
         .tools_changed = tools_changed,
         .subject = s->subject,
+        .guard = s->guard,
         .session_idle = session_idle,
         .arg = s->proxy,
     };
@@ -581,6 +584,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     accept_resume = evtimer_new(server->base, resume_accepting, NULL);
     clamp_connections(cfg, true);
     server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
+    server->guard = resume_guard_new();
     int rc = 1;
     char msg[512] = "";
 
@@ -758,6 +762,7 @@ out:
     catalog_free(server->catalog);
     tracer_free(server->tracer);
     replay_cache_free(server->cache);
+    resume_guard_free(server->guard);
     if (server->tls)
         SSL_CTX_free(server->tls);
     /* open connections hold references of their own */

@@ -1222,9 +1222,10 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
     if (req->method == HTTP_GET) {
         if (resume_stream(ex) || hand_off_resume(ex))
             return;
-        if (p->stage.stream)
-            p->stage.stream(p->stage.arg, ex);
         get_list_add(ex);
+        set_state(ex, EX_CLAIMING);
+        if (p->stage.stream && p->stage.stream(p->stage.arg, ex))
+            return;
         exchange_forward(ex, NULL, false);
         return;
     }
