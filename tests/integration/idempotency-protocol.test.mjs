@@ -143,3 +143,18 @@ test('SSE polling with two workers: the resuming GET reaches the worker waiting 
   assert.equal((await readLedger(upstream.ledger)).length, 8, 'each call executed once');
   t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
 });
+
+test('a replay to a browser page carries no CORS headers the upstream never sent', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const origin = 'http://localhost:5173';
+  const s = await rawSession(t, gw.url, { headers: { Origin: origin } });
+  const args = { order_id: 'ord-cors', amount_cents: 12 };
+  const first = await s.call('issue_refund', args);
+  assert.equal(first.headers.get('access-control-allow-origin'), null, 'the upstream sends no CORS');
+  const second = await s.call('issue_refund', args);
+  assert.ok(replayMarker(second.message.result), 'the repeat is a replay');
+  assert.equal(second.headers.get('idempotent-replayed'), 'true');
+  const cors = [...second.headers.keys()].filter((k) => k.startsWith('access-control-'));
+  assert.deepEqual(cors, [], 'the replay invents no CORS');
+  assert.equal((await readLedger(upstream.ledger)).length, 1);
+});
