@@ -824,14 +824,14 @@ static void status_lookup(call_t *c)
     }
     jcs_value_t *sargs = jcs_object_get(jcs_object_get(root, "params"), "arguments");
     const char *tool = jcs_string(jcs_object_get(sargs, "tool"), NULL);
-    jcs_value_t *key_v = jcs_object_get(sargs, "idempotency_key");
+    jcs_value_t *key_v = jcs_object_get(sargs, POLICY_KEY_ARG_DEFAULT);
     const char *explicit = jcs_string(key_v, NULL);
     if (!tool || !*tool || (key_v && !explicit)) {
         jcs_free(root);
         status_answer(c, true, "bad_request",
                       "%s needs the name of the tool that was called (tool), and its arguments "
-                      "(arguments) or the idempotency key given to it (idempotency_key, a "
-                      "string).",
+                      "(arguments) or the idempotency key given to it (" POLICY_KEY_ARG_DEFAULT
+                      ", a string).",
                       CATALOG_STATUS_TOOL);
         return;
     }
