@@ -283,6 +283,17 @@ static void strip_advertised_key(call_t *c)
     free(body);
 }
 
+/* The agent's own Idempotency-Key of a protected call is the gateway's to use, never the
+ * upstream's (it may be a secret of the agent's; forward_key: false means the upstream sees no
+ * key). With forward_key only the key's hash goes up (appended to extra). */
+static void key_header(call_t *c, char *extra, size_t size)
+{
+    exchange_drop_request_header(c->ex, "idempotency-key");
+    size_t used = strlen(extra);
+    if (c->rules.forward_key)
+        snprintf(extra + used, size - used, "Idempotency-Key: %s\r\n", c->key_hash);
+}
+
 static void answer_store_down(call_t *c)
 {
     if (c->rules.on_store_down == ON_STORE_DOWN_PASSTHROUGH) {
@@ -292,8 +303,10 @@ static void answer_store_down(call_t *c)
         exchange_set_outcome(c->ex, "passthrough");
         set_state(c, CALL_PASSTHROUGH);
         note_stream_caller(c);
+        char extra[100] = "";
+        key_header(c, extra, sizeof(extra));
         strip_advertised_key(c);
-        exchange_forward(c->ex, NULL, false);
+        exchange_forward(c->ex, *extra ? extra : NULL, false);
         return;
     }
     answer(c, ANSWER_STORE_DOWN, NULL, NULL);
@@ -559,12 +572,7 @@ static void forward_claimed(call_t *c)
     exchange_set_outcome(c->ex, "forwarded"); /* until the upstream's answer says what happened */
     /* the result is read to be stored: ask for it uncompressed (decoded anyway if it is not) */
     char extra[160] = "Accept-Encoding: identity\r\n";
-    if (c->rules.forward_key) {
-        /* only the hash goes up: the agent's own key may be a secret of its own */
-        exchange_drop_request_header(c->ex, "idempotency-key");
-        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "Idempotency-Key: %s\r\n",
-                 c->key_hash);
-    }
+    key_header(c, extra, sizeof(extra));
     strip_advertised_key(c);
     exchange_forward(c->ex, extra, true);
 }
