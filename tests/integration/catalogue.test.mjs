@@ -130,6 +130,13 @@ test('idemgw policy init writes a config that loads; policy diff reports drift',
   assert.match(drift.stdout, /warning: issue_refund is read in the policy, but the server says it is destructive/);
   assert.match(drift.stdout, /not on the server: retired_tool/);
   assert.match(drift.stdout, /not in the policy: slow_refund \(gets non_idempotent, from default\)/);
+
+  // Stricter than the server's annotations: said, one line, and no drift (exit 0).
+  await fs.writeFile(file, init.stdout
+    .replace('get_ledger:\n    class: read', 'get_ledger:\n    class: non_idempotent'));
+  const strict = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file, '-H', 'Authorization: Bearer op-token']);
+  assert.equal(strict.code, 0, strict.stdout + strict.stderr);
+  assert.equal(strict.stdout, 'stricter: get_ledger is non_idempotent in the policy, but the server says it is read-only (readOnlyHint: true): its repeats get the first answer replayed, not a fresh one\n');
   const usage = await run(IDEMGW_BIN, ['policy', 'init']);
   assert.equal(usage.code, 2);
 });
