@@ -196,10 +196,11 @@ static void clamp_connections(config_t *cfg, bool say)
     if (cfg->max_connections <= allowed)
         return;
     if (say)
-        config_warn("max_connections lowered from %d to %lld: the open file limit is %llu, %lld kept "
-                 "for the store, the upstream pool and the gateway, and each agent connection "
-                 "may need an upstream one (raise the limit with ulimit -n or LimitNOFILE)",
-                 cfg->max_connections, allowed, (unsigned long long)fd_limit, reserve);
+        config_warn(
+            "max_connections lowered from %d to %lld: the open file limit is %llu, %lld kept "
+            "for the store, the upstream pool and the gateway, and each agent connection "
+            "may need an upstream one (raise the limit with ulimit -n or LimitNOFILE)",
+            cfg->max_connections, allowed, (unsigned long long)fd_limit, reserve);
     cfg->max_connections = (int)allowed;
 }
 
