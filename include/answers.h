@@ -45,4 +45,9 @@ bool answer_has_later(answer_t a);
  * the replay's _meta member. */
 char *answer_replay_too_large(const char *id_text, const char *marker, const char *first_seen);
 
+/* A GET that would resume a session's stream for another caller than the one whose protected
+ * call it carries (resume_guard.h): a JSON-RPC error (id null) saying why (a phrase: "the
+ * request names another caller"). */
+char *answer_resume_refused(const char *why);
+
 #endif

@@ -5,9 +5,10 @@
  * as a network error. So the gateway mirrors the upstream: it remembers, per Origin, the
  * Access-Control-Allow-Origin / -Allow-Credentials / -Expose-Headers the upstream last sent,
  * and gives its own answers the same, with the headers a page needs to read added to the
- * exposed list (Mcp-Session-Id, Idempotent-Replayed). An origin not seen yet (a replay served
- * by another worker, or after a restart) gets Allow-Origin for that origin: it already passed
- * allowed_origins, and the answer is the caller's own. Pure: one table per process. */
+ * exposed list (Mcp-Session-Id, Idempotent-Replayed). An origin the upstream has given no
+ * CORS headers (it serves no browsers, or this process has not seen its answer to that origin
+ * yet) gets none from the gateway either: passing allowed_origins (DNS-rebinding protection)
+ * is no permission for a page to read answers. Pure: one table per process. */
 #ifndef IDEMGW_CORS_H
 #define IDEMGW_CORS_H
 
@@ -36,7 +37,7 @@ typedef struct cors_table {
 void cors_learn(cors_table_t *t, const char *origin, const http_headers_t *upstream_headers);
 
 /* The header lines ("Name: value\r\n"...) for an answer the gateway writes to a request from
- * origin; NULL when origin is NULL. Free the result. */
+ * origin; NULL when origin is NULL or the upstream gave it no CORS. Free the result. */
 char *cors_headers(const cors_table_t *t, const char *origin);
 
 /* For a preflight answer passing through: when the page asked to send Idempotency-Key and

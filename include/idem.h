@@ -18,6 +18,7 @@ struct event_base;
 struct store;
 struct replay_cache;
 struct subject;
+struct resume_guard;
 
 typedef struct idem idem_t;
 
@@ -27,8 +28,9 @@ typedef struct idem_ctx {
     struct store *store; /* NULL when no database is configured */
     struct replay_cache *cache;
     server_stats_t *stats;
-    struct catalog *catalog; /* the upstream's tools: which arguments its schemas declare */
-    struct subject *subject; /* who is calling (subject.h) */
+    struct catalog *catalog;    /* the upstream's tools: which arguments its schemas declare */
+    struct subject *subject;    /* who is calling (subject.h) */
+    struct resume_guard *guard; /* who may resume a session's streams (resume_guard.h) */
     /* a pending call of session finished: the proxy may stop routing its resumes here */
     void (*session_idle)(void *arg, const char *session);
     void *arg;
@@ -44,7 +46,9 @@ void idem_reconfigure(idem_t *i, const config_t *cfg);
 
 /* The proxy_stage_t entry points (arg: the idem_t). */
 void idem_call(void *arg, exchange_t *ex);
-void idem_stream(void *arg, exchange_t *ex);
+/* A GET stream: true when the stage took it (its caller is checked first), false when the
+ * proxy forwards it. */
+bool idem_stream(void *arg, exchange_t *ex);
 /* A tasks/get, tasks/result or tasks/cancel: to the session of a task this caller was given
  * by a replay (tasks.h). */
 void idem_task(void *arg, exchange_t *ex);

@@ -50,6 +50,10 @@ typedef struct policy {
     size_t n_tools;
 } policy_t;
 
+/* The argument that carries an explicit key unless a tool's key_arg says otherwise; also the
+ * status tool's argument for it. The one place this name is spelled. */
+#define POLICY_KEY_ARG_DEFAULT "idempotency_key"
+
 /* Built-in defaults: class non_idempotent, window 10m, key_arg idempotency_key, release,
  * hold, reject, lease 0 (derived), max_stored_bytes 1 MiB, no forward_key, reject, finish. */
 void policy_defaults_init(policy_tool_t *out);

@@ -28,8 +28,10 @@ typedef struct proxy_stage {
     void (*call)(void *arg, exchange_t *ex);
     /* a tasks/get, tasks/result or tasks/cancel: the stage owns its next step */
     void (*task)(void *arg, exchange_t *ex);
-    /* a GET stream about to be forwarded: the stage may set an observer on it */
-    void (*stream)(void *arg, exchange_t *ex);
+    /* a GET stream about to be forwarded: the stage may set an observer on it and return
+     * false (the proxy forwards it), or take it and return true: it then owns its next step,
+     * as for call (a resume checked against the caller of the calls it may carry) */
+    bool (*stream)(void *arg, exchange_t *ex);
     /* a notifications/cancelled naming request_id, before it goes upstream: the stage owns its
      * next step (exchange_forward, or exchange_respond_json with 202 to keep it) */
     void (*cancel)(void *arg, exchange_t *ex, const json_t *request_id);

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The idemgw demo, from a fresh clone on Debian 12 (as root, or as a user with sudo):
-#   1. installs what is missing (scripts/install-deps.sh) and builds build/idemgw (make),
+#   1. installs what is missing (scripts/install-deps.sh --profile demo: the toolchain, the
+#      libraries, Node and the demo's npm packages) and builds build/idemgw (make),
 #   2. starts a refund MCP server as the upstream and the gateway in front of it with the
 #      demo policy conf/demo.yaml, its keys in the embedded store (the default: one SQLite
 #      file in the demo's folder, fresh on every run),
@@ -23,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 
 once=0
 calls=5
@@ -137,7 +138,7 @@ section 'Setting up'
 step 'dependencies'
 if [ "$install" = 1 ]; then
     set +e
-    scripts/install-deps.sh 2>&1 | tee "$dir/install-deps.log" \
+    scripts/install-deps.sh --profile demo 2>&1 | tee "$dir/install-deps.log" \
         | { grep --line-buffered '^install-deps: ' | sed -u 's/^install-deps: /  installing      /'; true; }
     rc=${PIPESTATUS[0]}
     set -e

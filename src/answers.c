@@ -145,3 +145,14 @@ char *answer_replay_too_large(const char *id_text, const char *marker, const cha
     free(t);
     return body;
 }
+
+char *answer_resume_refused(const char *why)
+{
+    char text[600];
+    snprintf(text, sizeof(text),
+             "Refused: this session's streams carry the result of a protected tool call, and %s, "
+             "so the stream was not resumed and nothing of it was relayed. Only the caller that "
+             "made the call (the same subject) may resume its stream; nothing was executed.",
+             why);
+    return mcp_error_body(NULL, -32000, text);
+}

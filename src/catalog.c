@@ -286,9 +286,9 @@ static json_t *status_tool_definition(void)
         "runs anything.",
         "inputSchema", "type", "object", "properties", "tool", "type", "string", "description",
         "the name of the tool that was called", "arguments", "type", "object", "description",
-        "the arguments of that call, exactly as sent", "idempotency_key", "type", "string",
-        "description", "the idempotency key given to that call, if it had one", "required",
-        "tool", "annotations", "readOnlyHint", 1, "idempotentHint", 1);
+        "the arguments of that call, exactly as sent", POLICY_KEY_ARG_DEFAULT, "type", "string",
+        "description", "the idempotency key given to that call, if it had one", "required", "tool",
+        "annotations", "readOnlyHint", 1, "idempotentHint", 1);
 }
 
 /* Adds the key argument to one tool's definition; true when it changed. */

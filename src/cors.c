@@ -70,11 +70,11 @@ void cors_learn(cors_table_t *t, const char *origin, const http_headers_t *h)
 
 char *cors_headers(const cors_table_t *t, const char *origin)
 {
-    if (!origin)
-        return NULL;
-    const cors_origin_t *o = find(t, origin);
-    const char *allow = o ? o->allow_origin : origin;
-    const char *learned = o ? o->expose : NULL;
+    const cors_origin_t *o = origin ? find(t, origin) : NULL;
+    if (!o)
+        return NULL; /* the upstream gave this origin no CORS (or not yet): nor does the gateway */
+    const char *allow = o->allow_origin;
+    const char *learned = o->expose;
     /* the learned list, then what it lacks of ours */
     char expose[512];
     snprintf(expose, sizeof(expose), "%s", learned && strlen(learned) < 256 ? learned : "");
@@ -84,7 +84,7 @@ char *cors_headers(const cors_table_t *t, const char *origin)
         size_t n = strlen(expose);
         snprintf(expose + n, sizeof(expose) - n, "%s%s", n ? ", " : "", exposed[i]);
     }
-    bool credentials = o && o->credentials && strcmp(allow, "*") != 0;
+    bool credentials = o->credentials && strcmp(allow, "*") != 0;
     return xasprintf("Access-Control-Allow-Origin: %s\r\n%s%s"
                      "Access-Control-Expose-Headers: %s\r\n",
                      allow, strcmp(allow, "*") != 0 ? "Vary: Origin\r\n" : "",

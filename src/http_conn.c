@@ -46,6 +46,8 @@ struct http_conn {
     bool adopted;                  /* handed over by another worker: never handed on again */
     bool handed_off;               /* given to another worker: close our copy, touch nothing */
     bool tls;                      /* bev is an OpenSSL bufferevent (listen_tls) */
+    bool first_pending;            /* no request begun yet: the header deadline runs from accept */
+    uint64_t accepted_ms;          /* when the connection was accepted */
     X509 *peer_cert;               /* the verified client certificate, from the handshake */
     char peer[64];                 /* agent address, for X-Forwarded-For */
     struct http_conn *prev, *next; /* all agent connections, for drain */
@@ -200,7 +202,15 @@ static int on_message_begin(void *arg)
     if (c->peer_cert && X509_up_ref(c->peer_cert))
         c->req->peer_cert = c->peer_cert;
     c->req_complete = false;
-    arm_timer(c, c->site->ctx->limits->header_timeout_ms);
+    /* the first request's head is due header_timeout after accept, a TLS handshake included:
+     * a peer that trickles the handshake or its first bytes gets no fresh deadline */
+    uint64_t ms = c->site->ctx->limits->header_timeout_ms;
+    if (c->first_pending) {
+        uint64_t spent = c->req->start_ms - c->accepted_ms;
+        ms = spent < ms ? ms - spent : 1;
+    }
+    c->first_pending = false;
+    arm_timer(c, ms);
     return 0;
 }
 
@@ -492,7 +502,9 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     bufferevent_disable(c->bev, EV_WRITE); /* a new bufferevent starts write-enabled */
     bufferevent_enable(c->bev, EV_READ);
     evbuffer_add_cb(bufferevent_get_output(c->bev), output_added, c);
-    arm_timer(c, c->site->ctx->limits->idle_timeout_ms);
+    c->first_pending = true;
+    c->accepted_ms = util_now_ms();
+    arm_timer(c, c->site->ctx->limits->header_timeout_ms);
     c->next = ctx->all;
     if (ctx->all)
         ctx->all->prev = c;

@@ -13,6 +13,7 @@
 #include "policy.h"
 #include "replay_cache.h"
 #include "revision.h"
+#include "resume_guard.h"
 #include "sse.h"
 #include "store.h"
 #include "subject.h"
@@ -184,6 +185,17 @@ static char *fit(const call_t *c, char *body)
     return revision_fit(body, c->revision);
 }
 
+/* The session's streams may carry this call's result: only its caller may resume them while
+ * the call can run and its result is remembered (resume_guard.h). */
+static void note_stream_caller(call_t *c)
+{
+    const char *session = header_of(c, "mcp-session-id");
+    uint64_t now = util_now_ms();
+    if (session && c->subject && c->idem->ctx.guard)
+        resume_guard_note(c->idem->ctx.guard, session, c->subject, now,
+                          now + c->rules.lease_ms + c->rules.window_ms);
+}
+
 /* --- the list of live calls: claiming, waiting or forwarded, for cancels --- */
 
 static void fwd_remove(call_t *c)
@@ -305,6 +317,17 @@ static void strip_advertised_key(call_t *c)
     free(body);
 }
 
+/* The agent's own Idempotency-Key of a protected call is the gateway's to use, never the
+ * upstream's (it may be a secret of the agent's; forward_key: false means the upstream sees no
+ * key). With forward_key only the key's hash goes up (appended to extra). */
+static void key_header(call_t *c, char *extra, size_t size)
+{
+    exchange_drop_request_header(c->ex, "idempotency-key");
+    size_t used = strlen(extra);
+    if (c->rules.forward_key)
+        snprintf(extra + used, size - used, "Idempotency-Key: %s\r\n", c->key_hash);
+}
+
 static void answer_store_down(call_t *c)
 {
     if (c->rules.on_store_down == ON_STORE_DOWN_PASSTHROUGH) {
@@ -313,8 +336,11 @@ static void answer_store_down(call_t *c)
                  msg_of(c)->tool);
         exchange_set_outcome(c->ex, "passthrough");
         set_state(c, CALL_PASSTHROUGH);
+        note_stream_caller(c);
+        char extra[100] = "";
+        key_header(c, extra, sizeof(extra));
         strip_advertised_key(c);
-        exchange_forward(c->ex, NULL, false);
+        exchange_forward(c->ex, *extra ? extra : NULL, false);
         return;
     }
     answer(c, ANSWER_STORE_DOWN, NULL, NULL);
@@ -617,6 +643,7 @@ static void forward_claimed(call_t *c)
 {
     set_state(c, CALL_FORWARDED);
     fwd_add(c);
+    note_stream_caller(c);
     struct timeval tv;
     lease_interval(c, &tv);
     c->lease_timer = evtimer_new(c->idem->ctx.base, renew_lease, c);
@@ -630,12 +657,7 @@ static void forward_claimed(call_t *c)
     exchange_set_outcome(c->ex, "forwarded"); /* until the upstream's answer says what happened */
     /* the result is read to be stored: ask for it uncompressed (decoded anyway if it is not) */
     char extra[160] = "Accept-Encoding: identity\r\n";
-    if (c->rules.forward_key) {
-        /* only the hash goes up: the agent's own key may be a secret of its own */
-        exchange_drop_request_header(c->ex, "idempotency-key");
-        snprintf(extra + strlen(extra), sizeof(extra) - strlen(extra), "Idempotency-Key: %s\r\n",
-                 c->key_hash);
-    }
+    key_header(c, extra, sizeof(extra));
     strip_advertised_key(c);
     exchange_forward(c->ex, extra, true);
 }
@@ -956,14 +978,14 @@ static void status_lookup(call_t *c)
     }
     jcs_value_t *sargs = jcs_object_get(jcs_object_get(root, "params"), "arguments");
     const char *tool = jcs_string(jcs_object_get(sargs, "tool"), NULL);
-    jcs_value_t *key_v = jcs_object_get(sargs, "idempotency_key");
+    jcs_value_t *key_v = jcs_object_get(sargs, POLICY_KEY_ARG_DEFAULT);
     const char *explicit = jcs_string(key_v, NULL);
     if (!tool || !*tool || (key_v && !explicit)) {
         jcs_free(root);
         status_answer(c, true, "bad_request",
                       "%s needs the name of the tool that was called (tool), and its arguments "
-                      "(arguments) or the idempotency key given to it (idempotency_key, a "
-                      "string).",
+                      "(arguments) or the idempotency key given to it (" POLICY_KEY_ARG_DEFAULT
+                      ", a string).",
                       CATALOG_STATUS_TOOL);
         return;
     }
@@ -1206,6 +1228,7 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
 {
     idem_t *i = c->idem;
     set_state(c, CALL_RECORDING);
+    note_stream_caller(c);
     exchange_set_outcome(c->ex, outcome_name(why));
     if (outcome_executed(why))
         i->ctx.stats->executions++;
@@ -1300,9 +1323,11 @@ static observe_t call_end(void *arg, upstream_result_t res)
     if (c->cancelled) /* no answer will come: the caller gave up on it, and it may have run */
         return record(c, ambiguous, WHY_CANCELLED);
     const char *session = header_of(c, "mcp-session-id");
-    if (c->capture_sse && session)
+    if (c->capture_sse && session) {
         pending_add(c->idem->pending, session, msg_of(c)->id, c->key, c->key_hash, c->fence,
                     &c->rules);
+        note_stream_caller(c);
+    }
     if (c->capture_sse && session && res == UPSTREAM_OK) {
         /* the server ended the stream early (SSE polling): the agent resumes it with GET and
          * the final response finishes the key there; until then the claim stays in progress */
@@ -1389,10 +1414,61 @@ void idem_task(void *arg, exchange_t *ex)
     subject_resolve(i->ctx.subject, exchange_request(ex), on_task_subject, a);
 }
 
-void idem_stream(void *arg, exchange_t *ex)
+/* A GET of a session whose streams may carry a protected call's result, while its caller is
+ * being resolved. */
+typedef struct stream_ask {
+    idem_t *idem;
+    exchange_t *ex;
+} stream_ask_t;
+
+static void on_stream_subject(void *arg, const subject_result_t *res)
+{
+    stream_ask_t *a = arg;
+    idem_t *i = a->idem;
+    exchange_t *ex = a->ex;
+    free(a);
+    const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
+    resume_verdict_t v = resume_guard_check(i->ctx.guard, session, res->subject, util_now_ms());
+    if (v == RESUME_FOREIGN) {
+        const char *why =
+            res->subject ? "the request comes from another caller" : "the request names no caller";
+        log_warn(exchange_conn_id(ex),
+                 "stream of session refused: %s than the caller of its "
+                 "protected call",
+                 res->subject ? "another caller" : "no caller");
+        char *body = answer_resume_refused(why);
+        exchange_set_outcome(ex, "refused");
+        exchange_respond_json(ex, 403, body, NULL);
+        free(body);
+        return;
+    }
+    if (!exchange_agent_waiting(ex)) {
+        exchange_end(ex);
+        return;
+    }
+    pending_watch(i->pending, ex);
+    exchange_forward(ex, NULL, false);
+}
+
+bool idem_stream(void *arg, exchange_t *ex)
 {
     idem_t *i = arg;
-    pending_watch(i->pending, ex);
+    const http_headers_t *h = &exchange_request(ex)->headers;
+    const char *session = http_headers_get(h, "mcp-session-id");
+    /* a resume may replay a protected result; a new stream may carry a pending one */
+    bool guarded =
+        session && i->ctx.guard &&
+        (http_headers_get(h, "last-event-id") || pending_has_session(i->pending, session)) &&
+        resume_guard_knows(i->ctx.guard, session, util_now_ms());
+    if (!guarded) {
+        pending_watch(i->pending, ex);
+        return false;
+    }
+    stream_ask_t *a = xcalloc(1, sizeof(*a));
+    a->idem = i;
+    a->ex = ex;
+    subject_resolve(i->ctx.subject, exchange_request(ex), on_stream_subject, a);
+    return true;
 }
 
 bool idem_session_busy(void *arg, const char *session)

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KEY_DEFAULT_ARG "idempotency_key"
 #define KEY_EXPLICIT_MAX 255
 
 const char *key_status_str(key_status_t st)
@@ -152,7 +151,7 @@ static key_status_t derive(const char *subject, const char *tool, jcs_value_t *a
         return key_fail(KEY_ERR_ARGS_NOT_OBJECT, msg, msglen, "arguments must be an object");
 
     /* a policy without key_arg (NULL or "") disables explicit keys in arguments */
-    const char *key_arg = pt ? pt->key_arg : KEY_DEFAULT_ARG;
+    const char *key_arg = pt ? pt->key_arg : POLICY_KEY_ARG_DEFAULT;
     if (key_arg && !*key_arg)
         key_arg = NULL;
 

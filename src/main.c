@@ -16,6 +16,7 @@
 #include "mcp.h"
 #include "proxy.h"
 #include "replay_cache.h"
+#include "resume_guard.h"
 #include "stats.h"
 #include "store.h"
 #include "store_pg.h"
@@ -24,6 +25,7 @@
 #include "trace.h"
 #include "upstream.h"
 #include "util.h"
+#include "warn_memo.h"
 
 #include <arpa/inet.h>
 #include <event2/event.h>
@@ -32,6 +34,7 @@
 #include <netdb.h>
 #include <openssl/ssl.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +69,7 @@ typedef struct server {
     struct idem *idem;          /* the idempotency stage */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
+    struct resume_guard *guard; /* who may resume a session's streams */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
     struct ssl_ctx_st *tls;    /* for an https upstream, else NULL */
@@ -157,6 +161,23 @@ static void raise_fd_limit(void)
     fd_limit = rl.rlim_cur;
 }
 
+/* The warnings of the configuration loaded last, so a reload says only what is new. */
+static warn_memo_t *config_warnings;
+
+static void config_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* A warning about the configuration: logged once per change, not on every reload. */
+static void config_warn(const char *fmt, ...)
+{
+    char text[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (!config_warnings || warn_memo_fresh(config_warnings, text))
+        log_warn(0, "%s", text);
+}
+
 /* Every agent connection may hold an upstream connection too; the store's connections, the
  * idle upstream pool and the fixed reserve come first. What is left, halved, is how many agent
  * connections the descriptors allow. */
@@ -175,11 +196,11 @@ static void clamp_connections(config_t *cfg, bool say)
     if (cfg->max_connections <= allowed)
         return;
     if (say)
-        log_warn(0,
-                 "max_connections lowered from %d to %lld: the open file limit is %llu, %lld kept "
-                 "for the store, the upstream pool and the gateway, and each agent connection "
-                 "may need an upstream one (raise the limit with ulimit -n or LimitNOFILE)",
-                 cfg->max_connections, allowed, (unsigned long long)fd_limit, reserve);
+        config_warn(
+            "max_connections lowered from %d to %lld: the open file limit is %llu, %lld kept "
+            "for the store, the upstream pool and the gateway, and each agent connection "
+            "may need an upstream one (raise the limit with ulimit -n or LimitNOFILE)",
+            cfg->max_connections, allowed, (unsigned long long)fd_limit, reserve);
     cfg->max_connections = (int)allowed;
 }
 
@@ -390,7 +411,7 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
 
 static void report_restart_key(const char *name, void *arg)
 {
-    log_warn(0, "reload: %s needs a restart; the running value stays", name);
+    config_warn("reload: %s needs a restart; the running value stays", name);
 }
 
 /* What the upstream pool reads at each use; refreshed by a reload. */
@@ -458,6 +479,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         config_errors_free(&errs);
         return;
     }
+    warn_memo_begin(config_warnings);
     /* settings that need a restart are named and keep their running values */
     config_reload_merge(server->cfg, neu, report_restart_key, NULL);
     config_t *old = server->cfg;
@@ -516,6 +538,7 @@ static void wire_stages(server_t *s)
         .catalog = s->catalog,
         .tools_changed = tools_changed,
         .subject = s->subject,
+        .guard = s->guard,
         .session_idle = session_idle,
         .arg = s->proxy,
     };
@@ -580,8 +603,10 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     event_config_free(ec);
     server->started_ms = util_now_ms();
     accept_resume = evtimer_new(server->base, resume_accepting, NULL);
+    config_warnings = warn_memo_new();
     clamp_connections(cfg, true);
     server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
+    server->guard = resume_guard_new();
     int rc = 1;
     char msg[512] = "";
 
@@ -759,6 +784,9 @@ out:
     catalog_free(server->catalog);
     tracer_free(server->tracer);
     replay_cache_free(server->cache);
+    resume_guard_free(server->guard);
+    warn_memo_free(config_warnings);
+    config_warnings = NULL;
     if (server->tls)
         SSL_CTX_free(server->tls);
     /* open connections hold references of their own */

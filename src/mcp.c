@@ -94,6 +94,20 @@ typedef struct member_pos {
 /* Walks the members of the object text s[0..n); false when name is not there or the text is
  * not an object of members (names with escapes are not found). The last one wins, as in
  * jansson and JSON.parse. */
+/* The member name s[mstart, kend) (a JSON string, quotes included) is name once unescaped:
+ * "idempotency_k\u0065y" is idempotency_key, as every JSON parser downstream reads it. */
+static bool name_is(const char *s, size_t mstart, size_t kend, const char *name, size_t nlen)
+{
+    size_t raw = kend - mstart - 2;
+    if (!memchr(s + mstart + 1, '\\', raw))
+        return raw == nlen && memcmp(s + mstart + 1, name, nlen) == 0;
+    json_t *j = json_loadb(s + mstart, kend - mstart, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    bool same = j && json_is_string(j) && json_string_length(j) == nlen &&
+                memcmp(json_string_value(j), name, nlen) == 0;
+    json_decref(j);
+    return same;
+}
+
 static bool member_find(const char *s, size_t n, const char *name, member_pos_t *pos)
 {
     size_t nlen = strlen(name), prev_end = 0;
@@ -106,11 +120,11 @@ static bool member_find(const char *s, size_t n, const char *name, member_pos_t 
         i = skip_ws(s, i, n);
         if (i >= n || s[i] != '"')
             return false;
-        size_t mstart = i, kstart = i + 1;
+        size_t mstart = i;
         size_t kend = skip_value(s, i, n);
         if (kend > n)
             return false;
-        bool match = kend - 1 - kstart == nlen && memcmp(s + kstart, name, nlen) == 0;
+        bool match = name_is(s, mstart, kend, name, nlen);
         i = skip_ws(s, kend, n);
         if (i >= n || s[i] != ':')
             return false;

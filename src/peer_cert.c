@@ -44,7 +44,8 @@ const char *peer_cert_status_phrase(peer_cert_status_t st, peer_cert_source_t sr
         return "the client certificate has more than one URI subject alternative name (a SPIFFE "
                "certificate has exactly one)";
     case PEER_CERT_NOT_SPIFFE:
-        return "the client certificate's URI is not a SPIFFE id (spiffe://trust-domain/path)";
+        return "the client certificate's URI is not a SPIFFE id (spiffe://trust-domain/path, "
+               "lower-case scheme and trust domain, no empty, '.' or '..' path segments)";
     case PEER_CERT_BAD_TEXT:
         return "the client certificate's name is empty, too long or not printable text";
     }
@@ -71,19 +72,33 @@ static peer_cert_status_t copy_name(const unsigned char *s, int len, char *out, 
     return PEER_CERT_OK;
 }
 
-/* spiffe://trust-domain/path: a trust domain without port or user, a non-empty path, no query
- * or fragment. */
+/* A SPIFFE id as the SPIFFE ID standard writes it (section 2): the scheme "spiffe" in lower
+ * case, a trust domain of [a-z0-9._-] (so no upper case, port or user), then a workload path of
+ * one or more segments of [a-zA-Z0-9._-], none empty, "." or ".." (no trailing slash, query or
+ * fragment), 2048 bytes at most. Anything looser would let two spellings name one workload, or
+ * one spelling name two. */
 static bool spiffe_id(const char *s)
 {
-    if (strncasecmp(s, "spiffe://", 9) != 0)
+    static const char scheme[] = "spiffe://";
+    if (strlen(s) > 2048 || strncmp(s, scheme, sizeof(scheme) - 1) != 0)
         return false;
-    const char *td = s + 9, *path = strchr(td, '/');
-    if (!path || path == td || path[1] == '\0')
+    const char *p = s + sizeof(scheme) - 1;
+    const char *td = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '.' || *p == '-' ||
+           *p == '_')
+        p++;
+    if (p == td || *p != '/')
         return false;
-    for (const char *q = td; q < path; q++)
-        if (*q == ':' || *q == '@')
+    while (*p == '/') {
+        const char *seg = ++p;
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               *p == '.' || *p == '-' || *p == '_')
+            p++;
+        size_t n = (size_t)(p - seg);
+        if (n == 0 || (n == 1 && seg[0] == '.') || (n == 2 && seg[0] == '.' && seg[1] == '.'))
             return false;
-    return strpbrk(path, "?#") == NULL;
+    }
+    return *p == '\0';
 }
 
 /* A copy of the first SAN of type (GEN_URI or GEN_DNS), or NULL; *count how many there are. */

@@ -24,7 +24,7 @@ void policy_defaults_init(policy_tool_t *out)
     /* MCP says an unannotated tool is non-idempotent: protect unless told otherwise. */
     out->cls = TOOL_CLASS_NON_IDEMPOTENT;
     out->window_ms = 10 * 60 * MS_PER_S;
-    out->key_arg = xstrdup("idempotency_key");
+    out->key_arg = xstrdup(POLICY_KEY_ARG_DEFAULT);
     out->on_tool_error = ON_TOOL_ERROR_RELEASE;
     out->on_ambiguous = ON_AMBIGUOUS_HOLD;
     out->wait_ms = 0;

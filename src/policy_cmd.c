@@ -24,7 +24,8 @@ static void usage(FILE *f)
           "  init  prints a starter config: every tool the server lists, with the class its\n"
           "        annotations suggest and its description as a comment\n"
           "  diff  tools in the policy but not on the server, on the server but not in the\n"
-          "        policy, and classes the server's annotations contradict (exit 1 if any)\n"
+          "        policy, and classes the server's annotations contradict (exit 1 if any);\n"
+          "        classes stricter than the annotations are said too (exit 0)\n"
           "  -H    a header for the upstream, e.g. 'Authorization: Bearer ...' (repeatable)\n",
           f);
 }
@@ -184,6 +185,22 @@ out:
 
 /* --- diff --- */
 
+/* A tool the policy protects though the server says repeating it is harmless: safe, so no
+ * drift (exit 0), but it costs a claim per call and a replay where a fresh answer was meant
+ * (idempotent and read are both forwarded untouched: no difference worth a line). */
+static void stricter(const policy_tool_t *t, const catalog_tool_t *k)
+{
+    if (t->cls != TOOL_CLASS_NON_IDEMPOTENT || k->destructive == HINT_TRUE)
+        return;
+    const char *says = k->read_only == HINT_TRUE    ? "is read-only (readOnlyHint: true)"
+                       : k->idempotent == HINT_TRUE ? "is idempotent (idempotentHint: true)"
+                                                    : NULL;
+    if (says)
+        printf("stricter: %s is non_idempotent in the policy, but the server says it %s: its "
+               "repeats get the first answer replayed, not a fresh one\n",
+               t->name, says);
+}
+
 static int diff(const char *path, const char *headers)
 {
     config_errors_t errs = {0};
@@ -226,6 +243,8 @@ static int diff(const char *path, const char *headers)
                    "(idempotentHint: false)\n",
                    t->name);
             found++;
+        } else {
+            stricter(t, k);
         }
     }
     for (size_t i = 0; i < catalog_size(catalog); i++) {

@@ -312,9 +312,10 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
     if (req->method == HTTP_GET) {
         if (exchange_resume(ex))
             return;
-        if (p->stage.stream)
-            p->stage.stream(p->stage.arg, ex);
         exchange_track_get(ex);
+        exchange_set_state(ex, EX_CLAIMING);
+        if (p->stage.stream && p->stage.stream(p->stage.arg, ex))
+            return;
         exchange_forward(ex, NULL, false);
         return;
     }

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  IDEMGW_BIN, createDatabase, mcpClient, rawSession, readLedger, replayMarker, run, startGateway, startRefundServer,
+  IDEMGW_BIN, createDatabase, findResponse, mcpClient, rawSession, readLedger, replayMarker, run, startGateway, startRefundServer,
   tempDir, toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
@@ -130,6 +130,13 @@ test('idemgw policy init writes a config that loads; policy diff reports drift',
   assert.match(drift.stdout, /warning: issue_refund is read in the policy, but the server says it is destructive/);
   assert.match(drift.stdout, /not on the server: retired_tool/);
   assert.match(drift.stdout, /not in the policy: slow_refund \(gets non_idempotent, from default\)/);
+
+  // Stricter than the server's annotations: said, one line, and no drift (exit 0).
+  await fs.writeFile(file, init.stdout
+    .replace('get_ledger:\n    class: read', 'get_ledger:\n    class: non_idempotent'));
+  const strict = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file, '-H', 'Authorization: Bearer op-token']);
+  assert.equal(strict.code, 0, strict.stdout + strict.stderr);
+  assert.equal(strict.stdout, 'stricter: get_ledger is non_idempotent in the policy, but the server says it is read-only (readOnlyHint: true): its repeats get the first answer replayed, not a fresh one\n');
   const usage = await run(IDEMGW_BIN, ['policy', 'init']);
   assert.equal(usage.code, 2);
 });
@@ -156,6 +163,20 @@ test('advertise_key: tools/list offers the key to non_idempotent tools; a strict
   assert.ok(replayMarker(again));
   const reused = await client.callTool({ name: 'send_receipt', arguments: { ...args, to: 'b@example.com' } });
   assert.equal(reused._meta['idemgw/status'].code, 'key_reused');
+  // The name spelled with an escape is the same argument: used as the key, and stripped too.
+  const sid = client.transport.sessionId;
+  const escaped = '{"jsonrpc":"2.0","id":"esc-1","method":"tools/call","params":{"name":"send_receipt",' +
+    '"arguments":{"order_id":"ord-10","to":"c@example.com","idempotency_k\\u0065y":"receipt-10"}}}';
+  const raw = await fetch(gw.url, {
+    method: 'POST',
+    body: escaped,
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'Mcp-Session-Id': sid, 'Mcp-Protocol-Version': '2025-06-18' },
+  });
+  const rawRes = findResponse(raw.headers.get('content-type'), await raw.text(), 'esc-1');
+  assert.notEqual(rawRes.result.isError, true, `the strict server accepted the call: ${toolText(rawRes.result)}`);
+  assert.deepEqual((await readLedger(upstream.ledger)).at(-1).arguments.sort(), ['order_id', 'to'], 'the escaped key never reached the server');
+  const plain = await client.callTool({ name: 'send_receipt', arguments: { order_id: 'ord-10', to: 'c@example.com', idempotency_key: 'receipt-10' } });
+  assert.ok(replayMarker(plain), 'the same key, spelled plainly, is a replay');
   // The server's own idempotency_key argument still reaches it.
   await client.callTool({ name: 'issue_refund', arguments: { ...REFUND, idempotency_key: 'r-1' } });
   assert.equal((await readLedger(upstream.ledger)).at(-1).idempotency_key, 'r-1');

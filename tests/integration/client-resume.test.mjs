@@ -1,11 +1,15 @@
 // A stream the gateway still reads is resumed from its buffer only for the caller of the call
 // that opened it: same subject, same Authorization. A GET from anyone else with the same
-// Mcp-Session-Id and Last-Event-ID goes to the upstream, which judges it.
+// Mcp-Session-Id and Last-Event-ID goes to the upstream, which judges it -- unless the session
+// carries a protected call: then the gateway refuses a resume from any caller but the one whose
+// subject it derived for that call, whoever would serve it (the upstream's event store too).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import { once } from 'node:events';
-import { sseReader, startGateway } from './lib/harness.mjs';
+import {
+  createDatabase, rawSession, readLedger, sseReader, startGateway, startRefundServer, toolText, waitForLog,
+} from './lib/harness.mjs';
 
 // POST: an SSE stream with event e1 at once, then e2 and the result (e3) when release() is
 // called. GET: 409, counted (this upstream serves no resumes of its own).
@@ -90,4 +94,57 @@ test('a stream resume from another subject or Authorization is not served from t
   assert.deepEqual(ids, ['e2', 'e3']);
   assert.equal(up.state.gets, others.length, 'the own resume was served by the gateway');
   assert.match(gw.logs(), /stream resumed from the gateway after event e1/);
+});
+
+test('a session with a protected call is resumed only by its caller, when the upstream serves the resume too', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { header: 'X-Subject' }, tools: { get_ledger: { class: 'read' } } },
+  });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
+  // SSE polling: the POST stream ends after its priming event; the result comes on a resume
+  const first = await s.call('polling_refund', { order_id: 'ord-alice', amount_cents: 33, delay_ms: 300 }, { id: 'alice-1' });
+  assert.equal(first.message, null, 'no result on the POST stream');
+  const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+  assert.ok(primingId, `the priming event carries an id: ${first.body}`);
+
+  const resume = (headers, signal) => fetch(gw.url, {
+    method: 'GET',
+    signal,
+    headers: { ...headers, Accept: 'text/event-stream', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId },
+  });
+  const refused = async (what, headers, why) => {
+    const ac = new AbortController();
+    const res = await resume(headers, ac.signal);
+    if (res.status !== 403) {
+      ac.abort(); // a resumed stream stays open
+      assert.fail(`${what}: resumed with HTTP ${res.status} ${res.headers.get('content-type')}`);
+    }
+    const body = await res.json();
+    assert.equal(body.error.code, -32000, what);
+    assert.match(body.error.message, why, what);
+    assert.match(body.error.message, /not resumed/, what);
+  };
+  await refused('another subject', { 'X-Subject': 'bob' }, /another caller/);
+  await refused('no subject', {}, /names no caller/);
+
+  const own = await resume({ 'X-Subject': 'alice' });
+  assert.equal(own.status, 200, 'the caller itself resumes');
+  const reader = sseReader(own);
+  let result = null;
+  while (!result) {
+    const ev = await reader.next();
+    assert.ok(ev, 'the resumed stream ended before the result');
+    if (ev.data && JSON.parse(ev.data).id === 'alice-1') result = JSON.parse(ev.data).result;
+  }
+  await reader.cancel();
+  assert.match(toolText(result), /^Refunded 33 cents on order ord-alice/);
+  await waitForLog(gw, /recorded as succeeded from a resumed stream/);
+
+  // the key is finished, the upstream still keeps the stream's events: still only hers
+  await refused('another subject, after the call finished', { 'X-Subject': 'bob' }, /another caller/);
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+  assert.match(gw.logs(), /stream of session refused: another caller/);
 });

@@ -143,3 +143,34 @@ test('SSE polling with two workers: the resuming GET reaches the worker waiting 
   assert.equal((await readLedger(upstream.ledger)).length, 8, 'each call executed once');
   t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
 });
+
+test('a replay to a browser page carries no CORS headers the upstream never sent', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const origin = 'http://localhost:5173';
+  const s = await rawSession(t, gw.url, { headers: { Origin: origin } });
+  const args = { order_id: 'ord-cors', amount_cents: 12 };
+  const first = await s.call('issue_refund', args);
+  assert.equal(first.headers.get('access-control-allow-origin'), null, 'the upstream sends no CORS');
+  const second = await s.call('issue_refund', args);
+  assert.ok(replayMarker(second.message.result), 'the repeat is a replay');
+  assert.equal(second.headers.get('idempotent-replayed'), 'true');
+  const cors = [...second.headers.keys()].filter((k) => k.startsWith('access-control-'));
+  assert.deepEqual(cors, [], 'the replay invents no CORS');
+  assert.equal((await readLedger(upstream.ledger)).length, 1);
+});
+
+test('forward_key off: the agent\'s own Idempotency-Key header never reaches the upstream', async (t) => {
+  const { upstream, gw } = await setup(t);
+  const s = await rawSession(t, gw.url);
+  const args = { order_id: 'ord-nofk', amount_cents: 11 };
+  const headers = { 'Idempotency-Key': 'agent-secret-key-1' };
+  const first = await s.call('issue_refund', args, { headers });
+  assert.match(toolText(first.message.result), /^Refunded 11 cents/);
+  const second = await s.call('issue_refund', { ...args, note: 'other words' }, { headers });
+  assert.equal(second.message.result._meta['idemgw/status']?.code, 'key_reused', 'the header is the key');
+  const again = await s.call('issue_refund', args, { headers });
+  assert.ok(replayMarker(again.message.result), 'the same key and arguments: a replay');
+  const ledger = await readLedger(upstream.ledger);
+  assert.equal(ledger.length, 1);
+  assert.equal(ledger[0].header_idempotency_key, null, 'the upstream saw no Idempotency-Key');
+});

@@ -208,3 +208,39 @@ test('the JWKS server down after a good fetch: the last good set keeps verifying
   assert.match(toolText(r), REFUND, JSON.stringify(r));
   assert.equal((await readLedger(upstream.ledger)).length, 1);
 });
+
+test('a stream with a protected result is resumed by its caller\'s refreshed token only, whoever serves it', async (t) => {
+  const rsa = makeKey('RS256', 'rsa-1');
+  const other = makeKey('RS256', 'rsa-unknown'); // not in the JWK Set: does not verify
+  const { upstream, gw, raw } = await setup(t, { keys: [rsa] });
+  // SSE polling: the upstream ends the POST stream after its priming event; the result comes
+  // on the resumed GET stream, which the upstream's event store serves
+  const polled = await raw.call('polling_refund', { order_id: 'ord-jwt-poll', amount_cents: 5, delay_ms: 300 },
+    { id: 'poll-jwt', headers: bearer(sign(rsa, claimsFor('alice'))) });
+  assert.equal(polled.message, null, 'no result on the POST stream');
+  const primingId = [...polled.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+  const resume = (headers, signal) => fetch(gw.url, {
+    method: 'GET',
+    signal,
+    headers: { ...headers, Accept: 'text/event-stream', 'Mcp-Session-Id': raw.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId },
+  });
+  for (const [what, headers, why] of [
+    ['another sub', bearer(sign(rsa, claimsFor('bob'))), /comes from another caller/],
+    ['a token that does not verify', bearer(sign(other, claimsFor('alice'))), /names no caller/],
+    ['no token', {}, /names no caller/],
+  ]) {
+    const ac = new AbortController();
+    const res = await resume(headers, ac.signal);
+    if (res.status !== 403) {
+      ac.abort();
+      assert.fail(`${what}: resumed with HTTP ${res.status}`);
+    }
+    assert.match((await res.json()).error.message, why, what);
+  }
+  // alice again, with a token issued later (another token, the same caller)
+  const own = await resume(bearer(sign(rsa, claimsFor('alice', { iat: now() + 1, jti: 'refreshed' }))));
+  assert.equal(own.status, 200);
+  const text = await own.text().catch(() => '');
+  assert.match(text, /Refunded 5 cents on order ord-jwt-poll/);
+  assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
+});

@@ -145,3 +145,38 @@ test('idemgw health asks a running gateway for /healthz (the image\'s HEALTHCHEC
   assert.match(down.stderr, /cannot connect/);
   assert.equal((await run(IDEMGW_BIN, ['health', 'nonsense'])).code, 2);
 });
+
+test('a configuration warning is logged once per change, not on every SIGHUP', async (t) => {
+  const upstream = await startEverything(t);
+  const cfg = (over) => ({ ...PASSTHROUGH, database_url: 'none', limits: { max_connections: 1000000 }, ...over });
+  const gw = await startGateway(t, { upstream: upstream.url, config: cfg() });
+  const base = { listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, upstream: upstream.url };
+  const count = (re) => (gw.logs().match(new RegExp(re.source, 'g')) ?? []).length;
+  const lowered = /max_connections lowered from 1000000/;
+  const restart = /reload: store\.cache_entries needs a restart/;
+  let reloads = 0;
+  const reload = async (over) => {
+    await fs.writeFile(gw.configPath, toYaml({ ...base, ...cfg(over) }));
+    gw.proc.kill('SIGHUP');
+    reloads++;
+    await waitFor(() => count(/configuration reloaded/) === reloads);
+  };
+  // far above any open file limit: lowered, with a warning, at the start
+  await waitForLog(gw, lowered);
+  assert.equal(count(lowered), 1);
+
+  await reload({});
+  await reload({});
+  assert.equal(count(lowered), 1, 'nothing changed: not said again');
+
+  await reload({ store: { cache_entries: 7 } });
+  await reload({ store: { cache_entries: 7 } });
+  assert.equal(count(restart), 1, 'a restart-only change is named once');
+  assert.equal(count(lowered), 1);
+
+  await reload({ store: { cache_entries: 7 }, limits: { max_connections: 900000 } });
+  assert.equal(count(/max_connections lowered from 900000/), 1, 'a changed warning is said');
+  await reload({});
+  await reload({ store: { cache_entries: 7 } });
+  assert.equal(count(restart), 2, 'gone and back: said again');
+});

@@ -7,6 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs/promises';
+import net from 'node:net';
+import { once } from 'node:events';
 import tls from 'node:tls';
 import { fetch as undiciFetch } from 'undici';
 import {
@@ -225,4 +227,33 @@ test('a bad certificate at start is a configuration error', async (t) => {
     upstream: upstream.url,
     config: { listen_tls: { cert_file: certs.key, key_file: certs.key } },
   }), /listen_tls\.cert_file/);
+});
+
+test('a stalled TLS handshake is closed by the header timeout, which runs from accept', { timeout: 30000 }, async (t) => {
+  // client_idle is far beyond the test's own timeout: a close now comes from client_header.
+  const certs = await makeCertificates(t);
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    config: {
+      listen_tls: { cert_file: certs.cert, key_file: certs.key },
+      subject: { static: 'tenant-tls' },
+      timeouts: { client_header: '1s', client_idle: '10m' },
+    },
+  });
+  const stalled = [];
+  for (let i = 0; i < 6; i++) {
+    const s = net.connect(gw.port, '127.0.0.1');
+    await once(s, 'connect');
+    // half of them send the start of a ClientHello record and then nothing more
+    if (i % 2) s.write(Buffer.from([0x16, 0x03, 0x01, 0x02, 0x00, 0x01]));
+    s.on('error', () => {});
+    t.after(() => s.destroy());
+    stalled.push(once(s, 'close'));
+  }
+  await Promise.all(stalled);
+  // the listener still serves a complete handshake and request
+  const ok = await connectTls(gw.port, [await fs.readFile(certs.ca)]);
+  t.after(() => ok.destroy());
+  assert.match(await statusLine(ok), /^HTTP\/1\.1 \d{3} /);
 });

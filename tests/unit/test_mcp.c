@@ -133,6 +133,15 @@ static void test_without_argument(void **state)
                    "idempotency_key", "{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} }}}");
     expect_without("{\"id\":1,\"params\":{\"arguments\":{\"idempotency_key\":\"k\"}},\"x\":2}",
                    "idempotency_key", "{\"id\":1,\"params\":{\"arguments\":{}},\"x\":2}");
+    /* the name as JSON reads it: escapes in it are undone before comparing */
+    expect_without("{\"params\":{\"arguments\":{\"idempotency_k\\u0065y\":\"k\",\"a\":1}}}",
+                   "idempotency_key", "{\"params\":{\"arguments\":{\"a\":1}}}");
+    expect_without("{\"p\\u0061rams\":{\"arguments\":{\"a\":1,\"\\u0069dempotency_key\":2}}}",
+                   "idempotency_key", "{\"p\\u0061rams\":{\"arguments\":{\"a\":1}}}");
+    expect_without("{\"params\":{\"arguments\":{\"idempotency\\/key\":\"k\"}}}", "idempotency_key",
+                   NULL);
+    expect_without("{\"params\":{\"arguments\":{\"idempotency_key\\u0000\":\"k\"}}}",
+                   "idempotency_key", NULL);
     /* not there: nothing to do */
     expect_without("{\"params\":{\"arguments\":{\"a\":1}}}", "idempotency_key", NULL);
     expect_without("{\"params\":{\"arguments\":[1]}}", "idempotency_key", NULL);

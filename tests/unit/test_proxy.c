@@ -307,13 +307,34 @@ static void other_paths_and_methods_are_relayed(void **state)
 static void own_answers_carry_cors(void **state)
 {
     const char *batch = "[" REFUND_CALL "]";
-    /* nothing learned yet: the origin (allowed by allowed_origins) is named */
+    /* nothing learned yet: the origin passed allowed_origins, but no CORS is invented for it */
     char *r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
     assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_null(strstr(r, "Access-Control-"));
+    free(r);
+    /* an upstream answer without CORS teaches nothing */
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n",
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    assert_null(strstr(r, "Access-Control-"));
+    free(r);
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
+    assert_null(strstr(r, "Access-Control-"));
+    free(r);
+    /* the upstream names the origin itself: so do the gateway's answers, with Vary */
+    up_extra = "Access-Control-Allow-Origin: http://localhost:5173\r\n";
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n",
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}");
+    free(r);
+    r = exchange("POST", "/mcp", "Origin: http://localhost:5173\r\n", batch);
     assert_non_null(strstr(r, "Access-Control-Allow-Origin: http://localhost:5173\r\n"));
     assert_non_null(strstr(r, "Vary: Origin\r\n"));
     assert_non_null(
         strstr(r, "Access-Control-Expose-Headers: Mcp-Session-Id, Idempotent-Replayed\r\n"));
+    free(r);
+    /* another origin the upstream never answered gets nothing */
+    r = exchange("POST", "/mcp", "Origin: http://127.0.0.1:5173\r\n", batch);
+    assert_non_null(strstr(r, "HTTP/1.1 400"));
+    assert_null(strstr(r, "Access-Control-"));
     free(r);
     /* no Origin, no CORS */
     r = exchange("POST", "/mcp", NULL, batch);
