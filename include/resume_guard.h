@@ -6,9 +6,9 @@
  * through only for a caller with that same subject, whoever then serves the resume (the
  * gateway from its buffer, or the upstream from its event store).
  *
- * Per worker: a resume that reaches another worker than the one that forwarded the call is
- * handed to it while the call is running or pending (handoff.h); after that, the other worker
- * knows no subject for the session and passes the resume on as before. */
+ * Per worker: the worker that notes a call also takes the session's slot in the hand-off
+ * table (handoff.h) and keeps it while it knows the session, so a resume that another worker
+ * accepts is handed here to be checked. Another gateway replica knows nothing of the call. */
 #ifndef IDEMGW_RESUME_GUARD_H
 #define IDEMGW_RESUME_GUARD_H
 

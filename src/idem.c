@@ -5,6 +5,7 @@
 #include "decode.h"
 #include "dup_recent.h"
 #include "dupsource.h"
+#include "handoff.h"
 #include "jcs.h"
 #include "key.h"
 #include "log.h"
@@ -191,9 +192,12 @@ static void note_stream_caller(call_t *c)
 {
     const char *session = header_of(c, "mcp-session-id");
     uint64_t now = util_now_ms();
-    if (session && c->subject && c->idem->ctx.guard)
-        resume_guard_note(c->idem->ctx.guard, session, c->subject, now,
-                          now + c->rules.lease_ms + c->rules.window_ms);
+    if (!session || !c->subject || !c->idem->ctx.guard)
+        return;
+    resume_guard_note(c->idem->ctx.guard, session, c->subject, now,
+                      now + c->rules.lease_ms + c->rules.window_ms);
+    /* with several workers, the session's resumes are handed here, where the note is */
+    handoff_note_stream(session, true);
 }
 
 /* --- the list of live calls: claiming, waiting or forwarded, for cancels --- */
@@ -1474,7 +1478,9 @@ bool idem_stream(void *arg, exchange_t *ex)
 bool idem_session_busy(void *arg, const char *session)
 {
     idem_t *i = arg;
-    return pending_has_session(i->pending, session);
+    /* a session whose resumes this worker checks keeps them coming here */
+    return pending_has_session(i->pending, session) ||
+           (i->ctx.guard && resume_guard_knows(i->ctx.guard, session, util_now_ms()));
 }
 
 /* --- a caller's notifications/cancelled (cancel.h) --- */

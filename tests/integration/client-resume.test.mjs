@@ -8,7 +8,8 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import { once } from 'node:events';
 import {
-  createDatabase, rawSession, readLedger, sseReader, startGateway, startRefundServer, toolText, waitForLog,
+  createDatabase, postgresOnly, rawSession, readLedger, sseReader, startGateway, startRefundServer, toolText,
+  waitForLog,
 } from './lib/harness.mjs';
 
 // POST: an SSE stream with event e1 at once, then e2 and the result (e3) when release() is
@@ -147,4 +148,48 @@ test('a session with a protected call is resumed only by its caller, when the up
   await refused('another subject, after the call finished', { 'X-Subject': 'bob' }, /another caller/);
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
   assert.match(gw.logs(), /stream of session refused: another caller/);
+});
+
+// A GET on a connection of its own (the kernel picks the worker per connection): status and body.
+function getOnNewConnection(url, headers) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method: 'GET', headers, agent: false }, (res) => {
+      if (res.statusCode !== 403) {
+        req.destroy(); // a resumed stream stays open
+        resolve({ status: res.statusCode, body: '' });
+        return;
+      }
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString('utf8') }));
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+test('with two workers a finished call\'s session is still resumed by its caller only, whichever worker gets the GET', postgresOnly('two workers are two processes on one store'), async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { workers: 2, subject: { header: 'X-Subject' }, tools: { get_ledger: { class: 'read' } } },
+  });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
+  const first = await s.call('polling_refund', { order_id: 'ord-w2', amount_cents: 9, delay_ms: 200 }, { id: 'w2-1' });
+  const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+  assert.ok(primingId, first.body);
+  const headers = (who) => ({ 'X-Subject': who, Accept: 'text/event-stream', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId });
+  const own = await fetch(gw.url, { headers: headers('alice') });
+  assert.equal(own.status, 200);
+  assert.match(await own.text(), /Refunded 9 cents on order ord-w2/);
+  await waitForLog(gw, /recorded as succeeded from a resumed stream/);
+
+  // every GET on a new connection: either worker may accept it
+  for (let i = 0; i < 8; i++) {
+    const r = await getOnNewConnection(gw.url, headers('bob'));
+    assert.equal(r.status, 403, `resume ${i + 1}: served to another caller`);
+    assert.match(JSON.parse(r.body).error.message, /another caller/);
+  }
+  assert.equal((await readLedger(upstream.ledger)).length, 1);
 });
