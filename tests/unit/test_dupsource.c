@@ -106,7 +106,11 @@ static void test_rules(void **state)
          {.first_id = "1", .id = "2", .gap_ms = 600000, .first_unread = true},
          DUP_LATE},
         {"first unread, another session",
-         {.first_session = "s1", .session = "s2", .first_id = "1", .id = "2", .gap_ms = 2300,
+         {.first_session = "s1",
+          .session = "s2",
+          .first_id = "1",
+          .id = "2",
+          .gap_ms = 2300,
           .first_unread = true},
          DUP_RECONNECT},
         /* backoff: the gaps between attempts fixed or growing (LangChain withRetry: 6 tries
