@@ -12,8 +12,8 @@
  *   |                                              |             | began again                    |
  *   | same id                                      | transport   | a proxy or HTTP library below  |
  *   |                                              |             | the client re-sent the request |
- *   | new id, the first call still running         | harness     | its retry after a timeout or a |
- *   |                                              |             | 5xx: no answer to read yet     |
+ *   | new id, the first call still running, or its | harness     | its retry after a timeout or a |
+ *   | caller left before its answer came           |             | 5xx: no answer to read yet     |
  *   | new id, within harness_within of the first   | harness     | the agent harness's retry      |
  *   | or of the attempt before                     |             |                                |
  *   | new id, the steps between attempts fixed or  | harness     | a retry policy with backoff    |
@@ -48,6 +48,7 @@ typedef struct dup_facts {
     const char *id;            /* this request's */
     uint64_t gap_ms;           /* since the first call was seen */
     bool first_running;        /* the first call was in progress (and its lease alive) */
+    bool first_unread;         /* the first call's answer reached nobody: its caller left first */
     const char *first_client;  /* the first call's clientInfo "name/version", or NULL */
     const char *client;        /* this request's, or NULL */
     uint64_t last_gap_ms;      /* since the attempt before this one; 0: not known */

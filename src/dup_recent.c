@@ -58,3 +58,10 @@ void dup_recent_note(dup_recent_t *r, const char *key_hash, uint64_t now_ms, uin
     s->seen.before_last_ms = s->seen.attempts > 1 ? s->seen.last_ms : 0;
     s->seen.last_ms = now_ms;
 }
+
+void dup_recent_unread(dup_recent_t *r, const char *key_hash)
+{
+    slot_t *s = &r->slots[slot_of(r, key_hash)];
+    if (strcmp(s->key_hash, key_hash) == 0 && s->seen.attempts > 0)
+        s->seen.first_unread = true;
+}

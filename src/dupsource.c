@@ -37,7 +37,7 @@ dup_source_t dup_source(const dup_facts_t *f, const dup_thresholds_t *t)
         return DUP_RECONNECT;
     if (same(f->first_id, f->id))
         return !sessions && f->gap_ms >= t->harness_ms ? DUP_RECONNECT : DUP_TRANSPORT;
-    if (f->first_running && f->gap_ms < t->model_ms)
+    if ((f->first_running || f->first_unread) && f->gap_ms < t->model_ms)
         return DUP_HARNESS;
     if (f->gap_ms < t->harness_ms || (f->last_gap_ms && f->last_gap_ms < t->harness_ms))
         return DUP_HARNESS;

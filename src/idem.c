@@ -418,6 +418,7 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
         .id = msg_of(c)->id_text,
         .gap_ms = first && now > first ? now - first : 0,
         .first_running = row->state == STORE_STATE_IN_PROGRESS && !row->lease_expired,
+        .first_unread = seen.attempts && seen.first_unread,
         .first_client = seen.attempts && seen.first_client[0] ? seen.first_client : NULL,
         .client = client[0] ? client : NULL,
         /* 0 says "not known": a gap of 0 ms counts as 1 */
@@ -1244,6 +1245,9 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     exchange_set_log_fields(c->ex, fields);
     c->why = why;
     c->recorded = state;
+    /* a caller that timed out never read the answer: its retry is no model's */
+    if (!c->answered_early && (c->cancel_kept || !exchange_agent_waiting(c->ex)))
+        dup_recent_unread(i->recent, c->key_hash);
     bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
     const char *result = state == STORE_STATE_SUCCEEDED ? c->result : NULL;
     size_t result_len = state == STORE_STATE_SUCCEEDED ? c->result_len : 0;

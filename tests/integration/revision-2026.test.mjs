@@ -292,3 +292,45 @@ test('params.idempotencyKey (SEP-3182) is an explicit key: replayed for the same
   assert.match(toolText(bad.message.result), /params\.idempotencyKey/);
   assert.equal((await ledgerOf(upstream.ledger, 'sep-1')).length, 2, 'once per key');
 });
+
+// A client that times out a slow protected call cancels it, then retries. Client 2.4.0 cancels
+// a 2026-07-28 request by aborting its POST stream (no notifications/cancelled is sent), a
+// 2025-era one (mode 'legacy') by POSTing notifications/cancelled. The gateway keeps reading
+// the upstream's answer when the agent's stream closes, so on 2026-07-28 the call runs to its
+// end and is stored whatever on_cancel says: there is no cancel to pass on. Only the 2025
+// notification is something on_cancel: forward can send upstream.
+const CANCELLING = [...MODES, { name: 'legacy', versionNegotiation: { mode: 'legacy' } }];
+
+for (const onCancel of ['finish', 'forward']) {
+  test(`on_cancel ${onCancel}: a v2 client times out a slow protected call and retries it`, { timeout: 60000 }, async (t) => {
+    const { upstream, gw } = await setup(t, {
+      tools: { get_ledger: { class: 'read' }, slow_refund: { on_cancel: onCancel, in_progress: { wait: '30s' } } },
+    });
+    for (const mode of CANCELLING) {
+      const m = mode.name;
+      const c = await v2Client(t, gw.url, mode);
+      assert.equal(c.getNegotiatedProtocolVersion() >= '2026-07-28', m !== 'legacy', `${m}: ${c.getNegotiatedProtocolVersion()}`);
+      const args = { order_id: `cancel-${onCancel}-${m}`, amount_cents: 17, delay_ms: 1500 };
+      await assert.rejects(c.callTool({ name: 'slow_refund', arguments: args }, { timeout: 300 }), /timed out|timeout/i);
+      const retry = await c.callTool({ name: 'slow_refund', arguments: args });
+      assert.equal((await ledgerOf(upstream.ledger, args.order_id)).length, 1, `${m}: executed once`);
+      if (m === 'legacy' && onCancel === 'forward') {
+        // the cancel went upstream: the call may have stopped halfway, and the retry says so
+        assert.equal(idemStatus(retry)?.code, 'cancelled', JSON.stringify(retry));
+        assert.equal(idemStatus(retry).executed, 'unknown');
+        assert.equal(retry.isError, true);
+        continue;
+      }
+      assert.equal(retry.isError, undefined, `${m}: ${JSON.stringify(retry)}`);
+      assert.match(toolText(retry), new RegExp(`^Refunded 17 cents on order ${args.order_id} `));
+      assert.ok(replayMarker(retry), `${m}: the retry is the one execution's result, replayed`);
+    }
+    const logs = gw.logs();
+    const cancels = logs.split('\n').filter((l) => l.includes('"rpc_method":"notifications/cancelled"'));
+    assert.equal(cancels.length, 1, 'only the 2025 client sent a cancel');
+    assert.match(cancels[0], onCancel === 'finish' ? /"outcome":"cancel_kept"/ : /"outcome":"forwarded"/);
+    // the 2026-07-28 calls whose streams were closed ran to their end and were stored
+    const executed = logs.split('\n').filter((l) => /"tool":"slow_refund".*"outcome":"executed".*"recorded":"succeeded"/.test(l));
+    assert.equal(executed.length, onCancel === 'finish' ? 3 : 2, logs);
+  });
+}

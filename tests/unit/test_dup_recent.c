@@ -61,11 +61,32 @@ static void test_slot_taken_over(void **state)
     dup_recent_free(r);
 }
 
+static void test_unread(void **state)
+{
+    dup_recent_t *r = dup_recent_new(1);
+    dup_recent_seen_t seen;
+    dup_recent_unread(r, K1); /* no attempt yet: nothing to mark */
+    dup_recent_note(r, K1, 1000, 60000, NULL, &seen);
+    assert_false(seen.first_unread);
+    dup_recent_unread(r, K3); /* another key: K1's slot is left as it is */
+    dup_recent_note(r, K1, 1200, 60000, NULL, &seen);
+    assert_false(seen.first_unread);
+    dup_recent_unread(r, K1);
+    dup_recent_note(r, K1, 3000, 60000, NULL, &seen);
+    assert_true(seen.first_unread);
+    assert_int_equal(seen.attempts, 2);
+    /* forgotten with the key's other attempts */
+    dup_recent_note(r, K1, 90000, 60000, NULL, &seen);
+    assert_false(seen.first_unread);
+    dup_recent_free(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps),
         cmocka_unit_test(test_slot_taken_over),
+        cmocka_unit_test(test_unread),
     };
     return cmocka_run_group_tests_name("dup_recent", tests, NULL, NULL);
 }

@@ -96,6 +96,23 @@ static void test_rules(void **state)
          {.first_id = "1", .id = "7", .gap_ms = 600000, .first_running = true},
          DUP_LATE},
         {"first finished, 2.3 s", {.first_id = "1", .id = "2", .gap_ms = 2300}, DUP_MODEL},
+        /* the first call finished after its caller left: nobody read its answer, so a model
+         * cannot have re-issued it (the AI SDK's retry 2 s after a 504, LangChain's withRetry
+         * 1 to 2 s after its defaultToolTimeout, both measured through the gateway) */
+        {"first unread, 2.3 s",
+         {.first_id = "1", .id = "2", .gap_ms = 2300, .first_unread = true},
+         DUP_HARNESS},
+        {"first unread, past model_within",
+         {.first_id = "1", .id = "2", .gap_ms = 600000, .first_unread = true},
+         DUP_LATE},
+        {"first unread, another session",
+         {.first_session = "s1",
+          .session = "s2",
+          .first_id = "1",
+          .id = "2",
+          .gap_ms = 2300,
+          .first_unread = true},
+         DUP_RECONNECT},
         /* backoff: the gaps between attempts fixed or growing (LangChain withRetry: 6 tries
          * over 57 s, exponential with jitter) */
         {"exponential step",
