@@ -7,6 +7,7 @@
 #define IDEMGW_CATALOG_H
 
 #include "exchange.h"
+#include "handler.h"
 #include "policy.h"
 
 #include <stdbool.h>
@@ -85,7 +86,11 @@ char *catalog_rewrite_list(const catalog_t *c, const catalog_rewrite_t *rw, cons
 
 /* Watches the upstream's answer to a tools/list request and learns from it; when rw asks for
  * rewriting, holds the answer and gives the agent the rewritten one. */
-void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrite_t *rw,
-                     exchange_t *ex);
+void catalog_observe(catalog_t *c, const catalog_rewrite_t *rw, exchange_t *ex);
+/* Whether tools/list answers offer CATALOG_STATUS_TOOL (the status_tool setting). */
+void catalog_set_status_tool(catalog_t *c, bool offered);
+/* The router's handler (handler.h; arg: the catalog_t): watches every tools/list answer on
+ * its way to the agent (catalog_observe), rewriting it for the status tool; never takes one. */
+handler_verdict_t catalog_offer(void *arg, exchange_t *ex);
 
 #endif

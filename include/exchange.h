@@ -3,7 +3,7 @@
  * pointer, reads the request through the accessors below, answers or forwards it, and watches
  * the upstream's response through an observer.
  *
- * A stage that took a request (proxy_stage_t.call) owns its next step: it must end in exactly
+ * A handler that took a request (handler.h) owns its next step: it must end in exactly
  * one of exchange_forward, exchange_respond_json or exchange_end. While its observer holds the
  * answer (OBSERVE_HOLD), the proxy keeps the bytes meant for the agent until the stage calls
  * exchange_release or exchange_replace_answer; the exchange lives until then. */
@@ -13,6 +13,7 @@
 #include "http_conn.h"
 #include "http_headers.h"
 #include "mcp.h"
+#include "policy.h"
 #include "upstream.h"
 
 #include <stdbool.h>
@@ -50,6 +51,10 @@ const http_request_t *exchange_request(const exchange_t *ex);
 /* The parsed JSON-RPC body of a POST (NULL for other methods). */
 const mcp_msg_t *exchange_msg(const exchange_t *ex);
 uint64_t exchange_conn_id(const exchange_t *ex);
+/* The class the router gave the tool of a tools/call request (TOOL_CLASS_READ otherwise). */
+tool_class_t exchange_tool_class(const exchange_t *ex);
+/* The request id a notifications/cancelled names, or NULL (not a cancel). */
+const json_t *exchange_cancel_id(const exchange_t *ex);
 /* The agent is still connected and has no complete answer yet. */
 bool exchange_agent_waiting(const exchange_t *ex);
 

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "exchange.h"
+#include "handler.h"
 #include "stats.h"
 
 #include <jansson.h>
@@ -44,7 +45,15 @@ void idem_free(idem_t *i);
 /* A reload: the configuration calls started from now on see. */
 void idem_reconfigure(idem_t *i, const config_t *cfg);
 
-/* The proxy_stage_t entry points (arg: the idem_t). */
+/* The router's handlers (handler.h; arg: the idem_t), in the order main registers them:
+ * a cancel of a protected call, the protected call (and the status tool), a task's poll, a
+ * GET stream (a resume checked against the caller of the calls it may carry). */
+handler_verdict_t idem_offer_cancel(void *arg, exchange_t *ex);
+handler_verdict_t idem_offer_call(void *arg, exchange_t *ex);
+handler_verdict_t idem_offer_task(void *arg, exchange_t *ex);
+handler_verdict_t idem_offer_stream(void *arg, exchange_t *ex);
+
+/* What the handlers call once they took a request. */
 void idem_call(void *arg, exchange_t *ex);
 /* A GET stream: true when the stage took it (its caller is checked first), false when the
  * proxy forwards it. */
@@ -55,7 +64,8 @@ void idem_task(void *arg, exchange_t *ex);
 /* A caller's notifications/cancelled, before it goes upstream: kept here, or forwarded, as the
  * on_cancel of the protected call it names says (cancel.h). */
 void idem_cancel(void *arg, exchange_t *ex, const json_t *request_id);
-/* A notifications/cancelled the upstream accepted: a running call it names ends cancelled. */
+/* The proxy_hooks_t (arg: the idem_t).
+ * A notifications/cancelled the upstream accepted: a running call it names ends cancelled. */
 void idem_cancelled(void *arg, const http_request_t *note, const char *session,
                     const json_t *request_id);
 bool idem_session_busy(void *arg, const char *session);

@@ -1,7 +1,8 @@
 /* The proxy: one exchange per agent request. It validates the request, classifies it by the
  * policy, relays it to the upstream and the response back as it arrives, with backpressure
- * both ways. Protected tool calls and GET streams go to a stage (proxy_stage_t), which sees the
- * exchange through exchange.h only.
+ * both ways. The requests a concern takes (protected tool calls, task polls, cancels, stream
+ * resumes) go to the handlers main registers (handler.h), which see the exchange through
+ * exchange.h only.
  *
  * Lifetime: an exchange lives until the upstream response has ended, the stage has released
  * what it held, and the agent has its answer or has gone. The agent leaving does not end a
@@ -11,6 +12,7 @@
 
 #include "config.h"
 #include "exchange.h"
+#include "handler.h"
 #include "stats.h"
 
 #include <event2/util.h>
@@ -22,26 +24,19 @@ struct upstream_pool;
 
 typedef struct proxy proxy_t;
 
-/* What a stage does with the requests the proxy hands it. Each may be NULL. */
-typedef struct proxy_stage {
-    /* a non_idempotent tools/call: the stage owns its next step (exchange.h) */
-    void (*call)(void *arg, exchange_t *ex);
-    /* a tasks/get, tasks/result or tasks/cancel: the stage owns its next step */
-    void (*task)(void *arg, exchange_t *ex);
-    /* a GET stream about to be forwarded: the stage may set an observer on it and return
-     * false (the proxy forwards it), or take it and return true: it then owns its next step,
-     * as for call (a resume checked against the caller of the calls it may carry) */
-    bool (*stream)(void *arg, exchange_t *ex);
-    /* a notifications/cancelled naming request_id, before it goes upstream: the stage owns its
-     * next step (exchange_forward, or exchange_respond_json with 202 to keep it) */
-    void (*cancel)(void *arg, exchange_t *ex, const json_t *request_id);
+/* What the request object tells a stage apart from the requests handlers take. Each may be
+ * NULL. */
+typedef struct proxy_hooks {
     /* a notifications/cancelled of session, naming request_id, that the upstream accepted */
     void (*cancelled)(void *arg, const http_request_t *note, const char *session,
                       const json_t *request_id);
-    /* the stage still waits for a result of session on a stream (multi-worker resumes) */
+    /* a result of session is still awaited on a stream (multi-worker resumes) */
     bool (*session_busy)(void *arg, const char *session);
     void *arg;
-} proxy_stage_t;
+} proxy_hooks_t;
+
+/* How many handlers a router asks at most. */
+#define PROXY_MAX_HANDLERS 8
 
 typedef struct proxy_ctx {
     struct event_base *base;
@@ -60,7 +55,9 @@ typedef struct proxy_ctx {
 
 proxy_t *proxy_new(const proxy_ctx_t *ctx);
 void proxy_free(proxy_t *p);
-void proxy_set_stage(proxy_t *p, const proxy_stage_t *stage);
+void proxy_set_hooks(proxy_t *p, const proxy_hooks_t *hooks);
+/* Adds a handler after those added before (handler.h); aborts past PROXY_MAX_HANDLERS. */
+void proxy_add_handler(proxy_t *p, const handler_t *h);
 /* A reload: the configuration exchanges started from now on see. */
 void proxy_reconfigure(proxy_t *p, const config_t *cfg);
 

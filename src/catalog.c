@@ -23,6 +23,7 @@ struct catalog {
     const policy_t *policy;
     size_t n_unlisted; /* entries only seen called */
     bool full_logged;  /* CATALOG_MAX_TOOLS reached: said once */
+    bool status_tool;  /* tools/list answers offer CATALOG_STATUS_TOOL */
 };
 
 static const char *const source_names[] = {"policy", "annotation", "default"};
@@ -434,8 +435,7 @@ static const response_observer_t watch_ops = {
     .detach = watch_detach,
 };
 
-void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrite_t *rw,
-                     exchange_t *ex)
+void catalog_observe(catalog_t *c, const catalog_rewrite_t *rw, exchange_t *ex)
 {
     const mcp_msg_t *m = exchange_msg(ex);
     if (!m || !m->id || !m->id_text)
@@ -450,4 +450,18 @@ void catalog_observe(catalog_t *c, struct event_base *base, const catalog_rewrit
     }
     rpc_reader_init(&w->reader, m->id, CATALOG_MAX_ANSWER);
     exchange_set_observer(ex, &watch_ops, w);
+}
+
+void catalog_set_status_tool(catalog_t *c, bool offered)
+{
+    c->status_tool = offered;
+}
+
+handler_verdict_t catalog_offer(void *arg, exchange_t *ex)
+{
+    catalog_t *c = arg;
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (m && m->kind == MCP_KIND_REQUEST && m->method && strcmp(m->method, "tools/list") == 0)
+        catalog_observe(c, &(catalog_rewrite_t){.status_tool = c->status_tool}, ex);
+    return HANDLER_PASS;
 }

@@ -124,6 +124,16 @@ uint64_t exchange_conn_id(const exchange_t *ex)
     return ex->conn_id;
 }
 
+tool_class_t exchange_tool_class(const exchange_t *ex)
+{
+    return ex->tool_class;
+}
+
+const json_t *exchange_cancel_id(const exchange_t *ex)
+{
+    return ex->cancel_id;
+}
+
 bool exchange_agent_waiting(const exchange_t *ex)
 {
     return ex->client && !ex->answered;
@@ -682,8 +692,8 @@ static void on_up_end(void *arg, upstream_result_t res)
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
     if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
-        p->stage.cancelled)
-        p->stage.cancelled(p->stage.arg, ex->req, exchange_session(ex), ex->cancel_id);
+        p->hooks.cancelled)
+        p->hooks.cancelled(p->hooks.arg, ex->req, exchange_session(ex), ex->cancel_id);
     bool hold = holding(ex);
     if (ex->obs && ex->obs->on_end && ex->obs->on_end(ex->obs_arg, res) == OBSERVE_HOLD)
         hold = true;

@@ -50,6 +50,7 @@ struct exchange {
     mcp_msg_t msg;       /* parsed POST body */
     bool has_msg;
     json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
+    tool_class_t tool_class; /* of a tools/call's tool, as the router classified it */
     upstream_conn_t *up; /* while the upstream exchange runs */
     upstream_result_t up_result;
     bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */
@@ -94,7 +95,9 @@ struct exchange {
 
 struct proxy {
     proxy_ctx_t ctx;
-    proxy_stage_t stage;
+    proxy_hooks_t hooks;
+    handler_t handlers[PROXY_MAX_HANDLERS]; /* asked in order */
+    size_t n_handlers;
     exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
     exchange_t *gets;    /* GET streams in flight */
     uint64_t open;       /* exchanges in flight, and ended ones not yet freed */

@@ -22,6 +22,7 @@
 #include "util.h"
 
 #include <event2/buffer.h>
+#include <llhttp.h>
 #include <event2/event.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1642,4 +1643,47 @@ void idem_free(idem_t *i)
 void idem_reconfigure(idem_t *i, const config_t *cfg)
 {
     i->ctx.cfg = cfg;
+}
+
+/* --- the router's handlers (handler.h) --- */
+
+handler_verdict_t idem_offer_call(void *arg, exchange_t *ex)
+{
+    idem_t *i = arg;
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (!m || m->kind != MCP_KIND_REQUEST || !m->tool)
+        return HANDLER_PASS;
+    bool status = i->ctx.cfg->status_tool && strcmp(m->tool, CATALOG_STATUS_TOOL) == 0;
+    if (!status && exchange_tool_class(ex) != TOOL_CLASS_NON_IDEMPOTENT)
+        return HANDLER_PASS;
+    i->ctx.stats->protected_calls++;
+    idem_call(arg, ex);
+    return HANDLER_TAKEN;
+}
+
+handler_verdict_t idem_offer_task(void *arg, exchange_t *ex)
+{
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (!m || m->kind != MCP_KIND_REQUEST || !m->method ||
+        (strcmp(m->method, "tasks/get") != 0 && strcmp(m->method, "tasks/result") != 0 &&
+         strcmp(m->method, "tasks/cancel") != 0))
+        return HANDLER_PASS;
+    idem_task(arg, ex);
+    return HANDLER_TAKEN;
+}
+
+handler_verdict_t idem_offer_cancel(void *arg, exchange_t *ex)
+{
+    const json_t *id = exchange_cancel_id(ex);
+    if (!id)
+        return HANDLER_PASS;
+    idem_cancel(arg, ex, id);
+    return HANDLER_TAKEN;
+}
+
+handler_verdict_t idem_offer_stream(void *arg, exchange_t *ex)
+{
+    if (exchange_request(ex)->method != HTTP_GET)
+        return HANDLER_PASS;
+    return idem_stream(arg, ex) ? HANDLER_TAKEN : HANDLER_PASS;
 }

@@ -492,6 +492,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
     catalog_set_policy(server->catalog, &neu->policy);
+    catalog_set_status_tool(server->catalog, neu->status_tool);
     admin_ctx.store_missing = !server->store && policy_needs_store(&neu->policy);
     if (!evtimer_pending(server->fetch_retry, NULL))
         start_catalog_fetch(-1, 0, NULL); /* the new policy may want the catalogue */
@@ -515,6 +516,7 @@ static void wire_stages(server_t *s)
 {
     s->catalog = catalog_new();
     catalog_set_policy(s->catalog, &s->cfg->policy);
+    catalog_set_status_tool(s->catalog, s->cfg->status_tool);
     proxy_ctx_t pc = {
         .base = s->base,
         .cfg = s->cfg,
@@ -543,16 +545,19 @@ static void wire_stages(server_t *s)
         .arg = s->proxy,
     };
     s->idem = idem_new(&ic);
-    proxy_stage_t stage = {
-        .call = idem_call,
-        .stream = idem_stream,
-        .task = idem_task,
-        .cancel = idem_cancel,
-        .cancelled = idem_cancelled,
-        .session_busy = idem_session_busy,
-        .arg = s->idem,
+    /* the router's handlers, asked in this order (handler.h) */
+    const handler_t handlers[] = {
+        {"cancel of a protected call", idem_offer_cancel, s->idem},
+        {"protected call and status tool", idem_offer_call, s->idem},
+        {"task poll", idem_offer_task, s->idem},
+        {"stream resume check", idem_offer_stream, s->idem},
+        {"tools/list watch", catalog_offer, s->catalog},
     };
-    proxy_set_stage(s->proxy, &stage);
+    for (size_t i = 0; i < ARRAY_LEN(handlers); i++)
+        proxy_add_handler(s->proxy, &handlers[i]);
+    proxy_set_hooks(s->proxy, &(proxy_hooks_t){.cancelled = idem_cancelled,
+                                               .session_busy = idem_session_busy,
+                                               .arg = s->idem});
 }
 
 /* shared: SO_REUSEPORT, for the workers of one gateway on its agent port. Never otherwise:

@@ -143,11 +143,18 @@ static bool head_acceptable(exchange_t *ex, bool mcp_path)
     return true;
 }
 
-static bool protected_tool(proxy_t *p, const char *tool)
+/* A tool's class: from the catalogue (the policy, then the server's annotations), else the
+ * policy alone. */
+static tool_class_t classify_tool(proxy_t *p, const char *tool)
 {
     if (p->ctx.catalog)
-        return catalog_classify_call(p->ctx.catalog, tool) == TOOL_CLASS_NON_IDEMPOTENT;
-    return policy_lookup(&p->ctx.cfg->policy, tool)->cls == TOOL_CLASS_NON_IDEMPOTENT;
+        return catalog_classify_call(p->ctx.catalog, tool);
+    return policy_lookup(&p->ctx.cfg->policy, tool)->cls;
+}
+
+static bool protected_tool(proxy_t *p, const char *tool)
+{
+    return classify_tool(p, tool) == TOOL_CLASS_NON_IDEMPOTENT;
 }
 
 /* The request's Content-Encoding when it is one the gateway would have to decode to read the
@@ -197,6 +204,8 @@ static bool body_acceptable(exchange_t *ex)
         return false;
     }
     ex->has_msg = true;
+    if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool)
+        ex->tool_class = classify_tool(ex->proxy, ex->msg.tool);
     if (ex->traced)
         exchange_adopt_trace_meta(ex, body ? body : "", blen);
     const char *mismatch = header_mismatch(ex->req, &ex->msg, body, blen);
@@ -297,6 +306,17 @@ static void forward_plain(exchange_t *ex)
     exchange_forward(ex, NULL, false);
 }
 
+/* An MCP request that passed validation goes to the first handler that takes it, else
+ * upstream. */
+static void offer(proxy_t *p, exchange_t *ex)
+{
+    exchange_set_state(ex, EX_CLAIMING);
+    for (size_t i = 0; i < p->n_handlers; i++)
+        if (p->handlers[i].offer(p->handlers[i].arg, ex) == HANDLER_TAKEN)
+            return;
+    exchange_forward(ex, NULL, false);
+}
+
 void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
 {
     proxy_t *p = arg;
@@ -313,42 +333,10 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
         if (exchange_resume(ex))
             return;
         exchange_track_get(ex);
-        exchange_set_state(ex, EX_CLAIMING);
-        if (p->stage.stream && p->stage.stream(p->stage.arg, ex))
-            return;
-        exchange_forward(ex, NULL, false);
+    } else if (!body_acceptable(ex)) {
         return;
     }
-    if (req->method == HTTP_POST) {
-        if (!body_acceptable(ex))
-            return;
-        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool && p->stage.call &&
-            ((p->ctx.cfg->status_tool && strcmp(ex->msg.tool, CATALOG_STATUS_TOOL) == 0) ||
-             protected_tool(p, ex->msg.tool))) {
-            p->ctx.stats->protected_calls++;
-            exchange_set_state(ex, EX_CLAIMING);
-            p->stage.call(p->stage.arg, ex);
-            return;
-        }
-        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->stage.task &&
-            (strcmp(ex->msg.method, "tasks/get") == 0 ||
-             strcmp(ex->msg.method, "tasks/result") == 0 ||
-             strcmp(ex->msg.method, "tasks/cancel") == 0)) {
-            exchange_set_state(ex, EX_CLAIMING);
-            p->stage.task(p->stage.arg, ex);
-            return;
-        }
-        if (ex->cancel_id && p->stage.cancel) {
-            exchange_set_state(ex, EX_CLAIMING);
-            p->stage.cancel(p->stage.arg, ex, ex->cancel_id);
-            return;
-        }
-        if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.method && p->ctx.catalog &&
-            strcmp(ex->msg.method, "tools/list") == 0)
-            catalog_observe(p->ctx.catalog, p->ctx.base,
-                            &(catalog_rewrite_t){.status_tool = p->ctx.cfg->status_tool}, ex);
-    }
-    exchange_forward(ex, NULL, false);
+    offer(p, ex);
 }
 
 /* --- the proxy --- */
@@ -373,9 +361,18 @@ void proxy_free(proxy_t *p)
     free(p);
 }
 
-void proxy_set_stage(proxy_t *p, const proxy_stage_t *stage)
+void proxy_set_hooks(proxy_t *p, const proxy_hooks_t *hooks)
 {
-    p->stage = *stage;
+    p->hooks = *hooks;
+}
+
+void proxy_add_handler(proxy_t *p, const handler_t *h)
+{
+    if (p->n_handlers == PROXY_MAX_HANDLERS) {
+        log_error(0, "proxy: more than %d handlers (raise PROXY_MAX_HANDLERS)", PROXY_MAX_HANDLERS);
+        abort();
+    }
+    p->handlers[p->n_handlers++] = *h;
 }
 
 void proxy_reconfigure(proxy_t *p, const config_t *cfg)

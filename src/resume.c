@@ -26,7 +26,7 @@ void proxy_session_maybe_idle(proxy_t *p, const char *session)
         if (s2 && strcmp(s2, session) == 0)
             return;
     }
-    if (!p->stage.session_busy || !p->stage.session_busy(p->stage.arg, session))
+    if (!p->hooks.session_busy || !p->hooks.session_busy(p->hooks.arg, session))
         handoff_note_stream(session, false);
 }
 

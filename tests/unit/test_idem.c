@@ -63,6 +63,14 @@ uint64_t exchange_conn_id(const exchange_t *ex)
 {
     return 1;
 }
+tool_class_t exchange_tool_class(const exchange_t *ex)
+{
+    return TOOL_CLASS_NON_IDEMPOTENT;
+}
+const json_t *exchange_cancel_id(const exchange_t *ex)
+{
+    return NULL;
+}
 bool exchange_agent_waiting(const exchange_t *ex)
 {
     return ex->waiting;

@@ -90,12 +90,28 @@ static void up_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 
 /* --- the fake stage --- */
 
-static void stage_call(void *arg, exchange_t *ex)
+/* A handler that takes the tools/call requests the router classed non_idempotent. */
+static handler_verdict_t stage_call(void *arg, exchange_t *ex)
 {
+    (void)arg;
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (!m || !m->tool || exchange_tool_class(ex) != TOOL_CLASS_NON_IDEMPOTENT)
+        return HANDLER_PASS;
     stage_calls++;
-    assert_string_equal(exchange_msg(ex)->tool, "refund");
+    assert_string_equal(m->tool, "refund");
     exchange_respond_json(ex, 200, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"from\":\"stage\"}}",
                           NULL);
+    return HANDLER_TAKEN;
+}
+
+/* A watcher that sees every request the router offers and never takes one. */
+static int watched;
+static handler_verdict_t watch_all(void *arg, exchange_t *ex)
+{
+    (void)arg;
+    (void)ex;
+    watched++;
+    return HANDLER_PASS;
 }
 
 /* --- set-up --- */
@@ -141,8 +157,9 @@ static int setup(void **state)
                       .subject = subject,
                       .n_workers = 1};
     proxy = proxy_new(&pc);
-    proxy_stage_t stage = {.call = stage_call};
-    proxy_set_stage(proxy, &stage);
+    proxy_add_handler(proxy, &(handler_t){"watch", watch_all, NULL});
+    proxy_add_handler(proxy, &(handler_t){"protected call", stage_call, NULL});
+    watched = 0;
     conns = (http_context_t){.base = base, .limits = &limits, .stats = &stats};
     site = (http_site_t){.ctx = &conns, .handler = proxy_handle, .arg = proxy, .name = "mcp"};
     up_requests = 0;
@@ -264,6 +281,7 @@ static void protected_calls_go_to_the_stage(void **state)
     assert_non_null(strstr(r, "\"from\":\"stage\""));
     free(r);
     assert_int_equal(stage_calls, 1);
+    assert_int_equal(watched, 1); /* handlers are asked in order: the watcher saw it first */
     assert_int_equal(up_requests, 0);
 }
 
