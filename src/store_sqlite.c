@@ -814,8 +814,12 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     }
     if (!sq_exec(s->db, "COMMIT")) {
         int rc = sqlite3_extended_errcode(s->db);
-        log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
-                  sqlite3_errmsg(s->db));
+        if (batch->kind == SQ_PROBE && !batch->next)
+            log_warn(0, "store: sqlite: the disk probe's 64 KiB write failed: %s",
+                     sqlite3_errmsg(s->db));
+        else
+            log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
+                      sqlite3_errmsg(s->db));
         if (!sqlite3_get_autocommit(s->db))
             sq_exec(s->db, "ROLLBACK");
         batch_fail(batch,
