@@ -24,7 +24,9 @@ async function readyz(gw) {
 
 async function assertLost(gw, s, order) {
   await waitFor(async () => (await readyz(gw)).status === 503, { timeoutMs: 15000, what: '/readyz to say not ready' });
-  assert.equal((await readyz(gw)).body.store, 'down');
+  const lost = await readyz(gw);
+  assert.equal(lost.body.store, 'down');
+  assert.match(lost.body.store_reason, /^the embedded store is lost until a restart: .*keys\.db/);
   const a = await s.call('issue_refund', { order_id: order, amount_cents: 3 });
   const result = a.message?.result;
   assert.equal(result?.isError, true, JSON.stringify(result));
@@ -142,6 +144,7 @@ test('disk full: repeated failed writes make /readyz not ready until a write suc
   }, { timeoutMs: 30000, intervalMs: 0, what: '/readyz to say not ready on a full disk' });
   const down = await readyz(gw);
   assert.equal(down.body.store, 'down');
+  assert.ok(down.body.store_reason.startsWith(`the disk of ${file} fails writes (full, or I/O errors)`), JSON.stringify(down.body));
   assert.ok(refused >= 1, `${refused} claims refused`);
   assert.match(gw.logs(), /write transactions in a row failed for the disk \(full, or I\/O errors\) on .*keys\.db/);
   // still down while the disk is full: the probe write, once it has run, does not fit either
@@ -158,6 +161,7 @@ test('disk full: repeated failed writes make /readyz not ready until a write suc
   // space again: the store's probe write succeeds and it is ready, with no call needed
   await fs.rm(filler);
   await waitFor(async () => (await readyz(gw)).status === 200, { timeoutMs: 15000, what: '/readyz to recover' });
+  assert.equal((await readyz(gw)).body.store_reason, undefined);
   assert.match(gw.logs(), /keys\.db takes writes again/);
   const after = await sessions[0].call('issue_refund', { order_id: 'full-after', amount_cents: 5 });
   assert.match(toolText(after.message?.result), /^Refunded 5 cents/);
