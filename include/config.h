@@ -99,8 +99,7 @@ typedef enum {
     CONFIG_STORE_SQLITE,   /* sqlite:PATH, or the default when nothing names a database */
 } config_store_t;
 
-/* The embedded store's file when nothing names a database: in $STATE_DIRECTORY (systemd's
- * StateDirectory=) when set, else the working directory. */
+/* The embedded store's file when nothing names a database (config_store_default_path). */
 #define CONFIG_SQLITE_DEFAULT_FILE "idemgw-keys.db"
 
 typedef struct config {
@@ -178,9 +177,17 @@ typedef struct config {
 
 /* The store database_url names (NULL: unset): "none"; "sqlite:PATH" (*path the file, NULL when
  * empty); a conninfo or URL, or unset with PGHOST, PGDATABASE or PGSERVICE set: Postgres; unset
- * otherwise: the embedded store at $STATE_DIRECTORY/CONFIG_SQLITE_DEFAULT_FILE, or in the
- * working directory. *path is allocated (free it) or NULL. Reads the environment. */
+ * otherwise: the embedded store at config_store_default_path() (*path NULL when there is none).
+ * *path is allocated (free it) or NULL. Reads the environment. The gateway and the commands
+ * that open the store (store_cli.c) both choose here, so they agree on the file. */
 config_store_t config_store_choose(const char *database_url, char **path);
+/* The embedded store's default file, allocated: $STATE_DIRECTORY/idemgw-keys.db (systemd's
+ * StateDirectory=; the first of several ':'-separated folders), else
+ * $XDG_STATE_HOME/idemgw/idemgw-keys.db (an absolute XDG_STATE_HOME only, as the XDG spec
+ * says), else $HOME/.local/state/idemgw/idemgw-keys.db; NULL when none of them is set. Never
+ * the working directory: a gateway started in a checkout would leave its keys there. The
+ * folders may not exist yet: the gateway makes them (util_mkdir_parents), the commands never. */
+char *config_store_default_path(void);
 /* What is wrong with a Postgres database_url as libpq will read it, or NULL (also for "none"
  * and "sqlite:..."): checked at load so a mistake stops the start instead of failing every
  * reconnect. It parses (libpq's message is quoted only when it names a key, never a value,

@@ -160,6 +160,9 @@ void store_free(store_t *s);
 
 /* At least one connection is up and the schema is in place. */
 bool store_ready(const store_t *s);
+/* Why the store is not ready, for /readyz, into buf (NUL-terminated); "" when it is ready or
+ * its backend does not say. */
+void store_down_reason(const store_t *s, char *buf, size_t len);
 
 /* Claims req->key. STORE_ERR_UNAVAILABLE means the caller must not forward the call; if the
  * claim committed and only its answer was lost, the store itself releases that claim (and no
@@ -314,6 +317,8 @@ typedef struct store_ops {
     store_status_t (*count_unknown)(void *impl, store_count_cb cb, void *arg); /* may be NULL */
     store_status_t (*report)(void *impl, uint64_t since_ms, int top, store_report_cb cb, void *arg);
     bool (*ready)(const void *impl);
+    /* may be NULL: why the store is not ready, into buf ("" when it is) */
+    void (*down_reason)(const void *impl, char *buf, size_t len);
     void (*get_stats)(const void *impl, store_stats_t *out);
     /* may be NULL: the backend times its own statements (the sweeper's, the duplicates' write)
      * into stats, as store_observe does the calls */

@@ -1,13 +1,14 @@
 /* The store for an operator's command (`idemgw key`, `idemgw report`): the one a gateway with
  * the same config would use, opened to look, not to run, on an event loop of its own.
  *
- * The store is the config's database_url, else IDEMGW_DATABASE_URL, else libpq's PG*
- * variables, else the embedded store's default file (config_store_choose), which must exist:
- * a command never creates it. Migrations are off (a look never changes the schema), one
- * connection, the store's timeout to get ready. The embedded store is opened without the
- * gateway's process lock (a running gateway holds it): each call is one short transaction
- * through SQLite's own locking, safe beside the gateway on a local disk. While it runs, the
- * store's log lines (warnings and errors) go to stderr: stdout is the command's answer. */
+ * The store is --database-url, else the config's database_url, else IDEMGW_DATABASE_URL, else
+ * libpq's PG* variables, else the embedded store's default file (config_store_choose), which
+ * must exist: a command never creates it, nor its folders. Migrations are off (a look never
+ * changes the schema), one connection, the store's timeout to get ready. The embedded store is
+ * opened without the gateway's process lock (a running gateway holds it): each call is one
+ * short transaction through SQLite's own locking, safe beside the gateway on a local disk.
+ * While it runs, the store's log lines (warnings and errors) go to stderr: stdout is the command's
+ * answer. */
 #ifndef IDEMGW_STORE_CLI_H
 #define IDEMGW_STORE_CLI_H
 
@@ -20,7 +21,8 @@ struct event_base;
 
 typedef struct store_cli_run store_cli_run_t;
 struct store_cli_run {
-    const char *cmd; /* "idemgw key", the prefix of messages */
+    const char *cmd;          /* "idemgw key", the prefix of messages */
+    const char *database_url; /* --database-url, over the config's and the environment's */
     /* Makes the one store call once the store is ready; its callback prints the answer, sets
      * rc and calls store_cli_done. A status other than STORE_OK fails the command. */
     store_status_t (*call)(store_t *store, store_cli_run_t *run);

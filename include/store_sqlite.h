@@ -21,10 +21,6 @@ struct event_base;
 
 extern const store_ops_t store_sqlite_ops;
 
-/* The file name of the embedded store when the config names none, in $STATE_DIRECTORY
- * (systemd's StateDirectory=) or else the working directory. */
-#define STORE_SQLITE_DEFAULT_FILE "idemgw-keys.db"
-
 /* Opens opt->path (created when missing, unless opt->shared), takes the process lock, applies
  * missing migrations (opt->migrate) and starts the writer thread; the store is ready when this
  * returns. Returns NULL with msg set when the file cannot be opened or locked (another process

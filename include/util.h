@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/time.h>
+#include <sys/types.h>
 
 #define MUST_CHECK __attribute__((warn_unused_result))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
@@ -69,6 +70,11 @@ void util_sha256_hex(const void *data, size_t n, char out[65]);
 /* Reads a whole file of at most max bytes into a NUL-terminated buffer (free it), its length in
  * *len; NULL with err ("cannot open ...: reason", "larger than N bytes"). */
 char *util_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen);
+
+/* Makes the missing folders on the way to file (not file itself), each with mode (less the
+ * umask): 0 when they all exist then; -1 with err naming the folder that could not be made and
+ * why. */
+int util_mkdir_parents(const char *file, mode_t mode, char *err, size_t errlen);
 
 /* Frees n strings and the array holding them. */
 void util_strv_free(char **v, size_t n);

@@ -5,6 +5,7 @@
 #include "util.h"
 
 #include <event2/buffer.h>
+#include <jansson.h>
 #include <llhttp.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -31,16 +32,24 @@ static void probe_answer(ready_probe_t *p, bool ok, bool store_ok)
     const admin_ctx_t *ctx = p->ctx;
     bool draining = ctx->draining && *ctx->draining;
     if (p->conn) {
-        char body[200];
+        char body[1400], why[1000] = "";
         bool ready = ok && store_ok && !draining;
+        if (!store_ok)
+            store_down_reason(ctx->store, why, sizeof(why));
+        /* the reason names a path: escaped as JSON (left out when it is not UTF-8) */
+        json_t *why_str = why[0] ? json_string(why) : NULL;
+        char *why_json = why_str ? json_dumps(why_str, JSON_ENCODE_ANY) : NULL;
+        json_decref(why_str);
         snprintf(body, sizeof(body),
-                 "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\",\"draining\":%s}\n",
+                 "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\",%s%s%s\"draining\":%s}\n",
                  ready ? "true" : "false", ok ? "true" : "false",
                  !ctx->store && ctx->store_missing ? "not configured, but the policy needs one"
                  : !ctx->store                     ? "not configured"
                  : store_ok                        ? "up"
                                                    : "down",
+                 why_json ? "\"store_reason\":" : "", why_json ? why_json : "", why_json ? "," : "",
                  draining ? "true" : "false");
+        free(why_json);
         int status = ready ? 200 : 503;
         http_conn_set_observer(p->conn, NULL, NULL, NULL);
         http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,

@@ -564,12 +564,25 @@ config_store_t config_store_choose(const char *database_url, char **path)
     }
     if (url || env_get("PGHOST") || env_get("PGDATABASE") || env_get("PGSERVICE"))
         return CONFIG_STORE_POSTGRES;
+    *path = config_store_default_path();
+    return CONFIG_STORE_SQLITE;
+}
+
+char *config_store_default_path(void)
+{
     /* systemd lists several directories separated by ':' when several are configured */
     const char *dir = env_get("STATE_DIRECTORY");
     size_t n = dir ? strcspn(dir, ":") : 0;
-    *path = n ? xasprintf("%.*s/%s", (int)n, dir, CONFIG_SQLITE_DEFAULT_FILE)
-              : xstrdup("./" CONFIG_SQLITE_DEFAULT_FILE);
-    return CONFIG_STORE_SQLITE;
+    if (n)
+        return xasprintf("%.*s/%s", (int)n, dir, CONFIG_SQLITE_DEFAULT_FILE);
+    /* the XDG base directory spec: a relative value is invalid and ignored */
+    const char *xdg = env_get("XDG_STATE_HOME");
+    if (xdg && xdg[0] == '/')
+        return xasprintf("%s/idemgw/%s", xdg, CONFIG_SQLITE_DEFAULT_FILE);
+    const char *home = env_get("HOME");
+    if (home)
+        return xasprintf("%s/.local/state/idemgw/%s", home, CONFIG_SQLITE_DEFAULT_FILE);
+    return NULL;
 }
 
 /* Entries of a libpq comma-separated list ("a,,b" is three: an empty one is the default). */
@@ -682,6 +695,14 @@ static void choose_store(config_t *c, const char *name, int workers_line,
         snprintf(where, sizeof(where), "%s", name ? name : "env");
     c->store_kind = config_store_choose(c->database_url, &c->store_path);
     c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
+    if (c->store_kind == CONFIG_STORE_SQLITE && !c->store_path) {
+        config_errors_add(errs,
+                          "%s: no database_url, and no folder for the embedded store's default "
+                          "file (none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set): name "
+                          "its file with database_url: sqlite:PATH (or IDEMGW_DATABASE_URL)",
+                          name ? name : "env");
+        return;
+    }
     if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
         config_errors_add(errs,
                           "%s: workers: %d with the embedded store (%s): each worker is a "

@@ -1037,8 +1037,8 @@ int config_reload_merge(const config_t *running, config_t *next, config_restart_
                         void *arg)
 {
     int count = merge(top_keys, ARRAY_LEN(top_keys), "", running, next, report, arg);
-    /* Derived from database_url and the environment (PG*, STATE_DIRECTORY), neither of which
-     * a reload changes: the store is what it was at the start. */
+    /* Derived from database_url and the environment (PG*, STATE_DIRECTORY, XDG_STATE_HOME,
+     * HOME), neither of which a reload changes: the store is what it was at the start. */
     next->store_enabled = running->store_enabled;
     next->store_kind = running->store_kind;
     free(next->store_path);

@@ -35,6 +35,7 @@ typedef struct key_cmd_opts {
     const char *args;
     const char *header_key;
     const char *config;
+    const char *database_url; /* --database-url: the store, over the config's */
     bool hash;               /* also print the key_hash of log lines */
     bool text;               /* --text: the row for people */
     key_cmd_action_t action; /* at most one of --show, --release, --forget */
@@ -43,7 +44,8 @@ typedef struct key_cmd_opts {
 static void usage(FILE *f)
 {
     fputs("usage: idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-          "                  [--hash] [--show | --release | --forget] [--text]\n"
+          "                  [--database-url URL] [--hash] [--show | --release | --forget]\n"
+          "                  [--text]\n"
           "  prints the idempotency key for a tools/call of T with arguments JSON by S;\n"
           "  -c FILE applies the tool's exclude_args and key_arg from the config\n"
           "  --hash     also prints the key's key_hash, as the gateway's log lines show it\n"
@@ -54,8 +56,10 @@ static void usage(FILE *f)
           "             on_ambiguous: hold); only for outcomes that are unknown\n"
           "  --forget   deletes the key's row, whatever its state, and prints it as --show\n"
           "             does (with \"forgotten\": true): the next identical call runs as new\n"
-          "  the store: database_url from -c FILE, else IDEMGW_DATABASE_URL, else PG* variables,\n"
-          "  else the embedded store's default file ($STATE_DIRECTORY or ./idemgw-keys.db);\n"
+          "  the store: --database-url (sqlite:PATH, a Postgres URL), else database_url from\n"
+          "  -c FILE, else IDEMGW_DATABASE_URL, else PG* variables, else the embedded store's\n"
+          "  default file ($STATE_DIRECTORY, else $XDG_STATE_HOME/idemgw, else\n"
+          "  ~/.local/state/idemgw: idemgw-keys.db), as the gateway chooses it;\n"
           "  an embedded store is used beside a running gateway through SQLite's own locking\n",
           f);
 }
@@ -72,7 +76,8 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         OPT_SHOW,
         OPT_RELEASE,
         OPT_FORGET,
-        OPT_TEXT
+        OPT_TEXT,
+        OPT_DATABASE_URL
     };
     static const struct option longopts[] = {
         {"subject", required_argument, NULL, OPT_SUBJECT},
@@ -80,6 +85,7 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
         {"args", required_argument, NULL, OPT_ARGS},
         {"header-key", required_argument, NULL, OPT_HEADER_KEY},
         {"config", required_argument, NULL, 'c'},
+        {"database-url", required_argument, NULL, OPT_DATABASE_URL},
         {"hash", no_argument, NULL, OPT_HASH},
         {"show", no_argument, NULL, OPT_SHOW},
         {"release", no_argument, NULL, OPT_RELEASE},
@@ -107,6 +113,9 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
             break;
         case 'c':
             o->config = optarg;
+            break;
+        case OPT_DATABASE_URL:
+            o->database_url = optarg;
             break;
         case OPT_HASH:
             o->hash = true;
@@ -385,13 +394,13 @@ static store_status_t key_call(store_t *store, store_cli_run_t *run)
 }
 
 /* Runs the action on the key's row; the exit code. */
-static int run_on_row(const config_t *cfg, key_cmd_action_t action, bool text, const char *key)
+static int run_on_row(const config_t *cfg, const key_cmd_opts_t *o, const char *key)
 {
     key_run_t r = {
-        .run = {.cmd = "idemgw key", .call = key_call},
+        .run = {.cmd = "idemgw key", .call = key_call, .database_url = o->database_url},
         .key = key,
-        .action = action,
-        .text = text,
+        .action = o->action,
+        .text = o->text,
     };
     key_hash_log(key, r.key_hash);
     return store_cli_exec(cfg, &r.run);
@@ -444,7 +453,7 @@ int key_cmd_main(int argc, char **argv)
         printf("%s\n", h);
     }
     fflush(stdout); /* before the store's lines on stderr */
-    rc = o.action == KEY_CMD_PRINT ? 0 : run_on_row(cfg, o.action, o.text, kr.key);
+    rc = o.action == KEY_CMD_PRINT ? 0 : run_on_row(cfg, &o, kr.key);
     if (fflush(stdout) != 0 && rc == 0)
         rc = 1;
 out:

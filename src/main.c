@@ -648,6 +648,16 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             .group_commit = cfg->store_group_commit,
             .durable_finish = cfg->store_durable_finish,
         };
+        /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file
+         * the operator named is theirs to place */
+        if (cfg->store_kind == CONFIG_STORE_SQLITE && !cfg->database_url &&
+            util_mkdir_parents(cfg->store_path, 0700, msg, sizeof(msg)) != 0) {
+            fprintf(stderr,
+                    "idemgw: store: %s, for the embedded store's default file %s; name another "
+                    "file with database_url: sqlite:PATH (or IDEMGW_DATABASE_URL)\n",
+                    msg, cfg->store_path);
+            goto out;
+        }
         if (cfg->store_kind == CONFIG_STORE_SQLITE) {
             server->store = store_sqlite_new(server->base, &so, msg, sizeof(msg));
             if (server->store)

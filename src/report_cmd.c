@@ -22,6 +22,7 @@
 
 typedef struct report_opts {
     const char *config;
+    const char *database_url; /* --database-url: the store, over the config's */
     const char *since_text; /* as given, for the heading */
     uint64_t since_ms;      /* 0: every row */
     int top;
@@ -52,25 +53,31 @@ int report_cmd_parse_since(const char *s, uint64_t *ms, char *err, size_t errlen
 
 static void usage(FILE *f)
 {
-    fputs("usage: idemgw report [-c FILE] [--since DURATION | --since all] [--top N] [--json]\n"
+    fputs("usage: idemgw report [-c FILE] [--database-url URL] [--since DURATION | --since all]\n"
+          "                     [--top N] [--json]\n"
           "  per tool, from the store: keys, calls, runs, duplicates by answer and by source\n"
           "  (the rows updated in the last DURATION, default " REPORT_SINCE_DEFAULT
           "); then the N keys\n"
           "  (default 10) with the most calls, as key hashes (idemgw key --hash)\n"
           "  --json   one JSON object instead of the tables\n"
-          "  the store: as idemgw key (database_url from -c FILE, IDEMGW_DATABASE_URL, PG*,\n"
-          "  the embedded store's file); it keeps a key only for its window, then sweeps it\n",
+          "  the store: as idemgw key (--database-url, database_url from -c FILE,\n"
+          "  IDEMGW_DATABASE_URL, PG*, the embedded store's default file); it keeps a key only\n"
+          "  for its window, then sweeps it\n",
           f);
 }
 
 /* 0 when parsed, 1 when help was asked for, -1 on a usage error (already reported). */
 static int parse_opts(int argc, char **argv, report_opts_t *o)
 {
-    enum { OPT_SINCE = 256, OPT_TOP, OPT_JSON };
+    enum { OPT_SINCE = 256, OPT_TOP, OPT_JSON, OPT_DATABASE_URL };
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},  {"since", required_argument, NULL, OPT_SINCE},
-        {"top", required_argument, NULL, OPT_TOP}, {"json", no_argument, NULL, OPT_JSON},
-        {"help", no_argument, NULL, 'h'},          {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"since", required_argument, NULL, OPT_SINCE},
+        {"top", required_argument, NULL, OPT_TOP},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"database-url", required_argument, NULL, OPT_DATABASE_URL},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     o->since_text = REPORT_SINCE_DEFAULT;
     o->top = REPORT_TOP_DEFAULT;
@@ -82,6 +89,9 @@ static int parse_opts(int argc, char **argv, report_opts_t *o)
         switch (c) {
         case 'c':
             o->config = optarg;
+            break;
+        case OPT_DATABASE_URL:
+            o->database_url = optarg;
             break;
         case OPT_SINCE:
             o->since_text = optarg;
@@ -331,7 +341,10 @@ int report_cmd_main(int argc, char **argv)
         if (!cfg)
             return REPORT_EXIT_USAGE;
     }
-    report_run_t r = {.run = {.cmd = "idemgw report", .call = report_call}, .o = &o};
+    report_run_t r = {
+        .run = {.cmd = "idemgw report", .call = report_call, .database_url = o.database_url},
+        .o = &o,
+    };
     int rc = store_cli_exec(cfg, &r.run);
     if (cfg)
         config_free(cfg);

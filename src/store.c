@@ -148,6 +148,14 @@ bool store_ready(const store_t *s)
     return s && s->ops->ready(s->impl);
 }
 
+void store_down_reason(const store_t *s, char *buf, size_t len)
+{
+    if (len)
+        buf[0] = '\0';
+    if (s && s->ops->down_reason && len)
+        s->ops->down_reason(s->impl, buf, len);
+}
+
 void store_get_stats(const store_t *s, store_stats_t *out)
 {
     s->ops->get_stats(s->impl, out);

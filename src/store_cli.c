@@ -11,6 +11,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+/* The end of every "no database" message: where a store is named. */
+#define STORE_CLI_HOW_TO_NAME                                                                      \
+    "name the store with --database-url sqlite:PATH (the embedded store's file) or a Postgres "    \
+    "URL, or database_url in -c FILE, or IDEMGW_DATABASE_URL"
+
 /* Waiting for the store, then its one call. */
 typedef struct cli_wait {
     store_cli_run_t *run;
@@ -58,23 +63,36 @@ static void cli_tick(evutil_socket_t fd, short what, void *arg)
 int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
 {
     run->rc = STORE_CLI_EXIT_FAILED;
-    const char *url = cfg ? cfg->database_url : getenv("IDEMGW_DATABASE_URL");
+    const char *url = run->database_url ? run->database_url
+                      : cfg             ? cfg->database_url
+                                        : getenv("IDEMGW_DATABASE_URL");
     if (url && !url[0])
         url = NULL;
+    char why[300];
+    if (url && config_database_url_error(url, why, sizeof(why))) {
+        fprintf(stderr, "%s: database_url: %s\n", run->cmd, why);
+        return run->rc;
+    }
     char *path = NULL;
     config_store_t kind = config_store_choose(url, &path);
-    if (kind == CONFIG_STORE_NONE || (kind == CONFIG_STORE_SQLITE && !path)) {
-        fprintf(stderr, "%s: no database: database_url is %s\n", run->cmd,
-                kind == CONFIG_STORE_NONE ? "none" : "sqlite: without a file");
-        free(path);
+    if (kind == CONFIG_STORE_NONE) {
+        fprintf(stderr, "%s: no database: database_url is none; " STORE_CLI_HOW_TO_NAME "\n",
+                run->cmd);
+        return run->rc;
+    }
+    if (kind == CONFIG_STORE_SQLITE && !path) {
+        fprintf(stderr,
+                "%s: no database: no database_url, and none of STATE_DIRECTORY, XDG_STATE_HOME, "
+                "HOME is set for the embedded store's default file; " STORE_CLI_HOW_TO_NAME "\n",
+                run->cmd);
         return run->rc;
     }
     /* never creates the embedded store: no file means no gateway ever kept a key there */
     if (kind == CONFIG_STORE_SQLITE && access(path, F_OK) != 0) {
         fprintf(stderr,
-                "%s: no database: the embedded store %s does not exist; give database_url in "
-                "-c FILE, or set IDEMGW_DATABASE_URL or PGHOST\n",
-                run->cmd, path);
+                "%s: no database: the embedded store%s %s does not exist; " STORE_CLI_HOW_TO_NAME
+                "\n",
+                run->cmd, url ? "" : "'s default file", path);
         free(path);
         return run->rc;
     }

@@ -814,8 +814,12 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     }
     if (!sq_exec(s->db, "COMMIT")) {
         int rc = sqlite3_extended_errcode(s->db);
-        log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
-                  sqlite3_errmsg(s->db));
+        if (batch->kind == SQ_PROBE && !batch->next)
+            log_warn(0, "store: sqlite: the disk probe's 64 KiB write failed: %s",
+                     sqlite3_errmsg(s->db));
+        else
+            log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
+                      sqlite3_errmsg(s->db));
         if (!sqlite3_get_autocommit(s->db))
             sq_exec(s->db, "ROLLBACK");
         batch_fail(batch,
@@ -1510,6 +1514,21 @@ static bool ops_ready(const void *impl)
     return ok;
 }
 
+/* The files lost, or the disk failing writes: named with the path, which the operator fixes. */
+static void ops_down_reason(const void *impl, char *buf, size_t len)
+{
+    store_sqlite_t *s = (store_sqlite_t *)impl; /* the mutex, not the state, changes */
+    pthread_mutex_lock(&s->mu);
+    if (s->lost)
+        snprintf(buf, len, "the embedded store is lost until a restart: %s", s->lost);
+    else if (s->disk_failures >= DISK_FAILURES_DOWN)
+        snprintf(buf, len,
+                 "the disk of %s fails writes (full, or I/O errors): %d write transactions in "
+                 "a row failed",
+                 s->path, s->disk_failures);
+    pthread_mutex_unlock(&s->mu);
+}
+
 static void ops_get_stats(const void *impl, store_stats_t *out)
 {
     store_sqlite_t *s = (store_sqlite_t *)impl; /* the mutex, not the state, changes */
@@ -1547,6 +1566,7 @@ const store_ops_t store_sqlite_ops = {
     .count_unknown = ops_count_unknown,
     .report = ops_report,
     .ready = ops_ready,
+    .down_reason = ops_down_reason,
     .get_stats = ops_get_stats,
     .observe = ops_observe,
     .free = ops_free,

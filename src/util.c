@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <openssl/evp.h>
@@ -241,4 +242,40 @@ char *util_read_file(const char *path, size_t max, size_t *len, char *err, size_
     buf[n] = '\0';
     *len = n;
     return buf;
+}
+
+int util_mkdir_parents(const char *file, mode_t mode, char *err, size_t errlen)
+{
+    char *dir = xstrdup(file);
+    char *slash = strrchr(dir, '/');
+    int rc = 0;
+    if (!slash || slash == dir) /* the working directory, or the root: nothing to make */
+        goto out;
+    *slash = '\0';
+    /* each prefix that ends before a '/', then the whole folder */
+    for (char *p = dir + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        struct stat st;
+        const char *why = NULL;
+        if (mkdir(dir, mode) != 0) {
+            if (errno != EEXIST)
+                why = strerror(errno);
+            else if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+                why = "it exists and is not a folder";
+        }
+        if (why) {
+            snprintf(err, errlen, "cannot create the folder %s: %s", dir, why);
+            rc = -1;
+            goto out;
+        }
+        *p = saved;
+        if (saved == '\0')
+            break;
+    }
+out:
+    free(dir);
+    return rc;
 }

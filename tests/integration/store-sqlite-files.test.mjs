@@ -8,6 +8,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
+import os from 'node:os';
 import path from 'node:path';
 import {
   idemStatus, rawSession, readLedger, run, startGateway, startRefundServer, tempDir, toolText, waitFor,
@@ -23,7 +24,9 @@ async function readyz(gw) {
 
 async function assertLost(gw, s, order) {
   await waitFor(async () => (await readyz(gw)).status === 503, { timeoutMs: 15000, what: '/readyz to say not ready' });
-  assert.equal((await readyz(gw)).body.store, 'down');
+  const lost = await readyz(gw);
+  assert.equal(lost.body.store, 'down');
+  assert.match(lost.body.store_reason, /^the embedded store is lost until a restart: .*keys\.db/);
   const a = await s.call('issue_refund', { order_id: order, amount_cents: 3 });
   const result = a.message?.result;
   assert.equal(result?.isError, true, JSON.stringify(result));
@@ -93,53 +96,74 @@ async function fillDisk(dir) {
   return filler;
 }
 
-// todo: by hand (a 2 MiB tmpfs filled, 300 claims) the store goes not ready after three failed
-// commits and comes back once space is freed; in this harness the calls keep being written
-// (the write-ahead log's pages already taken are reused) and /readyz never goes down in time.
-test('disk full: repeated failed writes make /readyz not ready until a write succeeds again', { todo: 'does not yet reach a full disk in the harness' }, async (t) => {
-  const dir = await tempDir(t, 'idemgw-sqlite-full-');
-  const mnt = path.join(dir, 'mnt');
-  await fs.mkdir(mnt);
-  // a small file system of the test's own: filling it harms nothing else
-  const m = await run('mount', ['-t', 'tmpfs', '-o', 'size=2m,mode=0700', 'tmpfs', mnt]);
+// A full disk: the tmpfs of the test's own is filled by a file the test writes once the gateway
+// has its store open; protected calls with large results (each a new row's worth of pages) then
+// fail to commit, three in a row make /readyz say not ready, and each refused call is refused as
+// not executed. Freed space is found by the store's probe write, without a call or a restart.
+test('disk full: repeated failed writes make /readyz not ready until a write succeeds again', async (t) => {
+  // a small file system of the test's own: filling it harms nothing else. Its folder is not a
+  // tempDir: the unmount must come before the folder is removed
+  const mnt = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-sqlite-full-'));
+  const m = await run('mount', ['-t', 'tmpfs', '-o', 'size=1m,mode=0700', 'tmpfs', mnt]);
+  t.after(async () => {
+    if (m.code === 0) await run('umount', ['-l', mnt]);
+    await fs.rmdir(mnt);
+  });
   if (m.code !== 0) {
     t.skip(`cannot mount a tmpfs here (${m.stderr.trim()})`);
     return;
   }
-  t.after(() => run('umount', ['-l', mnt]));
+  const file = path.join(mnt, 'keys.db');
   const upstream = await startRefundServer(t, { jsonResponse: true });
-  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${path.join(mnt, 'keys.db')}`, config: CONFIG });
-  const s = await rawSession(t, gw.url, { headers: SUBJECT });
-  const ok = await s.call('issue_refund', { order_id: 'full-0', amount_cents: 5 });
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl: `sqlite:${file}`, config: CONFIG });
+  const sessions = await Promise.all([1, 2, 3, 4].map(() => rawSession(t, gw.url, { headers: SUBJECT })));
+  const ok = await sessions[0].call('issue_refund', { order_id: 'full-0', amount_cents: 5 });
   assert.match(toolText(ok.message?.result), /^Refunded 5 cents/);
 
   const filler = await fillDisk(mnt);
-  let executed = 1;
+  const executed = new Set(['full-0']);
   let refused = 0;
   let i = 1;
-  // each call either runs (its claim was written) or is refused as not executed
-  await waitFor(async () => {
-    // a long order id: the stored result names it, so every call needs new pages
-    const a = await s.call('issue_refund', { order_id: `full-${i++}-${'x'.repeat(4000)}`, amount_cents: 5 });
+  // a long order id: the stored result names it, so each call needs pages of its own
+  const order = () => `full-${i++}-${'x'.repeat(16000)}`;
+  const call = async (s, id) => {
+    const a = await s.call('issue_refund', { order_id: id, amount_cents: 5 });
     const result = a.message?.result;
     if (idemStatus(result)) {
-      assert.equal(idemStatus(result).code, 'store_unavailable', JSON.stringify(result));
+      assert.equal(idemStatus(result).code, 'store_unavailable', JSON.stringify(result).slice(0, 500));
       assert.equal(idemStatus(result).executed, false);
       refused++;
     } else {
       assert.match(toolText(result), /^Refunded 5 cents/);
-      executed++;
+      executed.add(id);
     }
+  };
+  await waitFor(async () => {
+    await Promise.all(sessions.map((s) => call(s, order())));
     return (await readyz(gw)).status === 503;
   }, { timeoutMs: 30000, intervalMs: 0, what: '/readyz to say not ready on a full disk' });
-  assert.ok(refused >= 3, `${refused} claims refused`);
-  assert.match(gw.logs(), /write transactions in a row failed for the disk/);
-  assert.equal((await readLedger(upstream.ledger)).length, executed, 'only the calls answered as run ran');
+  const down = await readyz(gw);
+  assert.equal(down.body.store, 'down');
+  assert.ok(down.body.store_reason.startsWith(`the disk of ${file} fails writes (full, or I/O errors)`), JSON.stringify(down.body));
+  assert.ok(refused >= 1, `${refused} claims refused`);
+  assert.match(gw.logs(), /write transactions in a row failed for the disk \(full, or I\/O errors\) on .*keys\.db/);
+  // still down while the disk is full: the probe write, once it has run, does not fit either
+  // (the space the write-ahead log already holds must not pass for a disk that takes writes)
+  await waitFor(async () => /store: sqlite: (the disk probe's 64 KiB write failed|probe of key - failed): database or disk is full/.test(gw.logs()), { timeoutMs: 10000, what: 'a probe write on the full disk' });
+  const still = await sessions[0].call('issue_refund', { order_id: 'full-while-down', amount_cents: 5 });
+  assert.equal(idemStatus(still.message?.result)?.code, 'store_unavailable');
+  assert.equal((await readyz(gw)).status, 503);
+  assert.doesNotMatch(gw.logs(), /takes writes again/);
+  const ledger = (await readLedger(upstream.ledger)).map((e) => e.order_id);
+  assert.equal(ledger.length, executed.size, 'only the calls answered as run ran');
+  assert.deepEqual(new Set(ledger), executed, 'each ran once');
 
   // space again: the store's probe write succeeds and it is ready, with no call needed
   await fs.rm(filler);
   await waitFor(async () => (await readyz(gw)).status === 200, { timeoutMs: 15000, what: '/readyz to recover' });
-  assert.match(gw.logs(), /takes writes again/);
-  const after = await s.call('issue_refund', { order_id: 'full-after', amount_cents: 5 });
+  assert.equal((await readyz(gw)).body.store_reason, undefined);
+  assert.match(gw.logs(), /keys\.db takes writes again/);
+  const after = await sessions[0].call('issue_refund', { order_id: 'full-after', amount_cents: 5 });
   assert.match(toolText(after.message?.result), /^Refunded 5 cents/);
+  assert.equal((await readLedger(upstream.ledger)).length, executed.size + 1);
 });

@@ -114,3 +114,63 @@ test('workers: 2 with the embedded store is a config error that says what to do'
   assert.match(r.stderr, /workers: 2 with the embedded store \(.*idemgw-keys\.db\): each worker is a process/);
   assert.match(r.stderr, /set workers: 1, or database_url to a Postgres database \(or none\)/);
 });
+
+// With no database_url the embedded store's file is never in the working directory: systemd's
+// STATE_DIRECTORY, else XDG_STATE_HOME/idemgw, else ~/.local/state/idemgw, its folders made at
+// start. idemgw report chooses the same file in the same environment, and never makes one.
+test('no database_url: the default file under XDG_STATE_HOME, else HOME; report reads it there', async (t) => {
+  const dir = await tempDir(t, 'idemgw-sqlite-default-');
+  const xdg = path.join(dir, 'xdg');
+  const home = path.join(dir, 'home');
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const cases = [
+    { env: { STATE_DIRECTORY: '', XDG_STATE_HOME: xdg, HOME: home }, folder: path.join(xdg, 'idemgw') },
+    { env: { STATE_DIRECTORY: '', XDG_STATE_HOME: '', HOME: home }, folder: path.join(home, '.local', 'state', 'idemgw') },
+  ];
+  for (const [i, c] of cases.entries()) {
+    const file = path.join(c.folder, 'idemgw-keys.db');
+    const config = { subject: { header: 'X-Subject' }, tools: { issue_refund: { class: 'non_idempotent' } } };
+    const gw = await startGateway(t, { upstream: upstream.url, config, env: c.env });
+    await waitFor(async () => (await fetch(`${gw.adminUrl}/readyz`)).status === 200, { timeoutMs: 10000, what: '/readyz' });
+    assert.ok(gw.logs().includes(`store: embedded SQLite at ${file} (the default)`), gw.logs());
+    assert.equal((await fs.stat(c.folder)).mode & 0o777, 0o700);
+    const s = await rawSession(t, gw.url, { headers: { 'X-Subject': SUBJECT } });
+    const a = await s.call('issue_refund', { order_id: `default-${i}`, amount_cents: 1 });
+    assert.match(toolText(a.message?.result), /^Refunded 1 cents/);
+    await fs.access(file);
+    await assert.rejects(fs.access(path.join(gw.dir, 'idemgw-keys.db')), { code: 'ENOENT' });
+
+    const r = await run(IDEMGW_BIN, ['report', '--since', 'all', '--json'], { env: { ...process.env, ...c.env, IDEMGW_DATABASE_URL: '' } });
+    assert.equal(r.code, 0, r.stderr);
+    const report = JSON.parse(r.stdout);
+    assert.deepEqual(report.tools.map((x) => x.tool), ['issue_refund'], r.stdout);
+  }
+});
+
+test('idemgw report with no store named and no default file says how to name one, and makes nothing', async (t) => {
+  const dir = await tempDir(t, 'idemgw-sqlite-nostore-');
+  const env = { ...process.env, STATE_DIRECTORY: '', XDG_STATE_HOME: '', HOME: dir, IDEMGW_DATABASE_URL: '', PGHOST: '', PGDATABASE: '', PGSERVICE: '' };
+  const r = await run(IDEMGW_BIN, ['report'], { env });
+  assert.equal(r.code, 2);
+  const file = path.join(dir, '.local', 'state', 'idemgw', 'idemgw-keys.db');
+  assert.ok(r.stderr.includes(`idemgw report: no database: the embedded store's default file ${file} does not exist`), r.stderr);
+  assert.match(r.stderr, /--database-url sqlite:PATH .*database_url in -c FILE/);
+  assert.deepEqual(await fs.readdir(dir), [], 'no folder made');
+  // a bad --database-url is named as such
+  const bad = await run(IDEMGW_BIN, ['report', '--database-url', 'sqlite:'], { env });
+  assert.equal(bad.code, 2);
+  assert.match(bad.stderr, /idemgw report: database_url: sqlite: needs a file \(sqlite:PATH\)/);
+});
+
+test('a default folder that cannot be made stops the start, naming it and how to choose a file', async (t) => {
+  const dir = await tempDir(t, 'idemgw-sqlite-nofolder-');
+  const blocker = path.join(dir, 'home');
+  await fs.writeFile(blocker, 'a file where HOME should be a folder\n');
+  const configPath = path.join(dir, 'idemgw.yaml');
+  const [port, adminPort] = [await freePort(), await freePort()];
+  await fs.writeFile(configPath, toYaml({ upstream: 'http://127.0.0.1:1/mcp', listen: `127.0.0.1:${port}`, admin_listen: `127.0.0.1:${adminPort}` }));
+  const r = await run(IDEMGW_BIN, ['-c', configPath], { env: { ...process.env, STATE_DIRECTORY: '', XDG_STATE_HOME: '', HOME: blocker, IDEMGW_DATABASE_URL: '', PGHOST: '', PGDATABASE: '', PGSERVICE: '' }, timeout: 10000 });
+  assert.equal(r.code, 1, r.stderr);
+  assert.ok(r.stderr.includes(`cannot create the folder ${blocker}: it exists and is not a folder`), r.stderr);
+  assert.match(r.stderr, /name another file with database_url: sqlite:PATH/);
+});

@@ -20,7 +20,12 @@ static const char *const env_vars[] = {
     "IDEMGW_LISTEN",       "IDEMGW_ADMIN_LISTEN", "IDEMGW_UPSTREAM",
     "IDEMGW_DATABASE_URL", "IDEMGW_LOG_LEVEL",    "PGHOST",
     "PGDATABASE",          "PGSERVICE",           "STATE_DIRECTORY",
+    "XDG_STATE_HOME",
 };
+
+/* HOME in every test: the embedded store's default file is under it. */
+#define TEST_HOME "/home/tester"
+#define TEST_HOME_DEFAULT_FILE TEST_HOME "/.local/state/idemgw/idemgw-keys.db"
 
 /* Every test starts from a clean environment so the developer's own PG* variables do not leak
  * into the results. */
@@ -28,6 +33,7 @@ static int clear_env(void **state)
 {
     for (size_t i = 0; i < ARRAY_LEN(env_vars); i++)
         unsetenv(env_vars[i]);
+    setenv("HOME", TEST_HOME, 1);
     return 0;
 }
 
@@ -89,10 +95,10 @@ static void test_reference_conf(void **state)
     assert_string_equal(c->upstream_path, "/mcp");
     assert_string_equal(c->upstream_host_header, "127.0.0.1:3001");
     assert_null(c->database_url);
-    /* nothing names a database: the embedded store, in the working directory */
+    /* nothing names a database: the embedded store, under HOME (never the working directory) */
     assert_true(c->store_enabled);
     assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
-    assert_string_equal(c->store_path, "./idemgw-keys.db");
+    assert_string_equal(c->store_path, TEST_HOME_DEFAULT_FILE);
     assert_true(c->migrate);
     assert_int_equal(c->store_pool, 4);
     assert_int_equal(c->sweep_interval_ms, 60000);
@@ -525,7 +531,7 @@ static void test_store_enabled(void **state)
     setenv("PGUSER", "x", 1); /* not enough to mean "a database is configured" */
     config_t *c = must_load_str("upstream: http://h/mcp\n");
     assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
-    assert_string_equal(c->store_path, "./idemgw-keys.db");
+    assert_string_equal(c->store_path, TEST_HOME_DEFAULT_FILE);
     assert_true(c->otlp_sample_ratio == 1.0); /* every trace, unless told otherwise */
     config_free(c);
     unsetenv("PGUSER");
@@ -573,8 +579,8 @@ static void test_store_kinds(void **state)
     config_errors_t errs = {0};
     assert_null(config_load_string("w.yaml", "upstream: http://h/mcp\nworkers: 4\n", &errs));
     assert_int_equal(errs.n, 1);
-    assert_non_null(
-        strstr(errs.msgs[0], "w.yaml:2: workers: 4 with the embedded store (./idemgw-keys.db)"));
+    assert_non_null(strstr(
+        errs.msgs[0], "w.yaml:2: workers: 4 with the embedded store (" TEST_HOME_DEFAULT_FILE ")"));
     assert_non_null(strstr(errs.msgs[0], "Postgres"));
     config_errors_free(&errs);
     assert_null(
@@ -588,6 +594,68 @@ static void test_store_kinds(void **state)
     c = must_load_str("upstream: http://h/mcp\nworkers: 4\ndatabase_url: postgresql:///x\n");
     assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
     config_free(c);
+}
+
+/* The embedded store's default file for each environment: systemd's STATE_DIRECTORY (its first
+ * folder), else an absolute XDG_STATE_HOME, else HOME; never the working directory. With none
+ * of them, the start is refused, saying how to name a file. */
+static void test_store_default_path(void **state)
+{
+    static const struct {
+        const char *state_dir, *xdg, *home; /* NULL: unset */
+        const char *want;                   /* NULL: no default */
+    } cases[] = {
+        {"/var/lib/idemgw", "/x", "/h", "/var/lib/idemgw/idemgw-keys.db"},
+        {"/var/lib/a:/var/lib/b", NULL, NULL, "/var/lib/a/idemgw-keys.db"},
+        {"", "/x/state", "/h", "/x/state/idemgw/idemgw-keys.db"},
+        {NULL, "/x/state", NULL, "/x/state/idemgw/idemgw-keys.db"},
+        {NULL, "relative/state", "/h", "/h/.local/state/idemgw/idemgw-keys.db"},
+        {NULL, "", "/h", "/h/.local/state/idemgw/idemgw-keys.db"},
+        {NULL, NULL, "/h", "/h/.local/state/idemgw/idemgw-keys.db"},
+        {NULL, NULL, NULL, NULL},
+        {"", "", "", NULL},
+    };
+    (void)state;
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        const char *names[] = {"STATE_DIRECTORY", "XDG_STATE_HOME", "HOME"};
+        const char *vals[] = {cases[i].state_dir, cases[i].xdg, cases[i].home};
+        for (size_t v = 0; v < ARRAY_LEN(names); v++) {
+            if (vals[v])
+                setenv(names[v], vals[v], 1);
+            else
+                unsetenv(names[v]);
+        }
+        char *got = config_store_default_path();
+        print_message("case %zu: %s\n", i, got ? got : "(none)");
+        if (cases[i].want)
+            assert_string_equal(got, cases[i].want);
+        else
+            assert_null(got);
+        /* the gateway's choice is this one */
+        char *path = NULL;
+        assert_int_equal(config_store_choose(NULL, &path), CONFIG_STORE_SQLITE);
+        if (cases[i].want)
+            assert_string_equal(path, cases[i].want);
+        else
+            assert_null(path);
+        free(path);
+        free(got);
+    }
+
+    unsetenv("STATE_DIRECTORY");
+    unsetenv("XDG_STATE_HOME");
+    unsetenv("HOME");
+    config_errors_t errs = {0};
+    assert_null(config_load_string("n.yaml", "upstream: http://h/mcp\n", &errs));
+    assert_int_equal(errs.n, 1);
+    assert_non_null(strstr(errs.msgs[0], "none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set"));
+    assert_non_null(strstr(errs.msgs[0], "database_url: sqlite:PATH"));
+    config_errors_free(&errs);
+    /* a named file needs no default folder */
+    config_t *c = must_load_str("upstream: http://h/mcp\ndatabase_url: sqlite:/k.db\n");
+    assert_string_equal(c->store_path, "/k.db");
+    config_free(c);
+    setenv("HOME", TEST_HOME, 1);
 }
 
 /* A Postgres database_url is read as libpq will read it: several hosts (a primary and its
@@ -1227,6 +1295,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_only, clear_env),
         cmocka_unit_test_setup(test_store_enabled, clear_env),
         cmocka_unit_test_setup(test_store_kinds, clear_env),
+        cmocka_unit_test_setup(test_store_default_path, clear_env),
         cmocka_unit_test_setup(test_database_url_hosts, clear_env),
         cmocka_unit_test_setup(test_missing_file, clear_env),
         cmocka_unit_test_setup(test_parse_host_port, clear_env),

@@ -177,12 +177,12 @@ static void test_key_cmd_hash(void **state)
 static void test_key_cmd_no_database(void **state)
 {
     (void)state;
-    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE",
-                                       "STATE_DIRECTORY"};
-    char *saved[5];
+    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST",          "PGDATABASE",
+                                       "PGSERVICE",           "STATE_DIRECTORY", "XDG_STATE_HOME"};
+    char *saved[6];
     char dir[] = "/tmp/idemgw-key-cmd-state-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         const char *v = getenv(vars[i]);
         saved[i] = v ? strdup(v) : NULL;
         unsetenv(vars[i]);
@@ -205,8 +205,14 @@ static void test_key_cmd_no_database(void **state)
     assert_non_null(strstr(last_err, "no database: database_url is none"));
     unsetenv("STATE_DIRECTORY");
     unsetenv("IDEMGW_DATABASE_URL");
+    /* --database-url names the store over the environment */
+    assert_int_equal(run_cmd(out, sizeof out, 10, "key", "--subject", "s", "--tool", "t", "--args",
+                             "{}", "--show", "--database-url", "none"),
+                     2);
+    assert_non_null(strstr(last_err, "no database: database_url is none"));
+    assert_non_null(strstr(last_err, "--database-url sqlite:PATH"));
     assert_int_equal(rmdir(dir), 0); /* nothing was created in it */
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (saved[i])
             setenv(vars[i], saved[i], 1);
         free(saved[i]);

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "capture.h"
+#include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,14 +98,17 @@ static void test_usage_errors(void **state)
     assert_non_null(strstr(out_buf, "--since"));
 }
 
-/* No store: database_url none, or an embedded store file that does not exist (never made). */
+/* No store: database_url none, or an embedded store file that does not exist (never made, nor
+ * its folders); each message says how to name a store. --database-url decides over the
+ * environment. */
 static void test_no_database(void **state)
 {
     (void)state;
-    static const char *const vars[] = {"IDEMGW_DATABASE_URL", "PGHOST", "PGDATABASE", "PGSERVICE",
-                                       "STATE_DIRECTORY"};
-    char *saved[5];
-    for (int i = 0; i < 5; i++) {
+    static const char *const vars[] = {
+        "IDEMGW_DATABASE_URL", "PGHOST",         "PGDATABASE", "PGSERVICE",
+        "STATE_DIRECTORY",     "XDG_STATE_HOME", "HOME"};
+    char *saved[ARRAY_LEN(vars)];
+    for (size_t i = 0; i < ARRAY_LEN(vars); i++) {
         const char *v = getenv(vars[i]);
         saved[i] = v ? strdup(v) : NULL;
         unsetenv(vars[i]);
@@ -120,9 +124,34 @@ static void test_no_database(void **state)
     setenv("IDEMGW_DATABASE_URL", url, 1);
     assert_int_equal(run_report(3, "report", "--since", "1h"), 2);
     assert_non_null(strstr(err_buf, "keys.db does not exist"));
-    assert_int_equal(rmdir(dir), 0); /* nothing was created in it */
+    /* --database-url over the environment's none */
+    setenv("IDEMGW_DATABASE_URL", "none", 1);
+    assert_int_equal(run_report(3, "report", "--database-url", url), 2);
+    assert_non_null(strstr(err_buf, "keys.db does not exist"));
+    assert_int_equal(run_report(3, "report", "--database-url", "sqlite:"), 2);
+    assert_non_null(
+        strstr(err_buf, "idemgw report: database_url: sqlite: needs a file (sqlite:PATH)"));
     unsetenv("IDEMGW_DATABASE_URL");
-    for (int i = 0; i < 5; i++) {
+
+    /* nothing named: the gateway's default file, under XDG_STATE_HOME here */
+    setenv("XDG_STATE_HOME", dir, 1);
+    setenv("HOME", "/nonexistent", 1);
+    assert_int_equal(run_report(1, "report"), 2);
+    char want[256];
+    snprintf(want, sizeof want,
+             "the embedded store's default file %s/idemgw/idemgw-keys.db does not exist", dir);
+    assert_non_null(strstr(err_buf, want));
+    assert_non_null(strstr(err_buf, "--database-url sqlite:PATH"));
+    assert_non_null(strstr(err_buf, "database_url in -c FILE"));
+    /* nowhere for a default file */
+    unsetenv("XDG_STATE_HOME");
+    unsetenv("HOME");
+    assert_int_equal(run_report(1, "report"), 2);
+    assert_non_null(strstr(err_buf, "none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set"));
+    assert_non_null(strstr(err_buf, "--database-url sqlite:PATH"));
+    assert_int_equal(rmdir(dir), 0); /* nothing was created in it */
+
+    for (size_t i = 0; i < ARRAY_LEN(vars); i++) {
         if (saved[i])
             setenv(vars[i], saved[i], 1);
         free(saved[i]);

@@ -9,7 +9,10 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 typedef struct utf8_case {
     const char *name;
@@ -151,12 +154,57 @@ static void test_fnv1a64(void **state)
     assert_true(util_fnv1a64("foobar") == UINT64_C(0x85944171f73967e8));
 }
 
+/* The folders on the way to a file are made with the mode asked for, those there are kept; a
+ * file in the way is an error naming it. */
+static void test_mkdir_parents(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/idemgw-mkdir-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char file[256], err[300] = "";
+    snprintf(file, sizeof file, "%s/a/b/keys.db", root);
+    mode_t old = umask(022);
+    assert_int_equal(util_mkdir_parents(file, 0700, err, sizeof err), 0);
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/a/b", root);
+    struct stat st;
+    assert_int_equal(stat(dir, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(access(file, F_OK), -1); /* the file is not made */
+    /* all there already: nothing to do */
+    assert_int_equal(util_mkdir_parents(file, 0700, err, sizeof err), 0);
+    /* no folder in the name: nothing to make */
+    assert_int_equal(util_mkdir_parents("keys.db", 0700, err, sizeof err), 0);
+    assert_int_equal(util_mkdir_parents("/keys.db", 0700, err, sizeof err), 0);
+
+    /* a file where a folder should be */
+    char blocker[256];
+    snprintf(blocker, sizeof blocker, "%s/a/b/f", root);
+    FILE *f = fopen(blocker, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(file, sizeof file, "%s/a/b/f/g/keys.db", root);
+    assert_int_equal(util_mkdir_parents(file, 0700, err, sizeof err), -1);
+    char want[300];
+    snprintf(want, sizeof want, "cannot create the folder %s/a/b/f: it exists and is not a folder",
+             root);
+    assert_string_equal(err, want);
+    umask(old);
+
+    assert_int_equal(unlink(blocker), 0);
+    assert_int_equal(rmdir(dir), 0);
+    snprintf(dir, sizeof dir, "%s/a", root);
+    assert_int_equal(rmdir(dir), 0);
+    assert_int_equal(rmdir(root), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_utf8_table), cmocka_unit_test(test_utf8_decode),
         cmocka_unit_test(test_iso_utc_ms), cmocka_unit_test(test_log_line_time),
-        cmocka_unit_test(test_fnv1a64),
+        cmocka_unit_test(test_fnv1a64),    cmocka_unit_test(test_mkdir_parents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
