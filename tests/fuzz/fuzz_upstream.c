@@ -6,7 +6,7 @@
 #include "decode.h"
 #include "mcp.h"
 #include "sse.h"
-#include "upstream.h"
+#include "upstream_http.h"
 
 #include <event2/buffer.h>
 #include <jansson.h>
