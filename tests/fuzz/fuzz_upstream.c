@@ -18,7 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* upstream.c links against the process; the socketless parser never reaches it */
+/* upstream_http.c links against the process; the socketless parser never reaches it */
 
 #define CAPTURE_MAX 65536
 
