@@ -7,9 +7,11 @@
  * callback runs inside upstream_open (not even for a request that fails at once: that one ends
  * from the loop). Then the owner gets on_head at most once (never when the call fails before an
  * answer begins), on_body any number of times after on_head, and on_end exactly once, last.
- * - Inside any callback the owner may pause or resume the call, discard it, or abandon it; after
- *   upstream_abandon no callback runs for the call, so an owner that abandons from on_head or
- *   on_body must not expect on_end.
+ * - From on_head and on_body the owner may pause or resume the call and discard it; from on_end
+ *   it may only discard it. It abandons a call from outside that call's callbacks (from another
+ *   event: the agent gone, a cancel, the drain), never from inside them: an implementation in
+ *   the middle of delivering what it read need not survive it. After upstream_abandon no
+ *   callback runs for the call, on_end included.
  * - The headers passed to on_head and the bytes passed to on_body are the implementation's:
  *   valid only during the callback; the owner copies what it keeps.
  * - During on_end the owner may still call upstream_discard. Once on_end returns (or once
