@@ -12,6 +12,7 @@
  *   event: the agent gone, a cancel, the drain), never from inside them: an implementation in
  *   the middle of delivering what it read need not survive it. After upstream_abandon no
  *   callback runs for the call, on_end included.
+ * - From on_end the owner may open its next call on the same upstream (a client's next step).
  * - The headers passed to on_head and the bytes passed to on_body are the implementation's:
  *   valid only during the callback; the owner copies what it keeps.
  * - During on_end the owner may still call upstream_discard. Once on_end returns (or once
