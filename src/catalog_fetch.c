@@ -4,9 +4,9 @@
 #include "config.h"
 
 #include "http_headers.h"
-#include "upstream_http.h"
 #include "log.h"
 #include "rpc_reader.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <event2/buffer.h>
