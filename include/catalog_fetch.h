@@ -1,6 +1,6 @@
 /* The gateway as an MCP client of its upstream, for one purpose: reading the tool catalogue.
  * initialize, notifications/initialized, tools/list (every page), then DELETE of the session,
- * on the event loop through the upstream pool. Used at start (retried until the upstream
+ * on the event loop through the upstream (upstream.h). Used at start (retried until the upstream
  * answers) and by `idemgw tools`. */
 #ifndef IDEMGW_CATALOG_FETCH_H
 #define IDEMGW_CATALOG_FETCH_H
@@ -19,9 +19,8 @@ typedef void (*catalog_fetch_done_fn)(void *arg, int n_tools, const char *error)
 
 typedef struct catalog_fetch_opts {
     struct event_base *base;
-    upstream_pool_t *pool;
-    const char *target;  /* the MCP endpoint's path (copied, as host and headers) */
-    const char *host;    /* the Host header */
+    upstream_t *upstream; /* outlives the fetch */
+    const char *target;   /* the MCP endpoint's path (copied, as headers) */
     const char *headers; /* extra request header lines ("Name: v\r\n"...), may be NULL */
     catalog_t *catalog;  /* learns every page */
     /* each page's result JSON text as it arrives (may be NULL), with page_arg */

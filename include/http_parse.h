@@ -1,5 +1,5 @@
 /* llhttp, set up once for both directions: the agents' requests (http_conn.c) and the
- * upstream's responses (upstream.c). The parser collects each message's head into an
+ * upstream's responses (upstream_http.c). The parser collects each message's head into an
  * http_headers_t, counts the head against a limit, stops at the end of every message so the
  * bytes after it are never read as part of it, and hands the rest (target, head complete, body,
  * end) to its owner's callbacks.

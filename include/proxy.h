@@ -20,7 +20,7 @@
 #include <stdbool.h>
 
 struct event_base;
-struct upstream_pool;
+struct upstream;
 
 typedef struct proxy proxy_t;
 
@@ -41,7 +41,7 @@ typedef struct proxy_hooks {
 typedef struct proxy_ctx {
     struct event_base *base;
     const config_t *cfg;
-    struct upstream_pool *pool;
+    struct upstream *upstream; /* where requests go (upstream.h); outlives the proxy */
     server_stats_t *stats;
     struct catalog *catalog; /* the upstream's tools, learned from tools/list; NULL: policy only */
     struct tracer *tracer;   /* OpenTelemetry spans; NULL: tracing off */

@@ -1,12 +1,25 @@
-/* Connections to the MCP server: a pool of keep-alive HTTP/1.1 connections (plain or TLS),
- * each parsing one response at a time with llhttp and streaming it to its owner.
+/* The upstream: where the gateway sends an MCP request and from where the answer streams back.
+ * An ops table (as the store's): the MCP server over HTTP (upstream_http.h) is one
+ * implementation, a child process speaking JSON-RPC on its stdio can be another. The request
+ * object and the catalogue fetch hold an upstream_t main gives them and call only through it.
  *
- * Contract: upstream_send hands the request bytes to a connection and returns it. The owner
- * then gets on_head once (unless the exchange fails first), on_body any number of times, and
- * on_end exactly once, last. During on_end the owner may still call upstream_discard; once
- * on_end returns the connection is no longer the owner's: it goes back to the pool or is closed.
- * upstream_abandon ends the relationship early (the connection is closed, no more callbacks).
- * Callbacks never run inside upstream_send. */
+ * Callback contract. upstream_open hands the request over and returns the call's handle; no
+ * callback runs inside upstream_open (not even for a request that fails at once: that one ends
+ * from the loop). Then the owner gets on_head at most once (never when the call fails before an
+ * answer begins), on_body any number of times after on_head, and on_end exactly once, last.
+ * - From on_head and on_body the owner may pause or resume the call and discard it; from on_end
+ *   it may only discard it. It abandons a call from outside that call's callbacks (from another
+ *   event: the agent gone, a cancel, the drain), never from inside them: an implementation in
+ *   the middle of delivering what it read need not survive it. After upstream_abandon no
+ *   callback runs for the call, on_end included.
+ * - From on_end the owner may open its next call on the same upstream (a client's next step).
+ * - The headers passed to on_head and the bytes passed to on_body are the implementation's:
+ *   valid only during the callback; the owner copies what it keeps.
+ * - During on_end the owner may still call upstream_discard. Once on_end returns (or once
+ *   upstream_abandon returns) the handle is no longer the owner's: the implementation may reuse
+ *   or free it, and the owner must not pass it to any call again.
+ * - The owner may free itself only after the call is over (on_end returned, or it abandoned the
+ *   call), and never from inside on_head or on_body of a call still running. */
 #ifndef IDEMGW_UPSTREAM_H
 #define IDEMGW_UPSTREAM_H
 
@@ -14,84 +27,74 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 struct evbuffer;
 
+/* How a call ended. A transport maps its own failures onto these. */
 typedef enum {
     UPSTREAM_OK = 0,           /* the whole response arrived */
     UPSTREAM_ERR_CONNECT,      /* could not connect: the request was never sent */
     UPSTREAM_ERR_HEAD_TIMEOUT, /* sent, no response head in time */
     UPSTREAM_ERR_IDLE_TIMEOUT, /* response body went silent for too long */
     UPSTREAM_ERR_CLOSED,       /* the server closed or reset before the response ended */
-    UPSTREAM_ERR_PROTOCOL,     /* the response was not valid HTTP */
+    UPSTREAM_ERR_PROTOCOL,     /* the response was not valid for the transport */
 } upstream_result_t;
 
 const char *upstream_result_str(upstream_result_t r);
 
+/* What the owner of a call hears (arg is the one it passed to upstream_open). */
 typedef struct upstream_cbs {
+    /* the answer begins: its status and headers as an HTTP response to the agent carries
+     * them (a transport without them makes them up: 200, Content-Type) */
     void (*on_head)(void *arg, int status, const http_headers_t *headers);
+    /* the next bytes of the answer's body */
     void (*on_body)(void *arg, const char *data, size_t len);
+    /* the call is over: res says whether the whole answer arrived */
     void (*on_end)(void *arg, upstream_result_t res);
 } upstream_cbs_t;
 
-struct event_base;
-struct ssl_ctx_st;
+/* One request as the agent sent it, with what the gateway adds. */
+typedef struct upstream_request {
+    const char *method;            /* "POST", "GET", "DELETE", ... */
+    const char *target;            /* origin-form path and query */
+    const http_headers_t *headers; /* the agent's; NULL: none. Hop-by-hop ones are dropped */
+    const char *extra_headers;     /* lines the gateway adds ("Name: v\r\n"...), or NULL */
+    const char *client_ip;         /* the agent's address, or NULL */
+    struct evbuffer *body;         /* drained by upstream_open; NULL: none */
+    bool has_body;                 /* a body is sent, if empty (POST); false: no body at all */
+    bool fresh; /* must not share a channel with an earlier request's answer (a resent call) */
+} upstream_request_t;
 
-typedef struct upstream_conn upstream_conn_t;
-typedef struct upstream_pool upstream_pool_t;
+/* One request in flight: the implementation's, opaque to the owner. */
+typedef struct upstream_call upstream_call_t;
 
-/* What the pool reads at each use, so a reload that changes it takes effect at once. */
-typedef struct upstream_limits {
-    uint64_t connect_timeout_ms; /* connect (and TLS handshake) */
-    uint64_t timeout_ms;         /* request sent -> response head */
-    uint64_t idle_timeout_ms;    /* most silence inside a response, and of an idle connection */
-    int pool;                    /* idle keep-alive connections kept */
-} upstream_limits_t;
+typedef struct upstream_ops {
+    const char *name; /* for logs: "http", "stdio" */
+    /* Sends req; never NULL (a failure is reported through on_end from the loop). */
+    upstream_call_t *(*open)(void *state, const upstream_request_t *req, const upstream_cbs_t *cbs,
+                             void *arg);
+    /* Stops (true) or resumes reading the answer: backpressure from a slow agent. */
+    void (*pause)(void *state, upstream_call_t *call, bool paused);
+    /* Ends the call now: no more callbacks; the request may be cut off. */
+    void (*abandon)(void *state, upstream_call_t *call);
+    /* The answer was not the one asked for: whatever carried it is not used again. */
+    void (*discard)(void *state, upstream_call_t *call);
+    /* Frees the state (calls still running were abandoned first). */
+    void (*free)(void *state);
+} upstream_ops_t;
 
-typedef struct upstream_opts {
-    struct event_base *base;
-    struct ssl_ctx_st *tls; /* an https upstream (verifying host), else NULL */
-    const char *host;       /* copied */
-    unsigned port;
-    const upstream_limits_t *limits; /* outlives the pool */
-    const bool *draining;            /* when true, connections are not kept; may be NULL */
-} upstream_opts_t;
+/* An upstream: an implementation and its state. */
+typedef struct upstream {
+    const upstream_ops_t *ops;
+    void *state;
+} upstream_t;
 
-/* A TLS client context that verifies the upstream's certificate against ca_file (PEM), or the
- * system's CA store when ca_file is NULL. NULL with msg on failure, naming ca_file by setting,
- * the configuration key it came from ("upstream_ca_file"). */
-struct ssl_ctx_st *upstream_tls_new(const char *ca_file, const char *setting, char *msg,
-                                    size_t msglen);
-
-/* Resolves the upstream address (blocking, at start). NULL with msg on failure. */
-upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen);
-void upstream_pool_free(upstream_pool_t *pool);
-/* Closes idle connections (drain, reload). */
-void upstream_pool_close_idle(upstream_pool_t *pool);
-
-/* Sends request (moved out of the buffer) on a pooled connection that is provably clean, or on
- * a new one. fresh: always a new connection, one no earlier request's response can reach. */
-upstream_conn_t *upstream_send(upstream_pool_t *pool, struct evbuffer *request, bool fresh,
+upstream_call_t *upstream_open(upstream_t *u, const upstream_request_t *req,
                                const upstream_cbs_t *cbs, void *arg);
-/* Stops or resumes reading the response (backpressure from a slow agent). */
-void upstream_pause(upstream_conn_t *up, bool paused);
-void upstream_abandon(upstream_conn_t *up);
-/* The response read on up was not the one asked for: close the connection when the exchange
- * ends instead of pooling it. May be called from any callback, on_end included. */
-void upstream_discard(upstream_conn_t *up);
-
-/* The response path without a socket (for the fuzzer): parses one response from bytes that end
- * where the server closed. Calls on_head and on_body as a connection would, never on_end; returns
- * the result and in *rest how many bytes followed the response. */
-/* How long an idle connection may be kept, given the response's Keep-Alive header (NULL when
- * absent): a second under the server's own timeout, at most dflt; 0 means do not keep it. */
-uint64_t upstream_keep_alive_ms(const char *keep_alive, uint64_t dflt);
-
-upstream_result_t upstream_parse_response(const char *data, size_t len, const upstream_cbs_t *cbs,
-                                          void *arg, size_t *rest);
-
-/* Probes the upstream with a TCP connect; cb(ok, arg) runs later from the loop. */
-void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void *arg);
+void upstream_pause(upstream_t *u, upstream_call_t *call, bool paused);
+void upstream_abandon(upstream_t *u, upstream_call_t *call);
+void upstream_discard(upstream_t *u, upstream_call_t *call);
+/* Frees u and its state; NULL is fine. */
+void upstream_free(upstream_t *u);
 
 #endif

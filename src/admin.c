@@ -1,7 +1,7 @@
 #include "admin.h"
 #include "policy.h"
 #include "store.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <event2/buffer.h>

@@ -6,6 +6,7 @@
 #include "http_headers.h"
 #include "log.h"
 #include "rpc_reader.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -27,9 +28,9 @@ typedef enum { STEP_INITIALIZE, STEP_INITIALIZED, STEP_LIST, STEP_DELETE } step_
 
 struct catalog_fetch {
     catalog_fetch_opts_t o; /* its strings point to the copies below */
-    char *target, *host, *headers;
+    char *target, *headers;
     step_t step;
-    upstream_conn_t *up;
+    upstream_call_t *up;
     rpc_reader_t reader;
     int status;
     char *session;  /* Mcp-Session-Id the server gave, or NULL */
@@ -233,16 +234,18 @@ static void send_step(catalog_fetch_t *f)
                   version ? version : "", f->o.headers ? f->o.headers : "");
     free(session);
     free(version);
-    http_headers_t none;
-    http_headers_init(&none);
     struct evbuffer *out = evbuffer_new();
-    http_write_request_head(out, method, f->o.target, &none, f->o.host, NULL,
-                            body[0] ? (long long)strlen(body) : -1, extra);
     evbuffer_add(out, body, strlen(body));
-    free(extra);
-    http_headers_free(&none);
-    f->up = upstream_send(f->o.pool, out, false, &fetch_cbs, f);
+    upstream_request_t r = {
+        .method = method,
+        .target = f->o.target,
+        .extra_headers = extra,
+        .body = out,
+        .has_body = body[0] != '\0',
+    };
+    f->up = upstream_open(f->o.upstream, &r, &fetch_cbs, f);
     evbuffer_free(out);
+    free(extra);
 }
 
 catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
@@ -251,7 +254,6 @@ catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
     f->o = *opts;
     /* the caller's strings may go before the fetch ends (a reload frees the old config) */
     f->o.target = f->target = xstrdup(opts->target);
-    f->o.host = f->host = xstrdup(opts->host);
     f->o.headers = f->headers = opts->headers ? xstrdup(opts->headers) : NULL;
     f->later = evtimer_new(opts->base, finish_cb, f);
     f->step = STEP_INITIALIZE;
@@ -264,14 +266,13 @@ void catalog_fetch_cancel(catalog_fetch_t *f)
     if (!f)
         return;
     if (f->up)
-        upstream_abandon(f->up);
+        upstream_abandon(f->o.upstream, f->up);
     rpc_reader_free(&f->reader);
     event_free(f->later);
     free(f->session);
     free(f->protocol);
     free(f->cursor);
     free(f->target);
-    free(f->host);
     free(f->headers);
     free(f);
 }
@@ -302,6 +303,7 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
     snprintf(err, errlen, "no answer");
     struct ssl_ctx_st *tls = NULL;
     upstream_pool_t *pool = NULL;
+    upstream_t *upstream = NULL;
     upstream_limits_t limits = {
         .connect_timeout_ms = cfg->upstream_connect_timeout_ms,
         .timeout_ms = cfg->upstream_timeout_ms,
@@ -320,11 +322,11 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
     };
     if (!(pool = upstream_pool_new(&uo, err, errlen)))
         goto out;
+    upstream = upstream_http_new(pool, cfg->upstream_host_header);
     catalog_fetch_opts_t fo = {
         .base = run.base,
-        .pool = pool,
+        .upstream = upstream,
         .target = cfg->upstream_path,
-        .host = cfg->upstream_host_header,
         .headers = headers && *headers ? headers : NULL,
         .catalog = catalog,
         .on_page = on_page,
@@ -335,6 +337,7 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
     catalog_fetch_start(&fo);
     event_base_dispatch(run.base);
 out:
+    upstream_free(upstream);
     if (pool)
         upstream_pool_free(pool);
     event_base_loop(run.base, EVLOOP_NONBLOCK);

@@ -438,7 +438,7 @@ void exchange_respond_json(exchange_t *ex, int status, const char *body, const c
     }
     if (ex->up) {
         /* a drain ends a GET stream that had no head yet */
-        upstream_abandon(ex->up);
+        upstream_abandon(ex->proxy->ctx.upstream, ex->up);
         ex->up = NULL;
     }
     set_state(ex, EX_DONE);
@@ -556,7 +556,7 @@ static void on_client_drained(void *arg)
     exchange_t *ex = arg;
     if (ex->paused && ex->up) {
         ex->paused = false;
-        upstream_pause(ex->up, false);
+        upstream_pause(ex->proxy->ctx.upstream, ex->up, false);
     }
 }
 
@@ -585,12 +585,12 @@ static void on_client_gone(void *arg)
         /* not a cancellation: read to the end so a protected result gets stored */
         if (ex->paused && ex->up) {
             ex->paused = false;
-            upstream_pause(ex->up, false);
+            upstream_pause(ex->proxy->ctx.upstream, ex->up, false);
         }
         return;
     }
     if (ex->up) {
-        upstream_abandon(ex->up);
+        upstream_abandon(ex->proxy->ctx.upstream, ex->up);
         ex->up = NULL;
     }
     ex->answered = true;
@@ -667,7 +667,7 @@ static void on_up_body(void *arg, const char *data, size_t len)
     if (ex->client && !ex->paused && ex->up &&
         http_conn_output_len(ex->client) > CLIENT_HIGH_WATERMARK) {
         ex->paused = true;
-        upstream_pause(ex->up, true);
+        upstream_pause(ex->proxy->ctx.upstream, ex->up, true);
     }
 }
 
@@ -681,7 +681,7 @@ static void on_up_end(void *arg, upstream_result_t res)
 {
     exchange_t *ex = arg;
     proxy_t *p = ex->proxy;
-    upstream_conn_t *up = ex->up;
+    upstream_call_t *up = ex->up;
     ex->up = NULL;
     ex->up_result = res;
     if (ex->forward_ms)
@@ -701,7 +701,7 @@ static void on_up_end(void *arg, upstream_result_t res)
         return; /* the observer answered from on_end: nothing of the exchange is left to do */
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
-        upstream_discard(up);
+        upstream_discard(p->ctx.upstream, up);
     }
     if (!ex->head_sent) {
         if (ex->held) {
@@ -728,7 +728,7 @@ void exchange_end_upstream(exchange_t *ex)
 {
     if (!ex->up)
         return;
-    upstream_abandon(ex->up);
+    upstream_abandon(ex->proxy->ctx.upstream, ex->up);
     ex->cut = true;
     on_up_end(ex, UPSTREAM_ERR_CLOSED);
 }
@@ -752,17 +752,19 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
         traced_extra = xasprintf("%straceparent: %s\r\n", extra_headers ? extra_headers : "", tp);
         extra_headers = traced_extra;
     }
-    struct evbuffer *out = evbuffer_new();
-    size_t blen = evbuffer_get_length(ex->req->body);
-    long long body_len = ex->req->method == HTTP_POST || blen > 0 ? (long long)blen : -1;
-    http_write_request_head(out, ex->req->method_name, ex->req->target, &ex->req->headers,
-                            p->ctx.cfg->upstream_host_header, ex->req->client_ip, body_len,
-                            extra_headers);
-    evbuffer_add_buffer(out, ex->req->body);
+    upstream_request_t r = {
+        .method = ex->req->method_name,
+        .target = ex->req->target,
+        .headers = &ex->req->headers,
+        .extra_headers = extra_headers,
+        .client_ip = ex->req->client_ip,
+        .body = ex->req->body,
+        .has_body = ex->req->method == HTTP_POST,
+        .fresh = fresh,
+    };
     p->ctx.stats->forwarded++;
     ex->forward_ms = util_now_ms();
-    ex->up = upstream_send(p->ctx.pool, out, fresh, &up_cbs, ex);
-    evbuffer_free(out);
+    ex->up = upstream_open(p->ctx.upstream, &r, &up_cbs, ex);
     free(traced_extra);
 }
 
@@ -779,7 +781,7 @@ void proxy_drain(proxy_t *p)
                 respond_error(ex, 503, -32000, "the gateway is shutting down", NULL);
             } else {
                 if (ex->up) {
-                    upstream_abandon(ex->up);
+                    upstream_abandon(p->ctx.upstream, ex->up);
                     ex->up = NULL;
                 }
                 ex->up_result = UPSTREAM_OK; /* a clean end of the stream for the agent */

@@ -51,7 +51,7 @@ struct exchange {
     bool has_msg;
     json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
     tool_class_t tool_class; /* of a tools/call's tool, as the router classified it */
-    upstream_conn_t *up; /* while the upstream exchange runs */
+    upstream_call_t *up;     /* while the upstream call runs */
     upstream_result_t up_result;
     bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */
     bool discard_up;       /* the upstream connection must not be reused */

@@ -3,7 +3,7 @@
 
 #include "http_headers.h"
 #include "log.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -133,7 +133,7 @@ static void start_fetch(jwks_source_t *s)
     http_write_request_head(out, "GET", s->path, &none, s->host_header, NULL, -1,
                             "Accept: application/jwk-set+json, application/json\r\n");
     http_headers_free(&none);
-    s->up = upstream_send(s->pool, out, false, &fetch_cbs, s);
+    s->up = upstream_http_send(s->pool, out, false, &fetch_cbs, s);
     evbuffer_free(out);
 }
 
@@ -214,7 +214,7 @@ void jwks_source_free(jwks_source_t *s)
     if (!s)
         return;
     if (s->up)
-        upstream_abandon(s->up);
+        upstream_http_abandon(s->up);
     if (s->refresh_timer)
         event_free(s->refresh_timer);
     if (s->report)

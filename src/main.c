@@ -23,7 +23,7 @@
 #include "store_sqlite.h"
 #include "subject.h"
 #include "trace.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 #include "warn_memo.h"
 
@@ -58,6 +58,7 @@ typedef struct server {
     config_t *cfg;              /* live config; replaced on SIGHUP */
     struct store *store;        /* NULL when no store is configured (database_url: none) */
     struct upstream_pool *pool; /* keep-alive upstream connections */
+    upstream_t *upstream;       /* the MCP server, over pool: where requests go */
     struct proxy *proxy;        /* the MCP listener's requests */
     catalog_t *catalog;         /* the upstream's tools and their annotations */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
@@ -345,9 +346,8 @@ static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
         return;
     catalog_fetch_opts_t o = {
         .base = server->base,
-        .pool = server->pool,
+        .upstream = server->upstream,
         .target = server->cfg->upstream_path,
-        .host = server->cfg->upstream_host_header,
         .catalog = server->catalog,
         .done = catalog_fetched,
     };
@@ -520,7 +520,7 @@ static void wire_stages(server_t *s)
     proxy_ctx_t pc = {
         .base = s->base,
         .cfg = s->cfg,
-        .pool = s->pool,
+        .upstream = s->upstream,
         .stats = s->stats,
         .catalog = s->catalog,
         .subject = s->subject,
@@ -636,6 +636,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         fprintf(stderr, "idemgw: %s\n", msg);
         goto out;
     }
+    server->upstream = upstream_http_new(server->pool, cfg->upstream_host_header);
     if (cfg->store_enabled) {
         store_options_t so = {
             .conninfo = cfg->database_url,
@@ -792,6 +793,7 @@ out:
         evconnlistener_free(server->admin_listener);
     if (server->store)
         store_free(server->store);
+    upstream_free(server->upstream);
     upstream_pool_free(server->pool);
     proxy_free(server->proxy);
     idem_free(server->idem);

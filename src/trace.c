@@ -2,7 +2,7 @@
 #include "trace.h"
 
 #include "log.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -177,7 +177,7 @@ static void send_batch(tracer_t *t)
     evbuffer_free(body);
     t->sending = true;
     t->status = 0;
-    t->up = upstream_send(t->pool, req, false, &export_cbs, t);
+    t->up = upstream_http_send(t->pool, req, false, &export_cbs, t);
     evbuffer_free(req);
 }
 
@@ -247,7 +247,7 @@ void tracer_drain(tracer_t *t, uint64_t within_ms)
     /* what missed the deadline is counted dropped here, once: the batch still on its way is
      * ended, so no late answer counts it again or reaches a freed tracer */
     if (t->up)
-        upstream_abandon(t->up);
+        upstream_http_abandon(t->up);
     t->up = NULL;
     t->sending = false;
     t->in_flight = 0;
@@ -314,7 +314,7 @@ void tracer_free(tracer_t *t)
         return;
     event_free(t->timer);
     if (t->up)
-        upstream_abandon(t->up);
+        upstream_http_abandon(t->up);
     upstream_pool_free(t->pool);
     if (t->tls)
         SSL_CTX_free(t->tls);

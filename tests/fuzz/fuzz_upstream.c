@@ -6,7 +6,7 @@
 #include "decode.h"
 #include "mcp.h"
 #include "sse.h"
-#include "upstream.h"
+#include "upstream_http.h"
 
 #include <event2/buffer.h>
 #include <jansson.h>
@@ -18,7 +18,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-/* upstream.c links against the process; the socketless parser never reaches it */
+/* upstream_http.c links against the process; the socketless parser never reaches it */
 
 #define CAPTURE_MAX 65536
 

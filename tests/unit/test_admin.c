@@ -7,7 +7,7 @@
 #include "policy.h"
 #include "stats.h"
 #include "store.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <arpa/inet.h>

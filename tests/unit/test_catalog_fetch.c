@@ -6,7 +6,7 @@
 #include "catalog.h"
 #include "catalog_fetch.h"
 #include "config.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -33,6 +33,7 @@ static struct evconnlistener *listener;
 static int port;
 static upstream_limits_t up_limits = {1000, 2000, 2000, 1};
 static upstream_pool_t *pool;
+static upstream_t *upstream; /* over pool */
 static config_t *cfg;
 static catalog_t *catalog;
 
@@ -171,6 +172,7 @@ static int setup(void **state)
     char msg[200];
     pool = upstream_pool_new(&uo, msg, sizeof(msg));
     assert_non_null(pool);
+    upstream = upstream_http_new(pool, "127.0.0.1:1");
     config_errors_t errs = {0};
     cfg = config_load_string("t.yaml", "upstream: http://127.0.0.1:9/mcp\n", &errs);
     assert_non_null(cfg);
@@ -185,6 +187,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     catalog_free(catalog);
+    upstream_free(upstream);
     upstream_pool_free(pool);
     if (listener)
         evconnlistener_free(listener);
@@ -227,9 +230,8 @@ static outcome_t fetch(const char *headers)
     outcome_t o = {0};
     catalog_fetch_opts_t fo = {
         .base = base,
-        .pool = pool,
+        .upstream = upstream,
         .target = "/mcp",
-        .host = "127.0.0.1:1",
         .headers = headers,
         .catalog = catalog,
         .on_page = on_page,
@@ -347,9 +349,8 @@ static void a_cancelled_fetch_is_silent(void **state)
 {
     outcome_t o = {0};
     catalog_fetch_opts_t fo = {.base = base,
-                               .pool = pool,
+                               .upstream = upstream,
                                .target = "/mcp",
-                               .host = "h",
                                .catalog = catalog,
                                .done = on_done,
                                .arg = &o};

@@ -7,7 +7,7 @@
 #include "http_conn.h"
 #include "proxy.h"
 #include "subject.h"
-#include "upstream.h"
+#include "upstream_http.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -36,6 +36,7 @@ static config_t *cfg;
 static server_stats_t stats;
 static upstream_limits_t up_limits = {1000, 2000, 2000, 4};
 static upstream_pool_t *pool;
+static upstream_t *upstream; /* over pool */
 static proxy_t *proxy;
 static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
 static http_context_t conns;
@@ -148,11 +149,12 @@ static int setup(void **state)
     char msg[200];
     pool = upstream_pool_new(&uo, msg, sizeof(msg));
     assert_non_null(pool);
+    upstream = upstream_http_new(pool, cfg->upstream_host_header);
     subject = subject_new(base, &cfg->subject, msg, sizeof(msg));
     assert_non_null(subject);
     proxy_ctx_t pc = {.base = base,
                       .cfg = cfg,
-                      .pool = pool,
+                      .upstream = upstream,
                       .stats = &stats,
                       .subject = subject,
                       .n_workers = 1};
@@ -176,6 +178,7 @@ static int teardown(void **state)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     proxy_free(proxy);
     subject_free(subject);
+    upstream_free(upstream);
     upstream_pool_free(pool);
     if (up_listener)
         evconnlistener_free(up_listener);

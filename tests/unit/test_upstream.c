@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "upstream.h"
+#include "upstream_http.h"
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
@@ -245,7 +245,7 @@ static void exchange(exchange_t *ex, bool fresh)
     *ex = (exchange_t){0};
     struct evbuffer *req = evbuffer_new();
     evbuffer_add_printf(req, "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    upstream_conn_t *up = upstream_send(pool, req, fresh, &ex_cbs, ex);
+    upstream_conn_t *up = upstream_http_send(pool, req, fresh, &ex_cbs, ex);
     assert_non_null(up);
     assert_false(ex->ended); /* never inside upstream_send */
     assert_int_equal(evbuffer_get_length(req), 0);
