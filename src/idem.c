@@ -1195,7 +1195,6 @@ static void on_finished(store_status_t st, bool fence_matched, uint64_t window_m
     idem_t *i = c->idem;
     uint64_t conn_id = exchange_conn_id(c->ex);
     if (st != STORE_OK) {
-        i->ctx.stats->store_errors++;
         log_error(conn_id, "could not record the outcome of key %.*s: %s", KEY_HASH_LOG_LEN,
                   c->key_hash, store_status_str(st));
     } else if (!fence_matched) {

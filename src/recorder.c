@@ -9,6 +9,7 @@
 /* A finish the store has not answered yet: what the cache needs once it has. */
 typedef struct finishing {
     replay_cache_t *cache;
+    server_stats_t *stats;
     store_state_t state;
     char *key;
     char *args_digest;
@@ -42,6 +43,8 @@ static void finishing_free(finishing_t *f)
 static void on_store_finished(store_status_t st, bool fence_matched, void *arg)
 {
     finishing_t *f = arg;
+    if (st != STORE_OK)
+        f->stats->store_errors++;
     /* only a write this claim made: a claim taken over left another's outcome in the row */
     if (st == STORE_OK && fence_matched && f->state == STORE_STATE_SUCCEEDED && f->cache) {
         replay_cache_put(f->cache, f->key, f->args_digest ? f->args_digest : "", f->result,
@@ -81,6 +84,7 @@ store_status_t recorder_finish(const recorder_ctx_t *r, const recorder_call_t *c
     }
     finishing_t *f = xcalloc(1, sizeof(*f));
     f->cache = r->cache;
+    f->stats = r->stats;
     f->state = state;
     f->key = xstrdup(call->key);
     f->args_digest = dup_or_null(call->args_digest);
@@ -97,7 +101,9 @@ store_status_t recorder_finish(const recorder_ctx_t *r, const recorder_call_t *c
     f->arg = arg;
     store_status_t st = store_finish(r->store, call->key, call->fence, state, result, result_len,
                                      too_large, window_ms, on_store_finished, f);
-    if (st != STORE_OK)
+    if (st != STORE_OK) {
+        r->stats->store_errors++;
         finishing_free(f);
+    }
     return st;
 }

@@ -19,7 +19,7 @@ typedef struct recorder_ctx {
     store_t *store;
     struct replay_cache *cache; /* succeeded results, for replays without a store round trip */
     struct task_routes *tasks;  /* task handles recorded here: the sessions they live in */
-    server_stats_t *stats;
+    server_stats_t *stats;      /* store_errors counts the writes that failed */
 } recorder_ctx_t;
 
 /* What the call was, as the recorder needs it. Every pointer is read during recorder_finish
