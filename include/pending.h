@@ -15,9 +15,14 @@
 #include <stdint.h>
 
 typedef struct pending_reg pending_reg_t;
+struct recorder_ctx;
+struct recorder_call;
 
 typedef struct pending_ctx {
     store_t *store;
+    /* finishes the keys, as for an answer on the POST's own stream (recorder.h): lives as long
+     * as the registry */
+    const struct recorder_ctx *recorder;
     server_stats_t *stats;
     /* a response finished a pending call of session: the session may be idle now */
     void (*session_idle)(void *arg, const char *session);
@@ -30,9 +35,10 @@ typedef struct pending_ctx {
 pending_reg_t *pending_new(const pending_ctx_t *ctx);
 void pending_free(pending_reg_t *r);
 
-/* Remembers a call of session: its JSON-RPC id, key (and its hash, for logs) and fence. */
-void pending_add(pending_reg_t *r, const char *session, const json_t *id, const char *key,
-                 const char *key_hash, int64_t fence, const policy_rules_t *rules);
+/* Remembers a call (call->session, which must not be NULL): what its recorder needs, copied, and
+ * the JSON-RPC id its final response will carry. */
+void pending_add(pending_reg_t *r, const struct recorder_call *call, const json_t *id,
+                 const policy_rules_t *rules);
 /* A call of session is still pending (entries past their lease are dropped first). */
 bool pending_has_session(pending_reg_t *r, const char *session);
 /* A GET stream is about to be forwarded: if its session has calls pending, watch it. */

@@ -11,6 +11,7 @@
 #include "log.h"
 #include "outcome.h"
 #include "pending.h"
+#include "recorder.h"
 #include "policy.h"
 #include "replay_cache.h"
 #include "revision.h"
@@ -87,6 +88,7 @@ static const unsigned call_transitions[CALL_N_STATES] = {
 struct idem {
     idem_ctx_t ctx;
     pending_reg_t *pending;
+    recorder_ctx_t recorder; /* finishes keys, for the POST's answers and the GET streams' */
     struct call *live;      /* calls claiming their key or run by the upstream: for cancels */
     task_routes_t *tasks;   /* tasks this process stored or replayed: their sessions */
     dup_recent_t *recent;   /* each key's recent attempts, for the duplicate-source rules */
@@ -1186,13 +1188,13 @@ static bool call_answer_seen(void *arg)
     return c->final_seen;
 }
 
-static void on_finished(store_status_t st, bool fence_matched, void *arg)
+static void on_finished(store_status_t st, bool fence_matched, uint64_t window_ms, void *arg)
 {
     call_t *c = arg;
+    (void)window_ms;
     idem_t *i = c->idem;
     uint64_t conn_id = exchange_conn_id(c->ex);
     if (st != STORE_OK) {
-        i->ctx.stats->store_errors++;
         log_error(conn_id, "could not record the outcome of key %.*s: %s", KEY_HASH_LOG_LEN,
                   c->key_hash, store_status_str(st));
     } else if (!fence_matched) {
@@ -1202,12 +1204,6 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
         /* logged once the store has it: a retry sent after this line sees the outcome */
         log_info(conn_id, "key %.*s recorded as %s (%s)", KEY_HASH_LOG_LEN, c->key_hash,
                  store_state_str(c->recorded), outcome_why_str(c->why));
-        if (c->recorded == STORE_STATE_SUCCEEDED) {
-            replay_cache_put(i->ctx.cache, c->key, c->args_digest, c->result, c->result_len,
-                             c->claimed_at, c->attempts, util_now_ms() + c->rules.window_ms);
-            replay_cache_set_first(i->ctx.cache, c->key, header_of(c, "mcp-session-id"),
-                                   msg_of(c)->id_text);
-        }
     }
     set_state(c, CALL_DONE);
     if (c->foreign) {
@@ -1226,7 +1222,7 @@ static void on_finished(store_status_t st, bool fence_matched, void *arg)
 static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
 {
     call_t *c = arg;
-    on_finished(c->deferred_status, false, c);
+    on_finished(c->deferred_status, false, c->rules.window_ms, c);
 }
 
 /* Writes the outcome; the agent's answer waits for it, so a retry right after sees it. */
@@ -1249,24 +1245,27 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     /* a caller that timed out never read the answer: its retry is no model's */
     if (!c->answered_early && (c->cancel_kept || !exchange_agent_waiting(c->ex)))
         dup_recent_unread(i->recent, c->key_hash);
-    bool too_large = state == STORE_STATE_SUCCEEDED && (c->too_large || !c->result);
     const char *result = state == STORE_STATE_SUCCEEDED ? c->result : NULL;
     size_t result_len = state == STORE_STATE_SUCCEEDED ? c->result_len : 0;
     if (state == STORE_STATE_UNKNOWN && c->cancelled) {
         result = CANCEL_NOTE;
         result_len = sizeof(CANCEL_NOTE) - 1;
     }
-    uint64_t ttl = 0;
-    if (result && state == STORE_STATE_SUCCEEDED &&
-        task_result_of(result, result_len, NULL, &ttl)) {
-        /* a replay of a task that no longer exists would point the retry at nothing */
-        if (ttl && ttl < c->rules.window_ms)
-            c->rules.window_ms = ttl;
-        task_routes_note(i->tasks, result, result_len, c->subject, header_of(c, "mcp-session-id"),
-                         util_now_ms() + c->rules.window_ms);
-    }
-    store_status_t st = store_finish(i->ctx.store, c->key, c->fence, state, result, result_len,
-                                     too_large, c->rules.window_ms, on_finished, c);
+    recorder_call_t rc = {
+        .key = c->key,
+        .key_hash = c->key_hash,
+        .fence = c->fence,
+        .window_ms = c->rules.window_ms,
+        .max_stored_bytes = c->rules.max_stored_bytes,
+        .args_digest = c->args_digest,
+        .claimed_at = c->claimed_at,
+        .attempts = c->attempts,
+        .subject = c->subject,
+        .session = header_of(c, "mcp-session-id"),
+        .jsonrpc_id = msg_of(c)->id_text,
+    };
+    store_status_t st =
+        recorder_finish(&i->recorder, &rc, state, result, result_len, c->too_large, on_finished, c);
     if (st != STORE_OK) {
         /* reported from the loop: the proxy is still in its callback */
         c->deferred_status = st;
@@ -1333,8 +1332,20 @@ static observe_t call_end(void *arg, upstream_result_t res)
         return record(c, ambiguous, WHY_CANCELLED);
     const char *session = header_of(c, "mcp-session-id");
     if (c->capture_sse && session) {
-        pending_add(c->idem->pending, session, msg_of(c)->id, c->key, c->key_hash, c->fence,
-                    &c->rules);
+        recorder_call_t rc = {
+            .key = c->key,
+            .key_hash = c->key_hash,
+            .fence = c->fence,
+            .window_ms = c->rules.window_ms,
+            .max_stored_bytes = c->rules.max_stored_bytes,
+            .args_digest = c->args_digest,
+            .claimed_at = c->claimed_at,
+            .attempts = c->attempts,
+            .subject = c->subject,
+            .session = session,
+            .jsonrpc_id = msg_of(c)->id_text,
+        };
+        pending_add(c->idem->pending, &rc, msg_of(c)->id, &c->rules);
         note_stream_caller(c);
     }
     if (c->capture_sse && session && res == UPSTREAM_OK) {
@@ -1618,8 +1629,15 @@ idem_t *idem_new(const idem_ctx_t *ctx)
     i->ctx = *ctx;
     i->tasks = task_routes_new();
     i->recent = dup_recent_new(DUP_RECENT_SLOTS);
+    i->recorder = (recorder_ctx_t){
+        .store = ctx->store,
+        .cache = ctx->cache,
+        .tasks = i->tasks,
+        .stats = ctx->stats,
+    };
     pending_ctx_t pc = {
         .store = ctx->store,
+        .recorder = &i->recorder,
         .stats = ctx->stats,
         .session_idle = ctx->session_idle,
         .arg = ctx->arg,

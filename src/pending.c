@@ -1,11 +1,14 @@
 #include "pending.h"
+#include "decode.h"
 #include "handoff.h"
 #include "key.h"
 #include "log.h"
 #include "outcome.h"
+#include "recorder.h"
 #include "sse.h"
 #include "util.h"
 
+#include <event2/buffer.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +19,12 @@ typedef struct pending {
     char key_hash[65];
     int64_t fence;
     uint64_t window_ms;
+    size_t max_stored_bytes;
+    char *args_digest;
+    char *claimed_at;
+    int attempts;
+    char *subject;
+    char *jsonrpc_id; /* the id's text, for the replay cache's first call */
     on_tool_error_t on_tool_error;
     uint64_t until_ms; /* forgotten after this: the lease decides the row's fate */
     struct pending *next;
@@ -32,6 +41,7 @@ typedef struct watcher {
     exchange_t *ex;
     char *session_id;
     bool reading;
+    decoder_t *decoder; /* the upstream compressed the stream: decoded to be read */
     sse_parser_t sse;
 } watcher_t;
 
@@ -47,6 +57,10 @@ static void entry_free(pending_t *p)
     free(p->session_id);
     json_decref(p->id);
     free(p->key);
+    free(p->args_digest);
+    free(p->claimed_at);
+    free(p->subject);
+    free(p->jsonrpc_id);
     free(p);
 }
 
@@ -62,22 +76,33 @@ void pending_free(pending_reg_t *r)
     free(r);
 }
 
-void pending_add(pending_reg_t *r, const char *session, const json_t *id, const char *key,
-                 const char *key_hash, int64_t fence, const policy_rules_t *rules)
+static char *dup_or_null(const char *s)
+{
+    return s ? xstrdup(s) : NULL;
+}
+
+void pending_add(pending_reg_t *r, const recorder_call_t *call, const json_t *id,
+                 const policy_rules_t *rules)
 {
     pending_t *p = xcalloc(1, sizeof(*p));
-    p->session_id = xstrdup(session);
+    p->session_id = xstrdup(call->session);
     p->id = json_deep_copy(id);
-    p->key = xstrdup(key);
-    snprintf(p->key_hash, sizeof(p->key_hash), "%s", key_hash);
-    p->fence = fence;
-    p->window_ms = rules->window_ms;
+    p->key = xstrdup(call->key);
+    snprintf(p->key_hash, sizeof(p->key_hash), "%s", call->key_hash);
+    p->fence = call->fence;
+    p->window_ms = call->window_ms;
+    p->max_stored_bytes = call->max_stored_bytes;
+    p->args_digest = dup_or_null(call->args_digest);
+    p->claimed_at = dup_or_null(call->claimed_at);
+    p->attempts = call->attempts;
+    p->subject = dup_or_null(call->subject);
+    p->jsonrpc_id = dup_or_null(call->jsonrpc_id);
     p->on_tool_error = rules->on_tool_error;
     p->until_ms = util_now_ms() + rules->lease_ms;
     p->next = r->head;
     r->head = p;
     /* the GET that resumes the session may reach another worker: it is handed here */
-    handoff_note_stream(session, true);
+    handoff_note_stream(call->session, true);
 }
 
 bool pending_has_session(pending_reg_t *r, const char *session)
@@ -105,9 +130,11 @@ typedef struct resumed_finish {
     outcome_why_t why;
 } resumed_finish_t;
 
-static void on_resumed_finished(store_status_t st, bool fence_matched, void *arg)
+static void on_resumed_finished(store_status_t st, bool fence_matched, uint64_t window_ms,
+                                void *arg)
 {
     resumed_finish_t *rf = arg;
+    (void)window_ms;
     if (st != STORE_OK)
         log_error(rf->conn_id, "could not record key %.*s: %s", KEY_HASH_LOG_LEN, rf->key_hash,
                   store_status_str(st));
@@ -129,15 +156,28 @@ static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_r
     store_state_t st = outcome_final_state(cls, p->on_tool_error, &why);
     if (outcome_executed(why))
         r->ctx.stats->executions++;
-    bool store_it = st == STORE_STATE_SUCCEEDED && cls != MCP_RESP_INPUT_REQUIRED;
     resumed_finish_t *rf = xcalloc(1, sizeof(*rf));
     rf->conn_id = conn_id;
     memcpy(rf->key_hash, p->key_hash, sizeof(rf->key_hash));
     rf->state = st;
     rf->why = why;
-    store_status_t ss =
-        store_finish(r->ctx.store, p->key, p->fence, st, store_it ? data + off : NULL,
-                     store_it ? len : 0, false, p->window_ms, on_resumed_finished, rf);
+    recorder_call_t call = {
+        .key = p->key,
+        .key_hash = p->key_hash,
+        .fence = p->fence,
+        .window_ms = p->window_ms,
+        .max_stored_bytes = p->max_stored_bytes,
+        .args_digest = p->args_digest,
+        .claimed_at = p->claimed_at,
+        .attempts = p->attempts,
+        .subject = p->subject,
+        .session = p->session_id,
+        .jsonrpc_id = p->jsonrpc_id,
+    };
+    const char *result = st == STORE_STATE_SUCCEEDED ? data + off : NULL;
+    size_t result_len = st == STORE_STATE_SUCCEEDED ? len : 0;
+    store_status_t ss = recorder_finish(r->ctx.recorder, &call, st, result, result_len, false,
+                                        on_resumed_finished, rf);
     if (ss != STORE_OK) {
         log_error(conn_id, "could not record key %.*s: %s", KEY_HASH_LOG_LEN, p->key_hash,
                   store_status_str(ss));
@@ -186,18 +226,45 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
 static observe_t watch_head(void *arg, int status, const http_headers_t *headers, bool sse)
 {
     watcher_t *w = arg;
-    if (status == 200 && sse) {
-        w->reading = true;
-        sse_init(&w->sse, 16 * 1024 * 1024, on_watch_event, w);
+    if (status != 200 || !sse)
+        return OBSERVE_PASS;
+    decode_coding_t coding = decode_coding_parse(http_headers_get(headers, "content-encoding"));
+    if (coding == DECODE_CODING_UNSUPPORTED) {
+        /* its responses cannot be read: the pending calls' leases decide their rows */
+        log_warn(exchange_conn_id(w->ex), "pending calls' GET stream in an unreadable coding");
+        return OBSERVE_PASS;
     }
+    w->decoder = decoder_new(coding);
+    w->reading = true;
+    sse_init(&w->sse, 16 * 1024 * 1024, on_watch_event, w);
     return OBSERVE_PASS;
 }
 
 static observe_t watch_body(void *arg, const char *data, size_t len)
 {
     watcher_t *w = arg;
-    if (w->reading)
+    if (!w->reading)
+        return OBSERVE_PASS;
+    if (!w->decoder) {
         sse_feed(&w->sse, data, len);
+        return OBSERVE_PASS;
+    }
+    /* each read bounded; its events are bounded by the SSE parser */
+    struct evbuffer *plain = evbuffer_new();
+    decode_status_t st = decoder_feed(w->decoder, data, len, plain,
+                                      decoder_produced(w->decoder) + SSE_DECODED_PER_READ);
+    size_t n = evbuffer_get_length(plain);
+    if (n > 0)
+        sse_feed(&w->sse, (const char *)evbuffer_pullup(plain, -1), n);
+    evbuffer_free(plain);
+    if (st != DECODE_OK) {
+        log_warn(exchange_conn_id(w->ex), "compressed GET stream unreadable: %s",
+                 decode_status_str(st));
+        sse_free(&w->sse);
+        decoder_free(w->decoder);
+        w->decoder = NULL;
+        w->reading = false;
+    }
     return OBSERVE_PASS;
 }
 
@@ -206,6 +273,7 @@ static void watch_detach(void *arg)
     watcher_t *w = arg;
     if (w->reading)
         sse_free(&w->sse);
+    decoder_free(w->decoder);
     free(w->session_id);
     free(w);
 }
