@@ -61,6 +61,17 @@ typedef struct store_claim_req {
     bool takeover_lease_expired; /* in progress past its lease may be taken over (release) */
 } store_claim_req_t;
 
+/* The outcome of a claim, for store_finish. */
+typedef struct store_finish_req {
+    const char *key;
+    int64_t fence;       /* the claim's: the row is written only if it still holds it */
+    store_state_t state; /* SUCCEEDED, FAILED or UNKNOWN, never IN_PROGRESS */
+    const char *result;  /* the response's result JSON to store, or NULL */
+    size_t result_len;
+    bool too_large;     /* succeeded, but the result was over max_stored_bytes (not stored) */
+    uint64_t window_ms; /* remember the finished call this long from now */
+} store_finish_req_t;
+
 /* How a duplicate was answered: replayed from the stored result, told the first call is still
  * running, or told its outcome is unknown (cancelled calls included). */
 typedef enum {
@@ -169,9 +180,8 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
 /* Records the outcome of a claim: state SUCCEEDED (result stored, kept window_ms from now),
  * FAILED (released) or UNKNOWN (held until window_ms from now). result may be NULL;
  * too_large marks a succeeded call whose result was not stored. cb may be NULL. */
-store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
-                            const char *result, size_t result_len, bool too_large,
-                            uint64_t window_ms, store_finish_cb cb, void *arg) MUST_CHECK;
+store_status_t store_finish(store_t *s, const store_finish_req_t *req, store_finish_cb cb,
+                            void *arg) MUST_CHECK;
 /* Reads a row (wait mode polls with it). */
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
 /* Records a duplicate on the key's row without changing its state: its counts, and an entry
@@ -299,9 +309,8 @@ void store_observe(store_t *s, struct server_stats *stats, struct event_base *ba
 typedef struct store_ops {
     const char *name; /* "postgres", "sqlite", for logs */
     store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb, void *arg);
-    store_status_t (*finish)(void *impl, const char *key, int64_t fence, store_state_t state,
-                             const char *result, size_t result_len, bool too_large,
-                             uint64_t window_ms, store_finish_cb cb, void *arg);
+    store_status_t (*finish)(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                             void *arg);
     store_status_t (*get)(void *impl, const char *key, store_get_cb cb, void *arg);
     store_status_t (*record_duplicate)(void *impl, const store_dup_t *dup, store_finish_cb cb,
                                        void *arg);

@@ -722,8 +722,11 @@ static void release_unsent(call_t *c)
              "key %.*s: cancelled by its caller before it was sent; "
              "released, not forwarded",
              KEY_HASH_LOG_LEN, c->key_hash);
-    store_status_t st = store_finish(i->ctx.store, c->key, c->fence, STORE_STATE_FAILED, NULL, 0,
-                                     false, c->rules.window_ms, on_released, c);
+    store_finish_req_t fin = {.key = c->key,
+                              .fence = c->fence,
+                              .state = STORE_STATE_FAILED,
+                              .window_ms = c->rules.window_ms};
+    store_status_t st = store_finish(i->ctx.store, &fin, on_released, c);
     if (st != STORE_OK) {
         c->deferred_status = st;
         struct timeval zero = {0, 0};
@@ -1265,8 +1268,14 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
         task_routes_note(i->tasks, result, result_len, c->subject, header_of(c, "mcp-session-id"),
                          util_now_ms() + c->rules.window_ms);
     }
-    store_status_t st = store_finish(i->ctx.store, c->key, c->fence, state, result, result_len,
-                                     too_large, c->rules.window_ms, on_finished, c);
+    store_finish_req_t fin = {.key = c->key,
+                              .fence = c->fence,
+                              .state = state,
+                              .result = result,
+                              .result_len = result_len,
+                              .too_large = too_large,
+                              .window_ms = c->rules.window_ms};
+    store_status_t st = store_finish(i->ctx.store, &fin, on_finished, c);
     if (st != STORE_OK) {
         /* reported from the loop: the proxy is still in its callback */
         c->deferred_status = st;

@@ -135,9 +135,13 @@ static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_r
     memcpy(rf->key_hash, p->key_hash, sizeof(rf->key_hash));
     rf->state = st;
     rf->why = why;
-    store_status_t ss =
-        store_finish(r->ctx.store, p->key, p->fence, st, store_it ? data + off : NULL,
-                     store_it ? len : 0, false, p->window_ms, on_resumed_finished, rf);
+    store_finish_req_t fin = {.key = p->key,
+                              .fence = p->fence,
+                              .state = st,
+                              .result = store_it ? data + off : NULL,
+                              .result_len = store_it ? len : 0,
+                              .window_ms = p->window_ms};
+    store_status_t ss = store_finish(r->ctx.store, &fin, on_resumed_finished, rf);
     if (ss != STORE_OK) {
         log_error(conn_id, "could not record key %.*s: %s", KEY_HASH_LOG_LEN, p->key_hash,
                   store_status_str(ss));

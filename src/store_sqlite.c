@@ -1382,24 +1382,23 @@ static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_
     return submit(impl, op);
 }
 
-static store_status_t ops_finish(void *impl, const char *key, int64_t fence, store_state_t state,
-                                 const char *result, size_t result_len, bool too_large,
-                                 uint64_t window_ms, store_finish_cb cb, void *arg)
+static store_status_t ops_finish(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                                 void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
-    if (!key || state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
-        result_len > INT32_MAX)
+    if (!req->key || req->state == STORE_STATE_IN_PROGRESS ||
+        (unsigned)req->state >= ARRAY_LEN(state_names) || req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
-    sq_op_t *op = op_new(SQ_FINISH, key);
-    op->fence = fence;
-    op->state = state;
-    if (result) {
-        op->result = xmalloc(result_len ? result_len : 1);
-        memcpy(op->result, result, result_len);
-        op->result_len = result_len;
+    sq_op_t *op = op_new(SQ_FINISH, req->key);
+    op->fence = req->fence;
+    op->state = req->state;
+    if (req->result) {
+        op->result = xmalloc(req->result_len ? req->result_len : 1);
+        memcpy(op->result, req->result, req->result_len);
+        op->result_len = req->result_len;
     }
-    op->too_large = too_large;
-    op->window_ms = clamp_ms(window_ms);
+    op->too_large = req->too_large;
+    op->window_ms = clamp_ms(req->window_ms);
     op->cb.finish = cb;
     op->arg = arg;
     return submit(impl, op);

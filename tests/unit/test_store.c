@@ -329,9 +329,13 @@ static bool do_finish(store_t *s, const char *key, int64_t fence, store_state_t 
                       const char *result, uint64_t window_ms)
 {
     finish_out_t o = {0};
-    assert_int_equal(store_finish(s, key, fence, state, result, result ? strlen(result) : 0, false,
-                                  window_ms, finish_cb, &o),
-                     STORE_OK);
+    store_finish_req_t fin = {.key = key,
+                              .fence = fence,
+                              .state = state,
+                              .result = result,
+                              .result_len = result ? strlen(result) : 0,
+                              .window_ms = window_ms};
+    assert_int_equal(store_finish(s, &fin, finish_cb, &o), STORE_OK);
     assert_true(wait_for(flag_set, &o.done, 10000));
     assert_int_equal(o.st, STORE_OK);
     return o.matched;
@@ -956,9 +960,13 @@ static void test_pipeline_in_order(void **state)
         pipe_out_t *o = &pipe_outs[i * 4];
         assert_int_equal(store_claim(s, &req, pipe_claim_cb, &o[0]), STORE_OK);
         assert_int_equal(store_get(s, key, pipe_get_cb, &o[1]), STORE_OK);
-        assert_int_equal(store_finish(s, key, 1, STORE_STATE_SUCCEEDED, "{}", 2, false, 600000,
-                                      pipe_finish_cb, &o[2]),
-                         STORE_OK);
+        store_finish_req_t fin = {.key = key,
+                                  .fence = 1,
+                                  .state = STORE_STATE_SUCCEEDED,
+                                  .result = "{}",
+                                  .result_len = 2,
+                                  .window_ms = 600000};
+        assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &o[2]), STORE_OK);
         assert_int_equal(store_get(s, key, pipe_get_cb, &o[3]), STORE_OK);
     }
     assert_int_equal(pipe_seq, 0); /* never called back from inside the calls */
@@ -1424,9 +1432,13 @@ static void test_group_commit(void **state)
     for (int k = 0; k < GROUP_KEYS; k++) {
         for (int j = 0; j < 2; j++) {
             bool stale = (j == 0) == (k % 2 == 0);
-            assert_int_equal(store_finish(s, keys[k], stale ? 7 : 1, STORE_STATE_SUCCEEDED, result,
-                                          strlen(result), false, 600000, pipe_finish_cb,
-                                          &pipe_outs[2 * k + j]),
+            store_finish_req_t fin = {.key = keys[k],
+                                      .fence = stale ? 7 : 1,
+                                      .state = STORE_STATE_SUCCEEDED,
+                                      .result = result,
+                                      .result_len = strlen(result),
+                                      .window_ms = 600000};
+            assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[2 * k + j]),
                              STORE_OK);
         }
     }
