@@ -207,8 +207,8 @@ key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg, 
         args = jcs_object_get(call->params, "arguments");
         param_key = jcs_object_get(call->params, KEY_PARAM);
     }
-    key_status_t st = derive(call->subject, call->tool, args, param_key, call->pt,
-                             call->header_key, out, msg, msglen);
+    key_status_t st = derive(call->subject, call->tool, args, param_key, call->pt, call->header_key,
+                             out, msg, msglen);
     if (st == KEY_OK)
         key_hash_hex(out->key, out->key_hash);
     return st;

@@ -552,18 +552,18 @@ static void test_key_for_call(void **state)
         {"{\"arguments\":{\"a\":1,\"ts\":9}}", NULL, NULL, "k", "ts", KEY_OK,
          "u%3A1:t%25x:h:015abd7f5cc57a2dd94b7590f04ad808", "{\"a\":1}", false},
         /* the three explicit sources, in their order */
-        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, "hdr",
-         "k", NULL, KEY_OK, "u%3A1:t%25x:x:hdr", "{\"a\":1}", true},
-        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, NULL,
-         "k", NULL, KEY_OK, "u%3A1:t%25x:x:par", "{\"a\":1}", true},
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, "hdr", "k",
+         NULL, KEY_OK, "u%3A1:t%25x:x:hdr", "{\"a\":1}", true},
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, NULL, "k",
+         NULL, KEY_OK, "u%3A1:t%25x:x:par", "{\"a\":1}", true},
         {"{\"arguments\":{\"a\":1,\"k\":\"arg\"}}", NULL, NULL, "k", NULL, KEY_OK,
          "u%3A1:t%25x:x:arg", "{\"a\":1}", true},
         /* a policy without key_arg hashes the member with the rest */
         {"{\"arguments\":{\"a\":1,\"k\":\"arg\"}}", NULL, NULL, "", NULL, KEY_OK,
          "u%3A1:t%25x:h:", "{\"a\":1,\"k\":\"arg\"}", false},
         /* the arguments alone: an idempotencyKey there is an argument, not a source */
-        {NULL, "{\"a\":1,\"idempotencyKey\":\"p\"}", NULL, NULL, NULL, KEY_OK, "u%3A1:t%25x:h:",
-         "{\"a\":1,\"idempotencyKey\":\"p\"}", false},
+        {NULL, "{\"a\":1,\"idempotencyKey\":\"p\"}", NULL, NULL, NULL, KEY_OK,
+         "u%3A1:t%25x:h:", "{\"a\":1,\"idempotencyKey\":\"p\"}", false},
         {NULL, "{\"a\":1}", "hdr", NULL, NULL, KEY_OK, "u%3A1:t%25x:x:hdr", "{\"a\":1}", true},
         /* refusals */
         {"{\"arguments\":{\"a\":1}}", NULL, "", NULL, NULL, KEY_ERR_BAD_EXPLICIT, NULL, NULL,
@@ -583,8 +583,7 @@ static void test_key_for_call(void **state)
             .params = params,
             .arguments = arguments,
             .header_key = cases[i].header,
-            .pt = cases[i].key_arg ? make_policy(&tp, cases[i].key_arg, cases[i].excl, NULL)
-                                   : NULL,
+            .pt = cases[i].key_arg ? make_policy(&tp, cases[i].key_arg, cases[i].excl, NULL) : NULL,
         };
         key_result_t r;
         char msg[256] = "";
