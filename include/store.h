@@ -150,16 +150,11 @@ typedef void (*store_release_cb)(store_status_t st, bool released, const store_r
 
 #define STORE_TIMEOUT_DEFAULT_MS 5000
 
+/* What every backend takes; each backend's own options are in its header (store_pg.h,
+ * store_sqlite.h), and store_open.h opens the one database_url names. */
 typedef struct store_options {
-    const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
-    const char *path;           /* the embedded store's database file (store_sqlite.h) */
-    bool shared;                /* embedded store, for `idemgw key`: no process lock, and the
-                                   file and its schema must exist (never created) */
-    int pool_size;              /* connections, default 4 */
     uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
-    bool group_commit;          /* Postgres: queued claims (finishes) share one statement */
-    bool durable_finish;        /* Postgres: a finish waits for the WAL flush (never batched) */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;

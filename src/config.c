@@ -5,6 +5,7 @@
 #include "config_yaml.h"
 #include "dupsource.h"
 #include "log.h"
+#include "store_open.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -552,26 +553,6 @@ static bool apply_env(config_t *c, config_errors_t *errs)
     return upstream_seen;
 }
 
-config_store_t config_store_choose(const char *database_url, char **path)
-{
-    const char *url = database_url;
-    *path = NULL;
-    if (url && strcmp(url, "none") == 0)
-        return CONFIG_STORE_NONE;
-    if (url && strncmp(url, "sqlite:", 7) == 0) {
-        *path = url[7] ? xstrdup(url + 7) : NULL;
-        return CONFIG_STORE_SQLITE;
-    }
-    if (url || env_get("PGHOST") || env_get("PGDATABASE") || env_get("PGSERVICE"))
-        return CONFIG_STORE_POSTGRES;
-    /* systemd lists several directories separated by ':' when several are configured */
-    const char *dir = env_get("STATE_DIRECTORY");
-    size_t n = dir ? strcspn(dir, ":") : 0;
-    *path = n ? xasprintf("%.*s/%s", (int)n, dir, CONFIG_SQLITE_DEFAULT_FILE)
-              : xstrdup("./" CONFIG_SQLITE_DEFAULT_FILE);
-    return CONFIG_STORE_SQLITE;
-}
-
 /* Entries of a libpq comma-separated list ("a,,b" is three: an empty one is the default). */
 static int conninfo_list_len(const char *v)
 {
@@ -680,14 +661,14 @@ static void choose_store(config_t *c, const char *name, int workers_line,
         snprintf(where, sizeof(where), "%s:%d", name, workers_line);
     else
         snprintf(where, sizeof(where), "%s", name ? name : "env");
-    c->store_kind = config_store_choose(c->database_url, &c->store_path);
-    c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
-    if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
+    c->store_backend = store_choose(c->database_url, &c->store_target);
+    c->store_enabled = c->store_backend != NULL;
+    if (c->store_backend && c->store_backend->local_file && c->workers > 1)
         config_errors_add(errs,
                           "%s: workers: %d with the embedded store (%s): each worker is a "
                           "process and the file takes one; set workers: 1, or database_url to "
                           "a Postgres database (or none)",
-                          where, c->workers, c->store_path ? c->store_path : "sqlite:");
+                          where, c->workers, c->store_target ? c->store_target : "sqlite:");
 }
 
 static config_t *load(const char *name, const char *text, size_t len, config_errors_t *out)
@@ -783,7 +764,7 @@ void config_free(config_t *c)
     free(c->upstream_path);
     free(c->upstream_host_header);
     free(c->database_url);
-    free(c->store_path);
+    free(c->store_target);
     free(c->upstream_ca_file);
     util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
     util_strv_free(c->allowed_origins, c->n_allowed_origins);

@@ -1047,14 +1047,14 @@ static struct event *must_event(struct event *ev)
     return ev;
 }
 
-static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, char *msg,
-                           size_t msglen)
+static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
+                           const store_pg_options_t *pg, char *msg, size_t msglen)
 {
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
-    s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->conninfo = pg->conninfo && pg->conninfo[0] ? xstrdup(pg->conninfo) : NULL;
     s->servers = config_database_url_servers(s->conninfo);
-    s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
+    s->pool_size = pg->pool_size > 0 ? pg->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->connect_deadline_ms = 2 * s->timeout_ms;
@@ -1062,8 +1062,8 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
         s->connect_deadline_ms = STORE_CONNECT_DEADLINE_MIN_MS;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
-    s->group_commit = opt->group_commit;
-    s->durable_finish = opt->durable_finish;
+    s->group_commit = pg->group_commit;
+    s->durable_finish = pg->durable_finish;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
@@ -1395,8 +1395,9 @@ const store_ops_t store_pg_ops = {
     .free = ops_free,
 };
 
-store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
+store_t *store_pg_new(struct event_base *base, const store_options_t *opt,
+                      const store_pg_options_t *pg, char *msg, size_t msglen)
 {
-    store_pg_t *s = pg_open(base, opt, msg, msglen);
+    store_pg_t *s = pg_open(base, opt, pg, msg, msglen);
     return s ? store_from_ops(&store_pg_ops, s) : NULL;
 }

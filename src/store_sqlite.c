@@ -1299,16 +1299,16 @@ static void sq_free(store_sqlite_t *s)
     free(s);
 }
 
-static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *opt, char *msg,
-                               size_t msglen)
+static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *opt,
+                               const store_sqlite_options_t *sq, char *msg, size_t msglen)
 {
-    if (!opt->path || !opt->path[0]) {
+    if (!sq->path || !sq->path[0]) {
         snprintf(msg, msglen, "no file named for the embedded store");
         return NULL;
     }
     store_sqlite_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
-    s->path = xstrdup(opt->path);
+    s->path = xstrdup(sq->path);
     s->lock_fd = -1;
     s->efd = -1;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
@@ -1317,10 +1317,10 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    if (!opt->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
+    if (!sq->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
         goto fail;
     /* an operator's look (shared) never creates the schema */
-    if (open_db(s, opt->shared, opt->migrate && !opt->shared, msg, msglen) != STORE_OK)
+    if (open_db(s, sq->shared, opt->migrate && !sq->shared, msg, msglen) != STORE_OK)
         goto fail;
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
@@ -1338,7 +1338,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     }
     struct timeval dup_tv = util_ms_to_tv(DUP_FLUSH_MS);
     event_add(s->dup_ev, &dup_tv);
-    if (!opt->shared) {
+    if (!sq->shared) {
         sq_guard_init(&s->guard, s->path, s->lock_fd);
         s->guarded = true;
         s->guard_ev = must_event(event_new(base, -1, EV_PERSIST, guard_tick, s));
@@ -1551,9 +1551,9 @@ const store_ops_t store_sqlite_ops = {
     .free = ops_free,
 };
 
-store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt, char *msg,
-                          size_t msglen)
+store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt,
+                          const store_sqlite_options_t *sq, char *msg, size_t msglen)
 {
-    store_sqlite_t *s = sq_open(base, opt, msg, msglen);
+    store_sqlite_t *s = sq_open(base, opt, sq, msg, msglen);
     return s ? store_from_ops(&store_sqlite_ops, s) : NULL;
 }
