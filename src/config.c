@@ -597,11 +597,16 @@ int config_database_url_servers(const char *url)
 
 const char *config_database_url_error(const char *url, char *buf, size_t len)
 {
-    if (strcmp(url, "sqlite:") == 0) {
-        snprintf(buf, len, "sqlite: needs a file (sqlite:PATH)");
+    char *target = NULL;
+    const store_backend_t *b = store_choose(url, &target);
+    bool no_file = b && b->local_file && !target;
+    free(target);
+    if (no_file) {
+        snprintf(buf, len, "%s needs a file (%sPATH)", b->prefix, b->prefix);
         return buf;
     }
-    if (strcmp(url, "none") == 0 || strncmp(url, "sqlite:", 7) == 0)
+    /* what follows reads the URL as libpq does: the backend without a prefix */
+    if (!b || b->prefix)
         return NULL;
     char *err = NULL;
     PQconninfoOption *opts = PQconninfoParse(url, &err);
