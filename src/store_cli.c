@@ -63,8 +63,8 @@ int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
     char *path = NULL;
     const store_backend_t *backend = store_choose(url, &path);
     if (!backend || (backend->local_file && !path)) {
-        fprintf(stderr, "%s: no database: database_url is %s\n", run->cmd,
-                !backend ? "none" : "sqlite: without a file");
+        fprintf(stderr, "%s: no database: database_url is %s%s\n", run->cmd,
+                !backend ? "none" : backend->prefix, !backend ? "" : " without a file");
         free(path);
         return run->rc;
     }

@@ -591,6 +591,42 @@ static void test_store_kinds(void **state)
     config_free(c);
 }
 
+/* store_choose: the table of backends, by database_url and the environment. */
+static void test_store_choose(void **state)
+{
+    static const struct {
+        const char *url;
+        const char *backend; /* NULL: none */
+        const char *target;
+    } cases[] = {
+        {"none", NULL, NULL},
+        {"sqlite:/var/k.db", "sqlite", "/var/k.db"},
+        {"sqlite:", "sqlite", NULL},
+        {"postgresql:///x", "postgres", "postgresql:///x"},
+        {"host=/tmp dbname=x", "postgres", "host=/tmp dbname=x"},
+        {NULL, "sqlite", "./idemgw-keys.db"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char *target = (char *)"unset";
+        const store_backend_t *b = store_choose(cases[i].url, &target);
+        if (!cases[i].backend)
+            assert_null(b);
+        else
+            assert_string_equal(b->name, cases[i].backend);
+        if (!cases[i].target)
+            assert_null(target);
+        else
+            assert_string_equal(target, cases[i].target);
+        free(target);
+    }
+    setenv("PGSERVICE", "x", 1);
+    char *target = NULL;
+    const store_backend_t *b = store_choose(NULL, &target);
+    assert_string_equal(b->name, "postgres");
+    assert_null(target);
+    unsetenv("PGSERVICE");
+}
+
 /* A Postgres database_url is read as libpq will read it: several hosts (a primary and its
  * standby) in either form, their ports paired up, and never a session that may be read-only. */
 static void test_database_url_hosts(void **state)
@@ -1228,6 +1264,7 @@ int main(void)
         cmocka_unit_test_setup(test_env_only, clear_env),
         cmocka_unit_test_setup(test_store_enabled, clear_env),
         cmocka_unit_test_setup(test_store_kinds, clear_env),
+        cmocka_unit_test_setup(test_store_choose, clear_env),
         cmocka_unit_test_setup(test_database_url_hosts, clear_env),
         cmocka_unit_test_setup(test_missing_file, clear_env),
         cmocka_unit_test_setup(test_parse_host_port, clear_env),
