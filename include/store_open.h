@@ -38,16 +38,12 @@ typedef struct store_backend {
     void (*opened)(const char *target, bool named);
 } store_backend_t;
 
-/* The embedded store's file when nothing names a database: in $STATE_DIRECTORY (systemd's
- * StateDirectory=) when set, else the working directory. */
-#define STORE_DEFAULT_FILE STORE_SQLITE_DEFAULT_FILE
-
 /* The backend database_url names (NULL: unset), and in *target what it opens (allocated, free
  * it, or NULL): "none": NULL (no store); "sqlite:PATH": the embedded store, *target the file
  * (NULL when empty); a conninfo or URL, or unset with PGHOST, PGDATABASE or PGSERVICE set:
  * Postgres, *target the conninfo (NULL: the PG* environment); unset otherwise: the embedded
- * store at $STATE_DIRECTORY/STORE_DEFAULT_FILE, or in the working directory. Reads the
- * environment. */
+ * store at $STATE_DIRECTORY/STORE_SQLITE_DEFAULT_FILE (systemd's StateDirectory=), or in the
+ * working directory. Reads the environment. */
 const store_backend_t *store_choose(const char *database_url, char **target);
 
 /* Opens the store of backend b (store_choose's) on target. NULL with msg set when refused. */

@@ -93,8 +93,8 @@ const store_backend_t *store_choose(const char *database_url, char **target)
     /* systemd lists several directories separated by ':' when several are configured */
     const char *dir = env_get("STATE_DIRECTORY");
     size_t n = dir ? strcspn(dir, ":") : 0;
-    *target = n ? xasprintf("%.*s/%s", (int)n, dir, STORE_DEFAULT_FILE)
-                : xstrdup("./" STORE_DEFAULT_FILE);
+    *target = n ? xasprintf("%.*s/%s", (int)n, dir, STORE_SQLITE_DEFAULT_FILE)
+                : xstrdup("./" STORE_SQLITE_DEFAULT_FILE);
     return backend_named("sqlite");
 }
 
