@@ -92,15 +92,7 @@ typedef enum {
     CORS_OFF,        /* they carry none */
 } cors_mode_t;
 
-/* Where idempotency keys are kept, from database_url (config_load decides). */
-typedef enum {
-    CONFIG_STORE_NONE = 0, /* database_url: none: no store, protected calls are refused */
-    CONFIG_STORE_POSTGRES, /* a libpq conninfo or URL, or the PG* environment */
-    CONFIG_STORE_SQLITE,   /* sqlite:PATH, or the default when nothing names a database */
-} config_store_t;
-
-/* The embedded store's file when nothing names a database (config_store_default_path). */
-#define CONFIG_SQLITE_DEFAULT_FILE "idemgw-keys.db"
+struct store_backend;
 
 typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
@@ -120,9 +112,11 @@ typedef struct config {
     char *database_url;         /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
                                    PG* environment when it names a database, else the default
                                    embedded store */
-    config_store_t store_kind;  /* derived from database_url and the environment */
-    char *store_path;           /* CONFIG_STORE_SQLITE: the file */
-    bool store_enabled;         /* store_kind != CONFIG_STORE_NONE */
+    /* Where idempotency keys are kept, from database_url and the environment (store_choose in
+     * store_open.h): NULL for none (protected calls are refused). */
+    const struct store_backend *store_backend;
+    char *store_target;         /* what the backend opens: the file, the conninfo, or NULL */
+    bool store_enabled;         /* store_backend != NULL */
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
     uint64_t store_timeout_ms;  /* deadline of each store operation (default 5s) */
@@ -175,19 +169,6 @@ typedef struct config {
     policy_t policy;
 } config_t;
 
-/* The store database_url names (NULL: unset): "none"; "sqlite:PATH" (*path the file, NULL when
- * empty); a conninfo or URL, or unset with PGHOST, PGDATABASE or PGSERVICE set: Postgres; unset
- * otherwise: the embedded store at config_store_default_path() (*path NULL when there is none).
- * *path is allocated (free it) or NULL. Reads the environment. The gateway and the commands
- * that open the store (store_cli.c) both choose here, so they agree on the file. */
-config_store_t config_store_choose(const char *database_url, char **path);
-/* The embedded store's default file, allocated: $STATE_DIRECTORY/idemgw-keys.db (systemd's
- * StateDirectory=; the first of several ':'-separated folders), else
- * $XDG_STATE_HOME/idemgw/idemgw-keys.db (an absolute XDG_STATE_HOME only, as the XDG spec
- * says), else $HOME/.local/state/idemgw/idemgw-keys.db; NULL when none of them is set. Never
- * the working directory: a gateway started in a checkout would leave its keys there. The
- * folders may not exist yet: the gateway makes them (util_mkdir_parents), the commands never. */
-char *config_store_default_path(void);
 /* What is wrong with a Postgres database_url as libpq will read it, or NULL (also for "none"
  * and "sqlite:..."): checked at load so a mistake stops the start instead of failing every
  * reconnect. It parses (libpq's message is quoted only when it names a key, never a value,

@@ -61,6 +61,17 @@ typedef struct store_claim_req {
     bool takeover_lease_expired; /* in progress past its lease may be taken over (release) */
 } store_claim_req_t;
 
+/* The outcome of a claim, for store_finish. */
+typedef struct store_finish_req {
+    const char *key;
+    int64_t fence;       /* the claim's: the row is written only if it still holds it */
+    store_state_t state; /* SUCCEEDED, FAILED or UNKNOWN, never IN_PROGRESS */
+    const char *result;  /* the response's result JSON to store, or NULL */
+    size_t result_len;
+    bool too_large;     /* succeeded, but the result was over max_stored_bytes (not stored) */
+    uint64_t window_ms; /* remember the finished call this long from now */
+} store_finish_req_t;
+
 /* How a duplicate was answered: replayed from the stored result, told the first call is still
  * running, or told its outcome is unknown (cancelled calls included). */
 typedef enum {
@@ -139,16 +150,11 @@ typedef void (*store_release_cb)(store_status_t st, bool released, const store_r
 
 #define STORE_TIMEOUT_DEFAULT_MS 5000
 
+/* What every backend takes; each backend's own options are in its header (store_pg.h,
+ * store_sqlite.h), and store_open.h opens the one database_url names. */
 typedef struct store_options {
-    const char *conninfo;       /* libpq conninfo/URL; NULL or "" = PG* environment */
-    const char *path;           /* the embedded store's database file (store_sqlite.h) */
-    bool shared;                /* embedded store, for `idemgw key`: no process lock, and the
-                                   file and its schema must exist (never created) */
-    int pool_size;              /* connections, default 4 */
     uint64_t timeout_ms;        /* deadline of each operation, default STORE_TIMEOUT_DEFAULT_MS */
     bool migrate;               /* apply missing migrations at start */
-    bool group_commit;          /* Postgres: queued claims (finishes) share one statement */
-    bool durable_finish;        /* Postgres: a finish waits for the WAL flush (never batched) */
     uint64_t sweep_interval_ms; /* 0 = no sweeper */
     int sweep_batch;            /* rows per sweep statement, default 1000 */
 } store_options_t;
@@ -172,9 +178,8 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
 /* Records the outcome of a claim: state SUCCEEDED (result stored, kept window_ms from now),
  * FAILED (released) or UNKNOWN (held until window_ms from now). result may be NULL;
  * too_large marks a succeeded call whose result was not stored. cb may be NULL. */
-store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
-                            const char *result, size_t result_len, bool too_large,
-                            uint64_t window_ms, store_finish_cb cb, void *arg) MUST_CHECK;
+store_status_t store_finish(store_t *s, const store_finish_req_t *req, store_finish_cb cb,
+                            void *arg) MUST_CHECK;
 /* Reads a row (wait mode polls with it). */
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
 /* Records a duplicate on the key's row without changing its state: its counts, and an entry
@@ -302,9 +307,8 @@ void store_observe(store_t *s, struct server_stats *stats, struct event_base *ba
 typedef struct store_ops {
     const char *name; /* "postgres", "sqlite", for logs */
     store_status_t (*claim)(void *impl, const store_claim_req_t *req, store_claim_cb cb, void *arg);
-    store_status_t (*finish)(void *impl, const char *key, int64_t fence, store_state_t state,
-                             const char *result, size_t result_len, bool too_large,
-                             uint64_t window_ms, store_finish_cb cb, void *arg);
+    store_status_t (*finish)(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                             void *arg);
     store_status_t (*get)(void *impl, const char *key, store_get_cb cb, void *arg);
     store_status_t (*record_duplicate)(void *impl, const store_dup_t *dup, store_finish_cb cb,
                                        void *arg);

@@ -2,7 +2,7 @@
  * the same config would use, opened to look, not to run, on an event loop of its own.
  *
  * The store is --database-url, else the config's database_url, else IDEMGW_DATABASE_URL, else
- * libpq's PG* variables, else the embedded store's default file (config_store_choose), which
+ * libpq's PG* variables, else the embedded store's default file (store_choose), which
  * must exist: a command never creates it, nor its folders. Migrations are off (a look never
  * changes the schema), one connection, the store's timeout to get ready. The embedded store is
  * opened without the gateway's process lock (a running gateway holds it): each call is one

@@ -15,20 +15,32 @@
 
 #include "store.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct event_base;
 
 extern const store_ops_t store_sqlite_ops;
 
-/* Opens opt->path (created when missing, unless opt->shared), takes the process lock, applies
+/* The file name of the embedded store when the config names none (store_default_path says in
+ * which folder). */
+#define STORE_SQLITE_DEFAULT_FILE "idemgw-keys.db"
+
+/* The embedded backend's own options. */
+typedef struct store_sqlite_options {
+    const char *path; /* the database file */
+    bool shared;      /* for `idemgw key`: no process lock, and the file and its schema must
+                         exist (never created) */
+} store_sqlite_options_t;
+
+/* Opens sq->path (created when missing, unless sq->shared), takes the process lock, applies
  * missing migrations (opt->migrate) and starts the writer thread; the store is ready when this
  * returns. Returns NULL with msg set when the file cannot be opened or locked (another process
  * holds it), or the schema is newer than known or missing with migrations off.
- * opt->shared (for `idemgw key`): no process lock and nothing created; writes go through
+ * sq->shared (for `idemgw key`): no process lock and nothing created; writes go through
  * SQLite's own locking, beside a gateway that may be running. */
-store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt, char *msg,
-                          size_t msglen);
+store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt,
+                          const store_sqlite_options_t *sq, char *msg, size_t msglen);
 
 /* The newest migration number of sql/sqlite/ this binary knows. */
 int store_sqlite_schema_version(void);

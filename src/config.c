@@ -5,6 +5,7 @@
 #include "config_yaml.h"
 #include "dupsource.h"
 #include "log.h"
+#include "store_open.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -552,39 +553,6 @@ static bool apply_env(config_t *c, config_errors_t *errs)
     return upstream_seen;
 }
 
-config_store_t config_store_choose(const char *database_url, char **path)
-{
-    const char *url = database_url;
-    *path = NULL;
-    if (url && strcmp(url, "none") == 0)
-        return CONFIG_STORE_NONE;
-    if (url && strncmp(url, "sqlite:", 7) == 0) {
-        *path = url[7] ? xstrdup(url + 7) : NULL;
-        return CONFIG_STORE_SQLITE;
-    }
-    if (url || env_get("PGHOST") || env_get("PGDATABASE") || env_get("PGSERVICE"))
-        return CONFIG_STORE_POSTGRES;
-    *path = config_store_default_path();
-    return CONFIG_STORE_SQLITE;
-}
-
-char *config_store_default_path(void)
-{
-    /* systemd lists several directories separated by ':' when several are configured */
-    const char *dir = env_get("STATE_DIRECTORY");
-    size_t n = dir ? strcspn(dir, ":") : 0;
-    if (n)
-        return xasprintf("%.*s/%s", (int)n, dir, CONFIG_SQLITE_DEFAULT_FILE);
-    /* the XDG base directory spec: a relative value is invalid and ignored */
-    const char *xdg = env_get("XDG_STATE_HOME");
-    if (xdg && xdg[0] == '/')
-        return xasprintf("%s/idemgw/%s", xdg, CONFIG_SQLITE_DEFAULT_FILE);
-    const char *home = env_get("HOME");
-    if (home)
-        return xasprintf("%s/.local/state/idemgw/%s", home, CONFIG_SQLITE_DEFAULT_FILE);
-    return NULL;
-}
-
 /* Entries of a libpq comma-separated list ("a,,b" is three: an empty one is the default). */
 static int conninfo_list_len(const char *v)
 {
@@ -629,11 +597,16 @@ int config_database_url_servers(const char *url)
 
 const char *config_database_url_error(const char *url, char *buf, size_t len)
 {
-    if (strcmp(url, "sqlite:") == 0) {
-        snprintf(buf, len, "sqlite: needs a file (sqlite:PATH)");
+    char *target = NULL;
+    const store_backend_t *b = store_choose(url, &target);
+    bool no_file = b && b->local_file && !target;
+    free(target);
+    if (no_file) {
+        snprintf(buf, len, "%s needs a file (%sPATH)", b->prefix, b->prefix);
         return buf;
     }
-    if (strcmp(url, "none") == 0 || strncmp(url, "sqlite:", 7) == 0)
+    /* what follows reads the URL as libpq does: the backend without a prefix */
+    if (!b || b->prefix)
         return NULL;
     char *err = NULL;
     PQconninfoOption *opts = PQconninfoParse(url, &err);
@@ -693,9 +666,10 @@ static void choose_store(config_t *c, const char *name, int workers_line,
         snprintf(where, sizeof(where), "%s:%d", name, workers_line);
     else
         snprintf(where, sizeof(where), "%s", name ? name : "env");
-    c->store_kind = config_store_choose(c->database_url, &c->store_path);
-    c->store_enabled = c->store_kind != CONFIG_STORE_NONE;
-    if (c->store_kind == CONFIG_STORE_SQLITE && !c->store_path) {
+    c->store_backend = store_choose(c->database_url, &c->store_target);
+    c->store_enabled = c->store_backend != NULL;
+    if (c->store_backend && c->store_backend->local_file && !c->store_target &&
+        !c->database_url) {
         config_errors_add(errs,
                           "%s: no database_url, and no folder for the embedded store's default "
                           "file (none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set): name "
@@ -703,12 +677,12 @@ static void choose_store(config_t *c, const char *name, int workers_line,
                           name ? name : "env");
         return;
     }
-    if (c->store_kind == CONFIG_STORE_SQLITE && c->workers > 1)
+    if (c->store_backend && c->store_backend->local_file && c->workers > 1)
         config_errors_add(errs,
                           "%s: workers: %d with the embedded store (%s): each worker is a "
                           "process and the file takes one; set workers: 1, or database_url to "
                           "a Postgres database (or none)",
-                          where, c->workers, c->store_path ? c->store_path : "sqlite:");
+                          where, c->workers, c->store_target ? c->store_target : "sqlite:");
 }
 
 static config_t *load(const char *name, const char *text, size_t len, config_errors_t *out)
@@ -804,7 +778,7 @@ void config_free(config_t *c)
     free(c->upstream_path);
     free(c->upstream_host_header);
     free(c->database_url);
-    free(c->store_path);
+    free(c->store_target);
     free(c->upstream_ca_file);
     util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
     util_strv_free(c->allowed_origins, c->n_allowed_origins);

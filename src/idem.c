@@ -724,8 +724,11 @@ static void release_unsent(call_t *c)
              "key %.*s: cancelled by its caller before it was sent; "
              "released, not forwarded",
              KEY_HASH_LOG_LEN, c->key_hash);
-    store_status_t st = store_finish(i->ctx.store, c->key, c->fence, STORE_STATE_FAILED, NULL, 0,
-                                     false, c->rules.window_ms, on_released, c);
+    store_finish_req_t fin = {.key = c->key,
+                              .fence = c->fence,
+                              .state = STORE_STATE_FAILED,
+                              .window_ms = c->rules.window_ms};
+    store_status_t st = store_finish(i->ctx.store, &fin, on_released, c);
     if (st != STORE_OK) {
         c->deferred_status = st;
         struct timeval zero = {0, 0};
@@ -998,11 +1001,14 @@ static void status_lookup(call_t *c)
         return;
     }
     c->target = xstrdup(tool);
+    key_call_t call = {.subject = c->subject,
+                       .tool = tool,
+                       .arguments = jcs_object_get(sargs, "arguments"),
+                       .header_key = explicit,
+                       .pt = policy_lookup(&cfg->policy, tool)};
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks =
-        key_derive(c->subject, tool, jcs_object_get(sargs, "arguments"),
-                   policy_lookup(&cfg->policy, tool), explicit, &kr, msg, sizeof(msg));
+    key_status_t ks = key_for_call(&call, &kr, msg, sizeof(msg));
     jcs_free(root);
     if (ks != KEY_OK) {
         answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
@@ -1010,8 +1016,8 @@ static void status_lookup(call_t *c)
     }
     c->key = kr.key;
     kr.key = NULL;
+    memcpy(c->key_hash, kr.key_hash, sizeof(c->key_hash));
     key_result_free(&kr);
-    key_hash_hex(c->key, c->key_hash);
     set_state(c, CALL_CLAIMING);
     if (!c->idem->ctx.store) {
         answer(c, ANSWER_NO_STORE, NULL, NULL);
@@ -1049,10 +1055,14 @@ static void on_subject(void *arg, const subject_result_t *res)
         answer(c, ANSWER_BAD_ARGUMENTS, jcs_status_str(js), NULL);
         return;
     }
+    key_call_t call = {.subject = c->subject,
+                       .tool = m->tool,
+                       .params = jcs_object_get(root, "params"),
+                       .header_key = header_of(c, "idempotency-key"),
+                       .pt = pt};
     key_result_t kr = {0};
     char msg[200] = "";
-    key_status_t ks = key_derive_params(c->subject, m->tool, jcs_object_get(root, "params"), pt,
-                                        header_of(c, "idempotency-key"), &kr, msg, sizeof(msg));
+    key_status_t ks = key_for_call(&call, &kr, msg, sizeof(msg));
     jcs_free(root);
     if (ks != KEY_OK) {
         answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
@@ -1061,9 +1071,9 @@ static void on_subject(void *arg, const subject_result_t *res)
     c->key = kr.key;
     kr.key = NULL;
     memcpy(c->args_digest, kr.args_digest, sizeof(c->args_digest));
+    memcpy(c->key_hash, kr.key_hash, sizeof(c->key_hash));
     c->explicit_key = kr.explicit_key;
     key_result_free(&kr);
-    key_hash_hex(c->key, c->key_hash);
     char fields[64];
     snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"", KEY_HASH_LOG_LEN, c->key_hash);
     exchange_set_log_fields(c->ex, fields);

@@ -199,20 +199,19 @@ static key_status_t derive(const char *subject, const char *tool, jcs_value_t *a
     return KEY_OK;
 }
 
-key_status_t key_derive(const char *subject, const char *tool, jcs_value_t *args,
-                        const policy_tool_t *pt, const char *header_key, key_result_t *out,
-                        char *msg, size_t msglen)
+key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg, size_t msglen)
 {
-    return derive(subject, tool, args, NULL, pt, header_key, out, msg, msglen);
-}
-
-key_status_t key_derive_params(const char *subject, const char *tool, jcs_value_t *params,
-                               const policy_tool_t *pt, const char *header_key, key_result_t *out,
-                               char *msg, size_t msglen)
-{
-    jcs_value_t *args = jcs_object_get(params, "arguments");
-    const jcs_value_t *param_key = jcs_object_get(params, KEY_PARAM);
-    return derive(subject, tool, args, param_key, pt, header_key, out, msg, msglen);
+    jcs_value_t *args = call->arguments;
+    const jcs_value_t *param_key = NULL;
+    if (call->params) {
+        args = jcs_object_get(call->params, "arguments");
+        param_key = jcs_object_get(call->params, KEY_PARAM);
+    }
+    key_status_t st = derive(call->subject, call->tool, args, param_key, call->pt, call->header_key,
+                             out, msg, msglen);
+    if (st == KEY_OK)
+        key_hash_hex(out->key, out->key_hash);
+    return st;
 }
 
 void key_result_free(key_result_t *r)

@@ -441,7 +441,12 @@ int key_cmd_main(int argc, char **argv)
         fprintf(stderr, "idemgw key: --args: %s: %s\n", jcs_status_str(js), err);
         goto out;
     }
-    key_status_t ks = key_derive(o.subject, o.tool, args, pt, o.header_key, &kr, err, sizeof err);
+    key_call_t call = {.subject = o.subject,
+                       .tool = o.tool,
+                       .arguments = args,
+                       .header_key = o.header_key,
+                       .pt = pt};
+    key_status_t ks = key_for_call(&call, &kr, err, sizeof err);
     if (ks != KEY_OK) {
         fprintf(stderr, "idemgw key: %s\n", err);
         goto out;

@@ -19,8 +19,7 @@
 #include "resume_guard.h"
 #include "stats.h"
 #include "store.h"
-#include "store_pg.h"
-#include "store_sqlite.h"
+#include "store_open.h"
 #include "subject.h"
 #include "trace.h"
 #include "upstream_http.h"
@@ -187,9 +186,7 @@ static void clamp_connections(config_t *cfg, bool say)
     if (!fd_limit)
         return;
     /* the embedded store: the file, its -wal and -shm, the lock, the eventfd */
-    int store_fds = cfg->store_kind == CONFIG_STORE_POSTGRES ? cfg->store_pool
-                    : cfg->store_kind == CONFIG_STORE_SQLITE ? 5
-                                                             : 0;
+    int store_fds = cfg->store_backend ? cfg->store_backend->fds(cfg->store_pool) : 0;
     long long reserve = FD_FIXED_RESERVE + store_fds + cfg->upstream_pool;
     long long allowed = ((long long)fd_limit - reserve) / 2;
     if (allowed < 1)
@@ -638,40 +635,29 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     }
     server->upstream = upstream_http_new(server->pool, cfg->upstream_host_header);
     if (cfg->store_enabled) {
-        store_options_t so = {
-            .conninfo = cfg->database_url,
-            .path = cfg->store_path,
-            .pool_size = cfg->store_pool,
-            .timeout_ms = cfg->store_timeout_ms,
-            .migrate = cfg->migrate,
-            .sweep_interval_ms = cfg->sweep_interval_ms,
-            .sweep_batch = 1000,
-            .group_commit = cfg->store_group_commit,
-            .durable_finish = cfg->store_durable_finish,
+        store_open_opts_t so = {
+            .common = {.timeout_ms = cfg->store_timeout_ms,
+                       .migrate = cfg->migrate,
+                       .sweep_interval_ms = cfg->sweep_interval_ms,
+                       .sweep_batch = 1000},
+            .pg = {.pool_size = cfg->store_pool,
+                   .group_commit = cfg->store_group_commit,
+                   .durable_finish = cfg->store_durable_finish},
         };
         /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file
          * the operator named is theirs to place */
-        if (cfg->store_kind == CONFIG_STORE_SQLITE && !cfg->database_url &&
-            util_mkdir_parents(cfg->store_path, 0700, msg, sizeof(msg)) != 0) {
+        if (cfg->store_backend->local_file && !cfg->database_url &&
+            util_mkdir_parents(cfg->store_target, 0700, msg, sizeof(msg)) != 0) {
             fprintf(stderr,
                     "idemgw: store: %s, for the embedded store's default file %s; name another "
                     "file with database_url: sqlite:PATH (or IDEMGW_DATABASE_URL)\n",
-                    msg, cfg->store_path);
+                    msg, cfg->store_target);
             goto out;
         }
-        if (cfg->store_kind == CONFIG_STORE_SQLITE) {
-            server->store = store_sqlite_new(server->base, &so, msg, sizeof(msg));
-            if (server->store)
-                log_info(0,
-                         "store: embedded SQLite at %s%s (this process only; several replicas "
-                         "or machines need Postgres: set database_url)",
-                         cfg->store_path, cfg->database_url ? "" : " (the default)");
-        } else {
-            server->store = store_pg_new(server->base, &so, msg, sizeof(msg));
-            if (server->store)
-                log_info(0, "store: postgres (%s)",
-                         cfg->database_url ? "database_url" : "the PG* environment");
-        }
+        server->store =
+            store_open(cfg->store_backend, server->base, cfg->store_target, &so, msg, sizeof(msg));
+        if (server->store)
+            cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL);
         if (!server->store) {
             fprintf(stderr, "idemgw: store: %s\n", msg);
             goto out;

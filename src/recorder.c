@@ -99,8 +99,14 @@ store_status_t recorder_finish(const recorder_ctx_t *r, const recorder_call_t *c
     f->window_ms = window_ms;
     f->done = done;
     f->arg = arg;
-    store_status_t st = store_finish(r->store, call->key, call->fence, state, result, result_len,
-                                     too_large, window_ms, on_store_finished, f);
+    store_finish_req_t fin = {.key = call->key,
+                              .fence = call->fence,
+                              .state = state,
+                              .result = result,
+                              .result_len = result_len,
+                              .too_large = too_large,
+                              .window_ms = window_ms};
+    store_status_t st = store_finish(r->store, &fin, on_store_finished, f);
     if (st != STORE_OK) {
         r->stats->store_errors++;
         finishing_free(f);

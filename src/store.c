@@ -170,17 +170,14 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
     return timed_sent(t, s->ops->claim(s->impl, req, timed_claim, t));
 }
 
-store_status_t store_finish(store_t *s, const char *key, int64_t fence, store_state_t state,
-                            const char *result, size_t result_len, bool too_large,
-                            uint64_t window_ms, store_finish_cb cb, void *arg)
+store_status_t store_finish(store_t *s, const store_finish_req_t *req, store_finish_cb cb,
+                            void *arg)
 {
     if (!s->stats)
-        return s->ops->finish(s->impl, key, fence, state, result, result_len, too_large, window_ms,
-                              cb, arg);
+        return s->ops->finish(s->impl, req, cb, arg);
     timed_t *t = timed_new(s, STATS_STORE_FINISH, arg);
     t->cb.finish = cb;
-    return timed_sent(t, s->ops->finish(s->impl, key, fence, state, result, result_len, too_large,
-                                        window_ms, timed_finish, t));
+    return timed_sent(t, s->ops->finish(s->impl, req, timed_finish, t));
 }
 
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg)

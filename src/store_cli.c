@@ -2,8 +2,7 @@
 #include "store_cli.h"
 
 #include "log.h"
-#include "store_pg.h"
-#include "store_sqlite.h"
+#include "store_open.h"
 #include "util.h"
 
 #include <event2/event.h>
@@ -74,21 +73,22 @@ int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
         return run->rc;
     }
     char *path = NULL;
-    config_store_t kind = config_store_choose(url, &path);
-    if (kind == CONFIG_STORE_NONE) {
+    const store_backend_t *backend = store_choose(url, &path);
+    if (!backend) {
         fprintf(stderr, "%s: no database: database_url is none; " STORE_CLI_HOW_TO_NAME "\n",
                 run->cmd);
         return run->rc;
     }
-    if (kind == CONFIG_STORE_SQLITE && !path) {
+    if (backend->local_file && !path) {
         fprintf(stderr,
-                "%s: no database: no database_url, and none of STATE_DIRECTORY, XDG_STATE_HOME, "
-                "HOME is set for the embedded store's default file; " STORE_CLI_HOW_TO_NAME "\n",
-                run->cmd);
+                "%s: no database: %s; " STORE_CLI_HOW_TO_NAME "\n", run->cmd,
+                url ? "database_url names no file"
+                    : "no database_url, and none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set "
+                      "for the embedded store's default file");
         return run->rc;
     }
     /* never creates the embedded store: no file means no gateway ever kept a key there */
-    if (kind == CONFIG_STORE_SQLITE && access(path, F_OK) != 0) {
+    if (backend->local_file && access(path, F_OK) != 0) {
         fprintf(stderr,
                 "%s: no database: the embedded store%s %s does not exist; " STORE_CLI_HOW_TO_NAME
                 "\n",
@@ -105,13 +105,10 @@ int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
     log_stream = stderr;
     log_threshold = LOG_WARN;
 
-    store_options_t so = {
-        .conninfo = url,
-        .path = path,
-        .shared = true,
-        .pool_size = 1,
-        .timeout_ms = w.timeout_ms,
-        .migrate = false,
+    store_open_opts_t so = {
+        .common = {.timeout_ms = w.timeout_ms, .migrate = false},
+        .pg = {.pool_size = 1},
+        .sqlite = {.shared = true},
     };
     char msg[512] = "";
     run->base = event_base_new();
@@ -119,8 +116,7 @@ int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
         fprintf(stderr, "%s: cannot create an event loop\n", run->cmd);
         goto out;
     }
-    w.store = kind == CONFIG_STORE_SQLITE ? store_sqlite_new(run->base, &so, msg, sizeof msg)
-                                          : store_pg_new(run->base, &so, msg, sizeof msg);
+    w.store = store_open(backend, run->base, path, &so, msg, sizeof msg);
     if (!w.store) {
         fprintf(stderr, "%s: store: %s\n", run->cmd, msg);
         goto out;

@@ -1047,14 +1047,14 @@ static struct event *must_event(struct event *ev)
     return ev;
 }
 
-static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, char *msg,
-                           size_t msglen)
+static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
+                           const store_pg_options_t *pg, char *msg, size_t msglen)
 {
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
-    s->conninfo = opt->conninfo && opt->conninfo[0] ? xstrdup(opt->conninfo) : NULL;
+    s->conninfo = pg->conninfo && pg->conninfo[0] ? xstrdup(pg->conninfo) : NULL;
     s->servers = config_database_url_servers(s->conninfo);
-    s->pool_size = opt->pool_size > 0 ? opt->pool_size : 4;
+    s->pool_size = pg->pool_size > 0 ? pg->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->connect_deadline_ms = 2 * s->timeout_ms;
@@ -1062,8 +1062,8 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt, 
         s->connect_deadline_ms = STORE_CONNECT_DEADLINE_MIN_MS;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
     s->migrate = opt->migrate;
-    s->group_commit = opt->group_commit;
-    s->durable_finish = opt->durable_finish;
+    s->group_commit = pg->group_commit;
+    s->durable_finish = pg->durable_finish;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
@@ -1187,25 +1187,24 @@ static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, stor
     return submit(s, op);
 }
 
-static store_status_t pg_finish(store_pg_t *s, const char *key, int64_t fence, store_state_t state,
-                                const char *result, size_t result_len, bool too_large,
-                                uint64_t window_ms, store_finish_cb cb, void *arg)
+static store_status_t pg_finish(store_pg_t *s, const store_finish_req_t *req, store_finish_cb cb,
+                                void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
-    if (state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
-        result_len > INT32_MAX)
+    if (req->state == STORE_STATE_IN_PROGRESS || (unsigned)req->state >= ARRAY_LEN(state_names) ||
+        req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
     /* The claim was durable before the call went out; the finish need not be: lost in a crash
      * of Postgres, it leaves the claim, which blocks a second execution and reads as an
      * unknown outcome once its lease ends. Not waiting for the flush saves the second fsync of
      * every first execution. store.durable_finish makes it wait (a replay after a crash). */
     store_op_t *op = op_new(s->durable_finish ? STORE_OP_FINISH : STORE_OP_FINISH_ASYNC);
-    op_text(op, key);
-    op_int(op, fence);
-    op_text(op, store_state_str(state));
-    op_bytes(op, result, result_len);
-    op_bool(op, too_large);
-    op_int(op, clamp_ms(window_ms));
+    op_text(op, req->key);
+    op_int(op, req->fence);
+    op_text(op, store_state_str(req->state));
+    op_bytes(op, req->result, req->result_len);
+    op_bool(op, req->too_large);
+    op_int(op, clamp_ms(req->window_ms));
     op->cb.finish = cb;
     op->arg = arg;
     return submit(s, op);
@@ -1303,11 +1302,10 @@ static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_
     return pg_claim(impl, req, cb, arg);
 }
 
-static store_status_t ops_finish(void *impl, const char *key, int64_t fence, store_state_t state,
-                                 const char *result, size_t result_len, bool too_large,
-                                 uint64_t window_ms, store_finish_cb cb, void *arg)
+static store_status_t ops_finish(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                                 void *arg)
 {
-    return pg_finish(impl, key, fence, state, result, result_len, too_large, window_ms, cb, arg);
+    return pg_finish(impl, req, cb, arg);
 }
 
 static store_status_t ops_get(void *impl, const char *key, store_get_cb cb, void *arg)
@@ -1397,8 +1395,9 @@ const store_ops_t store_pg_ops = {
     .free = ops_free,
 };
 
-store_t *store_pg_new(struct event_base *base, const store_options_t *opt, char *msg, size_t msglen)
+store_t *store_pg_new(struct event_base *base, const store_options_t *opt,
+                      const store_pg_options_t *pg, char *msg, size_t msglen)
 {
-    store_pg_t *s = pg_open(base, opt, msg, msglen);
+    store_pg_t *s = pg_open(base, opt, pg, msg, msglen);
     return s ? store_from_ops(&store_pg_ops, s) : NULL;
 }

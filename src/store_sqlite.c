@@ -1303,16 +1303,16 @@ static void sq_free(store_sqlite_t *s)
     free(s);
 }
 
-static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *opt, char *msg,
-                               size_t msglen)
+static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *opt,
+                               const store_sqlite_options_t *sq, char *msg, size_t msglen)
 {
-    if (!opt->path || !opt->path[0]) {
+    if (!sq->path || !sq->path[0]) {
         snprintf(msg, msglen, "no file named for the embedded store");
         return NULL;
     }
     store_sqlite_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
-    s->path = xstrdup(opt->path);
+    s->path = xstrdup(sq->path);
     s->lock_fd = -1;
     s->efd = -1;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
@@ -1321,10 +1321,10 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    if (!opt->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
+    if (!sq->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
         goto fail;
     /* an operator's look (shared) never creates the schema */
-    if (open_db(s, opt->shared, opt->migrate && !opt->shared, msg, msglen) != STORE_OK)
+    if (open_db(s, sq->shared, opt->migrate && !sq->shared, msg, msglen) != STORE_OK)
         goto fail;
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
@@ -1342,7 +1342,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     }
     struct timeval dup_tv = util_ms_to_tv(DUP_FLUSH_MS);
     event_add(s->dup_ev, &dup_tv);
-    if (!opt->shared) {
+    if (!sq->shared) {
         sq_guard_init(&s->guard, s->path, s->lock_fd);
         s->guarded = true;
         s->guard_ev = must_event(event_new(base, -1, EV_PERSIST, guard_tick, s));
@@ -1386,24 +1386,23 @@ static store_status_t ops_claim(void *impl, const store_claim_req_t *req, store_
     return submit(impl, op);
 }
 
-static store_status_t ops_finish(void *impl, const char *key, int64_t fence, store_state_t state,
-                                 const char *result, size_t result_len, bool too_large,
-                                 uint64_t window_ms, store_finish_cb cb, void *arg)
+static store_status_t ops_finish(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                                 void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
-    if (!key || state == STORE_STATE_IN_PROGRESS || (unsigned)state >= ARRAY_LEN(state_names) ||
-        result_len > INT32_MAX)
+    if (!req->key || req->state == STORE_STATE_IN_PROGRESS ||
+        (unsigned)req->state >= ARRAY_LEN(state_names) || req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
-    sq_op_t *op = op_new(SQ_FINISH, key);
-    op->fence = fence;
-    op->state = state;
-    if (result) {
-        op->result = xmalloc(result_len ? result_len : 1);
-        memcpy(op->result, result, result_len);
-        op->result_len = result_len;
+    sq_op_t *op = op_new(SQ_FINISH, req->key);
+    op->fence = req->fence;
+    op->state = req->state;
+    if (req->result) {
+        op->result = xmalloc(req->result_len ? req->result_len : 1);
+        memcpy(op->result, req->result, req->result_len);
+        op->result_len = req->result_len;
     }
-    op->too_large = too_large;
-    op->window_ms = clamp_ms(window_ms);
+    op->too_large = req->too_large;
+    op->window_ms = clamp_ms(req->window_ms);
     op->cb.finish = cb;
     op->arg = arg;
     return submit(impl, op);
@@ -1572,9 +1571,9 @@ const store_ops_t store_sqlite_ops = {
     .free = ops_free,
 };
 
-store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt, char *msg,
-                          size_t msglen)
+store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt,
+                          const store_sqlite_options_t *sq, char *msg, size_t msglen)
 {
-    store_sqlite_t *s = sq_open(base, opt, msg, msglen);
+    store_sqlite_t *s = sq_open(base, opt, sq, msg, msglen);
     return s ? store_from_ops(&store_sqlite_ops, s) : NULL;
 }

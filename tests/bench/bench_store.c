@@ -77,8 +77,13 @@ static void issue(void)
             st = store_claim(store, &req, claim_cb, (void *)(intptr_t)i);
         } else {
             static const char result[] = "{\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}";
-            st = store_finish(store, key, fences[i], STORE_STATE_SUCCEEDED, result,
-                              sizeof(result) - 1, false, 600000, finish_cb, NULL);
+            store_finish_req_t fin = {.key = key,
+                                      .fence = fences[i],
+                                      .state = STORE_STATE_SUCCEEDED,
+                                      .result = result,
+                                      .result_len = sizeof(result) - 1,
+                                      .window_ms = 600000};
+            st = store_finish(store, &fin, finish_cb, NULL);
         }
         if (st != STORE_OK) {
             fprintf(stderr, "call refused: %s\n", store_status_str(st));
@@ -116,9 +121,10 @@ int main(int argc, char **argv)
     inflight_max = argc > 4 ? atoi(argv[4]) : 64;
     log_threshold = LOG_WARN;
     base = event_base_new();
-    store_options_t opt = {.conninfo = argv[1], .pool_size = pool, .migrate = true};
+    store_options_t opt = {.migrate = true};
+    store_pg_options_t pg = {.conninfo = argv[1], .pool_size = pool};
     char msg[512];
-    store = store_pg_new(base, &opt, msg, sizeof(msg));
+    store = store_pg_new(base, &opt, &pg, msg, sizeof(msg));
     if (!store) {
         fprintf(stderr, "%s\n", msg);
         return 1;

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "config.h"
+#include "store_open.h"
 #include "jwt.h"
 #include "log.h"
 #include "peer_cert.h"
@@ -97,8 +98,8 @@ static void test_reference_conf(void **state)
     assert_null(c->database_url);
     /* nothing names a database: the embedded store, under HOME (never the working directory) */
     assert_true(c->store_enabled);
-    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
-    assert_string_equal(c->store_path, TEST_HOME_DEFAULT_FILE);
+    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(c->store_target, TEST_HOME_DEFAULT_FILE);
     assert_true(c->migrate);
     assert_int_equal(c->store_pool, 4);
     assert_int_equal(c->sweep_interval_ms, 60000);
@@ -494,7 +495,7 @@ static void test_env_only(void **state)
     config_t *c = must_load(NULL);
     assert_null(c->path);
     assert_string_equal(c->upstream_path, "/mcp");
-    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
+    assert_string_equal(c->store_backend->name, "sqlite");
     assert_int_equal(c->subject.kind, SUBJECT_DEFAULT);
     assert_int_equal(c->n_allowed_hosts, 3);
     config_free(c);
@@ -523,15 +524,15 @@ static void test_store_enabled(void **state)
         setenv(vars[i], "x", 1);
         config_t *c = must_load_str("upstream: http://h/mcp\n");
         assert_true(c->store_enabled);
-        assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
+        assert_string_equal(c->store_backend->name, "postgres");
         assert_null(c->database_url);
         config_free(c);
     }
     clear_env(NULL);
     setenv("PGUSER", "x", 1); /* not enough to mean "a database is configured" */
     config_t *c = must_load_str("upstream: http://h/mcp\n");
-    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
-    assert_string_equal(c->store_path, TEST_HOME_DEFAULT_FILE);
+    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(c->store_target, TEST_HOME_DEFAULT_FILE);
     assert_true(c->otlp_sample_ratio == 1.0); /* every trace, unless told otherwise */
     config_free(c);
     unsetenv("PGUSER");
@@ -540,7 +541,7 @@ static void test_store_enabled(void **state)
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: 'host=/tmp dbname=x'\n");
     assert_true(c->store_enabled);
-    assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
+    assert_string_equal(c->store_backend->name, "postgres");
     assert_string_equal(c->database_url, "host=/tmp dbname=x");
     config_free(c);
 }
@@ -550,13 +551,13 @@ static void test_store_enabled(void **state)
 static void test_store_kinds(void **state)
 {
     config_t *c = must_load_str("upstream: http://h/mcp\ndatabase_url: sqlite:/var/lib/k.db\n");
-    assert_int_equal(c->store_kind, CONFIG_STORE_SQLITE);
-    assert_string_equal(c->store_path, "/var/lib/k.db");
+    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(c->store_target, "/var/lib/k.db");
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: none\n");
-    assert_int_equal(c->store_kind, CONFIG_STORE_NONE);
+    assert_null(c->store_backend);
     assert_false(c->store_enabled);
-    assert_null(c->store_path);
+    assert_null(c->store_target);
     config_free(c);
     /* none wins over the PG* environment too */
     setenv("PGHOST", "db", 1);
@@ -567,11 +568,11 @@ static void test_store_kinds(void **state)
 
     setenv("STATE_DIRECTORY", "/var/lib/idemgw:/var/lib/other", 1);
     c = must_load_str("upstream: http://h/mcp\n");
-    assert_string_equal(c->store_path, "/var/lib/idemgw/idemgw-keys.db");
+    assert_string_equal(c->store_target, "/var/lib/idemgw/idemgw-keys.db");
     config_free(c);
     setenv("IDEMGW_DATABASE_URL", "sqlite:keys.db", 1);
     c = must_load_str("upstream: http://h/mcp\n");
-    assert_string_equal(c->store_path, "keys.db");
+    assert_string_equal(c->store_target, "keys.db");
     config_free(c);
     unsetenv("IDEMGW_DATABASE_URL");
     unsetenv("STATE_DIRECTORY");
@@ -592,7 +593,7 @@ static void test_store_kinds(void **state)
     assert_int_equal(c->workers, 4);
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\nworkers: 4\ndatabase_url: postgresql:///x\n");
-    assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
+    assert_string_equal(c->store_backend->name, "postgres");
     config_free(c);
 }
 
@@ -625,7 +626,7 @@ static void test_store_default_path(void **state)
             else
                 unsetenv(names[v]);
         }
-        char *got = config_store_default_path();
+        char *got = store_default_path();
         print_message("case %zu: %s\n", i, got ? got : "(none)");
         if (cases[i].want)
             assert_string_equal(got, cases[i].want);
@@ -633,7 +634,7 @@ static void test_store_default_path(void **state)
             assert_null(got);
         /* the gateway's choice is this one */
         char *path = NULL;
-        assert_int_equal(config_store_choose(NULL, &path), CONFIG_STORE_SQLITE);
+        assert_string_equal(store_choose(NULL, &path)->name, "sqlite");
         if (cases[i].want)
             assert_string_equal(path, cases[i].want);
         else
@@ -653,9 +654,45 @@ static void test_store_default_path(void **state)
     config_errors_free(&errs);
     /* a named file needs no default folder */
     config_t *c = must_load_str("upstream: http://h/mcp\ndatabase_url: sqlite:/k.db\n");
-    assert_string_equal(c->store_path, "/k.db");
+    assert_string_equal(c->store_target, "/k.db");
     config_free(c);
     setenv("HOME", TEST_HOME, 1);
+}
+
+/* store_choose: the table of backends, by database_url and the environment. */
+static void test_store_choose(void **state)
+{
+    static const struct {
+        const char *url;
+        const char *backend; /* NULL: none */
+        const char *target;
+    } cases[] = {
+        {"none", NULL, NULL},
+        {"sqlite:/var/k.db", "sqlite", "/var/k.db"},
+        {"sqlite:", "sqlite", NULL},
+        {"postgresql:///x", "postgres", "postgresql:///x"},
+        {"host=/tmp dbname=x", "postgres", "host=/tmp dbname=x"},
+        {NULL, "sqlite", TEST_HOME_DEFAULT_FILE},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char *target = (char *)"unset";
+        const store_backend_t *b = store_choose(cases[i].url, &target);
+        if (!cases[i].backend)
+            assert_null(b);
+        else
+            assert_string_equal(b->name, cases[i].backend);
+        if (!cases[i].target)
+            assert_null(target);
+        else
+            assert_string_equal(target, cases[i].target);
+        free(target);
+    }
+    setenv("PGSERVICE", "x", 1);
+    char *target = NULL;
+    const store_backend_t *b = store_choose(NULL, &target);
+    assert_string_equal(b->name, "postgres");
+    assert_null(target);
+    unsetenv("PGSERVICE");
 }
 
 /* A Postgres database_url is read as libpq will read it: several hosts (a primary and its
@@ -675,7 +712,7 @@ static void test_database_url_hosts(void **state)
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         snprintf(yaml, sizeof(yaml), "upstream: http://h/mcp\ndatabase_url: '%s'\n", good[i]);
         config_t *c = must_load_str(yaml);
-        assert_int_equal(c->store_kind, CONFIG_STORE_POSTGRES);
+        assert_string_equal(c->store_backend->name, "postgres");
         assert_string_equal(c->database_url, good[i]);
         config_free(c);
     }
@@ -1059,8 +1096,8 @@ static void test_reload_merge(void **state)
     assert_string_equal(r.text, "database_url\nmigrate\nstore.sweep_interval\n");
     assert_null(strstr(r.text, "secret"));
     assert_null(next->database_url);
-    assert_int_equal(next->store_kind, running->store_kind);
-    assert_string_equal(next->store_path, running->store_path);
+    assert_ptr_equal(next->store_backend, running->store_backend);
+    assert_string_equal(next->store_target, running->store_target);
     assert_true(next->migrate);
     assert_int_equal(next->sweep_interval_ms, 60 * 1000);
     assert_int_equal(next->upstream_timeout_ms, 5 * 60 * 1000);
@@ -1296,6 +1333,7 @@ int main(void)
         cmocka_unit_test_setup(test_store_enabled, clear_env),
         cmocka_unit_test_setup(test_store_kinds, clear_env),
         cmocka_unit_test_setup(test_store_default_path, clear_env),
+        cmocka_unit_test_setup(test_store_choose, clear_env),
         cmocka_unit_test_setup(test_database_url_hosts, clear_env),
         cmocka_unit_test_setup(test_missing_file, clear_env),
         cmocka_unit_test_setup(test_parse_host_port, clear_env),

@@ -167,14 +167,13 @@ static store_status_t fake_claim(void *impl, const store_claim_req_t *req, store
     fs.arg = arg;
     return STORE_OK;
 }
-static store_status_t fake_finish(void *impl, const char *key, int64_t fence, store_state_t state,
-                                  const char *result, size_t len, bool too_large,
-                                  uint64_t window_ms, store_finish_cb cb, void *arg)
+static store_status_t fake_finish(void *impl, const store_finish_req_t *req, store_finish_cb cb,
+                                  void *arg)
 {
     fs.finishes++;
-    fs.state = state;
+    fs.state = req->state;
     free(fs.result);
-    fs.result = result ? xstrndup(result, len) : NULL;
+    fs.result = req->result ? xstrndup(req->result, req->result_len) : NULL;
     fs.finish_cb = cb;
     fs.arg = arg;
     return STORE_OK;

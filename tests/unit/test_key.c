@@ -56,7 +56,9 @@ static key_status_t derive(const char *subject, const char *tool, const char *ar
     jcs_value_t *args = parse(args_json);
     key_result_t r;
     char msg[256];
-    key_status_t st = key_derive(subject, tool, args, pt, header, &r, msg, sizeof msg);
+    key_call_t call = {
+        .subject = subject, .tool = tool, .arguments = args, .header_key = header, .pt = pt};
+    key_status_t st = key_for_call(&call, &r, msg, sizeof msg);
     jcs_free(args);
     if (st != KEY_OK) {
         assert_true(strlen(msg) > 0);
@@ -418,7 +420,8 @@ static void test_args_modified(void **state)
     const policy_tool_t *pt = make_policy(&tp, "k", "m.ts", NULL);
     jcs_value_t *args = parse("{\"a\":1,\"k\":\"x\",\"m\":{\"ts\":1}}");
     key_result_t r;
-    assert_int_equal(key_derive("s", "t", args, pt, NULL, &r, NULL, 0), KEY_OK);
+    key_call_t call = {.subject = "s", .tool = "t", .arguments = args, .pt = pt};
+    assert_int_equal(key_for_call(&call, &r, NULL, 0), KEY_OK);
     char *canon = jcs_serialize(args, NULL);
     assert_string_equal(canon, "{\"a\":1,\"m\":{}}");
     assert_string_equal(r.key, "s:t:x:x");
@@ -482,8 +485,9 @@ static void test_params_key(void **state)
         jcs_value_t *params = parse(cases[i].params);
         key_result_t r;
         char msg[256];
-        key_status_t st =
-            key_derive_params("s", "t", params, NULL, cases[i].header, &r, msg, sizeof msg);
+        key_call_t call = {
+            .subject = "s", .tool = "t", .params = params, .header_key = cases[i].header};
+        key_status_t st = key_for_call(&call, &r, msg, sizeof msg);
         if (st != cases[i].st)
             fail_msg("case %zu: status %s, want %s (%s)", i, key_status_str(st),
                      key_status_str(cases[i].st), msg);
@@ -509,8 +513,10 @@ static void test_params_key(void **state)
     jcs_value_t *a = parse("{\"arguments\":{\"a\":1},\"idempotencyKey\":\"p\"}");
     jcs_value_t *b = parse("{\"arguments\":{\"a\":2},\"idempotencyKey\":\"p\"}");
     key_result_t ra, rb;
-    assert_int_equal(key_derive_params("s", "t", a, NULL, NULL, &ra, NULL, 0), KEY_OK);
-    assert_int_equal(key_derive_params("s", "t", b, NULL, NULL, &rb, NULL, 0), KEY_OK);
+    key_call_t ca = {.subject = "s", .tool = "t", .params = a};
+    key_call_t cb = {.subject = "s", .tool = "t", .params = b};
+    assert_int_equal(key_for_call(&ca, &ra, NULL, 0), KEY_OK);
+    assert_int_equal(key_for_call(&cb, &rb, NULL, 0), KEY_OK);
     assert_string_equal(ra.key, rb.key);
     assert_string_not_equal(ra.args_digest, rb.args_digest);
     key_result_free(&ra);
@@ -519,13 +525,102 @@ static void test_params_key(void **state)
     jcs_free(b);
 }
 
+/* key_for_call end to end: each source of the call (params with its idempotencyKey, or the
+ * arguments alone; the header; the policy's key_arg and exclusions) to the key, its hash, the
+ * digest and whether the key was the client's. */
+static void test_key_for_call(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *params;    /* the tools/call's params, or NULL */
+        const char *arguments; /* used when params is NULL */
+        const char *header;
+        const char *key_arg; /* policy key_arg; NULL: no policy */
+        const char *excl;    /* one exclude_args path, or NULL */
+        key_status_t st;
+        const char *key;   /* on KEY_OK */
+        const char *canon; /* the arguments hashed, on KEY_OK */
+        bool explicit_key;
+    } cases[] = {
+        /* hashed arguments */
+        {"{\"arguments\":{\"a\":1}}", NULL, NULL, NULL, NULL, KEY_OK,
+         "u%3A1:t%25x:h:015abd7f5cc57a2dd94b7590f04ad808", "{\"a\":1}", false},
+        {"{}", NULL, NULL, NULL, NULL, KEY_OK, "u%3A1:t%25x:h:44136fa355b3678a1146ad16f7e8649e",
+         "{}", false},
+        {NULL, NULL, NULL, NULL, NULL, KEY_OK, "u%3A1:t%25x:h:44136fa355b3678a1146ad16f7e8649e",
+         "{}", false},
+        {"{\"arguments\":{\"a\":1,\"ts\":9}}", NULL, NULL, "k", "ts", KEY_OK,
+         "u%3A1:t%25x:h:015abd7f5cc57a2dd94b7590f04ad808", "{\"a\":1}", false},
+        /* the three explicit sources, in their order */
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, "hdr", "k",
+         NULL, KEY_OK, "u%3A1:t%25x:x:hdr", "{\"a\":1}", true},
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"},\"idempotencyKey\":\"par\"}", NULL, NULL, "k",
+         NULL, KEY_OK, "u%3A1:t%25x:x:par", "{\"a\":1}", true},
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"}}", NULL, NULL, "k", NULL, KEY_OK,
+         "u%3A1:t%25x:x:arg", "{\"a\":1}", true},
+        /* a policy without key_arg hashes the member with the rest */
+        {"{\"arguments\":{\"a\":1,\"k\":\"arg\"}}", NULL, NULL, "", NULL, KEY_OK,
+         "u%3A1:t%25x:h:", "{\"a\":1,\"k\":\"arg\"}", false},
+        /* the arguments alone: an idempotencyKey there is an argument, not a source */
+        {NULL, "{\"a\":1,\"idempotencyKey\":\"p\"}", NULL, NULL, NULL, KEY_OK,
+         "u%3A1:t%25x:h:", "{\"a\":1,\"idempotencyKey\":\"p\"}", false},
+        {NULL, "{\"a\":1}", "hdr", NULL, NULL, KEY_OK, "u%3A1:t%25x:x:hdr", "{\"a\":1}", true},
+        /* refusals */
+        {"{\"arguments\":{\"a\":1}}", NULL, "", NULL, NULL, KEY_ERR_BAD_EXPLICIT, NULL, NULL,
+         false},
+        {"{\"arguments\":{\"a\":1},\"idempotencyKey\":true}", NULL, NULL, NULL, NULL,
+         KEY_ERR_BAD_EXPLICIT, NULL, NULL, false},
+        {"{\"arguments\":\"a\"}", NULL, NULL, NULL, NULL, KEY_ERR_ARGS_NOT_OBJECT, NULL, NULL,
+         false},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        jcs_value_t *params = parse(cases[i].params);
+        jcs_value_t *arguments = parse(cases[i].arguments);
+        test_policy_t tp;
+        key_call_t call = {
+            .subject = "u:1",
+            .tool = "t%x",
+            .params = params,
+            .arguments = arguments,
+            .header_key = cases[i].header,
+            .pt = cases[i].key_arg ? make_policy(&tp, cases[i].key_arg, cases[i].excl, NULL) : NULL,
+        };
+        key_result_t r;
+        char msg[256] = "";
+        key_status_t st = key_for_call(&call, &r, msg, sizeof msg);
+        if (st != cases[i].st)
+            fail_msg("case %zu: status %s, want %s (%s)", i, key_status_str(st),
+                     key_status_str(cases[i].st), msg);
+        if (st != KEY_OK) {
+            assert_null(r.key);
+            assert_true(strlen(msg) > 0);
+        } else {
+            /* a hashed key ends with the digest's first 32 characters */
+            assert_memory_equal(r.key, cases[i].key, strlen(cases[i].key));
+            char digest[65], hash[65];
+            util_sha256_hex(cases[i].canon, strlen(cases[i].canon), digest);
+            assert_string_equal(r.args_digest, digest);
+            if (!cases[i].explicit_key)
+                assert_memory_equal(strrchr(r.key, ':') + 1, digest, 32);
+            else
+                assert_string_equal(r.key, cases[i].key);
+            key_hash_hex(r.key, hash);
+            assert_string_equal(r.key_hash, hash);
+            assert_int_equal(r.explicit_key, cases[i].explicit_key);
+        }
+        key_result_free(&r);
+        jcs_free(params);
+        jcs_free(arguments);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_key_table),       cmocka_unit_test(test_key_relations),
         cmocka_unit_test(test_explicit_length), cmocka_unit_test(test_args_modified),
         cmocka_unit_test(test_key_hash_hex),    cmocka_unit_test(test_key_status_str),
-        cmocka_unit_test(test_params_key),
+        cmocka_unit_test(test_params_key),      cmocka_unit_test(test_key_for_call),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

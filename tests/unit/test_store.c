@@ -181,30 +181,25 @@ static const char *sql1(const char *conninfo, const char *sql)
     return val;
 }
 
-/* The group's backend at where (a conninfo, or the SQLite file); NULL with msg set when
+/* The group's backend at pg->conninfo (a conninfo, or the SQLite file); NULL with msg set when
  * refused. */
-static store_t *new_store(const store_options_t *o, char *msg, size_t msglen)
+static store_t *new_store(const store_options_t *o, const store_pg_options_t *pg, char *msg,
+                          size_t msglen)
 {
-    store_options_t opt = *o;
     if (backend == BACKEND_SQLITE) {
-        opt.path = opt.conninfo;
-        opt.conninfo = NULL;
-        return store_sqlite_new(base, &opt, msg, msglen);
+        store_sqlite_options_t sq = {.path = pg->conninfo};
+        return store_sqlite_new(base, o, &sq, msg, msglen);
     }
-    return store_pg_new(base, &opt, msg, msglen);
+    return store_pg_new(base, o, pg, msg, msglen);
 }
 
 static store_t *open_store(const char *conninfo, int pool, bool migrate, uint64_t sweep_ms,
                            int batch)
 {
-    store_options_t opt = {.conninfo = conninfo,
-                           .pool_size = pool,
-                           .migrate = migrate,
-                           .group_commit = true,
-                           .sweep_interval_ms = sweep_ms,
-                           .sweep_batch = batch};
+    store_options_t opt = {.migrate = migrate, .sweep_interval_ms = sweep_ms, .sweep_batch = batch};
+    store_pg_options_t pg = {.conninfo = conninfo, .pool_size = pool, .group_commit = true};
     char msg[512] = "";
-    store_t *s = new_store(&opt, msg, sizeof(msg));
+    store_t *s = new_store(&opt, &pg, msg, sizeof(msg));
     if (!s)
         fprintf(stderr, "%s store: %s\n", backend == BACKEND_SQLITE ? "sqlite" : "postgres", msg);
     assert_non_null(s);
@@ -329,9 +324,13 @@ static bool do_finish(store_t *s, const char *key, int64_t fence, store_state_t 
                       const char *result, uint64_t window_ms)
 {
     finish_out_t o = {0};
-    assert_int_equal(store_finish(s, key, fence, state, result, result ? strlen(result) : 0, false,
-                                  window_ms, finish_cb, &o),
-                     STORE_OK);
+    store_finish_req_t fin = {.key = key,
+                              .fence = fence,
+                              .state = state,
+                              .result = result,
+                              .result_len = result ? strlen(result) : 0,
+                              .window_ms = window_ms};
+    assert_int_equal(store_finish(s, &fin, finish_cb, &o), STORE_OK);
     assert_true(wait_for(flag_set, &o.done, 10000));
     assert_int_equal(o.st, STORE_OK);
     return o.matched;
@@ -487,9 +486,10 @@ static void test_newer_schema_refused(void **state)
         store_free(st_main); /* its lock would refuse the new one first */
         st_main = NULL;
     }
-    store_options_t opt = {.conninfo = db_conninfo, .pool_size = 1, .migrate = true};
+    store_options_t opt = {.migrate = true};
+    store_pg_options_t pg = {.conninfo = db_conninfo, .pool_size = 1};
     char msg[512] = "";
-    store_t *s = new_store(&opt, msg, sizeof(msg));
+    store_t *s = new_store(&opt, &pg, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, "newer"));
     sql = xasprintf("DELETE FROM schema_migrations WHERE version = %d", schema_version() + 1);
@@ -504,9 +504,10 @@ static void test_missing_schema_without_migrate_refused(void **state)
     (void)state;
     if (backend == BACKEND_SQLITE) {
         char *path = xasprintf("%s/empty.db", sqlite_dir);
-        store_options_t opt = {.path = path, .migrate = false};
+        store_options_t opt = {.migrate = false};
+        store_sqlite_options_t sq = {.path = path};
         char msg[512] = "";
-        store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+        store_t *s = store_sqlite_new(base, &opt, &sq, msg, sizeof(msg));
         assert_null(s);
         assert_non_null(strstr(msg, "migrations are disabled"));
         /* nothing was created in the file (the check ran in a rolled back transaction) */
@@ -521,9 +522,10 @@ static void test_missing_schema_without_migrate_refused(void **state)
     sql1(admin_url, sql);
     free(sql);
     char *ci = conninfo_for(admin_url, other);
-    store_options_t opt = {.conninfo = ci, .pool_size = 1, .migrate = false};
+    store_options_t opt = {.migrate = false};
+    store_pg_options_t pg = {.conninfo = ci, .pool_size = 1};
     char msg[512] = "";
-    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_pg_new(base, &opt, &pg, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, "migrations are disabled"));
     /* nothing was created behind the operator's back (the check ran in a rolled back txn) */
@@ -956,9 +958,13 @@ static void test_pipeline_in_order(void **state)
         pipe_out_t *o = &pipe_outs[i * 4];
         assert_int_equal(store_claim(s, &req, pipe_claim_cb, &o[0]), STORE_OK);
         assert_int_equal(store_get(s, key, pipe_get_cb, &o[1]), STORE_OK);
-        assert_int_equal(store_finish(s, key, 1, STORE_STATE_SUCCEEDED, "{}", 2, false, 600000,
-                                      pipe_finish_cb, &o[2]),
-                         STORE_OK);
+        store_finish_req_t fin = {.key = key,
+                                  .fence = 1,
+                                  .state = STORE_STATE_SUCCEEDED,
+                                  .result = "{}",
+                                  .result_len = 2,
+                                  .window_ms = 600000};
+        assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &o[2]), STORE_OK);
         assert_int_equal(store_get(s, key, pipe_get_cb, &o[3]), STORE_OK);
     }
     assert_int_equal(pipe_seq, 0); /* never called back from inside the calls */
@@ -1424,9 +1430,13 @@ static void test_group_commit(void **state)
     for (int k = 0; k < GROUP_KEYS; k++) {
         for (int j = 0; j < 2; j++) {
             bool stale = (j == 0) == (k % 2 == 0);
-            assert_int_equal(store_finish(s, keys[k], stale ? 7 : 1, STORE_STATE_SUCCEEDED, result,
-                                          strlen(result), false, 600000, pipe_finish_cb,
-                                          &pipe_outs[2 * k + j]),
+            store_finish_req_t fin = {.key = keys[k],
+                                      .fence = stale ? 7 : 1,
+                                      .state = STORE_STATE_SUCCEEDED,
+                                      .result = result,
+                                      .result_len = strlen(result),
+                                      .window_ms = 600000};
+            assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[2 * k + j]),
                              STORE_OK);
         }
     }
@@ -1543,10 +1553,10 @@ static void test_free_fails_pending(void **state)
 static store_t *open_indoubt_store(void)
 {
     char *ci = xasprintf("%s application_name='" INDOUBT_APP "'", db_conninfo);
-    store_options_t opt = {
-        .conninfo = ci, .pool_size = 1, .migrate = true, .group_commit = true, .timeout_ms = 1000};
+    store_options_t opt = {.migrate = true, .timeout_ms = 1000};
+    store_pg_options_t pg = {.conninfo = ci, .pool_size = 1, .group_commit = true};
     char msg[512] = "";
-    store_t *s = store_pg_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_pg_new(base, &opt, &pg, msg, sizeof(msg));
     free(ci);
     if (!s)
         fprintf(stderr, "postgres store: %s\n", msg);
@@ -1779,9 +1789,10 @@ static void test_sqlite_lock_refuses_second(void **state)
     (void)state;
     if (backend != BACKEND_SQLITE)
         skip();
-    store_options_t opt = {.path = db_conninfo, .migrate = true};
+    store_options_t opt = {.migrate = true};
+    store_sqlite_options_t sq = {.path = db_conninfo};
     char msg[512] = "";
-    store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_sqlite_new(base, &opt, &sq, msg, sizeof(msg));
     assert_null(s);
     assert_non_null(strstr(msg, db_conninfo));
     assert_non_null(strstr(msg, "in use by another process"));
@@ -1791,8 +1802,9 @@ static void test_sqlite_lock_refuses_second(void **state)
     assert_non_null(strstr(msg, "Postgres"));
 
     /* `idemgw key` beside a running gateway: no lock, one short transaction */
-    store_options_t shared = {.path = db_conninfo, .shared = true};
-    store_t *op = store_sqlite_new(base, &shared, msg, sizeof(msg));
+    store_options_t shared = {0};
+    store_sqlite_options_t sq_shared = {.path = db_conninfo, .shared = true};
+    store_t *op = store_sqlite_new(base, &shared, &sq_shared, msg, sizeof(msg));
     assert_non_null(op);
     assert_true(store_ready(op));
     store_claim_req_t req = req_for("t:lock:h:shared", "d1");
@@ -1802,8 +1814,8 @@ static void test_sqlite_lock_refuses_second(void **state)
 
     /* shared never creates a file */
     char *absent = xasprintf("%s/absent.db", sqlite_dir);
-    shared.path = absent;
-    assert_null(store_sqlite_new(base, &shared, msg, sizeof(msg)));
+    sq_shared.path = absent;
+    assert_null(store_sqlite_new(base, &shared, &sq_shared, msg, sizeof(msg)));
     assert_int_equal(access(absent, F_OK), -1);
     free(absent);
 
@@ -1884,9 +1896,10 @@ static void test_sqlite_deadline_missed(void **state)
         skip();
     store_free(st_main);
     st_main = NULL;
-    store_options_t opt = {.path = db_conninfo, .migrate = true, .timeout_ms = 400};
+    store_options_t opt = {.migrate = true, .timeout_ms = 400};
+    store_sqlite_options_t sq = {.path = db_conninfo};
     char msg[512] = "";
-    store_t *s = store_sqlite_new(base, &opt, msg, sizeof(msg));
+    store_t *s = store_sqlite_new(base, &opt, &sq, msg, sizeof(msg));
     assert_non_null(s);
 
     sqlite3 *blocker = NULL;
