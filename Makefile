@@ -20,14 +20,14 @@ else
 Q := @
 endif
 
-SRCS     := $(wildcard src/*.c)
+SRCS     := $(wildcard src/*/*.c)
 # The migrations in sql/ are compiled in (gen/migrations.c), so the binary needs no sql/ folder;
 # those of the embedded store, in sql/sqlite/, likewise (gen/migrations_sqlite.c).
 MIGRATIONS := $(sort $(wildcard sql/[0-9]*.sql))
 SQLITE_MIGRATIONS := $(sort $(wildcard sql/sqlite/[0-9]*.sql))
 OBJS     := $(SRCS:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/migrations.o \
             $(BUILD)/obj/gen/migrations_sqlite.o
-LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+LIB_OBJS := $(filter-out $(BUILD)/obj/cmd/main.o,$(OBJS))
 LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/obj/llhttp/http.o
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
@@ -43,6 +43,7 @@ $(BUILD)/idemgw: $(OBJS) $(LLHTTP_OBJS)
 
 $(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h) | $(BUILD)/obj
 	@echo "  CC      $<"
+	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
 # llhttp ships as generated C sources in Debian's node-llhttp; compiled as is, without our -Werror.
@@ -137,7 +138,7 @@ fuzz-smoke: fuzz-bins
 	    $$f -runs=0 tests/fuzz/corpus/$$n; exit 1; }; echo "  fuzz seeds ok: $$n"; done
 
 format:
-	$(Q)clang-format -i src/*.c include/*.h tests/unit/*.c
+	$(Q)clang-format -i src/*/*.c src/*/*.h include/*.h tests/unit/*.c
 
 clean:
 	rm -rf build build-asan build-fuzz

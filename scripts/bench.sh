@@ -120,7 +120,7 @@ cc $CFLAGS_BENCH -o build/bench/fast-upstream tests/bench/fast-upstream.c
 cc $CFLAGS_BENCH -o build/bench/bench-client tests/bench/bench-client.c
 make -s "build/libidemgw.a" >/dev/null
 # shellcheck disable=SC2046
-cc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc $(pkg-config --cflags libpq libevent) -O2 -o build/bench/print-sql tests/bench/print-sql.c \
+cc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/store $(pkg-config --cflags libpq libevent) -O2 -o build/bench/print-sql tests/bench/print-sql.c \
     build/libidemgw.a $(pkg-config --libs libevent libevent_openssl jansson libfyaml libpq openssl) -lm
 
 # ---- Postgres, upstream, nginx --------------------------------------------------------------
@@ -312,7 +312,7 @@ if diff <(build/bench/print-sql) <(grep -v '^--' scripts/bench/claim-finish.sql 
         -e 's/:[cf]\([0-9][0-9]*\)::/$\1::/g' -e 's/;$//') >"$tmp/sql.diff"; then
     sql_matches=true
 else
-    log "WARNING: scripts/bench/claim-finish.sql differs from the statements in src/store_pg_sql.c:"
+    log "WARNING: scripts/bench/claim-finish.sql differs from the statements in src/store/store_pg_sql.c:"
     cat "$tmp/sql.diff" >&2
 fi
 

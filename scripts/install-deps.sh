@@ -37,7 +37,7 @@ NPM_VERSION=10.9.8   # the npm that ships with Node 22
 demo_apt_packages=(
     build-essential pkg-config # the C toolchain and make
     libevent-dev libjansson-dev libfyaml-dev libpq-dev libssl-dev # the gateway's libraries
-    libsqlite3-dev             # the embedded store (src/store_sqlite.c)
+    libsqlite3-dev             # the embedded store (src/store/store_sqlite.c)
     node-llhttp                # llhttp C sources, compiled by the Makefile
     zlib1g-dev libbrotli-dev   # decoding upstream answers compressed with gzip/deflate or br
     ca-certificates            # npm talks https to its registry

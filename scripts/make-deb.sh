@@ -4,7 +4,7 @@
 # man page. Prints the package's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=$(sed -n 's/^#define IDEMGW_VERSION "\(.*\)"/\1/p' src/main.c)
+version=$(sed -n 's/^#define IDEMGW_VERSION "\(.*\)"/\1/p' src/cmd/main.c)
 arch=$(dpkg --print-architecture)
 out=build/deb
 stage=$out/idemgw_${version}_$arch

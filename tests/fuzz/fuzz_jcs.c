@@ -2,7 +2,7 @@
  * parses again and serializes to the same bytes (canonical form is a fixed point).
  *
  * clang -std=c11 -D_GNU_SOURCE -Iinclude -g -O1 -fsanitize=fuzzer,address,undefined \
- *     -o fuzz_jcs tests/fuzz/fuzz_jcs.c src/jcs.c src/util.c src/log.c
+ *     -o fuzz_jcs tests/fuzz/fuzz_jcs.c src/mcp/jcs.c src/core/util.c src/core/log.c
  * ./fuzz_jcs -max_len=4096 CORPUS_COPY tests/fuzz/corpus/jcs */
 #include "jcs.h"
 

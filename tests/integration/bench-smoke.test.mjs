@@ -53,7 +53,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
 
   assert.ok(doc.protected.idemgw && doc.protected.pgbench && 'ratio_idemgw_pgbench' in doc.protected);
   assert.equal(doc.protected.idemgw.non2xx, 0);
-  assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store_pg.c');
+  assert.equal(doc.protected.sql_matches_store, true, 'scripts/bench/claim-finish.sql drifted from src/store/store_pg.c');
   assert.ok(doc.protected_sqlite?.idemgw && 'rps' in doc.protected_sqlite.idemgw, `embedded store section:\n${log}`);
   assert.equal(doc.protected_sqlite.idemgw.non2xx, 0);
 

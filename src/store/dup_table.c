@@ -1,4 +1,4 @@
-/* Duplicates per key not yet written (see include/dup_table.h). */
+/* Duplicates per key not yet written (see src/store/dup_table.h). */
 #include "dup_table.h"
 
 #include "util.h"

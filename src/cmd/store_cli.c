@@ -1,4 +1,4 @@
-/* The store for an operator's command (see include/store_cli.h). */
+/* The store for an operator's command (see src/cmd/store_cli.h). */
 #include "store_cli.h"
 
 #include "log.h"

@@ -1,4 +1,4 @@
-/* CORS on the gateway's own answers (see include/cors.h). */
+/* CORS on the gateway's own answers (see src/pipeline/cors.h). */
 #include "cors.h"
 
 #include "util.h"

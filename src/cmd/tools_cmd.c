@@ -1,4 +1,4 @@
-/* The `idemgw tools` subcommand (see include/tools_cmd.h). */
+/* The `idemgw tools` subcommand (see src/cmd/tools_cmd.h). */
 #include "tools_cmd.h"
 
 #include "catalog.h"

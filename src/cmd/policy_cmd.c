@@ -1,4 +1,4 @@
-/* The `idemgw policy` subcommand (see include/policy_cmd.h). */
+/* The `idemgw policy` subcommand (see src/cmd/policy_cmd.h). */
 #include "policy_cmd.h"
 
 #include "catalog.h"

@@ -1,4 +1,4 @@
-/* The `idemgw health` subcommand (see include/health_cmd.h). */
+/* The `idemgw health` subcommand (see src/cmd/health_cmd.h). */
 #include "health_cmd.h"
 
 #include "config.h"
