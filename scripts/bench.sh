@@ -121,7 +121,7 @@ cc $CFLAGS_BENCH -o build/bench/bench-client tests/bench/bench-client.c
 make -s "build/libidemgw.a" >/dev/null
 # shellcheck disable=SC2046
 cc -std=c11 -D_GNU_SOURCE -Iinclude -Isrc/store $(pkg-config --cflags libpq libevent) -O2 -o build/bench/print-sql tests/bench/print-sql.c \
-    build/libidemgw.a $(pkg-config --libs libevent libevent_openssl jansson libfyaml libpq openssl) -lm
+    build/libidemgw.a $(pkg-config --libs libevent libevent_openssl jansson libfyaml libpq openssl sqlite3 zlib libbrotlidec) -lm -pthread
 
 # ---- Postgres, upstream, nginx --------------------------------------------------------------
 log "starting Postgres"

@@ -1,5 +1,6 @@
 /* The store for an operator's command (see src/cmd/store_cli.h). */
 #include "store_cli.h"
+#include "store_url.h"
 
 #include "log.h"
 #include "store_open.h"
@@ -68,7 +69,7 @@ int store_cli_exec(const config_t *cfg, store_cli_run_t *run)
     if (url && !url[0])
         url = NULL;
     char why[300];
-    if (url && config_database_url_error(url, why, sizeof(why))) {
+    if (url && store_url_error(url, why, sizeof(why))) {
         fprintf(stderr, "%s: database_url: %s\n", run->cmd, why);
         return run->rc;
     }

@@ -1,6 +1,7 @@
 /* The YAML reader of the config module: walks a libfyaml document with tables of known keys and
  * writes into config_t. Every problem is collected with its line; nothing stops at the first. */
 #include "config_yaml.h"
+#include "store_url.h"
 #include "config_yaml_int.h"
 #include "log.h"
 #include "util.h"
@@ -502,7 +503,7 @@ static void fn_database_url(ctx_t *cx, struct fy_node *v, int line, const char *
         return;
     }
     char why[300];
-    if (config_database_url_error(s, why, sizeof(why))) {
+    if (store_url_error(s, why, sizeof(why))) {
         cy_err_at(cx, line, "%s: %s", path, why);
         return;
     }

@@ -4,7 +4,6 @@
  * (proxy.c) makes exchanges and decides where each goes; stages drive them through exchange.h. */
 #include "exchange_int.h"
 #include "resume.h"
-#include "catalog.h"
 #include "handoff.h"
 #include "log.h"
 #include "policy.h"
@@ -258,9 +257,7 @@ static void trace_record(exchange_t *ex, int kind)
         {"network.transport", "tcp"},
         {"http.response.status_code", ex->status ? status : NULL},
         {"idemgw.outcome", kind == SPAN_SERVER ? (ex->outcome ? ex->outcome : "forwarded") : NULL},
-        {"idemgw.class", kind == SPAN_SERVER && tool && ex->proxy->ctx.catalog
-                             ? tool_class_name(catalog_classify(ex->proxy->ctx.catalog, tool, NULL))
-                             : NULL},
+        {"idemgw.class", kind == SPAN_SERVER && tool ? tool_class_name(ex->tool_class) : NULL},
         {"idemgw.key_hash",
          kind == SPAN_SERVER ? log_field(ex, "key_hash", key_hash, sizeof(key_hash)) : NULL},
         {"idemgw.duplicate_source",
@@ -289,8 +286,8 @@ static void count_tool_call(const exchange_t *ex)
     if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
         return;
     const char *tool = ex->msg.tool;
-    stats_tool_t *t = stats_tool(p->ctx.stats, tool, catalog_known(p->ctx.catalog, tool));
-    t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
+    stats_tool_t *t = stats_tool(p->ctx.stats, tool, ex->tool_known);
+    t->cls = (uint32_t)ex->tool_class;
     stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
     t->calls[o]++;
 }

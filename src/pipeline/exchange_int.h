@@ -51,6 +51,7 @@ struct exchange {
     bool has_msg;
     json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
     tool_class_t tool_class; /* of a tools/call's tool, as the router classified it */
+    bool tool_known;         /* that tool is one the upstream listed (the router asked) */
     upstream_call_t *up;     /* while the upstream call runs */
     upstream_result_t up_result;
     bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */

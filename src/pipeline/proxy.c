@@ -152,6 +152,17 @@ static tool_class_t classify_tool(proxy_t *p, const char *tool)
     return policy_lookup(&p->ctx.cfg->policy, tool)->cls;
 }
 
+/* A tools/call request's tool: its class and whether the upstream listed it, for the
+ * handlers, the metrics and the span. */
+static void classify_call(exchange_t *ex)
+{
+    const char *tool = ex->msg.tool;
+    if (ex->msg.kind != MCP_KIND_REQUEST || !tool)
+        return;
+    ex->tool_class = classify_tool(ex->proxy, tool);
+    ex->tool_known = ex->proxy->ctx.catalog && catalog_known(ex->proxy->ctx.catalog, tool);
+}
+
 static bool protected_tool(proxy_t *p, const char *tool)
 {
     return classify_tool(p, tool) == TOOL_CLASS_NON_IDEMPOTENT;
@@ -204,8 +215,7 @@ static bool body_acceptable(exchange_t *ex)
         return false;
     }
     ex->has_msg = true;
-    if (ex->msg.kind == MCP_KIND_REQUEST && ex->msg.tool)
-        ex->tool_class = classify_tool(ex->proxy, ex->msg.tool);
+    classify_call(ex);
     if (ex->traced)
         exchange_adopt_trace_meta(ex, body ? body : "", blen);
     const char *mismatch = header_mismatch(ex->req, &ex->msg, body, blen);
@@ -279,8 +289,10 @@ static void forward_plain(exchange_t *ex)
             return;
         }
         const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
-        if (mcp_parse(body, blen, &ex->msg) == MCP_OK)
+        if (mcp_parse(body, blen, &ex->msg) == MCP_OK) {
             ex->has_msg = true; /* the log line and a refusal name the method, id and tool */
+            classify_call(ex);
+        }
         call_scan_t sc = {.proxy = ex->proxy};
         if (looks_like_json(ex->req, body, blen) &&
             mcp_each_call(body, blen, scan_one_call, &sc) != MCP_OK) {

@@ -116,3 +116,4 @@ store_t *store_open(const store_backend_t *b, struct event_base *base, const cha
 {
     return b->open(base, target, o, msg, msglen);
 }
+

@@ -24,6 +24,7 @@
 #include "store_pg.h"
 
 #include "config.h"
+#include "store_url.h"
 #include "key.h"
 #include "log.h"
 #include "store_migrations.h"
@@ -1053,7 +1054,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
     store_pg_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
     s->conninfo = pg->conninfo && pg->conninfo[0] ? xstrdup(pg->conninfo) : NULL;
-    s->servers = config_database_url_servers(s->conninfo);
+    s->servers = store_url_servers(s->conninfo);
     s->pool_size = pg->pool_size > 0 ? pg->pool_size : 4;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
