@@ -63,6 +63,14 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
  * Content-Length, the framing the gateway chose (Content-Length when content_length >= 0,
  * Transfer-Encoding: chunked when -1, nothing when -2, for a bodiless status or a body that
  * ends at the close), Connection: close when keep_alive is false, then extra as above. */
+/* Chunked framing (RFC 9112 7.1), written here only. HTTP_CHUNK_LAST ends a chunked body. */
+#define HTTP_CHUNK_LINE_MAX 24
+#define HTTP_CHUNK_LAST "0\r\n\r\n"
+/* The size line of a chunk of len bytes ("1a\r\n") into line; returns its length. */
+size_t http_chunk_line(char line[HTTP_CHUNK_LINE_MAX], size_t len);
+/* One whole chunk: its size line, the bytes, CRLF. */
+void http_chunk_add(struct evbuffer *out, const void *data, size_t len);
+
 void http_write_response_head(struct evbuffer *out, int status, const char *content_type,
                               const http_headers_t *in, long long content_length, bool keep_alive,
                               const char *extra);

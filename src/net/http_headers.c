@@ -301,3 +301,16 @@ const char *http_status_reason(int status)
             return reasons[i].reason;
     return "Status";
 }
+
+size_t http_chunk_line(char line[HTTP_CHUNK_LINE_MAX], size_t len)
+{
+    return (size_t)snprintf(line, HTTP_CHUNK_LINE_MAX, "%zx\r\n", len);
+}
+
+void http_chunk_add(struct evbuffer *out, const void *data, size_t len)
+{
+    char line[HTTP_CHUNK_LINE_MAX];
+    evbuffer_add(out, line, http_chunk_line(line, len));
+    evbuffer_add(out, data, len);
+    evbuffer_add(out, "\r\n", 2);
+}

@@ -369,9 +369,8 @@ static void to_client(exchange_t *ex, const char *data, size_t len)
 static void body_to_client(exchange_t *ex, const char *data, size_t len)
 {
     if (ex->chunked) {
-        char hdr[24];
-        int n = snprintf(hdr, sizeof(hdr), "%zx\r\n", len);
-        to_client(ex, hdr, (size_t)n);
+        char line[HTTP_CHUNK_LINE_MAX];
+        to_client(ex, line, http_chunk_line(line, len));
         to_client(ex, data, len);
         to_client(ex, "\r\n", 2);
     } else {
@@ -398,7 +397,7 @@ static void complete_client(exchange_t *ex)
         return;
     bool keep = ex->keep_alive;
     if (ex->client && ex->chunked)
-        evbuffer_add(http_conn_output(ex->client), "0\r\n\r\n", 5);
+        evbuffer_add(http_conn_output(ex->client), HTTP_CHUNK_LAST, strlen(HTTP_CHUNK_LAST));
     else if (ex->up_result != UPSTREAM_OK)
         keep = false; /* a length-framed body was cut short: only closing tells the agent */
     finish_client(ex, keep);
@@ -504,10 +503,7 @@ void exchange_replace_answer(exchange_t *ex, const char *body)
     }
     if (ex->client && !ex->answered && ex->resp_sse && ex->chunked) {
         char *event = xasprintf("event: message\ndata: %s\n\n", body);
-        struct evbuffer *out = http_conn_output(ex->client);
-        evbuffer_add_printf(out, "%zx\r\n", strlen(event));
-        evbuffer_add(out, event, strlen(event));
-        evbuffer_add(out, "\r\n", 2);
+        http_chunk_add(http_conn_output(ex->client), event, strlen(event));
         free(event);
     } else {
         ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
@@ -541,7 +537,8 @@ void exchange_answer_early(exchange_t *ex, const char *body)
     if (ex->resp_sse && ex->chunked) {
         char *event = xasprintf("event: message\ndata: %s\n\n", body);
         struct evbuffer *out = http_conn_output(c);
-        evbuffer_add_printf(out, "%zx\r\n%s\r\n0\r\n\r\n", strlen(event), event);
+        http_chunk_add(out, event, strlen(event));
+        evbuffer_add(out, HTTP_CHUNK_LAST, strlen(HTTP_CHUNK_LAST));
         free(event);
         keep = ex->keep_alive;
     } /* else a length-framed body was partly relayed: only closing ends it */

@@ -141,9 +141,7 @@ static bool resume_stream(exchange_t *get)
         if (ex->sse_unheld > from) {
             size_t n = ex->sse_unheld - from;
             const char *bytes = (const char *)evbuffer_pullup(ex->sse_log, -1) + from;
-            evbuffer_add_printf(out, "%zx\r\n", n);
-            evbuffer_add(out, bytes, n);
-            evbuffer_add(out, "\r\n", 2);
+            http_chunk_add(out, bytes, n);
         }
         log_info(get->conn_id, "stream resumed from the gateway after event %s", last);
         exchange_set_state(get, EX_DONE);

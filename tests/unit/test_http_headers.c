@@ -198,6 +198,23 @@ static void test_response_head(void **state)
     assert_string_equal(http_status_reason(308), "Permanent Redirect");
 }
 
+static void test_chunks(void **state)
+{
+    (void)state;
+    char line[HTTP_CHUNK_LINE_MAX];
+    assert_int_equal(http_chunk_line(line, 26), 4);
+    assert_memory_equal(line, "1a\r\n", 4);
+    struct evbuffer *out = evbuffer_new();
+    http_chunk_add(out, "hello", 5);
+    http_chunk_add(out, "", 0); /* an empty chunk would end the body: the caller never sends one */
+    evbuffer_add(out, HTTP_CHUNK_LAST, strlen(HTTP_CHUNK_LAST));
+    size_t n = evbuffer_get_length(out);
+    const char *want = "5\r\nhello\r\n0\r\n\r\n0\r\n\r\n";
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(evbuffer_pullup(out, -1), want, n);
+    evbuffer_free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -208,6 +225,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop),
         cmocka_unit_test(test_request_head),
         cmocka_unit_test(test_response_head),
+        cmocka_unit_test(test_chunks),
     };
     return cmocka_run_group_tests_name("http_headers", tests, NULL, NULL);
 }
