@@ -279,19 +279,6 @@ static void trace_record(exchange_t *ex, int kind)
     tracer_record(ex->proxy->ctx.tracer, &s);
 }
 
-/* A tools/call, by tool, class and outcome, for /metrics. */
-static void count_tool_call(const exchange_t *ex)
-{
-    const proxy_t *p = ex->proxy;
-    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
-        return;
-    const char *tool = ex->msg.tool;
-    stats_tool_t *t = stats_tool(p->ctx.stats, tool, ex->tool_known);
-    t->cls = (uint32_t)ex->tool_class;
-    stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
-    t->calls[o]++;
-}
-
 /* The exchange has ended: logged, counted, and let go by its observer, its agent connection
  * and the lists that name it. Its memory stays until the loop is out of every callback that
  * may still hold a pointer to it (exchange_reap); until then its accessors still answer. */
@@ -303,7 +290,8 @@ static void exchange_close(exchange_t *ex)
         trace_record(ex, SPAN_SERVER);
     stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
                           util_now_ms() - ex->start_ms);
-    count_tool_call(ex);
+    if (p->on_closed)
+        p->on_closed(ex); /* the router's count of the call, by tool, class and outcome */
     if (ex->obs && ex->obs->detach)
         ex->obs->detach(ex->obs_arg);
     ex->obs = NULL;

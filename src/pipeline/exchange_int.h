@@ -51,7 +51,6 @@ struct exchange {
     bool has_msg;
     json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
     tool_class_t tool_class; /* of a tools/call's tool, as the router classified it */
-    bool tool_known;         /* that tool is one the upstream listed (the router asked) */
     upstream_call_t *up;     /* while the upstream call runs */
     upstream_result_t up_result;
     bool cut;              /* the gateway ended the upstream exchange itself (a cancelled call) */
@@ -103,6 +102,7 @@ struct proxy {
     exchange_t *gets;    /* GET streams in flight */
     uint64_t open;       /* exchanges in flight, and ended ones not yet freed */
     exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
+    void (*on_closed)(const exchange_t *ex); /* the router's, as each exchange ends */
     struct event *reap_ev;
     cors_table_t cors;   /* the upstream's CORS answers, mirrored on the gateway's own */
 };

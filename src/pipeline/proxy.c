@@ -152,15 +152,27 @@ static tool_class_t classify_tool(proxy_t *p, const char *tool)
     return policy_lookup(&p->ctx.cfg->policy, tool)->cls;
 }
 
-/* A tools/call request's tool: its class and whether the upstream listed it, for the
- * handlers, the metrics and the span. */
+/* A tools/call request's tool: its class, for the handlers and the span. */
 static void classify_call(exchange_t *ex)
 {
     const char *tool = ex->msg.tool;
     if (ex->msg.kind != MCP_KIND_REQUEST || !tool)
         return;
     ex->tool_class = classify_tool(ex->proxy, tool);
-    ex->tool_known = ex->proxy->ctx.catalog && catalog_known(ex->proxy->ctx.catalog, tool);
+}
+
+/* A tools/call as it ends, by tool, class and outcome, for /metrics: the catalogue is asked
+ * then, since the upstream's tools/list may have come in while the call ran. */
+static void count_tool_call(const exchange_t *ex)
+{
+    const proxy_t *p = ex->proxy;
+    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
+        return;
+    const char *tool = ex->msg.tool;
+    stats_tool_t *t = stats_tool(p->ctx.stats, tool, catalog_known(p->ctx.catalog, tool));
+    t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
+    stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
+    t->calls[o]++;
 }
 
 static bool protected_tool(proxy_t *p, const char *tool)
@@ -357,6 +369,7 @@ proxy_t *proxy_new(const proxy_ctx_t *ctx)
 {
     proxy_t *p = xcalloc(1, sizeof(*p));
     p->ctx = *ctx;
+    p->on_closed = count_tool_call;
     return p;
 }
 
