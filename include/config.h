@@ -92,6 +92,26 @@ typedef enum {
     CORS_OFF,        /* they carry none */
 } cors_mode_t;
 
+/* upstream: {command: [...]}: how sessions share the spawned server. */
+typedef enum {
+    STDIO_PER_SESSION = 0, /* one child per MCP session, fed that session's initialize */
+    STDIO_SHARED,          /* one child for all sessions, initialized once */
+} stdio_sessions_t;
+
+/* upstream: {command: [...], ...}: the MCP server is a program the gateway spawns and speaks
+ * newline-delimited JSON-RPC with on its stdin and stdout. argv NULL: the upstream is a URL. */
+typedef struct stdio_conf {
+    char **argv; /* the command and its arguments, NULL-terminated */
+    size_t argc;
+    char **env; /* "NAME=value", what the child gets besides PATH and HOME */
+    size_t n_env;
+    char *cwd;                /* the child's working directory; NULL: the gateway's */
+    int sessions;             /* stdio_sessions_t */
+    int max_children;         /* children alive at once (default 32) */
+    uint64_t idle_timeout_ms; /* a session without a request this long is ended (10m) */
+    uint64_t grace_ms;        /* SIGTERM to SIGKILL when a child is stopped (5s) */
+} stdio_conf_t;
+
 struct store_backend;
 
 typedef struct config {
@@ -108,6 +128,9 @@ typedef struct config {
     host_port_t upstream;       /* host and port from the URL */
     char *upstream_path;        /* path from the URL; agents use the same path on listen */
     char *upstream_host_header; /* Host header value sent upstream ("host:port") */
+    stdio_conf_t stdio;         /* a spawned stdio server instead (stdio.argv set): then
+                                   upstream_url names the command and upstream_path is where
+                                   agents connect (default /mcp) */
 
     char *database_url;         /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
                                    PG* environment when it names a database, else the default
@@ -218,6 +241,10 @@ int config_reload_merge(const config_t *running, config_t *next, config_restart_
  * "[::]:port" for IPv6). Port 1-65535. 0 or -1; on success out->host is allocated (free it),
  * on failure out is untouched. */
 int config_parse_host_port(const char *s, host_port_t *out);
+
+/* Makes c's upstream the stdio server argv (NULL-terminated, copied) with the default settings,
+ * replacing a URL upstream: what `idemgw stdio -- CMD ARGS` does. */
+void config_set_upstream_command(config_t *c, char *const *argv);
 
 /* Parses an http(s) URL into out (free with config_http_url_free); NULL, or what is wrong. */
 const char *config_parse_http_url(const char *url, http_url_t *out);

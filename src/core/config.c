@@ -243,6 +243,7 @@ const char *config_set_upstream(config_t *c, const char *url)
     c->upstream = u.hp;
     c->upstream_path = u.path;
     c->upstream_host_header = u.host_header;
+    config_stdio_free(&c->stdio);
     return NULL;
 }
 
@@ -608,6 +609,14 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
     }
     fill_allowed_defaults(c);
     choose_store(c, name, yr.workers_line, errs);
+    if (c->stdio.argv && c->workers > 1) {
+        char where[300];
+        snprintf(where, sizeof(where), "%s:%d", name ? name : "env", yr.workers_line);
+        config_errors_add(errs,
+                          "%s: workers: %d with a stdio upstream: a session's child process "
+                          "lives in one worker; set workers: 1",
+                          name && yr.workers_line > 0 ? where : (name ? name : "env"), c->workers);
+    }
 
     bool failed = errs->n > before;
     config_errors_free(&local);
@@ -675,6 +684,7 @@ void config_free(config_t *c)
     free(c->upstream.host);
     free(c->upstream_path);
     free(c->upstream_host_header);
+    config_stdio_free(&c->stdio);
     free(c->database_url);
     free(c->store_target);
     free(c->upstream_ca_file);

@@ -433,7 +433,11 @@ static void fn_exclude_args(ctx_t *cx, struct fy_node *v, int line, const char *
 static void fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     cx->res.upstream_seen = true;
-    const char *s = cy_scalar(cx, v, line, path, "a URL");
+    if (fy_node_is_mapping(v) && !fy_node_is_alias(v)) {
+        cy_upstream_command(cx, v, line, path, base);
+        return;
+    }
+    const char *s = cy_scalar(cx, v, line, path, "a URL, or {command: [...]}");
     if (!s)
         return;
     const char *err = config_set_upstream(base, s);
@@ -669,7 +673,8 @@ static void otlp_carry(config_t *next, const config_t *running)
 
 static bool upstream_same(const config_t *a, const config_t *b)
 {
-    return str_same(a->upstream_url, b->upstream_url);
+    return str_same(a->upstream_url, b->upstream_url) && str_same(a->upstream_path, b->upstream_path) &&
+           config_stdio_same(&a->stdio, &b->stdio);
 }
 
 /* Everything derived from the URL goes with it. */
@@ -681,6 +686,7 @@ static void upstream_carry(config_t *next, const config_t *running)
     str_carry(&next->upstream_host_header, running->upstream_host_header);
     next->upstream.port = running->upstream.port;
     next->upstream_tls = running->upstream_tls;
+    config_stdio_copy(&next->stdio, &running->stdio);
 }
 
 static bool ca_file_same(const config_t *a, const config_t *b)

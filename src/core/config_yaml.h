@@ -22,6 +22,10 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
 /* Parses an upstream URL into c's upstream fields (replacing earlier ones). NULL on success,
  * else a static message saying what is wrong; c is then unchanged. */
 const char *config_set_upstream(config_t *c, const char *url);
+/* config_stdio.c: the stdio upstream's settings copied, compared and freed (zeroed after). */
+void config_stdio_copy(stdio_conf_t *dst, const stdio_conf_t *src);
+bool config_stdio_same(const stdio_conf_t *a, const stdio_conf_t *b);
+void config_stdio_free(stdio_conf_t *s);
 /* The same for subject.jwt.jwks_url, which must be https. */
 const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url);
 /* Frees what a jwt subject setting holds and zeroes it. */

@@ -91,4 +91,7 @@ void cy_walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, void
 void cy_fn_listen_tls(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 
+/* config_stdio.c: upstream given as a mapping, {command: [...], ...}. */
+void cy_upstream_command(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+
 #endif
