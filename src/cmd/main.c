@@ -23,6 +23,7 @@
 #include "subject.h"
 #include "trace.h"
 #include "upstream_http.h"
+#include "upstream_stdio.h"
 #include "util.h"
 #include "warn_memo.h"
 
@@ -72,12 +73,12 @@ typedef struct server {
     struct resume_guard *guard; /* who may resume a session's streams */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
-    struct ssl_ctx_st *tls;    /* for an https upstream, else NULL */
+    struct ssl_ctx_st *tls;        /* for an https upstream, else NULL */
     struct ssl_ctx_st *listen_tls; /* agents' TLS (listen_tls), else NULL; mcp_site.tls */
-    bool draining;             /* SIGTERM seen: no new connections or requests */
-    server_stats_t *stats;     /* this worker's counters (a slot of all_stats) */
-    server_stats_t *all_stats; /* every worker's counters, shared memory; /metrics sums them */
-    int worker;                /* 0-based worker number */
+    bool draining;                 /* SIGTERM seen: no new connections or requests */
+    server_stats_t *stats;         /* this worker's counters (a slot of all_stats) */
+    server_stats_t *all_stats;     /* every worker's counters, shared memory; /metrics sums them */
+    int worker;                    /* 0-based worker number */
     int n_workers;
     uint64_t started_ms;
 } server_t;
@@ -620,20 +621,31 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         }
     }
     apply_upstream_limits(cfg);
-    upstream_opts_t uo = {
-        .base = server->base,
-        .tls = server->tls,
-        .host = cfg->upstream.host,
-        .port = cfg->upstream.port,
-        .limits = &upstream_limits,
-        .draining = &server->draining,
-    };
-    server->pool = upstream_pool_new(&uo, msg, sizeof(msg));
-    if (!server->pool) {
-        fprintf(stderr, "idemgw: %s\n", msg);
-        goto out;
+    if (cfg->stdio.argv) {
+        upstream_stdio_opts_t so = {
+            .base = server->base,
+            .conf = &cfg->stdio,
+            .path = cfg->upstream_path,
+            .limits = &upstream_limits,
+            .max_line = (size_t)cfg->max_body_bytes,
+        };
+        server->upstream = upstream_stdio_new(&so);
+    } else {
+        upstream_opts_t uo = {
+            .base = server->base,
+            .tls = server->tls,
+            .host = cfg->upstream.host,
+            .port = cfg->upstream.port,
+            .limits = &upstream_limits,
+            .draining = &server->draining,
+        };
+        server->pool = upstream_pool_new(&uo, msg, sizeof(msg));
+        if (!server->pool) {
+            fprintf(stderr, "idemgw: %s\n", msg);
+            goto out;
+        }
+        server->upstream = upstream_http_new(server->pool, cfg->upstream_host_header);
     }
-    server->upstream = upstream_http_new(server->pool, cfg->upstream_host_header);
     if (cfg->store_enabled) {
         store_open_opts_t so = {
             .common = {.timeout_ms = cfg->store_timeout_ms,

@@ -115,6 +115,8 @@ static void kill_conn(upstream_conn_t *up)
 
 void upstream_pool_close_idle(upstream_pool_t *pool)
 {
+    if (!pool)
+        return;
     while (pool->idle) {
         upstream_conn_t *up = pool->idle;
         pool->idle = up->next;

@@ -378,7 +378,10 @@ void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)
         p->conn = conn;
         p->keep_alive = keep;
         http_conn_set_observer(conn, NULL, probe_gone, p);
-        upstream_probe(ctx->pool, probe_done, p);
+        if (ctx->pool)
+            upstream_probe(ctx->pool, probe_done, p);
+        else
+            probe_done(true, p); /* a stdio upstream: nothing to connect to */
     } else if (tlen == 8 && strncmp(t, "/metrics", 8) == 0) {
         metrics(ctx, conn, req);
     } else {

@@ -1,0 +1,1500 @@
+/* The stdio upstream (upstream_stdio.h): children spawned with posix_spawn in a session of
+ * their own, pipes on the event loop, JSON-RPC ids rewritten per child, answers handed to the
+ * owner from a per-call event so no callback ever runs inside open or inside a read of the
+ * child's output. */
+
+#include "upstream_stdio.h"
+
+#include "log.h"
+#include "util.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <openssl/rand.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SESSION_BUCKETS 1024
+#define STDERR_LINE_MAX 4096
+#define OUT_HIGH_WATER (1u << 20) /* a paused call holding this much stops the child's reads */
+#define IN_HIGH_WATER (16u << 20) /* a child not reading its stdin: new requests get 503 */
+#define LONG_LINE_KEEP 128        /* ends of an over-long line kept to find its id */
+
+typedef struct stdio_up stdio_up_t;
+typedef struct child child_t;
+typedef struct session session_t;
+typedef struct pend pend_t;
+
+typedef enum { MODE_JSON, MODE_SSE, MODE_GET, MODE_FIXED } call_mode_t;
+
+struct upstream_call {
+    stdio_up_t *up;
+    session_t *sess; /* NULL: a call without a session */
+    child_t *child;  /* where its requests went, NULL when none did */
+    upstream_cbs_t cb;
+    void *arg;
+    call_mode_t mode;
+    int outstanding;                /* requests whose answers are awaited */
+    json_t *answers;                /* MODE_JSON: the answers so far */
+    bool batch;                     /* the body was an array */
+    json_t *init_id;                /* an initialize waiting for the child's answer: its own id */
+    upstream_call_t *snext, *sprev; /* in sess->calls */
+    upstream_call_t *wnext;         /* in child->init_waiters */
+    /* what the owner is yet to hear, handed over from kick */
+    int status;
+    http_headers_t headers;
+    bool head_queued, head_sent;
+    struct evbuffer *out;
+    bool end_queued;
+    upstream_result_t res;
+    bool paused, full;
+    struct event *kick, *timer;
+};
+
+struct pend {
+    uint64_t gid;          /* the id the child saw */
+    json_t *orig_id;       /* the agent's */
+    json_t *orig_token;    /* the agent's progress token, or NULL */
+    upstream_call_t *call; /* NULL: its call is gone, the answer is dropped */
+    bool init;             /* the child's initialize */
+    pend_t *next;
+};
+
+struct session {
+    char id[33];
+    stdio_up_t *up;
+    child_t *child;
+    upstream_call_t *get;   /* the GET stream, or NULL */
+    upstream_call_t *calls; /* POSTs in flight */
+    struct event *idle;
+    bool registered;
+    session_t *hnext;         /* hash chain */
+    session_t *cnext, *cprev; /* in child->sessions */
+};
+
+struct child {
+    stdio_up_t *up;
+    pid_t pid;
+    struct bufferevent *in, *out, *err;
+    pend_t *pends; /* newest first */
+    uint64_t next_gid;
+    session_t *sessions;
+    bool shared;
+    bool ready;          /* requests may be written (shared: once initialized) */
+    bool initializing;   /* shared: the initialize is out */
+    json_t *init_result; /* shared: the answer every later session gets */
+    upstream_call_t *init_waiters;
+    struct evbuffer *held; /* lines waiting for ready */
+    bool stopping, exited, gone;
+    int n_full;
+    struct event *grace;
+    /* an over-long stdout line being skipped: its first and last bytes */
+    bool skipping;
+    char head[LONG_LINE_KEEP + 1], tail[LONG_LINE_KEEP + 1];
+    size_t head_len, tail_len;
+    child_t *next;
+};
+
+struct stdio_up {
+    struct event_base *base;
+    stdio_conf_t conf;
+    char *path;
+    const upstream_limits_t *limits;
+    size_t max_line;
+    char *label; /* the program's name for logs */
+    child_t *children;
+    int n_children;
+    child_t *shared; /* the child sessions share (shared mode) and sessionless calls use */
+    session_t *buckets[SESSION_BUCKETS];
+    struct event *sigchld;
+};
+
+static void child_stop(child_t *c, const char *why);
+static void child_gone(child_t *c, const char *why);
+static void session_end(session_t *s);
+
+/* ---- delivery to the owner ---- */
+
+static void kick_now(upstream_call_t *call)
+{
+    if (!call->paused)
+        event_active(call->kick, EV_TIMEOUT, 0);
+}
+
+static void set_timer(upstream_call_t *call, uint64_t ms)
+{
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(call->timer, &tv);
+}
+
+static void add_header(http_headers_t *h, const char *name, const char *value)
+{
+    http_headers_add_name(h, name, strlen(name));
+    http_headers_end_name(h);
+    http_headers_add_value(h, value, strlen(value));
+    http_headers_end_value(h);
+}
+
+static void queue_head(upstream_call_t *call, int status, const char *content_type)
+{
+    call->status = status;
+    if (content_type)
+        add_header(&call->headers, "Content-Type", content_type);
+    if (content_type && strcmp(content_type, "text/event-stream") == 0)
+        add_header(&call->headers, "Cache-Control", "no-cache");
+    if (call->sess)
+        add_header(&call->headers, "Mcp-Session-Id", call->sess->id);
+    call->head_queued = true;
+    kick_now(call);
+}
+
+static void queue_end(upstream_call_t *call, upstream_result_t res)
+{
+    if (call->end_queued)
+        return;
+    call->end_queued = true;
+    call->res = res;
+    evtimer_del(call->timer);
+    kick_now(call);
+}
+
+/* The call no longer waits for anything: its pending requests' answers will be dropped. */
+static void call_detach(upstream_call_t *call)
+{
+    if (call->child)
+        for (pend_t *p = call->child->pends; p; p = p->next)
+            if (p->call == call)
+                p->call = NULL;
+    if (call->child) {
+        for (upstream_call_t **w = &call->child->init_waiters; *w; w = &(*w)->wnext)
+            if (*w == call) {
+                *w = call->wnext;
+                break;
+            }
+        if (call->full && call->child->n_full-- == 1 && call->child->out)
+            bufferevent_enable(call->child->out, EV_READ);
+    }
+    call->full = false;
+    session_t *s = call->sess;
+    if (s && s->get == call)
+        s->get = NULL;
+    if (s && (call->sprev || s->calls == call)) {
+        if (call->sprev)
+            call->sprev->snext = call->snext;
+        else
+            s->calls = call->snext;
+        if (call->snext)
+            call->snext->sprev = call->sprev;
+        call->snext = call->sprev = NULL;
+    }
+    call->outstanding = 0;
+}
+
+static void call_free(upstream_call_t *call)
+{
+    call_detach(call);
+    event_free(call->kick);
+    event_free(call->timer);
+    evbuffer_free(call->out);
+    http_headers_free(&call->headers);
+    json_decref(call->answers);
+    json_decref(call->init_id);
+    free(call);
+}
+
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    upstream_call_t *call = arg;
+    if (call->paused)
+        return;
+    if (call->head_queued && !call->head_sent) {
+        call->head_sent = true;
+        call->cb.on_head(call->arg, call->status, &call->headers);
+        if (call->paused)
+            return;
+    }
+    size_t n = evbuffer_get_length(call->out);
+    if (n > 0 && call->head_sent) {
+        char *data = (char *)evbuffer_pullup(call->out, -1);
+        call->cb.on_body(call->arg, data, n);
+        evbuffer_drain(call->out, n);
+        if (call->full) {
+            call->full = false;
+            if (call->child && call->child->n_full-- == 1 && call->child->out)
+                bufferevent_enable(call->child->out, EV_READ);
+        }
+        if (call->paused)
+            return;
+    }
+    if (call->end_queued) {
+        call_detach(call);
+        call->cb.on_end(call->arg, call->res);
+        call_free(call);
+    }
+}
+
+static void on_call_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    upstream_call_t *call = arg;
+    bool init = call->init_id != NULL;
+    child_t *c = call->child;
+    log_warn(0, "stdio upstream %s: %s", call->up->label,
+             init ? "no answer to initialize in time" : "the answer went silent for too long");
+    upstream_result_t res =
+        call->head_queued ? UPSTREAM_ERR_IDLE_TIMEOUT : UPSTREAM_ERR_HEAD_TIMEOUT;
+    call_detach(call);
+    queue_end(call, res);
+    /* a child that never answered its initialize is of no use to anyone */
+    if (init && c && !c->init_result && !c->init_waiters)
+        child_stop(c, "no answer to initialize");
+}
+
+static upstream_call_t *call_new(stdio_up_t *up, const upstream_cbs_t *cbs, void *arg)
+{
+    upstream_call_t *call = xcalloc(1, sizeof(*call));
+    call->up = up;
+    call->cb = *cbs;
+    call->arg = arg;
+    call->mode = MODE_FIXED;
+    call->out = evbuffer_new();
+    http_headers_init(&call->headers);
+    call->kick = event_new(up->base, -1, 0, on_kick, call);
+    call->timer = evtimer_new(up->base, on_call_timer, call);
+    return call;
+}
+
+/* An answer made here: status, a body, done. */
+static upstream_call_t *answer_fixed(upstream_call_t *call, int status, const char *content_type,
+                                     const char *body)
+{
+    call->mode = MODE_FIXED;
+    queue_head(call, status, body ? content_type : NULL);
+    if (body)
+        evbuffer_add(call->out, body, strlen(body));
+    queue_end(call, UPSTREAM_OK);
+    return call;
+}
+
+/* A JSON-RPC error as the answer (id null: the request could not be read or routed). */
+static upstream_call_t *answer_rpc_error(upstream_call_t *call, int status, json_t *id, int code,
+                                         const char *message)
+{
+    json_t *e = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                          id ? id : json_null(), "error", "code", code, "message", message);
+    char *body = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    answer_fixed(call, status, "application/json", body);
+    free(body);
+    return call;
+}
+
+/* A message for the agent on the call's stream (an event) or in its JSON answer. */
+static void call_deliver(upstream_call_t *call, json_t *msg)
+{
+    if (call->mode == MODE_JSON) {
+        if (!json_object_get(msg, "method"))
+            json_array_append(call->answers, msg);
+        return;
+    }
+    char *s = json_dumps(msg, JSON_COMPACT);
+    evbuffer_add_printf(call->out, "event: message\ndata: %s\n\n", s);
+    free(s);
+    if (call->mode == MODE_SSE)
+        set_timer(call, call->up->limits->idle_timeout_ms);
+    if (call->paused && !call->full && evbuffer_get_length(call->out) > OUT_HIGH_WATER &&
+        call->child) {
+        call->full = true;
+        if (call->child->n_full++ == 0 && call->child->out)
+            bufferevent_disable(call->child->out, EV_READ);
+    }
+    kick_now(call);
+}
+
+/* One of the call's requests got its answer. */
+static void call_answered(upstream_call_t *call)
+{
+    if (--call->outstanding > 0)
+        return;
+    if (call->mode == MODE_JSON) {
+        json_t *body = call->batch ? json_incref(call->answers)
+                                   : json_incref(json_array_get(call->answers, 0));
+        char *s = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        queue_head(call, 200, "application/json");
+        if (s)
+            evbuffer_add(call->out, s, strlen(s));
+        free(s);
+    }
+    call_detach(call);
+    queue_end(call, UPSTREAM_OK);
+}
+
+/* ---- sessions ---- */
+
+static session_t **bucket(stdio_up_t *up, const char *id)
+{
+    return &up->buckets[util_fnv1a64(id) % SESSION_BUCKETS];
+}
+
+static session_t *session_find(stdio_up_t *up, const char *id)
+{
+    for (session_t *s = *bucket(up, id); s; s = s->hnext)
+        if (strcmp(s->id, id) == 0)
+            return s;
+    return NULL;
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg);
+
+static void session_touch(session_t *s)
+{
+    uint64_t ms = s->up->conf.idle_timeout_ms;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(s->idle, &tv);
+}
+
+static session_t *session_new(stdio_up_t *up)
+{
+    session_t *s = xcalloc(1, sizeof(*s));
+    unsigned char raw[16];
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        for (size_t i = 0; i < sizeof(raw); i++)
+            raw[i] = (unsigned char)(util_now_ms() >> (i % 8)) ^ (unsigned char)rand();
+    }
+    util_hex(raw, sizeof(raw), s->id);
+    s->up = up;
+    s->idle = evtimer_new(up->base, on_idle, s);
+    return s;
+}
+
+static void session_register(session_t *s, child_t *c)
+{
+    s->child = c;
+    s->cnext = c->sessions;
+    if (c->sessions)
+        c->sessions->cprev = s;
+    c->sessions = s;
+    session_t **b = bucket(s->up, s->id);
+    s->hnext = *b;
+    *b = s;
+    s->registered = true;
+    session_touch(s);
+}
+
+/* Frees a session that was never registered (its initialize failed). */
+static void session_discard(session_t *s)
+{
+    if (!s || s->registered)
+        return;
+    event_free(s->idle);
+    free(s);
+}
+
+/* The session is over: its id answers 404 from now on; its GET stream ends; calls in flight
+ * keep waiting for their answers (a DELETE does not stop a running tool). */
+static void session_end(session_t *s)
+{
+    stdio_up_t *up = s->up;
+    for (session_t **p = bucket(up, s->id); *p; p = &(*p)->hnext)
+        if (*p == s) {
+            *p = s->hnext;
+            break;
+        }
+    child_t *c = s->child;
+    if (c) {
+        if (s->cprev)
+            s->cprev->cnext = s->cnext;
+        else
+            c->sessions = s->cnext;
+        if (s->cnext)
+            s->cnext->cprev = s->cprev;
+    }
+    if (s->get) {
+        upstream_call_t *get = s->get;
+        call_detach(get);
+        queue_end(get, UPSTREAM_OK);
+    }
+    for (upstream_call_t *call = s->calls; call; call = call->snext)
+        call->sess = NULL;
+    s->calls = NULL;
+    event_free(s->idle);
+    free(s);
+    if (c && !c->shared && !c->sessions)
+        child_stop(c, "its session ended");
+}
+
+static void on_idle(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    session_t *s = arg;
+    /* a tool still running is not idleness */
+    for (upstream_call_t *call = s->calls; call; call = call->snext)
+        if (call->outstanding > 0) {
+            session_touch(s);
+            return;
+        }
+    log_info(0, "stdio upstream %s: session %.8s… idle for %llus, ended", s->up->label, s->id,
+             (unsigned long long)(s->up->conf.idle_timeout_ms / 1000));
+    session_end(s);
+}
+
+/* ---- children: spawn, write, read, end ---- */
+
+static void child_write(child_t *c, json_t *msg)
+{
+    char *s = json_dumps(msg, JSON_COMPACT);
+    struct evbuffer *to = c->ready && c->in ? bufferevent_get_output(c->in) : c->held;
+    if (to) {
+        evbuffer_add(to, s, strlen(s));
+        evbuffer_add(to, "\n", 1);
+    }
+    free(s);
+}
+
+static pend_t *pend_add(child_t *c, upstream_call_t *call, json_t *orig_id)
+{
+    pend_t *p = xcalloc(1, sizeof(*p));
+    p->gid = ++c->next_gid;
+    p->orig_id = json_incref(orig_id);
+    p->call = call;
+    p->next = c->pends;
+    c->pends = p;
+    return p;
+}
+
+static pend_t *pend_take(child_t *c, uint64_t gid)
+{
+    for (pend_t **pp = &c->pends; *pp; pp = &(*pp)->next)
+        if ((*pp)->gid == gid) {
+            pend_t *p = *pp;
+            *pp = p->next;
+            return p;
+        }
+    return NULL;
+}
+
+static void pend_free(pend_t *p)
+{
+    json_decref(p->orig_id);
+    json_decref(p->orig_token);
+    free(p);
+}
+
+/* Sends one request of call to c with an id of c's own; its progress token goes with it. */
+static void send_request(child_t *c, upstream_call_t *call, json_t *req)
+{
+    pend_t *p = pend_add(c, call, json_object_get(req, "id"));
+    json_t *copy = json_deep_copy(req);
+    json_object_set_new(copy, "id", json_integer((json_int_t)p->gid));
+    json_t *meta = json_object_get(json_object_get(copy, "params"), "_meta");
+    json_t *token = json_object_get(meta, "progressToken");
+    if (token) {
+        p->orig_token = json_incref(token);
+        json_object_set_new(meta, "progressToken", json_integer((json_int_t)p->gid));
+    }
+    child_write(c, copy);
+    json_decref(copy);
+    if (call)
+        call->outstanding++;
+}
+
+/* The agent cancels one of its requests: the child hears of it by the id it saw. */
+static void send_cancel(child_t *c, upstream_call_t *call, json_t *note)
+{
+    json_t *params = json_object_get(note, "params");
+    json_t *rid = json_object_get(params, "requestId");
+    session_t *s = call->sess;
+    for (pend_t *p = c->pends; p && rid; p = p->next) {
+        if (!p->call || p->call->sess != s || !json_equal(p->orig_id, rid))
+            continue;
+        json_t *copy = json_deep_copy(note);
+        json_object_set_new(json_object_get(copy, "params"), "requestId",
+                            json_integer((json_int_t)p->gid));
+        child_write(c, copy);
+        json_decref(copy);
+        return;
+    }
+}
+
+static void child_free(child_t *c)
+{
+    if (c->in)
+        bufferevent_free(c->in);
+    if (c->out)
+        bufferevent_free(c->out);
+    if (c->err)
+        bufferevent_free(c->err);
+    while (c->pends) {
+        pend_t *p = c->pends;
+        c->pends = p->next;
+        pend_free(p);
+    }
+    if (c->held)
+        evbuffer_free(c->held);
+    if (c->grace)
+        event_free(c->grace);
+    json_decref(c->init_result);
+    free(c);
+}
+
+/* Reaps what has exited; a child is freed once reaped and its pipes are done with. */
+static void reap(stdio_up_t *up)
+{
+    for (child_t **pp = &up->children; *pp;) {
+        child_t *c = *pp;
+        if (!c->exited) {
+            int status;
+            pid_t r = waitpid(c->pid, &status, WNOHANG);
+            if (r == c->pid) {
+                c->exited = true;
+                up->n_children--;
+                if (WIFSIGNALED(status))
+                    log_info(0, "stdio upstream %s: pid %d ended by signal %d", up->label,
+                             (int)c->pid, WTERMSIG(status));
+                else
+                    log_info(0, "stdio upstream %s: pid %d exited with status %d", up->label,
+                             (int)c->pid, WEXITSTATUS(status));
+                child_gone(c, "the server process exited");
+            }
+        }
+        if (c->exited && c->gone) {
+            *pp = c->next;
+            child_free(c);
+        } else {
+            pp = &c->next;
+        }
+    }
+}
+
+static void on_sigchld(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    reap(arg);
+}
+
+static void on_grace(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    child_t *c = arg;
+    if (!c->exited) {
+        log_warn(0, "stdio upstream %s: pid %d still running after SIGTERM, killing it",
+                 c->up->label, (int)c->pid);
+        kill(-c->pid, SIGKILL);
+    }
+}
+
+/* Asks the child's process group to end: stdin closed, SIGTERM, SIGKILL after the grace. */
+static void child_stop(child_t *c, const char *why)
+{
+    if (c->stopping || c->exited)
+        return;
+    c->stopping = true;
+    log_info(0, "stdio upstream %s: stopping pid %d: %s", c->up->label, (int)c->pid, why);
+    if (c->in) {
+        bufferevent_free(c->in);
+        c->in = NULL;
+    }
+    kill(-c->pid, SIGTERM);
+    uint64_t ms = c->up->conf.grace_ms;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    c->grace = evtimer_new(c->up->base, on_grace, c);
+    evtimer_add(c->grace, &tv);
+}
+
+/* The child can serve no more: its sessions end and every call waiting on it ends CLOSED (a
+ * protected call among them is recorded unknown by its owner). */
+static void child_gone(child_t *c, const char *why)
+{
+    if (c->gone)
+        return;
+    c->gone = true;
+    stdio_up_t *up = c->up;
+    if (up->shared == c)
+        up->shared = NULL;
+    for (pend_t *p = c->pends; p; p = p->next) {
+        upstream_call_t *call = p->call;
+        if (call && !call->end_queued) {
+            log_warn(0, "stdio upstream %s: pid %d: %s with a request in flight", up->label,
+                     (int)c->pid, why);
+            call_detach(call);
+            queue_end(call, UPSTREAM_ERR_CLOSED);
+        }
+    }
+    while (c->init_waiters) {
+        upstream_call_t *call = c->init_waiters;
+        c->init_waiters = call->wnext;
+        session_t *s = call->sess;
+        call->sess = NULL;
+        session_discard(s);
+        call_detach(call);
+        queue_end(call, UPSTREAM_ERR_CLOSED);
+    }
+    while (c->sessions)
+        session_end(c->sessions);
+    if (c->out) {
+        bufferevent_free(c->out);
+        c->out = NULL;
+    }
+    if (c->err) {
+        bufferevent_free(c->err);
+        c->err = NULL;
+    }
+    if (!c->exited)
+        child_stop(c, why);
+}
+
+/* ---- what the child writes ---- */
+
+/* The initialize answer: waiters get it (a result registers their sessions). */
+static void child_initialized(child_t *c, json_t *msg)
+{
+    json_t *result = json_object_get(msg, "result");
+    if (result && json_is_object(result)) {
+        if (c->shared) {
+            c->init_result = json_incref(result);
+            json_t *note =
+                json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
+            c->ready = true;
+            child_write(c, note);
+            json_decref(note);
+            if (c->in && c->held)
+                evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
+        }
+    } else {
+        result = NULL;
+        log_warn(0, "stdio upstream %s: pid %d refused initialize", c->up->label, (int)c->pid);
+    }
+    c->initializing = false;
+    while (c->init_waiters) {
+        upstream_call_t *call = c->init_waiters;
+        c->init_waiters = call->wnext;
+        call->wnext = NULL;
+        json_t *answer = json_deep_copy(msg);
+        json_object_set(answer, "id", call->init_id);
+        if (result && call->sess)
+            session_register(call->sess, c);
+        else {
+            session_discard(call->sess);
+            call->sess = NULL;
+        }
+        call->outstanding = 1;
+        json_array_append_new(call->answers, answer);
+        call_answered(call);
+    }
+    if (!result)
+        child_stop(c, "initialize refused");
+}
+
+/* Where a message the server sends on its own goes: the newest call of the session still
+ * streaming, else the session's GET stream; NULL: nowhere (dropped). */
+static upstream_call_t *stream_of(session_t *s)
+{
+    for (upstream_call_t *call = s ? s->calls : NULL; call; call = call->snext)
+        if (call->mode == MODE_SSE && !call->end_queued)
+            return call;
+    return s ? s->get : NULL;
+}
+
+static void route_from_server(child_t *c, json_t *msg)
+{
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    bool request = json_object_get(msg, "id") != NULL;
+    if (method && strcmp(method, "notifications/progress") == 0) {
+        json_t *params = json_object_get(msg, "params");
+        json_t *token = json_object_get(params, "progressToken");
+        for (pend_t *p = c->pends; p && json_is_integer(token); p = p->next) {
+            if ((uint64_t)json_integer_value(token) != p->gid || !p->orig_token)
+                continue;
+            if (p->call && p->call->mode == MODE_SSE) {
+                json_object_set(params, "progressToken", p->orig_token);
+                call_deliver(p->call, msg);
+            }
+            return;
+        }
+        return;
+    }
+    /* a request is tied to the newest request in flight (the one that asked for it) */
+    upstream_call_t *target = NULL;
+    for (pend_t *p = c->pends; p && !target; p = p->next)
+        if (p->call && (p->call->mode == MODE_SSE || p->call->sess))
+            target = p->call->mode == MODE_SSE ? p->call : stream_of(p->call->sess);
+    if (!c->shared && !target && c->sessions)
+        target = stream_of(c->sessions);
+    if (target) {
+        call_deliver(target, msg);
+        return;
+    }
+    if (!request && c->shared) {
+        for (session_t *s = c->sessions; s; s = s->cnext)
+            if (s->get)
+                call_deliver(s->get, msg);
+        return;
+    }
+    log_debug(0, "stdio upstream %s: pid %d: %s '%s' with no stream to carry it, dropped",
+              c->up->label, (int)c->pid, request ? "request" : "notification",
+              method ? method : "?");
+}
+
+static void child_message(child_t *c, json_t *msg)
+{
+    if (!json_is_object(msg)) {
+        log_warn(0,
+                 "stdio upstream %s: pid %d wrote a JSON value that is not a JSON-RPC "
+                 "message, dropped",
+                 c->up->label, (int)c->pid);
+        return;
+    }
+    if (json_object_get(msg, "method")) {
+        route_from_server(c, msg);
+        return;
+    }
+    json_t *id = json_object_get(msg, "id");
+    pend_t *p = json_is_integer(id) ? pend_take(c, (uint64_t)json_integer_value(id)) : NULL;
+    if (!p) {
+        log_warn(0, "stdio upstream %s: pid %d answered a request it was not sent, dropped",
+                 c->up->label, (int)c->pid);
+        return;
+    }
+    if (p->init) {
+        child_initialized(c, msg);
+    } else if (p->call) {
+        json_object_set(msg, "id", p->orig_id);
+        call_deliver(p->call, msg);
+        call_answered(p->call);
+    }
+    pend_free(p);
+}
+
+static void child_line(child_t *c, const char *line, size_t len)
+{
+    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' '))
+        len--;
+    if (len == 0)
+        return;
+    json_error_t jerr;
+    json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!msg) {
+        log_warn(0, "stdio upstream %s: pid %d wrote a line that is not JSON (%.60s%s), dropped",
+                 c->up->label, (int)c->pid, line, len > 60 ? "…" : "");
+        return;
+    }
+    if (json_is_array(msg)) {
+        size_t i;
+        json_t *m;
+        json_array_foreach(msg, i, m) child_message(c, m);
+    } else {
+        child_message(c, msg);
+    }
+    json_decref(msg);
+}
+
+/* The id of an over-long line, from its ends ("id":N as JSON writers put it first or last). */
+static bool long_line_id(const child_t *c, uint64_t *gid)
+{
+    const char *ends[2] = {c->head, c->tail};
+    for (int i = 0; i < 2; i++) {
+        const char *at = strstr(ends[i], "\"id\":");
+        if (!at)
+            continue;
+        char *end;
+        unsigned long long v = strtoull(at + 5, &end, 10);
+        if (end != at + 5 && (*end == ',' || *end == '}')) {
+            *gid = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static void long_line_done(child_t *c)
+{
+    c->skipping = false;
+    uint64_t gid;
+    pend_t *p = long_line_id(c, &gid) ? pend_take(c, gid) : NULL;
+    log_warn(0, "stdio upstream %s: pid %d wrote a line over %zu bytes, dropped%s", c->up->label,
+             (int)c->pid, c->up->max_line, p ? " (the answer to a request: it fails)" : "");
+    if (p) {
+        upstream_call_t *call = p->call;
+        if (call && !call->end_queued) {
+            call_detach(call);
+            queue_end(call, UPSTREAM_ERR_PROTOCOL);
+        }
+        pend_free(p);
+    }
+}
+
+static void keep_tail(child_t *c, const char *data, size_t n)
+{
+    if (n >= LONG_LINE_KEEP) {
+        memcpy(c->tail, data + n - LONG_LINE_KEEP, LONG_LINE_KEEP);
+        c->tail_len = LONG_LINE_KEEP;
+    } else {
+        size_t keep = c->tail_len + n > LONG_LINE_KEEP ? LONG_LINE_KEEP - n : c->tail_len;
+        memmove(c->tail, c->tail + c->tail_len - keep, keep);
+        memcpy(c->tail + keep, data, n);
+        c->tail_len = keep + n;
+    }
+    c->tail[c->tail_len] = '\0';
+}
+
+static void on_child_out(struct bufferevent *bev, void *arg)
+{
+    child_t *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    while (!c->gone && c->out) {
+        size_t eol_len;
+        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
+        size_t avail = evbuffer_get_length(in);
+        if (c->skipping) {
+            size_t n = eol.pos >= 0 ? (size_t)eol.pos : avail;
+            if (n > 0) {
+                char *data = (char *)evbuffer_pullup(in, (ssize_t)n);
+                keep_tail(c, data, n);
+            }
+            evbuffer_drain(in, n + (eol.pos >= 0 ? eol_len : 0));
+            if (eol.pos < 0)
+                return;
+            long_line_done(c);
+            continue;
+        }
+        if (eol.pos < 0) {
+            if (avail <= c->up->max_line)
+                return;
+            c->skipping = true;
+            c->head_len = LONG_LINE_KEEP;
+            evbuffer_copyout(in, c->head, c->head_len);
+            c->head[c->head_len] = '\0';
+            c->tail_len = 0;
+            continue;
+        }
+        if ((size_t)eol.pos > c->up->max_line) {
+            c->skipping = true;
+            evbuffer_copyout(in, c->head, LONG_LINE_KEEP);
+            c->head[LONG_LINE_KEEP] = '\0';
+            c->tail_len = 0;
+            continue;
+        }
+        char *line = (char *)evbuffer_pullup(in, eol.pos + (ssize_t)eol_len);
+        child_line(c, line, (size_t)eol.pos);
+        evbuffer_drain(in, (size_t)eol.pos + eol_len);
+    }
+}
+
+static void on_child_out_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    child_t *c = arg;
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        child_gone(c, "the server closed its output");
+        reap(c->up);
+    }
+}
+
+static void on_child_err(struct bufferevent *bev, void *arg)
+{
+    child_t *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        size_t n = 0;
+        char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF);
+        if (!line) {
+            size_t avail = evbuffer_get_length(in);
+            if (avail < STDERR_LINE_MAX)
+                return;
+            line = xmalloc(STDERR_LINE_MAX + 1);
+            evbuffer_remove(in, line, STDERR_LINE_MAX);
+            line[STDERR_LINE_MAX] = '\0';
+            n = STDERR_LINE_MAX;
+        }
+        if (n > STDERR_LINE_MAX)
+            line[STDERR_LINE_MAX] = '\0';
+        char fields[96];
+        snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
+        LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
+        free(line);
+    }
+}
+
+static void on_child_err_event(struct bufferevent *bev, short what, void *arg)
+{
+    child_t *c = arg;
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev) {
+        bufferevent_free(c->err);
+        c->err = NULL;
+    }
+}
+
+static void on_child_in_event(struct bufferevent *bev, short what, void *arg)
+{
+    child_t *c = arg;
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->in == bev) {
+        bufferevent_free(c->in);
+        c->in = NULL;
+        child_gone(c, "the server closed its input");
+    }
+}
+
+/* The program to run: argv[0] itself when it names a path, else the first match on PATH. */
+static char *resolve(const char *prog, const char *path_env)
+{
+    if (strchr(prog, '/'))
+        return xstrdup(prog);
+    const char *p = path_env;
+    while (p && *p) {
+        size_t n = strcspn(p, ":");
+        char *cand = xasprintf("%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
+        struct stat st;
+        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+            return cand;
+        free(cand);
+        p += n + (p[n] == ':');
+    }
+    return NULL;
+}
+
+/* The child's environment: what the config gives, plus PATH and HOME unless it gives them.
+ * Nothing else of the gateway's own (its database password among it) reaches the server. */
+static char **child_env(const stdio_conf_t *conf, const char **path_out)
+{
+    size_t n = conf->n_env;
+    char **env = xcalloc(n + 3, sizeof(char *));
+    bool has_path = false, has_home = false;
+    for (size_t i = 0; i < n; i++) {
+        env[i] = conf->env[i];
+        if (strncmp(env[i], "PATH=", 5) == 0) {
+            has_path = true;
+            *path_out = env[i] + 5;
+        }
+        has_home |= strncmp(env[i], "HOME=", 5) == 0;
+    }
+    if (!has_path) {
+        const char *p = getenv("PATH");
+        env[n++] = xasprintf("PATH=%s", p && *p ? p : "/usr/local/bin:/usr/bin:/bin");
+        *path_out = env[n - 1] + 5;
+    }
+    const char *home = getenv("HOME");
+    if (!has_home && home)
+        env[n++] = xasprintf("HOME=%s", home);
+    return env;
+}
+
+static void child_env_free(const stdio_conf_t *conf, char **env)
+{
+    for (size_t i = conf->n_env; env[i]; i++)
+        free(env[i]);
+    free(env);
+}
+
+static struct bufferevent *pipe_bev(stdio_up_t *up, int fd)
+{
+    evutil_make_socket_nonblocking(fd);
+    return bufferevent_socket_new(up->base, fd, BEV_OPT_CLOSE_ON_FREE);
+}
+
+/* Starts a child, or returns NULL with why (errno's words) after a log line. */
+static child_t *child_spawn(stdio_up_t *up, bool shared, char *why, size_t whylen)
+{
+    if (up->n_children >= up->conf.max_children) {
+        snprintf(why, whylen, "max_children (%d) servers are running", up->conf.max_children);
+        log_warn(0, "stdio upstream %s: not started: %s", up->label, why);
+        return NULL;
+    }
+    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+    const char *path_env = NULL;
+    char **env = child_env(&up->conf, &path_env);
+    char *prog = resolve(up->conf.argv[0], path_env);
+    child_t *c = NULL;
+    int rc = 0;
+    if (!prog) {
+        rc = ENOENT;
+        goto fail;
+    }
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+        rc = errno;
+        goto fail;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    if (up->conf.cwd)
+        posix_spawn_file_actions_addchdir_np(&fa, up->conf.cwd);
+    posix_spawnattr_init(&attr);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    posix_spawnattr_setflags(&attr,
+                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    rc = posix_spawn(&pid, prog, &fa, &attr, up->conf.argv, env);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    if (rc != 0)
+        goto fail;
+    close(in[0]);
+    close(out[1]);
+    close(err[1]);
+    c = xcalloc(1, sizeof(*c));
+    c->up = up;
+    c->pid = pid;
+    c->shared = shared;
+    c->ready = !shared;
+    c->held = evbuffer_new();
+    c->in = pipe_bev(up, in[1]);
+    c->out = pipe_bev(up, out[0]);
+    c->err = pipe_bev(up, err[0]);
+    bufferevent_setcb(c->in, NULL, NULL, on_child_in_event, c);
+    bufferevent_setcb(c->out, on_child_out, NULL, on_child_out_event, c);
+    bufferevent_setcb(c->err, on_child_err, NULL, on_child_err_event, c);
+    bufferevent_enable(c->in, EV_WRITE);
+    bufferevent_enable(c->out, EV_READ);
+    bufferevent_enable(c->err, EV_READ);
+    c->next = up->children;
+    up->children = c;
+    up->n_children++;
+    log_info(0, "stdio upstream %s: started pid %d (%s)", up->label, (int)pid,
+             shared ? "shared" : "one session");
+    free(prog);
+    child_env_free(&up->conf, env);
+    return c;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (in[i] >= 0)
+            close(in[i]);
+        if (out[i] >= 0)
+            close(out[i]);
+        if (err[i] >= 0)
+            close(err[i]);
+    }
+    snprintf(why, whylen, "cannot start %s: %s", up->conf.argv[0], strerror(rc));
+    log_error(0, "stdio upstream %s: %s", up->label, why);
+    free(prog);
+    child_env_free(&up->conf, env);
+    return NULL;
+}
+
+/* The shared child, started and initialized by the gateway itself when no session did. */
+static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, size_t whylen)
+{
+    if (up->shared)
+        return up->shared;
+    child_t *c = child_spawn(up, true, why, whylen);
+    if (!c)
+        return NULL;
+    up->shared = c;
+    json_t *params =
+        init_params ? json_incref(init_params)
+                    : json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-11-25",
+                                "capabilities", "clientInfo", "name", "idemgw", "version", "0.1.0");
+    json_t *req =
+        json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", "initialize", "params", params);
+    pend_t *p = pend_add(c, NULL, json_null());
+    p->init = true;
+    json_object_set_new(req, "id", json_integer((json_int_t)p->gid));
+    /* written ahead of what waits for ready */
+    char *s = json_dumps(req, JSON_COMPACT);
+    evbuffer_add(bufferevent_get_output(c->in), s, strlen(s));
+    evbuffer_add(bufferevent_get_output(c->in), "\n", 1);
+    free(s);
+    json_decref(req);
+    c->initializing = true;
+    return c;
+}
+
+/* ---- requests from the agent ---- */
+
+/* A header of the request: the agent's, else one the gateway adds in extra_headers. Copied
+ * into out (cut to its size); false when there is none. */
+static bool req_header(const upstream_request_t *req, const char *name, char *out, size_t outlen)
+{
+    const char *v = req->headers ? http_headers_get(req->headers, name) : NULL;
+    size_t nlen = strlen(name);
+    for (const char *l = req->extra_headers; !v && l && *l;) {
+        size_t len = strcspn(l, "\r\n");
+        if (len > nlen && l[nlen] == ':' && util_strncaseeq(l, nlen, name)) {
+            const char *val = l + nlen + 1;
+            while (*val == ' ' || *val == '\t')
+                val++;
+            snprintf(out, outlen, "%.*s", (int)(len - (size_t)(val - l)), val);
+            return true;
+        }
+        l += len;
+        l += strspn(l, "\r\n");
+    }
+    if (!v)
+        return false;
+    snprintf(out, outlen, "%s", v);
+    return true;
+}
+
+static bool accepts_sse(const upstream_request_t *req)
+{
+    char accept[512];
+    return !req_header(req, "accept", accept, sizeof(accept)) ||
+           strstr(accept, "text/event-stream") || strstr(accept, "*/*");
+}
+
+static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, json_t *req)
+{
+    char why[300];
+    json_t *id = json_object_get(req, "id");
+    call->mode = MODE_JSON;
+    call->answers = json_array();
+    call->init_id = json_incref(id);
+    call->sess = session_new(up);
+    child_t *c;
+    if (up->conf.sessions == STDIO_SHARED) {
+        c = shared_child(up, json_object_get(req, "params"), why, sizeof(why));
+    } else {
+        c = child_spawn(up, false, why, sizeof(why));
+        if (c) {
+            pend_t *p = pend_add(c, NULL, json_null());
+            p->init = true;
+            json_t *copy = json_deep_copy(req);
+            json_object_set_new(copy, "id", json_integer((json_int_t)p->gid));
+            child_write(c, copy);
+            json_decref(copy);
+        }
+    }
+    if (!c) {
+        session_discard(call->sess);
+        call->sess = NULL;
+        add_header(&call->headers, "Retry-After", "5");
+        return answer_rpc_error(call, 503, id, -32000, why);
+    }
+    call->child = c;
+    if (c->init_result) {
+        json_t *answer =
+            json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", c->init_result);
+        session_register(call->sess, c);
+        call->outstanding = 1;
+        json_array_append_new(call->answers, answer);
+        call_answered(call);
+        return call;
+    }
+    call->wnext = c->init_waiters;
+    c->init_waiters = call;
+    set_timer(call, up->limits->timeout_ms);
+    return call;
+}
+
+static bool is_request(json_t *m)
+{
+    return json_is_string(json_object_get(m, "method")) && json_object_get(m, "id");
+}
+
+static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
+                                  const upstream_request_t *req, const char *sid)
+{
+    size_t len = req->body ? evbuffer_get_length(req->body) : 0;
+    char *data = len ? (char *)evbuffer_pullup(req->body, -1) : NULL;
+    json_error_t jerr;
+    json_t *body = data ? json_loadb(data, len, 0, &jerr) : NULL;
+    if (req->body)
+        evbuffer_drain(req->body, len);
+    if (!body || !(json_is_object(body) || (json_is_array(body) && json_array_size(body) > 0))) {
+        json_decref(body);
+        return answer_rpc_error(call, 400, NULL, -32700, "Parse error: the body is not JSON-RPC");
+    }
+    json_t *msgs = json_is_array(body) ? json_incref(body) : json_pack("[O]", body);
+    call->batch = json_is_array(body);
+    json_decref(body);
+    size_t i;
+    json_t *m;
+    size_t n_requests = 0;
+    json_t *init = NULL;
+    json_array_foreach(msgs, i, m)
+    {
+        if (!json_is_object(m)) {
+            json_decref(msgs);
+            return answer_rpc_error(call, 400, NULL, -32600, "Invalid Request");
+        }
+        n_requests += is_request(m);
+        const char *method = json_string_value(json_object_get(m, "method"));
+        if (method && strcmp(method, "initialize") == 0 && is_request(m))
+            init = m;
+    }
+    if (init) {
+        if (json_array_size(msgs) != 1) {
+            json_decref(msgs);
+            return answer_rpc_error(call, 400, NULL, -32600,
+                                    "Invalid Request: initialize must be sent alone");
+        }
+        json_incref(init);
+        json_decref(msgs);
+        upstream_call_t *r = open_initialize(up, call, init);
+        json_decref(init);
+        return r;
+    }
+    child_t *c;
+    char why[300];
+    if (sid) {
+        session_t *s = session_find(up, sid);
+        if (!s) {
+            json_decref(msgs);
+            return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
+        }
+        session_touch(s);
+        call->sess = s;
+        c = s->child;
+    } else if (!(c = shared_child(up, NULL, why, sizeof(why)))) {
+        json_decref(msgs);
+        add_header(&call->headers, "Retry-After", "5");
+        return answer_rpc_error(call, 503, NULL, -32000, why);
+    }
+    if (c->in && evbuffer_get_length(bufferevent_get_output(c->in)) > IN_HIGH_WATER) {
+        json_decref(msgs);
+        add_header(&call->headers, "Retry-After", "1");
+        return answer_rpc_error(call, 503, NULL, -32000, "the MCP server is not reading its input");
+    }
+    call->child = c;
+    if (n_requests > 0) {
+        call->mode = accepts_sse(req) ? MODE_SSE : MODE_JSON;
+        call->answers = json_array();
+        if (call->sess) {
+            call->snext = call->sess->calls;
+            if (call->snext)
+                call->snext->sprev = call;
+            call->sess->calls = call;
+        }
+    }
+    json_array_foreach(msgs, i, m)
+    {
+        const char *method = json_string_value(json_object_get(m, "method"));
+        if (is_request(m))
+            send_request(c, call, m);
+        else if (method && strcmp(method, "notifications/cancelled") == 0)
+            send_cancel(c, call, m);
+        else if (method && strcmp(method, "notifications/initialized") == 0 && c->shared)
+            ; /* the gateway said it once for every session */
+        else
+            child_write(c, m);
+    }
+    json_decref(msgs);
+    if (n_requests == 0)
+        return answer_fixed(call, 202, NULL, NULL);
+    if (call->mode == MODE_SSE) {
+        queue_head(call, 200, "text/event-stream");
+        set_timer(call, up->limits->idle_timeout_ms);
+    } else {
+        set_timer(call, up->limits->idle_timeout_ms);
+    }
+    return call;
+}
+
+static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,
+                                   const upstream_cbs_t *cbs, void *arg)
+{
+    stdio_up_t *up = state;
+    upstream_call_t *call = call_new(up, cbs, arg);
+    size_t plen = strcspn(req->target, "?");
+    if (plen != strlen(up->path) || strncmp(req->target, up->path, plen) != 0) {
+        if (req->body)
+            evbuffer_drain(req->body, evbuffer_get_length(req->body));
+        return answer_fixed(call, 404, "text/plain", "Not Found\n");
+    }
+    char sid_buf[128];
+    const char *sid = req_header(req, "mcp-session-id", sid_buf, sizeof(sid_buf)) ? sid_buf : NULL;
+    if (strcmp(req->method, "POST") == 0)
+        return open_post(up, call, req, sid);
+    if (req->body)
+        evbuffer_drain(req->body, evbuffer_get_length(req->body));
+    if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "DELETE") != 0) {
+        add_header(&call->headers, "Allow", "GET, POST, DELETE");
+        return answer_fixed(call, 405, "text/plain", "Method Not Allowed\n");
+    }
+    if (!sid) {
+        add_header(&call->headers, "Allow", "POST");
+        return answer_rpc_error(call, 405, NULL, -32000,
+                                "Method Not Allowed: no session (send Mcp-Session-Id)");
+    }
+    session_t *s = session_find(up, sid);
+    if (!s)
+        return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
+    if (strcmp(req->method, "DELETE") == 0) {
+        session_end(s);
+        return answer_fixed(call, 200, NULL, NULL);
+    }
+    /* A second GET replaces the first: a reconnecting client's old stream is likely dead. */
+    if (s->get) {
+        upstream_call_t *old = s->get;
+        call_detach(old);
+        queue_end(old, UPSTREAM_OK);
+    }
+    call->mode = MODE_GET;
+    call->sess = s;
+    call->child = s->child;
+    s->get = call;
+    queue_head(call, 200, "text/event-stream");
+    return call;
+}
+
+static void stdio_pause(void *state, upstream_call_t *call, bool paused)
+{
+    (void)state;
+    call->paused = paused;
+    if (!paused)
+        event_active(call->kick, EV_TIMEOUT, 0);
+}
+
+static void stdio_abandon(void *state, upstream_call_t *call)
+{
+    (void)state;
+    call_free(call);
+}
+
+/* Ids are the gateway's own per child: an answer cannot be another request's. Nothing to do. */
+static void stdio_discard(void *state, upstream_call_t *call)
+{
+    (void)state;
+    (void)call;
+}
+
+static void stdio_free(void *state)
+{
+    stdio_up_t *up = state;
+    /* stdin closed and SIGTERM to each group; then wait out the grace, then SIGKILL */
+    for (child_t *c = up->children; c; c = c->next)
+        if (!c->exited) {
+            if (c->in) {
+                bufferevent_free(c->in);
+                c->in = NULL;
+            }
+            kill(-c->pid, SIGTERM);
+        }
+    uint64_t deadline = util_now_ms() + up->conf.grace_ms;
+    for (;;) {
+        bool alive = false;
+        for (child_t *c = up->children; c; c = c->next)
+            if (!c->exited && waitpid(c->pid, NULL, WNOHANG) != c->pid)
+                alive = true;
+            else
+                c->exited = true;
+        if (!alive)
+            break;
+        if (util_now_ms() >= deadline) {
+            for (child_t *c = up->children; c; c = c->next)
+                if (!c->exited) {
+                    kill(-c->pid, SIGKILL);
+                    waitpid(c->pid, NULL, 0);
+                    c->exited = true;
+                }
+            break;
+        }
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    for (size_t b = 0; b < SESSION_BUCKETS; b++)
+        while (up->buckets[b]) {
+            session_t *s = up->buckets[b];
+            up->buckets[b] = s->hnext;
+            while (s->calls) {
+                upstream_call_t *call = s->calls;
+                call_free(call);
+            }
+            if (s->get)
+                call_free(s->get);
+            event_free(s->idle);
+            free(s);
+        }
+    while (up->children) {
+        child_t *c = up->children;
+        up->children = c->next;
+        while (c->init_waiters) {
+            upstream_call_t *call = c->init_waiters;
+            c->init_waiters = call->wnext;
+            session_discard(call->sess);
+            call->sess = NULL;
+            call->child = NULL;
+            call_free(call);
+        }
+        for (pend_t *p = c->pends; p; p = p->next)
+            p->call = NULL;
+        child_free(c);
+    }
+    if (up->sigchld)
+        event_free(up->sigchld);
+    for (size_t i = 0; up->conf.argv && up->conf.argv[i]; i++)
+        free(up->conf.argv[i]);
+    free(up->conf.argv);
+    for (size_t i = 0; up->conf.env && up->conf.env[i]; i++)
+        free(up->conf.env[i]);
+    free(up->conf.env);
+    free(up->conf.cwd);
+    free(up->path);
+    free(up->label);
+    free(up);
+}
+
+static const upstream_ops_t stdio_ops = {
+    .name = "stdio",
+    .open = stdio_open,
+    .pause = stdio_pause,
+    .abandon = stdio_abandon,
+    .discard = stdio_discard,
+    .free = stdio_free,
+};
+
+static char **strv_dup(char *const *v)
+{
+    if (!v)
+        return NULL;
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **out = xcalloc(n + 1, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
+        out[i] = xstrdup(v[i]);
+    return out;
+}
+
+upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts)
+{
+    stdio_up_t *up = xcalloc(1, sizeof(*up));
+    up->base = opts->base;
+    up->conf = *opts->conf;
+    up->conf.argv = strv_dup(opts->conf->argv);
+    up->conf.env = strv_dup(opts->conf->env);
+    up->conf.cwd = opts->conf->cwd ? xstrdup(opts->conf->cwd) : NULL;
+    up->path = xstrdup(opts->path ? opts->path : "/mcp");
+    up->limits = opts->limits;
+    up->max_line = opts->max_line ? opts->max_line : (4u << 20);
+    const char *slash = strrchr(up->conf.argv[0], '/');
+    up->label = xstrdup(slash ? slash + 1 : up->conf.argv[0]);
+    up->sigchld = evsignal_new(up->base, SIGCHLD, on_sigchld, up);
+    event_add(up->sigchld, NULL);
+    upstream_t *u = xcalloc(1, sizeof(*u));
+    u->ops = &stdio_ops;
+    u->state = up;
+    return u;
+}
+
+int upstream_stdio_children(const upstream_t *u)
+{
+    if (!u || u->ops != &stdio_ops)
+        return 0;
+    const stdio_up_t *up = u->state;
+    return up->n_children;
+}
