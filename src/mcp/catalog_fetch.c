@@ -59,13 +59,20 @@ static void finish(catalog_fetch_t *f, const char *fmt, ...)
 {
     if (f->finished)
         return;
-    f->finished = true;
     if (fmt) {
         va_list ap;
         va_start(ap, fmt);
         vsnprintf(f->error, sizeof(f->error), fmt, ap);
         va_end(ap);
     }
+    /* A session the server gave is ended whatever went wrong after it began: a stdio server
+     * keeps a child per session. Only between calls (on_end): never cutting one off. */
+    if (f->session && f->step != STEP_DELETE && !f->up) {
+        f->step = STEP_DELETE;
+        send_step(f);
+        return;
+    }
+    f->finished = true;
     struct timeval zero = {0, 0};
     evtimer_add(f->later, &zero);
 }

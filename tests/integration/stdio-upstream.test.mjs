@@ -1,0 +1,334 @@
+// The stdio upstream: `upstream: {command: [...]}` makes the gateway spawn the MCP server
+// itself. Each failure the stdio bridges are known for has a test here: a child per session
+// that is never reaped, a GET stream that kills the child or keeps it forever, a failed spawn
+// that takes the gateway down, shared children mixing sessions' ids, the gateway's own
+// environment reaching a third-party server.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
+import {
+  NODE, TESTS, createDatabase, mcpClient, rawSession, readLedger, replayMarker, startGateway, tempDir,
+  toolText, waitFor, waitForLedger, waitForLog,
+} from './lib/harness.mjs';
+
+const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
+const TINY_SERVER = path.join(TESTS, 'fixtures/tiny-stdio.sh');
+const BIN = path.join(TESTS, 'node_modules/.bin');
+const ACCEPT = 'application/json, text/event-stream';
+
+/** A gateway in front of the ledger fixture; {gw, ledger}. */
+async function ledgerGateway(t, { sessions = 'per_session', upstream = {}, config = {}, env = {} } = {}) {
+  const dir = await tempDir(t, 'idemgw-stdio-');
+  const ledger = path.join(dir, 'ledger.jsonl');
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, LEDGER_SERVER], env: { LEDGER: ledger }, sessions, ...upstream },
+    databaseUrl: await createDatabase(),
+    config,
+    env,
+  });
+  return { gw, ledger };
+}
+
+const alive = (pid) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** The gateway's children that are zombies (exited, not reaped). */
+async function zombies(pid) {
+  const out = [];
+  for (const d of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const stat = await fs.readFile(`/proc/${d}/stat`, 'utf8').catch(() => '');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(f[1]) === pid && f[0] === 'Z') out.push(Number(d));
+  }
+  return out;
+}
+
+/** Children of pid (any state). */
+async function children(pid) {
+  const out = [];
+  for (const d of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const stat = await fs.readFile(`/proc/${d}/stat`, 'utf8').catch(() => '');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(f[1]) === pid) out.push(Number(d));
+  }
+  return out;
+}
+
+const rssKiB = async (pid) => Number(/VmRSS:\s+(\d+)/.exec(await fs.readFile(`/proc/${pid}/status`, 'utf8'))[1]);
+
+async function post(url, body, headers = {}) {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { Accept: ACCEPT, 'Content-Type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+const initBody = (id = 1) => ({
+  jsonrpc: '2.0', id, method: 'initialize',
+  params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+});
+
+for (const sessions of ['per_session', 'shared']) {
+  test(`${sessions}: a protected call runs once across sessions and clients of both SDK eras`, async (t) => {
+    const { gw, ledger } = await ledgerGateway(t, { sessions });
+    await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
+    const v1 = await mcpClient(t, gw.url);
+    const v2 = new V2Client({ name: 'v2', version: '1.0.0' });
+    await v2.connect(new V2Transport(new URL(gw.url)));
+    t.after(() => v2.close().catch(() => {}));
+
+    const args = { order_id: `ord-${sessions}`, amount_cents: 700 };
+    const first = await v1.callTool({ name: 'issue_refund', arguments: args });
+    assert.match(toolText(first), /Refunded 700 on ord-/);
+    assert.equal(replayMarker(first), undefined);
+    const again = await v2.callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(replayMarker(again), 'the other session, other SDK, gets the replay');
+    assert.equal(toolText(again), toolText(first));
+    assert.equal((await readLedger(ledger)).length, 1, 'executed once');
+
+    const pid1 = toolText(await v1.callTool({ name: 'whoami', arguments: {} }));
+    const pid2 = toolText(await v2.callTool({ name: 'whoami', arguments: {} }));
+    if (sessions === 'shared') assert.equal(pid1, pid2, 'one child serves both sessions');
+    else assert.notEqual(pid1, pid2, 'each session has its own child');
+  });
+}
+
+test('shared: eight sessions with colliding request ids each get their own answers', async (t) => {
+  const { gw } = await ledgerGateway(t, { sessions: 'shared' });
+  const clients = await Promise.all(Array.from({ length: 8 }, () => rawSession(t, gw.url)));
+  // every session uses the same ids, concurrently, with answers that arrive out of order
+  for (const round of [1, 2, 3]) {
+    const answers = await Promise.all(clients.map((s, i) =>
+      s.call('echo', { text: `session ${i} round ${round}`, delay_ms: (8 - i) * 15 }, { id: round })));
+    answers.forEach((a, i) => {
+      assert.equal(a.status, 200);
+      assert.equal(a.message.id, round);
+      assert.equal(toolText(a.message.result), `session ${i} round ${round}`);
+    });
+  }
+  const pids = new Set(await Promise.all(clients.map(async (s) => toolText((await s.call('whoami', {})).message.result))));
+  assert.equal(pids.size, 1, 'all eight share one child');
+});
+
+test('progress notifications reach the call that asked for them, with its own token', async (t) => {
+  const { gw } = await ledgerGateway(t, { sessions: 'shared' });
+  const a = await mcpClient(t, gw.url);
+  const b = await mcpClient(t, gw.url);
+  const seen = { a: [], b: [] };
+  const [ra, rb] = await Promise.all([
+    a.callTool({ name: 'progress', arguments: { steps: 3 } }, undefined, { onprogress: (p) => seen.a.push(p.progress) }),
+    b.callTool({ name: 'progress', arguments: { steps: 4 } }, undefined, { onprogress: (p) => seen.b.push(p.progress) }),
+  ]);
+  assert.equal(toolText(ra), 'done');
+  assert.equal(toolText(rb), 'done');
+  assert.deepEqual(seen.a, [1, 2, 3]);
+  assert.deepEqual(seen.b, [1, 2, 3, 4]);
+});
+
+test('a child killed mid-call: the call is recorded unknown and never run again; its session is gone', async (t) => {
+  const { gw, ledger } = await ledgerGateway(t, { config: { subject: { header: 'X-Subject' } } });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
+  const args = { order_id: 'ord-killed', amount_cents: 900, delay_ms: 60000 };
+  const pending = s.call('slow_refund', args);
+  const [entry] = await waitForLedger(ledger, 1);
+  process.kill(entry.pid, 'SIGKILL');
+  const first = await pending;
+  assert.equal(first.message?.result, undefined, `no result for the killed call: ${first.body}`);
+  await waitForLog(gw, /stdio upstream .* ended by signal 9/);
+
+  const gone = await s.request('tools/list', {});
+  assert.equal(gone.status, 404, 'the dead child\'s session answers 404, so clients re-initialize');
+
+  const again = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
+  const retry = await again.call('slow_refund', { ...args, delay_ms: 10 });
+  // delay_ms is an argument: the retry with the same arguments is what counts
+  const sameRetry = await again.call('slow_refund', args);
+  assert.equal(sameRetry.status, 200);
+  assert.match(toolText(sameRetry.message.result), /NOT executed again/);
+  assert.equal(retry.status, 200);
+  const ran = (await readLedger(ledger)).filter((e) => e.order_id === 'ord-killed' && e.tool === 'slow_refund');
+  assert.equal(ran.length, 2, 'the killed call ran once, the call with other arguments once; the retry never');
+});
+
+test('a child that never answers initialize: 504, and the child is stopped', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, '-e', 'process.stdin.resume()'], grace: '1s' },
+    databaseUrl: await createDatabase(),
+    config: { timeouts: { upstream: '1s' } },
+  });
+  const r = await post(gw.url, initBody());
+  assert.equal(r.status, 504, r.text);
+  await waitForLog(gw, /no answer to initialize in time/);
+  await waitForLog(gw, /stopping pid \d+: no answer to initialize/);
+  await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the silent child to be gone' });
+});
+
+test('stdout lines that are not JSON-RPC, and over-long ones, are logged and dropped', async (t) => {
+  const { gw } = await ledgerGateway(t, { config: { limits: { max_body: '64KiB' } } });
+  const c = await mcpClient(t, gw.url);
+  assert.equal(toolText(await c.callTool({ name: 'garbage', arguments: { bytes: 200000 } })), 'ok');
+  assert.equal(toolText(await c.callTool({ name: 'echo', arguments: { text: 'still here' } })), 'still here');
+  await waitForLog(gw, /wrote a line that is not JSON/);
+  await waitForLog(gw, /wrote a line over 65536 bytes, dropped/);
+});
+
+test('a missing program: 503 for that session with why, the gateway serves on', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: ['/nonexistent/mcp-server'] },
+    databaseUrl: await createDatabase(),
+  });
+  const r = await post(gw.url, initBody());
+  assert.equal(r.status, 503);
+  assert.match(JSON.parse(r.text).error.message, /cannot start \/nonexistent\/mcp-server: No such file or directory/);
+  await waitForLog(gw, /cannot start \/nonexistent\/mcp-server/);
+  assert.equal((await fetch(`${gw.adminUrl}/healthz`)).status, 200);
+  assert.equal(gw.proc.exitCode, null, 'the gateway is still running');
+});
+
+test('max_children bounds the children: 503 with Retry-After beyond it', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: ['/bin/sh', TINY_SERVER], max_children: 2 },
+    databaseUrl: await createDatabase(),
+  });
+  // each catalogue fetch takes a child for a moment (this server lists no tools, so it tries
+  // again after 1 s, 2 s, 4 s): run between the second and the third
+  await waitForLog(gw, /tool catalogue: .*trying again in 2000 ms/);
+  await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the catalogue\'s child to go' });
+  const ids = [];
+  for (let i = 0; i < 2; i++) {
+    const r = await post(gw.url, initBody());
+    assert.equal(r.status, 200, r.text);
+    ids.push(r.headers.get('mcp-session-id'));
+  }
+  const third = await post(gw.url, initBody());
+  assert.equal(third.status, 503);
+  assert.ok(Number(third.headers.get('retry-after')) > 0);
+  assert.match(third.text, /max_children \(2\)/);
+  const del = await fetch(gw.url, { method: 'DELETE', headers: { 'Mcp-Session-Id': ids[0] } });
+  assert.equal(del.status, 200);
+  await waitForLog(gw, /pid \d+ (exited|ended)/);
+  const fourth = await post(gw.url, initBody());
+  assert.equal(fourth.status, 200, 'a slot is free again once a child is reaped');
+});
+
+test('500 sessions opened and closed: children back to none, no zombies, memory bounded', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: ['/bin/sh', TINY_SERVER], max_children: 8 },
+    databaseUrl: await createDatabase(),
+  });
+  const warm = await post(gw.url, initBody());
+  await fetch(gw.url, { method: 'DELETE', headers: { 'Mcp-Session-Id': warm.headers.get('mcp-session-id') } });
+  await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the first child to go' });
+  const before = await rssKiB(gw.proc.pid);
+  for (let i = 0; i < 500; i++) {
+    const r = await post(gw.url, initBody());
+    if (r.status === 503) { // max_children: the last ones are still being reaped
+      await waitFor(async () => (await children(gw.proc.pid)).length < 8, { what: 'a child slot' });
+      i--;
+      continue;
+    }
+    assert.equal(r.status, 200, r.text);
+    const del = await fetch(gw.url, { method: 'DELETE', headers: { 'Mcp-Session-Id': r.headers.get('mcp-session-id') } });
+    assert.equal(del.status, 200);
+  }
+  await waitFor(async () => (await children(gw.proc.pid)).length === 0, { timeoutMs: 20000, what: 'every child to be reaped' });
+  assert.deepEqual(await zombies(gw.proc.pid), []);
+  const after = await rssKiB(gw.proc.pid);
+  assert.ok(after - before < 8 * 1024, `RSS grew by ${after - before} KiB over 500 sessions`);
+});
+
+test('a client that vanishes with its GET stream open: the session and its child are reaped after idle_timeout', async (t) => {
+  const { gw } = await ledgerGateway(t, { upstream: { idle_timeout: '1s', grace: '1s' } });
+  const init = await post(gw.url, initBody());
+  const sid = init.headers.get('mcp-session-id');
+  const h = { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': sid };
+  await post(gw.url, { jsonrpc: '2.0', method: 'notifications/initialized' }, h);
+  const who = await post(gw.url, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'whoami', arguments: {} } }, h);
+  const pid = Number(/pid (\d+)/.exec(who.text)[1]);
+  const ac = new AbortController();
+  const get = await fetch(gw.url, { headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': sid }, signal: ac.signal });
+  assert.equal(get.status, 200);
+  const ended = get.text().then(() => 'ended', () => 'aborted');
+  await waitForLog(gw, /session [0-9a-f]{8}… idle for 1s, ended/, { timeoutMs: 15000 });
+  await waitFor(() => !alive(pid), { what: `child ${pid} to exit` });
+  assert.equal(await ended, 'ended', 'the GET stream ends with its session');
+  const after = await post(gw.url, { jsonrpc: '2.0', id: 3, method: 'tools/list' }, h);
+  assert.equal(after.status, 404);
+  ac.abort();
+});
+
+test('DELETE ends the child\'s whole process group', async (t) => {
+  const { gw } = await ledgerGateway(t, { upstream: { grace: '2s' } });
+  const s = await rawSession(t, gw.url);
+  const sleeper = Number(toolText((await s.call('spawn_sleeper', {})).message.result));
+  assert.ok(alive(sleeper));
+  await s.close();
+  await waitFor(() => !alive(sleeper), { what: `the server's own child ${sleeper} to end` });
+});
+
+test('the child gets env, PATH and HOME, not the gateway\'s environment', async (t) => {
+  const { gw } = await ledgerGateway(t, {
+    upstream: { env: { LEDGER: '/dev/null', GREETING: 'hello' } },
+    env: { PGPASSWORD: 'secret-of-the-gateway', IDEMGW_DATABASE_SECRET: 'x' },
+  });
+  const c = await mcpClient(t, gw.url);
+  const who = toolText(await c.callTool({ name: 'whoami', arguments: { names: ['GREETING', 'PGPASSWORD', 'IDEMGW_DATABASE_SECRET', 'HOME'] } }));
+  assert.match(who, /GREETING=hello/);
+  assert.match(who, /PGPASSWORD=-/);
+  assert.match(who, /IDEMGW_DATABASE_SECRET=-/);
+  assert.doesNotMatch(who, /HOME=-/);
+});
+
+test('2026-07-28 requests without a session use the shared child', async (t) => {
+  const { gw, ledger } = await ledgerGateway(t);
+  const args = { order_id: 'ord-2026', amount_cents: 300 };
+  const call = (id) => post(gw.url, { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'issue_refund', arguments: args } },
+    { 'MCP-Protocol-Version': '2026-07-28', 'Mcp-Method': 'tools/call', 'Mcp-Name': 'issue_refund' });
+  const first = await call(1);
+  assert.equal(first.status, 200, first.text);
+  assert.match(first.text, /Refunded 300 on ord-2026/);
+  const again = await call(2);
+  assert.match(again.text, /idemgw\/replay/);
+  assert.equal((await readLedger(ledger)).length, 1);
+});
+
+test('third-party stdio servers from npm: server-memory, server-filesystem, server-everything', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-npm-');
+  const servers = [
+    { name: 'memory', command: [path.join(BIN, 'mcp-server-memory')], env: { MEMORY_FILE_PATH: path.join(dir, 'memory.jsonl') },
+      tool: 'create_entities', args: { entities: [{ name: 'gateway', entityType: 'thing', observations: ['protects'] }] } },
+    { name: 'filesystem', command: [path.join(BIN, 'mcp-server-filesystem'), dir],
+      tool: 'create_directory', args: { path: path.join(dir, 'made-by-agent') } },
+    { name: 'everything', command: [path.join(BIN, 'mcp-server-everything'), 'stdio'],
+      tool: 'echo', args: { message: 'hi' } },
+  ];
+  for (const s of servers) {
+    await t.test(s.name, async (t) => {
+      const gw = await startGateway(t, {
+        upstream: { command: s.command, ...(s.env ? { env: s.env } : {}) },
+        databaseUrl: await createDatabase(),
+        config: { tools: { [s.tool]: { class: 'non_idempotent' } } },
+      });
+      const c = await mcpClient(t, gw.url);
+      const tools = (await c.listTools()).tools.map((x) => x.name);
+      assert.ok(tools.includes(s.tool), `${s.tool} in ${tools}`);
+      const first = await c.callTool({ name: s.tool, arguments: s.args });
+      assert.ok(!first.isError, JSON.stringify(first));
+      assert.equal(replayMarker(first), undefined);
+      const again = await c.callTool({ name: s.tool, arguments: s.args });
+      assert.ok(replayMarker(again), 'the repeat is replayed');
+    });
+  }
+});
