@@ -7,6 +7,7 @@
 #include "log.h"
 #include "rpc_reader.h"
 #include "upstream_http.h"
+#include "upstream_stdio.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -317,6 +318,17 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
         .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
         .pool = 1,
     };
+    if (cfg->stdio.argv) {
+        upstream_stdio_opts_t so = {
+            .base = run.base,
+            .conf = &cfg->stdio,
+            .path = cfg->upstream_path,
+            .limits = &limits,
+            .max_line = (size_t)cfg->max_body_bytes,
+        };
+        upstream = upstream_stdio_new(&so);
+        goto fetch;
+    }
     if (cfg->upstream_tls &&
         !(tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", err, errlen)))
         goto out;
@@ -330,6 +342,7 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
     if (!(pool = upstream_pool_new(&uo, err, errlen)))
         goto out;
     upstream = upstream_http_new(pool, cfg->upstream_host_header);
+fetch:;
     catalog_fetch_opts_t fo = {
         .base = run.base,
         .upstream = upstream,

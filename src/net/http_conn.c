@@ -539,6 +539,13 @@ void http_conn_accept(struct evconnlistener *l, int fd, struct sockaddr *sa, int
     ctx->refusing = false;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    /* An agent that vanished without a FIN (a laptop closed, a pod gone) is found within about
+     * 90 s even on an idle GET stream, so its stream and what it holds upstream end. */
+    int idle = 60, interval = 10, count = 3;
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
     conn_new(fd, sa, site, site->tls);
 }
 
