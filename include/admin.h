@@ -13,8 +13,9 @@ struct upstream_pool;
 
 /* What the admin endpoint reports on; owned by main. */
 typedef struct admin_ctx {
-    struct store *store; /* NULL when no database is configured */
-    struct upstream_pool *pool;
+    struct store *store;             /* NULL when no database is configured */
+    struct upstream_pool *pool;      /* an HTTP upstream's, probed by /readyz; NULL: stdio */
+    const struct upstream *upstream; /* the MCP server: a stdio one reports its children */
     const server_stats_t *all_stats; /* every worker's counters; /metrics sums them */
     int n_workers;
     const bool *draining; /* a draining process is not ready */

@@ -734,6 +734,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     admin_ctx = (admin_ctx_t){
         .store = server->store,
         .pool = server->pool,
+        .upstream = server->upstream,
         .all_stats = server->all_stats,
         .n_workers = server->n_workers,
         .draining = &server->draining,

@@ -1104,10 +1104,14 @@ static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, siz
     if (!c)
         return NULL;
     up->shared = c;
-    json_t *params =
-        init_params ? json_incref(init_params)
-                    : json_pack("{s:s, s:{}, s:{s:s, s:s}}", "protocolVersion", "2025-11-25",
-                                "capabilities", "clientInfo", "name", "idemgw", "version", "0.1.0");
+    /* The child is initialized once for clients yet to come: it is told the client can do
+     * what any of them might (a client that cannot answers that request with an error), in
+     * the first session's protocol version. */
+    const char *version = json_string_value(json_object_get(init_params, "protocolVersion"));
+    json_t *params = json_pack("{s:s, s:{s:{s:{}}, s:{}, s:{s:b}}, s:{s:s, s:s}}",
+                               "protocolVersion", version ? version : "2025-11-25", "capabilities",
+                               "elicitation", "form", "sampling", "roots", "listChanged", 0,
+                               "clientInfo", "name", "idemgw", "version", "0.1.0");
     json_t *req =
         json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", "initialize", "params", params);
     pend_t *p = pend_add(c, NULL, json_null());

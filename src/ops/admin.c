@@ -1,4 +1,5 @@
 #include "admin.h"
+#include "upstream_stdio.h"
 #include "policy.h"
 #include "store.h"
 #include "upstream_http.h"
@@ -300,6 +301,12 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
                         "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n",
                         (unsigned long long)s->open_conns);
     store_series(b, s);
+    if (ctx->upstream && strcmp(ctx->upstream->ops->name, "stdio") == 0)
+        evbuffer_add_printf(b,
+                            "# HELP idemgw_upstream_children Stdio server processes running "
+                            "(spawned and not yet reaped).\n# TYPE idemgw_upstream_children "
+                            "gauge\nidemgw_upstream_children %d\n",
+                            upstream_stdio_children(ctx->upstream));
     /* a count over the whole store (every replica's keys), so no worker sum; left out when
      * the store could not answer */
     evbuffer_add_printf(b, "# HELP idemgw_unknown_keys Keys held with an unknown outcome (every "

@@ -137,6 +137,30 @@ test('progress notifications reach the call that asked for them, with its own to
   assert.deepEqual(seen.b, [1, 2, 3, 4]);
 });
 
+for (const sessions of ['per_session', 'shared']) {
+  test(`${sessions}: elicitation inside a protected call reaches the client that made it`, async (t) => {
+    const { gw, ledger } = await ledgerGateway(t, { sessions });
+    const asked = [];
+    const { Client } = await import('@modelcontextprotocol/sdk/client/index.js');
+    const { StreamableHTTPClientTransport } = await import('@modelcontextprotocol/sdk/client/streamableHttp.js');
+    const { ElicitRequestSchema } = await import('@modelcontextprotocol/sdk/types.js');
+    const bystander = await mcpClient(t, gw.url);
+    const client = new Client({ name: 'eliciting', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+    client.setRequestHandler(ElicitRequestSchema, async (req) => {
+      asked.push(req.params.message);
+      return { action: 'accept', content: { ok: true } };
+    });
+    await client.connect(new StreamableHTTPClientTransport(new URL(gw.url)));
+    t.after(() => client.close().catch(() => {}));
+    const slow = bystander.callTool({ name: 'echo', arguments: { text: 'bystander', delay_ms: 300 } });
+    const r = await client.callTool({ name: 'confirm_refund', arguments: { order_id: 'ord-ask', amount_cents: 42 } });
+    assert.match(toolText(r), /Refunded 42 on ord-ask/);
+    assert.deepEqual(asked, ['Refund 42 on ord-ask?']);
+    assert.equal(toolText(await slow), 'bystander');
+    assert.equal((await readLedger(ledger)).length, 1);
+  });
+}
+
 test('a child killed mid-call: the call is recorded unknown and never run again; its session is gone', async (t) => {
   const { gw, ledger } = await ledgerGateway(t, { config: { subject: { header: 'X-Subject' } } });
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
@@ -218,7 +242,7 @@ test('max_children bounds the children: 503 with Retry-After beyond it', async (
   assert.match(third.text, /max_children \(2\)/);
   const del = await fetch(gw.url, { method: 'DELETE', headers: { 'Mcp-Session-Id': ids[0] } });
   assert.equal(del.status, 200);
-  await waitForLog(gw, /pid \d+ (exited|ended)/);
+  await waitFor(async () => (await children(gw.proc.pid)).length < 2, { what: 'the deleted session\'s child to be reaped' });
   const fourth = await post(gw.url, initBody());
   assert.equal(fourth.status, 200, 'a slot is free again once a child is reaped');
 });
@@ -245,6 +269,8 @@ test('500 sessions opened and closed: children back to none, no zombies, memory 
   }
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { timeoutMs: 20000, what: 'every child to be reaped' });
   assert.deepEqual(await zombies(gw.proc.pid), []);
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  assert.match(metrics, /^idemgw_upstream_children 0$/m);
   const after = await rssKiB(gw.proc.pid);
   assert.ok(after - before < 8 * 1024, `RSS grew by ${after - before} KiB over 500 sessions`);
 });
