@@ -83,7 +83,8 @@ static void on_head(void *arg, int status, const http_headers_t *headers)
     catalog_fetch_t *f = arg;
     f->status = status;
     const char *session = http_headers_get(headers, "mcp-session-id");
-    if (f->step == STEP_INITIALIZE && session) {
+    /* a refused initialize began no session, whatever header came with it */
+    if (f->step == STEP_INITIALIZE && session && status >= 200 && status < 300) {
         free(f->session);
         f->session = xstrdup(session);
     }

@@ -76,6 +76,7 @@ struct session {
     stdio_up_t *up;
     child_t *child;
     upstream_call_t *get;   /* the GET stream, or NULL */
+    json_t *caps;           /* the client's capabilities, from its initialize */
     upstream_call_t *calls; /* POSTs in flight */
     struct event *idle;
     bool registered;
@@ -189,21 +190,45 @@ static void call_detach(upstream_call_t *call)
     session_t *s = call->sess;
     if (s && s->get == call)
         s->get = NULL;
-    if (s && (call->sprev || s->calls == call)) {
-        if (call->sprev)
-            call->sprev->snext = call->snext;
-        else
-            s->calls = call->snext;
-        if (call->snext)
-            call->snext->sprev = call->sprev;
-        call->snext = call->sprev = NULL;
-    }
     call->outstanding = 0;
+    call->child = NULL; /* it may be freed before the call's last delivery */
 }
+
+/* A call of a registered session is on the session's list until it is freed, so a session
+ * that ends first can let go of it (call->sess NULL) whatever state the call is in. */
+static void call_link(upstream_call_t *call, session_t *s)
+{
+    call->sess = s;
+    call->sprev = NULL;
+    call->snext = s->calls;
+    if (s->calls)
+        s->calls->sprev = call;
+    s->calls = call;
+}
+
+static void call_unlink(upstream_call_t *call)
+{
+    session_t *s = call->sess;
+    if (!s || !(call->sprev || s->calls == call))
+        return;
+    if (call->sprev)
+        call->sprev->snext = call->snext;
+    else
+        s->calls = call->snext;
+    if (call->snext)
+        call->snext->sprev = call->sprev;
+    call->snext = call->sprev = NULL;
+}
+
+static void session_discard(session_t *s);
 
 static void call_free(upstream_call_t *call)
 {
     call_detach(call);
+    call_unlink(call);
+    /* an initialize that ends here leaves no session behind */
+    if (call->init_id && call->sess)
+        session_discard(call->sess);
     event_free(call->kick);
     event_free(call->timer);
     evbuffer_free(call->out);
@@ -402,11 +427,13 @@ static void session_discard(session_t *s)
     if (!s || s->registered)
         return;
     event_free(s->idle);
+    json_decref(s->caps);
     free(s);
 }
 
-/* The session is over: its id answers 404 from now on; its GET stream ends; calls in flight
- * keep waiting for their answers (a DELETE does not stop a running tool). */
+/* The session is over: its id answers 404 from now on; its GET stream ends. A per_session
+ * child is stopped with it (its calls in flight then end CLOSED); a shared one keeps running
+ * what the session sent. */
 static void session_end(session_t *s)
 {
     stdio_up_t *up = s->up;
@@ -429,10 +456,14 @@ static void session_end(session_t *s)
         call_detach(get);
         queue_end(get, UPSTREAM_OK);
     }
-    for (upstream_call_t *call = s->calls; call; call = call->snext)
+    while (s->calls) {
+        upstream_call_t *call = s->calls;
+        s->calls = call->snext;
+        call->snext = call->sprev = NULL;
         call->sess = NULL;
-    s->calls = NULL;
+    }
     event_free(s->idle);
+    json_decref(s->caps);
     free(s);
     if (c && !c->shared && !c->sessions)
         child_stop(c, "its session ended");
@@ -689,9 +720,10 @@ static void child_initialized(child_t *c, json_t *msg)
         call->wnext = NULL;
         json_t *answer = json_deep_copy(msg);
         json_object_set(answer, "id", call->init_id);
-        if (result && call->sess)
+        if (result && call->sess) {
             session_register(call->sess, c);
-        else {
+            call_link(call, call->sess);
+        } else {
             session_discard(call->sess);
             call->sess = NULL;
         }
@@ -701,6 +733,8 @@ static void child_initialized(child_t *c, json_t *msg)
     }
     if (!result)
         child_stop(c, "initialize refused");
+    else if (!c->shared && !c->sessions)
+        child_stop(c, "the initialize that started it was given up");
 }
 
 /* Where a message the server sends on its own goes: the newest call of the session still
@@ -731,11 +765,23 @@ static void route_from_server(child_t *c, json_t *msg)
         }
         return;
     }
-    /* a request is tied to the newest request in flight (the one that asked for it) */
+    /* A request goes with the newest request in flight whose client can answer it: the
+     * server asks while it runs a call (elicitation, sampling, roots), and a shared child
+     * does not say which. */
+    const char *needs = !request || !method                             ? NULL
+                        : strcmp(method, "elicitation/create") == 0     ? "elicitation"
+                        : strcmp(method, "sampling/createMessage") == 0 ? "sampling"
+                        : strcmp(method, "roots/list") == 0             ? "roots"
+                                                                        : NULL;
     upstream_call_t *target = NULL;
-    for (pend_t *p = c->pends; p && !target; p = p->next)
-        if (p->call && (p->call->mode == MODE_SSE || p->call->sess))
+    for (int pass = needs ? 0 : 1; pass < 2 && !target; pass++)
+        for (pend_t *p = c->pends; p && !target; p = p->next) {
+            if (!p->call || !(p->call->mode == MODE_SSE || p->call->sess))
+                continue;
+            if (pass == 0 && !(p->call->sess && json_object_get(p->call->sess->caps, needs)))
+                continue;
             target = p->call->mode == MODE_SSE ? p->call : stream_of(p->call->sess);
+        }
     if (!c->shared && !target && c->sessions)
         target = stream_of(c->sessions);
     if (target) {
@@ -1168,6 +1214,7 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
     call->answers = json_array();
     call->init_id = json_incref(id);
     call->sess = session_new(up);
+    call->sess->caps = json_incref(json_object_get(json_object_get(req, "params"), "capabilities"));
     child_t *c;
     if (up->conf.sessions == STDIO_SHARED) {
         c = shared_child(up, json_object_get(req, "params"), why, sizeof(why));
@@ -1193,6 +1240,7 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
         json_t *answer =
             json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", c->init_result);
         session_register(call->sess, c);
+        call_link(call, call->sess);
         call->outstanding = 1;
         json_array_append_new(call->answers, answer);
         call_answered(call);
@@ -1261,7 +1309,7 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
             return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
         }
         session_touch(s);
-        call->sess = s;
+        call_link(call, s);
         c = s->child;
     } else if (!(c = shared_child(up, NULL, why, sizeof(why)))) {
         json_decref(msgs);
@@ -1277,12 +1325,6 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
     if (n_requests > 0) {
         call->mode = accepts_sse(req) ? MODE_SSE : MODE_JSON;
         call->answers = json_array();
-        if (call->sess) {
-            call->snext = call->sess->calls;
-            if (call->snext)
-                call->snext->sprev = call;
-            call->sess->calls = call;
-        }
     }
     json_array_foreach(msgs, i, m)
     {
@@ -1348,7 +1390,7 @@ static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,
         queue_end(old, UPSTREAM_OK);
     }
     call->mode = MODE_GET;
-    call->sess = s;
+    call_link(call, s);
     call->child = s->child;
     s->get = call;
     queue_head(call, 200, "text/event-stream");
@@ -1418,9 +1460,8 @@ static void stdio_free(void *state)
                 upstream_call_t *call = s->calls;
                 call_free(call);
             }
-            if (s->get)
-                call_free(s->get);
             event_free(s->idle);
+            json_decref(s->caps);
             free(s);
         }
     while (up->children) {
