@@ -42,6 +42,9 @@ typedef struct upstream_opts {
     unsigned port;
     const upstream_limits_t *limits; /* outlives the pool */
     const bool *draining;            /* when true, connections are not kept; may be NULL */
+    /* counted TLS handshakes: full ones, and those that resumed a session the upstream gave on
+     * an earlier connection; may be NULL */
+    uint64_t *tls_full, *tls_resumed;
 } upstream_opts_t;
 
 /* A TLS client context that verifies the upstream's certificate against ca_file (PEM), or the

@@ -638,6 +638,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             .port = cfg->upstream.port,
             .limits = &upstream_limits,
             .draining = &server->draining,
+            .tls_full = &server->stats->upstream_tls_full,
+            .tls_resumed = &server->stats->upstream_tls_resumed,
         };
         server->pool = upstream_pool_new(&uo, msg, sizeof(msg));
         if (!server->pool) {

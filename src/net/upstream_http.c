@@ -22,6 +22,9 @@
 #include <errno.h>
 #include <sys/socket.h>
 
+/* Session tickets kept per upstream: a full TLS 1.3 handshake usually brings two. */
+#define TLS_SESSIONS_KEPT 4
+
 /* An idle pooled connection is closed after this long unused. */
 #define IDLE_KEEP_MS 30000
 
@@ -61,6 +64,11 @@ struct upstream_pool {
     socklen_t addrlen;
     upstream_conn_t *idle; /* LIFO: the warmest connection first */
     int n_idle;
+    /* sessions the upstream gave, to resume later handshakes with: a TLS 1.3 ticket is used
+     * once (RFC 8446 C.4; servers refuse a second use), a TLS 1.2 session until replaced */
+    SSL_SESSION *tls_sessions[TLS_SESSIONS_KEPT];
+    int n_tls_sessions;
+    uint64_t *tls_full, *tls_resumed; /* counters of handshakes, or NULL */
 };
 
 upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen)
@@ -80,6 +88,8 @@ upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_
     pool->host = xstrdup(opts->host);
     pool->limits = opts->limits;
     pool->draining = opts->draining;
+    pool->tls_full = opts->tls_full;
+    pool->tls_resumed = opts->tls_resumed;
     memcpy(&pool->addr, res->ai_addr, res->ai_addrlen);
     pool->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
@@ -134,6 +144,8 @@ void upstream_pool_free(upstream_pool_t *pool)
         pool->idle = up->next;
         conn_free(up);
     }
+    for (int i = 0; i < pool->n_tls_sessions; i++)
+        SSL_SESSION_free(pool->tls_sessions[i]);
     free(pool->host);
     free(pool);
 }
@@ -317,6 +329,13 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
 {
     upstream_conn_t *up = arg;
     if (what & BEV_EVENT_CONNECTED) {
+        if (up->pool->tls) {
+            uint64_t *n = SSL_session_reused(bufferevent_openssl_get_ssl(bev))
+                              ? up->pool->tls_resumed
+                              : up->pool->tls_full;
+            if (n)
+                (*n)++;
+        }
         up->state = UP_WAIT_HEAD;
         arm(up, up->pool->limits->timeout_ms);
         return;
@@ -383,11 +402,48 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static struct bufferevent *new_bev(const upstream_pool_t *pool)
+/* A session ticket (TLS 1.3) or session (TLS 1.2) the upstream sent on one of the pool's
+ * connections: kept to resume a later handshake with, so a connection opened per protected
+ * call costs a resumption rather than a certificate check and key exchange. The pool is the
+ * connection's, which outlives its SSL's callbacks; a probe's SSL has no connection and keeps
+ * nothing. Sessions come only after the certificate was verified (SSL_VERIFY_PEER). */
+static int remember_session(SSL *ssl, SSL_SESSION *sess)
+{
+    upstream_conn_t *up = SSL_get_app_data(ssl);
+    if (!up || !SSL_SESSION_is_resumable(sess))
+        return 0;
+    upstream_pool_t *pool = up->pool;
+    if (pool->n_tls_sessions == TLS_SESSIONS_KEPT) { /* the oldest goes */
+        SSL_SESSION_free(pool->tls_sessions[0]);
+        memmove(pool->tls_sessions, pool->tls_sessions + 1,
+                (TLS_SESSIONS_KEPT - 1) * sizeof(pool->tls_sessions[0]));
+        pool->n_tls_sessions--;
+    }
+    pool->tls_sessions[pool->n_tls_sessions++] = sess;
+    return 1; /* the reference is the pool's now */
+}
+
+/* Offers the newest kept session to ssl; a TLS 1.3 ticket is not offered again. */
+static void offer_session(upstream_pool_t *pool, SSL *ssl)
+{
+    if (pool->n_tls_sessions == 0)
+        return;
+    SSL_SESSION *sess = pool->tls_sessions[pool->n_tls_sessions - 1];
+    SSL_set_session(ssl, sess); /* takes a reference; the server may still want a full one */
+    if (SSL_SESSION_get_protocol_version(sess) >= TLS1_3_VERSION) {
+        pool->n_tls_sessions--;
+        SSL_SESSION_free(sess);
+    }
+}
+
+static struct bufferevent *new_bev(upstream_pool_t *pool, upstream_conn_t *up)
 {
     if (!pool->tls)
         return bufferevent_socket_new(pool->base, -1, BEV_OPT_CLOSE_ON_FREE);
     SSL *ssl = SSL_new(pool->tls);
+    SSL_set_app_data(ssl, up);
+    if (up)
+        offer_session(pool, ssl);
     const char *host = pool->host;
     unsigned char addr[16];
     if (inet_pton(AF_INET, host, addr) == 1 || inet_pton(AF_INET6, host, addr) == 1) {
@@ -452,7 +508,7 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
         up->pool = pool;
         parser_init(up);
         up->timer = evtimer_new(pool->base, timer_cb, up);
-        up->bev = new_bev(pool);
+        up->bev = new_bev(pool, up);
         up->state = UP_CONNECTING;
         bufferevent_setcb(up->bev, read_cb, NULL, event_cb, up);
         arm(up, up->pool->limits->connect_timeout_ms);
@@ -553,6 +609,9 @@ struct ssl_ctx_st *upstream_tls_new(const char *ca_file, const char *setting, ch
         SSL_CTX_set_default_verify_paths(ctx);
     }
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+    /* sessions are remembered per pool (one host each), never in the context's own cache */
+    SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+    SSL_CTX_sess_set_new_cb(ctx, remember_session);
     return ctx;
 }
 
@@ -590,7 +649,7 @@ void upstream_probe(upstream_pool_t *pool, void (*cb)(bool ok, void *arg), void 
     probe_t *pr = xcalloc(1, sizeof(*pr));
     pr->cb = cb;
     pr->arg = arg;
-    pr->bev = new_bev(pool); /* an https upstream is ready once its certificate verifies */
+    pr->bev = new_bev(pool, NULL); /* an https upstream is ready once its certificate verifies */
     pr->timer = evtimer_new(pool->base, probe_timeout, pr);
     bufferevent_setcb(pr->bev, NULL, NULL, probe_event, pr);
     uint64_t ms = pool->limits->connect_timeout_ms;

@@ -307,6 +307,14 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
                             "(spawned and not yet reaped).\n# TYPE idemgw_upstream_children "
                             "gauge\nidemgw_upstream_children %d\n",
                             upstream_stdio_children(ctx->upstream));
+    evbuffer_add_printf(b,
+                        "# HELP idemgw_upstream_tls_handshakes_total TLS handshakes with an "
+                        "https upstream, by whether a session from an earlier connection was "
+                        "resumed.\n# TYPE idemgw_upstream_tls_handshakes_total counter\n"
+                        "idemgw_upstream_tls_handshakes_total{resumed=\"false\"} %llu\n"
+                        "idemgw_upstream_tls_handshakes_total{resumed=\"true\"} %llu\n",
+                        (unsigned long long)s->upstream_tls_full,
+                        (unsigned long long)s->upstream_tls_resumed);
     /* a count over the whole store (every replica's keys), so no worker sum; left out when
      * the store could not answer */
     evbuffer_add_printf(b, "# HELP idemgw_unknown_keys Keys held with an unknown outcome (every "

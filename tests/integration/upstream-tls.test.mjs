@@ -5,6 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
 import {
   IDEMGW_BIN, createDatabase, makeCertificates, mcpClient, readLedger, replayMarker, run,
   startGateway, startRefundServer, tempDir, toolText, waitForLog,
@@ -34,6 +36,40 @@ test('an https upstream verified with upstream_ca_file: calls stream through and
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
   const ready = await fetch(`${gw.adminUrl}/readyz`);
   assert.equal(ready.status, 200, 'readyz reaches the https upstream');
+});
+
+test('an https upstream: each protected call resumes the TLS session an earlier connection got', async (t) => {
+  const certs = await makeCertificates(t);
+  const upstream = await startRefundServer(t, { tls: certs });
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { upstream_ca_file: certs.ca, subject: { static: 'tenant-tls' } },
+  });
+  const client = await mcpClient(t, gw.url);
+  const calls = 6;
+  for (let i = 0; i < calls; i++) {
+    const r = await client.callTool({ name: 'issue_refund', arguments: { order_id: `ord-resume-${i}`, amount_cents: 100 + i } });
+    assert.ok(!replayMarker(r), 'each call is a first execution');
+  }
+  assert.equal((await readLedger(upstream.ledger)).length, calls);
+  // a protected call goes up on a connection of its own, each a handshake; those after the
+  // first resume a session (a TLS 1.3 ticket once each: this server gives two per full
+  // handshake and none on a resumed one, so at most a third are full)
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  const count = (resumed) => Number(metrics.match(
+    new RegExp(`^idemgw_upstream_tls_handshakes_total\\{resumed="${resumed}"\\} (\\d+)$`, 'm'))?.[1]);
+  const [resumed, full] = [count('true'), count('false')];
+  assert.ok(resumed >= calls / 2 && resumed >= 2 * (full - 1), `resumed handshakes: ${resumed}, full: ${full} (metrics)`);
+  // and the server saw the same: resumptions, not a certificate exchange per call
+  const seen = await new Promise((resolve, reject) => {
+    https.get(new URL('/tls-handshakes', upstream.url), { ca: readFileSync(certs.ca) }, (res) => {
+      let body = '';
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve(JSON.parse(body)));
+    }).on('error', reject);
+  });
+  assert.ok(seen.resumed >= resumed, `the upstream saw ${JSON.stringify(seen)}`);
 });
 
 test('an upstream certificate from an unknown CA: 502, nothing executed, the log says why', async (t) => {
