@@ -302,6 +302,12 @@ void store_get_stats(const store_t *s, store_stats_t *out);
  * store_free stops it. */
 void store_observe(store_t *s, struct server_stats *stats, struct event_base *base);
 
+/* Calls made through the store since store_observe whose callback has not run yet (0 for a
+ * NULL store), and cb, run after a callback leaves none outstanding: a drain waits for the
+ * writes its last answers started before the process exits. */
+int store_outstanding(const store_t *s);
+void store_on_settled(store_t *s, void (*cb)(void *arg), void *arg);
+
 /* A backend: the operations above, on its own state (impl). Each follows the contract of the
  * function of the same name. The backends are store_pg.h and store_sqlite.h. */
 typedef struct store_ops {

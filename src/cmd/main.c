@@ -282,11 +282,17 @@ static void print_errors(const config_errors_t *errs)
 
 static void server_check_drained(void)
 {
+    /* a call finished from a GET stream is written after its exchange ended: wait for it */
     if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0 &&
-        admin_conns.open == 0) {
+        admin_conns.open == 0 && store_outstanding(server->store) == 0) {
         log_info(0, "drained: exiting");
         event_base_loopexit(server->base, NULL);
     }
+}
+
+static void store_settled(void *arg)
+{
+    server_check_drained();
 }
 
 static void drain_timeout(evutil_socket_t fd, short what, void *arg)
@@ -677,6 +683,7 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             goto out;
         }
         store_observe(server->store, server->stats, server->base);
+        store_on_settled(server->store, store_settled, NULL);
     } else if (policy_needs_store(&cfg->policy)) {
         log_warn(0, "no database configured (database_url: none): calls to non_idempotent tools "
                     "are refused (store_not_configured) and /readyz says not ready; remove "

@@ -12,6 +12,9 @@ struct store {
     void *impl;
     server_stats_t *stats;    /* NULL: calls are not timed */
     struct event *publish_ev; /* copies the store's gauges into stats */
+    int outstanding;          /* timed calls whose callback has not run yet */
+    void (*settled_cb)(void *arg);
+    void *settled_arg;
 };
 
 /* One timed call: the caller's callback and argument, and when the call was made. */
@@ -30,21 +33,33 @@ static timed_t *timed_new(store_t *s, stats_store_op_t op, void *arg)
     t->op = op;
     t->arg = arg;
     t->start_us = stats_now_us();
+    s->outstanding++;
     return t;
+}
+
+/* After a caller's callback: the last outstanding call has ended (what the callback sent in
+ * turn is outstanding already). */
+static void settled(store_t *s)
+{
+    if (s->outstanding == 0 && s->settled_cb)
+        s->settled_cb(s->settled_arg);
 }
 
 /* Files the duration; the caller's callback runs next. Frees t. */
 static void timed_end(timed_t *t)
 {
     stats_observe_store_since(t->store->stats, t->op, t->start_us);
+    t->store->outstanding--;
     free(t);
 }
 
 /* A call the backend refused at once has no callback coming: t is dropped. */
 static store_status_t timed_sent(timed_t *t, store_status_t st)
 {
-    if (t && st != STORE_OK)
+    if (t && st != STORE_OK) {
+        t->store->outstanding--;
         free(t);
+    }
     return st;
 }
 
@@ -53,6 +68,7 @@ static void timed_claim(store_status_t st, const store_claim_result_t *res, void
     timed_t t = *(timed_t *)arg;
     timed_end(arg);
     t.cb.claim(st, res, t.arg);
+    settled(t.store);
 }
 
 static void timed_finish(store_status_t st, bool matched, void *arg)
@@ -61,6 +77,7 @@ static void timed_finish(store_status_t st, bool matched, void *arg)
     timed_end(arg);
     if (t.cb.finish)
         t.cb.finish(st, matched, t.arg);
+    settled(t.store);
 }
 
 static void timed_get(store_status_t st, const store_row_t *row, void *arg)
@@ -68,6 +85,7 @@ static void timed_get(store_status_t st, const store_row_t *row, void *arg)
     timed_t t = *(timed_t *)arg;
     timed_end(arg);
     t.cb.get(st, row, t.arg);
+    settled(t.store);
 }
 
 static void timed_release(store_status_t st, bool released, const store_row_t *row, void *arg)
@@ -75,6 +93,7 @@ static void timed_release(store_status_t st, bool released, const store_row_t *r
     timed_t t = *(timed_t *)arg;
     timed_end(arg);
     t.cb.release(st, released, row, t.arg);
+    settled(t.store);
 }
 
 static void timed_count(store_status_t st, int64_t n, void *arg)
@@ -82,6 +101,7 @@ static void timed_count(store_status_t st, int64_t n, void *arg)
     timed_t t = *(timed_t *)arg;
     timed_end(arg);
     t.cb.count(st, n, t.arg);
+    settled(t.store);
 }
 
 static void publish(evutil_socket_t fd, short what, void *arg)
@@ -105,6 +125,17 @@ static void publish(evutil_socket_t fd, short what, void *arg)
      * transaction (one fsync) */
     o->store_batches = st.claim_batches + st.finish_batches + st.transactions;
     o->store_batched = st.claims_batched + st.finishes_batched + st.batched_ops;
+}
+
+int store_outstanding(const store_t *s)
+{
+    return s ? s->outstanding : 0;
+}
+
+void store_on_settled(store_t *s, void (*cb)(void *arg), void *arg)
+{
+    s->settled_cb = cb;
+    s->settled_arg = arg;
 }
 
 void store_observe(store_t *s, server_stats_t *stats, struct event_base *base)

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "store.h"
 #include "store_pg.h"
+#include "stats.h"
 #include "store_sqlite.h"
 #include "util.h"
 
@@ -1937,6 +1938,58 @@ static void test_sqlite_deadline_missed(void **state)
     st_main = open_store(db_conninfo, 4, true, 0, 0);
 }
 
+/* A drain waits for the writes the last answers started: the store counts calls whose callback
+ * has not run, and says when the last one ended, after its callback (which may start more). */
+typedef struct {
+    int settled;
+    int outstanding_then;
+    store_t *s;
+} settle_out_t;
+
+static void on_settled(void *arg)
+{
+    settle_out_t *o = arg;
+    o->settled++;
+    o->outstanding_then = store_outstanding(o->s);
+}
+
+static bool settled_once(void *arg)
+{
+    return ((settle_out_t *)arg)->settled > 0;
+}
+
+static void test_outstanding_settles(void **state)
+{
+    (void)state;
+    server_stats_t *stats = xcalloc(1, sizeof(*stats));
+    store_free(st_main); /* one store per file: this case's own, observed */
+    store_t *s = open_store(db_conninfo, 2, true, 0, 0);
+    store_observe(s, stats, base);
+    settle_out_t o = {.s = s};
+    store_on_settled(s, on_settled, &o);
+    assert_int_equal(store_outstanding(s), 0);
+    assert_int_equal(store_outstanding(NULL), 0);
+
+    store_claim_req_t req = req_for("t:settle:h:one", "d1");
+    claim_out_t a = {0};
+    assert_int_equal(store_claim(s, &req, claim_cb, &a), STORE_OK);
+    assert_int_equal(store_outstanding(s), 1);
+    store_claim_req_t req2 = req_for("t:settle:h:two", "d2");
+    claim_out_t b = {0};
+    assert_int_equal(store_claim(s, &req2, claim_cb, &b), STORE_OK);
+    assert_int_equal(store_outstanding(s), 2);
+    assert_true(wait_for(settled_once, &o, 10000));
+    assert_true(a.done && b.done); /* only once both had their callbacks */
+    assert_int_equal(o.settled, 1);
+    assert_int_equal(o.outstanding_then, 0);
+    assert_int_equal(store_outstanding(s), 0);
+    free(a.result);
+    free(b.result);
+    store_free(s);
+    free(stats);
+    st_main = open_store(db_conninfo, 4, true, 0, 0);
+}
+
 int main(void)
 {
     /* the same cases for each backend; the ones a backend cannot have skip there */
@@ -1968,6 +2021,7 @@ int main(void)
         cmocka_unit_test(test_sqlite_lock_refuses_second),
         cmocka_unit_test(test_sqlite_batching),
         cmocka_unit_test(test_sqlite_deadline_missed),
+        cmocka_unit_test(test_outstanding_settles),
     };
     int failed = cmocka_run_group_tests_name("store_sqlite", tests, sqlite_setup, group_teardown);
     const char *url = getenv("IDEMGW_TEST_PG_URL");
