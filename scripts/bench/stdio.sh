@@ -17,7 +17,8 @@
 #   BENCH_STDIO_SESSIONS="1 16" concurrent sessions of the load phases and the memory figure
 #   BENCH_STDIO_NEW=10          new sessions timed to their first answer, per target and round
 #   BENCH_STDIO_TARGETS="idemgw_per_session idemgw_shared supergateway mcp_proxy"
-#   BENCH_SMOKE=1               1 round, 0.5 s phases, 2 new sessions (the test suite's size)
+#   BENCH_SMOKE=1               1 round, 0.5 s phases, 1 and 4 sessions, 2 new sessions (the
+#                               test suite's size)
 #   BENCH_OUT=DIR               where the JSON goes (default bench-results)
 # Needs python3, curl, tools/node and the test packages (tests/node_modules).
 set -euo pipefail
@@ -29,12 +30,13 @@ if [ "$smoke" = 1 ]; then
     rounds=${BENCH_STDIO_ROUNDS:-1}
     secs=${BENCH_STDIO_SECS:-0.5}
     new_n=${BENCH_STDIO_NEW:-2}
+    sessions=${BENCH_STDIO_SESSIONS:-"1 4"}
 else
     rounds=${BENCH_STDIO_ROUNDS:-3}
     secs=${BENCH_STDIO_SECS:-3}
     new_n=${BENCH_STDIO_NEW:-10}
+    sessions=${BENCH_STDIO_SESSIONS:-"1 16"}
 fi
-sessions=${BENCH_STDIO_SESSIONS:-"1 16"}
 targets=${BENCH_STDIO_TARGETS:-"idemgw_per_session idemgw_shared supergateway mcp_proxy"}
 out_dir=${BENCH_OUT:-bench-results}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
