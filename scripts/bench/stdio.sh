@@ -175,9 +175,13 @@ for r in $(seq 1 "$rounds"); do
             echo "bench-stdio: $t (pid ${pid_of[$t]}) has exited" >&2
             exit 1
         fi
+        # in the background, so that a signal reaches the trap now, not when the round ends
         "$NODE" tests/bench/stdio-bench.mjs --url "http://127.0.0.1:${port_of[$t]}/mcp" --pid "${pid_of[$t]}" \
             --target "$t" --round "$r" --sessions "$sessions" --secs "$secs" --new "$new_n" \
-            --run "$run_id" >>"$results"
+            --run "$run_id" >>"$results" &
+        driver=$!
+        pids+=("$driver")
+        wait "$driver"
     done
     log "round $r done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 done
