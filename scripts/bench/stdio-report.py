@@ -46,6 +46,9 @@ def main():
     meta = json.loads(sys.argv[sys.argv.index("--meta") + 1]) if "--meta" in sys.argv else {}
     meta["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     rows = [json.loads(line) for line in open(src) if line.strip()]
+    round_load = {r["round"]: r["loadavg"] for r in rows if r["kind"] == "round_end"}
+    rows = [r for r in rows if r["kind"] != "round_end"]
+    meta["loadavg_at_round_end"] = {str(k): v for k, v in sorted(round_load.items())}
 
     targets = [t for t in TARGET_ORDER if any(r["target"] == t for r in rows)]
     targets += sorted({r["target"] for r in rows} - set(targets))
@@ -173,6 +176,11 @@ def main():
         line += f" {fmt(mib(er['rss_per_session_kib']), 2)} |"
         out.append(line)
 
+    if round_load:
+        out.append("")
+        out.append("Load average at the end of each round: " +
+                   "; ".join(f"round {k}: {v}" for k, v in sorted(round_load.items())))
+
     problems = []
     for e in summary:
         for x in e["load"]:
@@ -187,7 +195,8 @@ def main():
             sent = sum(x["calls"] for e in summary if e["target"] == t for x in e["load"] if x["tool"] == "append")
             out.append("")
             out.append(f"{t}: {sent} append calls answered, {meta[f'{t}_executions']:.0f} executions recorded "
-                       f"(idemgw_executions_total), {meta.get(f'{t}_children_left', 0):.0f} children left at the end")
+                       f"(idemgw_executions_total); stdio children running at the end: "
+                       f"{meta.get(f'{t}_children_left', 0):.0f}")
     if problems:
         out.append("")
         out.extend(f"WARNING: {p}" for p in problems)

@@ -183,7 +183,9 @@ for r in $(seq 1 "$rounds"); do
         pids+=("$driver")
         wait "$driver"
     done
-    log "round $r done, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    load_now=$(cut -d' ' -f1-3 /proc/loadavg)
+    printf '{"kind":"round_end","round":%s,"loadavg":"%s"}\n' "$r" "$load_now" >>"$results"
+    log "round $r done, load average $load_now"
 done
 load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 
