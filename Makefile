@@ -33,7 +33,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test
+.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test
 
 all: $(BUILD)/idemgw
 
@@ -105,6 +105,12 @@ check-asan: asan
 
 bench: all
 	$(Q)scripts/bench.sh
+
+# One stdio MCP server behind idemgw (a child per session, one shared) and behind the stdio
+# bridges supergateway and mcp-proxy: latency, calls/s, first answer of a new session, memory
+# per session. Also a section of `make bench` (BENCH_ONLY=stdio).
+bench-stdio: all
+	$(Q)scripts/bench/stdio.sh
 
 # The fault suite: hostile upstreams, Postgres kill -9, a locked key table, EMFILE, slowloris.
 # Not part of `make check`: a few minutes of load. FAULTS="emfile slowloris" runs only those.

@@ -3,8 +3,9 @@
 # proxy and against the Postgres ceiling (pgbench running the gateway's own claim and finish
 # statements), each pair in the same run; protected calls also on the embedded SQLite store;
 # section (8) against idempotency inside an MCP SDK server (AWS Lambda Powertools over a durable
-# Redis). Prints one table and writes the figures to bench-results/latest.json (and a dated
-# copy) so runs can be compared.
+# Redis); section (10), stdio servers, is scripts/bench/stdio.sh, run last with its own table
+# and JSON (stdio-latest.json). Prints one table and writes the figures to
+# bench-results/latest.json (and a dated copy) so runs can be compared.
 #
 #   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
 #   BENCH_CONNS="1 16 64 256"   connection counts of the pass-through comparison
@@ -17,7 +18,7 @@
 #   BENCH_OBS_ROUNDS=3    rounds of the observability section (each variant's median is kept)
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
-#   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability"   run only these sections
+#   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability stdio"   run only these sections
 # Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3; section (8) also
 # redis-server and the test packages (tests/node_modules).
 set -euo pipefail
@@ -44,7 +45,11 @@ else
 fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
-only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt powertools observability"}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt powertools observability stdio"}
+# (10) alone needs none of the tools, the Postgres cluster or nginx below
+if [ "$(echo $only)" = stdio ]; then
+    exec scripts/bench/stdio.sh
+fi
 workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
 NODE=${NODE:-$root/tools/node/bin/node}
@@ -665,3 +670,10 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 scripts/bench/report.py "$results" "$out_dir/latest.json" \
     --meta "{\"commit\":\"$commit\",\"duration\":\"$duration\",\"smoke\":$([ "$smoke" = 1 ] && echo true || echo false),\"cpus\":$(nproc),\"store_pool\":$store_pool,\"workers\":$workers,\"load_conns\":$load_conns,\"sections\":\"$only\",\"loadavg_at_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 cp "$out_dir/latest.json" "$out_dir/bench-$(date +%Y%m%d-%H%M%S).json"
+
+# ---- (10) stdio servers ----------------------------------------------------------------------
+# Its own gateways, bridges, table and JSON (BENCH_OUT/stdio-latest.json); BENCH_SMOKE carries over.
+if want stdio; then
+    log "stdio servers: scripts/bench/stdio.sh"
+    BENCH_OUT=$out_dir scripts/bench/stdio.sh
+fi

@@ -1,5 +1,6 @@
 // Keeps `make bench` from rotting: runs scripts/bench.sh with BENCH_SMOKE=1 (tiny durations and
-// sizes) and checks that the JSON it writes has every section. No timing value is asserted.
+// sizes) and checks that the JSON it writes has every section, and that section (10) wrote its
+// own document. No timing value is asserted.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
@@ -83,4 +84,9 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   }
   assert.ok(doc.powertools.pgbench && 'tps' in doc.powertools.pgbench);
   assert.ok(doc.powertools.group_commit && 'claim_batches' in doc.powertools.group_commit);
+
+  // (10) stdio servers writes its own document (tests/integration/bench-stdio-smoke.test.mjs
+  // checks its figures)
+  const stdio = JSON.parse(await fs.readFile(path.join(out, 'stdio-latest.json'), 'utf8'));
+  assert.equal(stdio.summary.length, 4, `stdio section:\n${log}`);
 });

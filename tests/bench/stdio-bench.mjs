@@ -1,0 +1,232 @@
+// The load driver of `make bench-stdio` (scripts/bench/stdio.sh): one round against one target,
+// a Streamable HTTP endpoint in front of tests/bench/stdio-server.mjs (idemgw, or a bridge).
+// Clients are the official SDK's (1.x) Client over StreamableHTTPClientTransport, one per
+// session, all in this process.
+//
+//   node stdio-bench.mjs --url URL --pid PID --target NAME --round N
+//                        [--sessions "1 16"] [--secs 3] [--new 10] [--run ID]
+//
+// In order:
+//   first_answer  --new sessions one after another: connect (initialize, the initialized
+//                 notification) and a first tools/call (get), timed from before connect to the
+//                 answer; each session is then ended (DELETE) and closed
+//   for each session count C of --sessions:
+//     memory      C sessions open, each having answered one call: RSS (and PSS) summed over
+//                 PID and all its descendants, from /proc
+//     load        each session calls `append` in a loop for --secs (every call a new item, so
+//                 each is a first execution), then `get` the same way: every call's latency,
+//                 calls per second over the phase
+// One JSON line per figure on stdout; a readable line per figure on stderr. Calls that fail,
+// and `append` answers that are replays (idemgw's result._meta["idemgw/replay"]), are counted.
+import fs from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+
+const { values: opt } = parseArgs({
+  options: {
+    url: { type: 'string' },
+    pid: { type: 'string' },
+    target: { type: 'string' },
+    round: { type: 'string', default: '1' },
+    sessions: { type: 'string', default: '1 16' },
+    secs: { type: 'string', default: '3' },
+    new: { type: 'string', default: '10' },
+    run: { type: 'string', default: `${process.pid}-${Date.now().toString(36)}` },
+  },
+});
+if (!opt.url || !opt.pid || !opt.target) {
+  console.error('usage: stdio-bench.mjs --url URL --pid PID --target NAME [--round N] [--sessions "1 16"] [--secs S] [--new N]');
+  process.exit(2);
+}
+const url = new URL(opt.url);
+const rootPid = Number(opt.pid);
+const round = Number(opt.round);
+const sessionCounts = opt.sessions.split(/[\s,]+/).filter(Boolean).map(Number);
+const phaseMs = Number(opt.secs) * 1000;
+const newSessions = Number(opt.new);
+
+const emit = (fig, human) => {
+  process.stdout.write(JSON.stringify({ target: opt.target, round, ...fig }) + '\n');
+  process.stderr.write(`  ${opt.target.padEnd(20)} round ${round}  ${human}\n`);
+};
+
+// ---- /proc: the process tree's memory -------------------------------------------------------
+function descendants(pid) {
+  const kids = new Map();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    let stat;
+    try {
+      stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+    } catch {
+      continue; // exited while we looked
+    }
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    if (!kids.has(ppid)) kids.set(ppid, []);
+    kids.get(ppid).push(Number(d));
+  }
+  const out = [pid];
+  for (let i = 0; i < out.length; i++) out.push(...(kids.get(out[i]) ?? []));
+  return out;
+}
+
+const kibField = (text, name) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
+
+/** {rss_kib, pss_kib, procs} over pid and its descendants. */
+function treeMemory(pid) {
+  let rss = 0;
+  let pss = 0;
+  let procs = 0;
+  for (const p of descendants(pid)) {
+    try {
+      rss += kibField(fs.readFileSync(`/proc/${p}/status`, 'utf8'), 'VmRSS');
+      pss += kibField(fs.readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'), 'Pss');
+      procs++;
+    } catch {
+      // exited between the listing and the read
+    }
+  }
+  return { rss_kib: rss, pss_kib: pss, procs };
+}
+
+// ---- sessions -------------------------------------------------------------------------------
+async function openSession() {
+  const client = new Client({ name: 'idemgw-stdio-bench', version: '1.0.0' }, { capabilities: {} });
+  const transport = new StreamableHTTPClientTransport(url);
+  await client.connect(transport);
+  return { client, transport };
+}
+
+async function closeSession(s) {
+  try {
+    await s.transport.terminateSession();
+  } catch {
+    // a bridge that does not take DELETE: closing the transport still drops the session here
+  }
+  await s.client.close().catch(() => {});
+}
+
+const isReplay = (res) => Boolean(res?._meta?.['idemgw/replay']);
+
+function percentile(sorted, p) {
+  if (!sorted.length) return null;
+  return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)];
+}
+const round3 = (x) => (x == null ? null : Math.round(x * 1000) / 1000);
+
+let seq = 0;
+const nextItem = (s) => `${opt.run}-${opt.target}-r${round}-s${s}-${seq++}`;
+
+async function callTool(s, tool, sIndex) {
+  const args = tool === 'append' ? { item: nextItem(sIndex) } : {};
+  return s.client.callTool({ name: tool, arguments: args });
+}
+
+// ---- first answer of a new session -----------------------------------------------------------
+async function firstAnswers() {
+  const total = [];
+  const connect = [];
+  let errors = 0;
+  for (let i = 0; i < newSessions; i++) {
+    const t0 = performance.now();
+    let s;
+    try {
+      s = await openSession();
+      const t1 = performance.now();
+      const res = await s.client.callTool({ name: 'get', arguments: {} });
+      const t2 = performance.now();
+      if (res.isError) errors++;
+      else {
+        connect.push(t1 - t0);
+        total.push(t2 - t0);
+      }
+    } catch (err) {
+      errors++;
+      process.stderr.write(`  ${opt.target}: new session ${i}: ${err.message}\n`);
+    }
+    if (s) await closeSession(s);
+  }
+  const mean = (a) => (a.length ? a.reduce((x, y) => x + y, 0) / a.length : null);
+  const sorted = [...total].sort((a, b) => a - b);
+  const fig = {
+    kind: 'first_answer',
+    sessions: total.length,
+    mean_ms: round3(mean(total)),
+    p50_ms: round3(percentile(sorted, 50)),
+    max_ms: round3(sorted.at(-1)),
+    connect_mean_ms: round3(mean(connect)),
+    errors,
+  };
+  emit(fig, `first answer of a new session: mean ${fig.mean_ms} ms (connect ${fig.connect_mean_ms}), ` +
+    `p50 ${fig.p50_ms}, max ${fig.max_ms}, ${total.length} sessions, ${errors} errors`);
+}
+
+// ---- load ------------------------------------------------------------------------------------
+async function load(sessions, tool) {
+  const lat = [];
+  let errors = 0;
+  let replays = 0;
+  const t0 = performance.now();
+  const end = t0 + phaseMs;
+  await Promise.all(sessions.map(async (s, i) => {
+    while (performance.now() < end) {
+      const a = performance.now();
+      try {
+        const res = await callTool(s, tool, i);
+        const b = performance.now();
+        if (res.isError) errors++;
+        else {
+          lat.push(b - a);
+          if (isReplay(res)) replays++;
+        }
+      } catch (err) {
+        errors++;
+        if (errors <= 3) process.stderr.write(`  ${opt.target}: ${tool}: ${err.message}\n`);
+        if (errors > 1000) break;
+      }
+    }
+  }));
+  const secs = (performance.now() - t0) / 1000;
+  lat.sort((a, b) => a - b);
+  const fig = {
+    kind: 'load',
+    sessions: sessions.length,
+    tool,
+    calls: lat.length,
+    secs: round3(secs),
+    calls_per_s: round3(lat.length / secs),
+    p50_ms: round3(percentile(lat, 50)),
+    p99_ms: round3(percentile(lat, 99)),
+    errors,
+    replays,
+  };
+  emit(fig, `${String(sessions.length).padStart(2)} sessions  ${tool.padEnd(6)}  ${fig.calls_per_s} calls/s  ` +
+    `p50 ${fig.p50_ms} ms  p99 ${fig.p99_ms} ms  (${fig.calls} calls, ${errors} errors, ${replays} replays)`);
+}
+
+async function withSessions(n) {
+  const sessions = await Promise.all(Array.from({ length: n }, () => openSession()));
+  try {
+    // one answer each: a child spawned lazily, or a session's first-call state, is in the figure
+    await Promise.all(sessions.map((s) => s.client.callTool({ name: 'get', arguments: {} })));
+    await new Promise((r) => setTimeout(r, 300));
+    const mem = treeMemory(rootPid);
+    emit({ kind: 'memory', sessions: n, ...mem },
+      `${String(n).padStart(2)} sessions open: RSS ${mem.rss_kib} KiB, PSS ${mem.pss_kib} KiB, ${mem.procs} processes`);
+    await load(sessions, 'append');
+    await load(sessions, 'get');
+  } finally {
+    await Promise.all(sessions.map(closeSession));
+  }
+}
+
+try {
+  await firstAnswers();
+  for (const n of sessionCounts) await withSessions(n);
+} catch (err) {
+  process.stderr.write(`stdio-bench: ${opt.target}: ${err.stack ?? err}\n`);
+  process.exit(1);
+}
+process.exit(0);
