@@ -18,6 +18,7 @@
 #include "replay_cache.h"
 #include "resume_guard.h"
 #include "stats.h"
+#include "status.h"
 #include "store.h"
 #include "store_open.h"
 #include "subject.h"
@@ -68,6 +69,7 @@ typedef struct server {
     bool catalog_fetched;       /* the upstream's tools/list was read once */
     bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
+    status_tool_t *status;      /* the status tool: earlier calls' outcomes, from the store */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -487,6 +489,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     apply_http_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
+    status_reconfigure(server->status, neu);
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
     catalog_set_policy(server->catalog, &neu->policy);
@@ -543,10 +546,18 @@ static void wire_stages(server_t *s)
         .arg = s->proxy,
     };
     s->idem = idem_new(&ic);
+    status_ctx_t sc = {
+        .cfg = s->cfg,
+        .store = s->store,
+        .subject = s->subject,
+        .stats = s->stats,
+    };
+    s->status = status_new(&sc);
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
         {"cancel of a protected call", idem_offer_cancel, s->idem},
-        {"protected call and status tool", idem_offer_call, s->idem},
+        {"status tool", status_offer, s->status},
+        {"protected call", idem_offer_call, s->idem},
         {"task poll", idem_offer_task, s->idem},
         {"stream resume check", idem_offer_stream, s->idem},
         {"tools/list watch", catalog_offer, s->catalog},
@@ -796,6 +807,7 @@ out:
     upstream_pool_free(server->pool);
     proxy_free(server->proxy);
     idem_free(server->idem);
+    status_free(server->status);
     subject_free(server->subject);
     catalog_free(server->catalog);
     tracer_free(server->tracer);
