@@ -35,9 +35,6 @@ typedef struct idem_ctx {
     /* a pending call of session finished: the proxy may stop routing its resumes here */
     void (*session_idle)(void *arg, const char *session);
     void *arg;
-    /* a GET stream said the server's tools changed (may be NULL) */
-    void (*tools_changed)(void *tools_arg);
-    void *tools_arg;
 } idem_ctx_t;
 
 idem_t *idem_new(const idem_ctx_t *ctx);

@@ -2,6 +2,7 @@
 #include "admin.h"
 #include "catalog.h"
 #include "catalog_fetch.h"
+#include "catalog_watch.h"
 #include "config.h"
 #include "http_conn.h"
 #include "idem.h"
@@ -62,6 +63,7 @@ typedef struct server {
     upstream_t *upstream;       /* the MCP server, over pool: where requests go */
     struct proxy *proxy;        /* the MCP listener's requests */
     catalog_t *catalog;         /* the upstream's tools and their annotations */
+    catalog_watch_t *watch;     /* GET streams watched for tools/list_changed */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
     catalog_fetch_t *fetch;     /* the gateway's own tools/list in progress, or NULL */
     struct event *fetch_retry;  /* the next try after a failed one */
@@ -539,7 +541,6 @@ static void wire_stages(server_t *s)
         .cache = s->cache,
         .stats = s->stats,
         .catalog = s->catalog,
-        .tools_changed = tools_changed,
         .subject = s->subject,
         .guard = s->guard,
         .session_idle = session_idle,
@@ -553,12 +554,14 @@ static void wire_stages(server_t *s)
         .stats = s->stats,
     };
     s->status = status_new(&sc);
+    s->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
         {"cancel of a protected call", idem_offer_cancel, s->idem},
         {"status tool", status_offer, s->status},
         {"protected call", idem_offer_call, s->idem},
         {"task poll", idem_offer_task, s->idem},
+        {"tools/list_changed watch", catalog_watch_offer, s->watch},
         {"stream resume check", idem_offer_stream, s->idem},
         {"tools/list watch", catalog_offer, s->catalog},
     };
@@ -810,6 +813,7 @@ out:
     status_free(server->status);
     subject_free(server->subject);
     catalog_free(server->catalog);
+    catalog_watch_free(server->watch);
     tracer_free(server->tracer);
     replay_cache_free(server->cache);
     resume_guard_free(server->guard);

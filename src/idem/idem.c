@@ -1202,7 +1202,7 @@ void idem_call(void *arg, exchange_t *ex)
     c->revision = reply_revision(ex);
     c->rules =
         policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool), cfg->upstream_timeout_ms);
-    exchange_set_observer(ex, &call_ops, c);
+    exchange_add_observer(ex, &call_ops, c);
     subject_resolve(i->ctx.subject, exchange_request(ex), on_subject, c);
 }
 
@@ -1452,8 +1452,6 @@ idem_t *idem_new(const idem_ctx_t *ctx)
         .stats = ctx->stats,
         .session_idle = ctx->session_idle,
         .arg = ctx->arg,
-        .tools_changed = ctx->tools_changed,
-        .tools_arg = ctx->tools_arg,
     };
     i->pending = pending_new(&pc);
     return i;

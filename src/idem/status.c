@@ -236,7 +236,7 @@ handler_verdict_t status_offer(void *arg, exchange_t *ex)
     q->st = s;
     q->ex = ex;
     q->revision = reply_revision(ex);
-    exchange_set_observer(ex, &query_ops, q);
+    exchange_add_observer(ex, &query_ops, q);
     subject_resolve(s->ctx.subject, exchange_request(ex), on_subject, q);
     return HANDLER_TAKEN;
 }

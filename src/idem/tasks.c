@@ -180,7 +180,7 @@ void task_forward_to(exchange_t *ex, struct event_base *base, const char *task_i
     w->task_id = xstrdup(task_id);
     w->session = xstrdup(session);
     w->later = evtimer_new(base, session_gone, w);
-    exchange_set_observer(ex, &watch_ops, w);
+    exchange_add_observer(ex, &watch_ops, w);
     char fields[200], extra[300];
     snprintf(fields, sizeof(fields), "\"task_session\":\"routed\"");
     exchange_set_log_fields(ex, fields);

@@ -75,7 +75,7 @@ bool exchange_agent_waiting(const exchange_t *ex)
 {
     return ex->waiting;
 }
-void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
+void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
 {
     ex->obs = ops;
     ex->obs_arg = arg;
