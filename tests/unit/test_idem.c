@@ -394,6 +394,48 @@ static void other_arguments_get_another_key(void **state)
     free_call(c);
 }
 
+/* A task handle replayed from the store routes its caller's tasks/get to the session that
+ * created the task; another caller's goes where it was sent. */
+static exchange_t *task_get(const char *subject, const char *session)
+{
+    exchange_t *ex = fake_exchange_new("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tasks/get\","
+                                       "\"params\":{\"taskId\":\"t-7\"}}");
+    fake_header(&ex->req.headers, "X-Subject", subject);
+    if (session)
+        fake_header(&ex->req.headers, "Mcp-Session-Id", session);
+    assert_int_equal(idem_offer_task(w.idem, ex), HANDLER_TAKEN);
+    return ex;
+}
+
+static void task_poll_goes_to_the_tasks_session(void **state)
+{
+    exchange_t *ex = call("refund", 21, "alice");
+    static const char task[] = "{\"task\":{\"taskId\":\"t-7\",\"status\":\"working\"}}";
+    store_claim_result_t res = {.acquired = false};
+    res.row.state = STORE_STATE_SUCCEEDED;
+    res.row.attempts = 1;
+    res.row.result = task;
+    res.row.result_len = sizeof(task) - 1;
+    res.row.created_at = "2026-12-03T10:00:00.000Z";
+    res.row.expires_in_ms = 60000;
+    res.row.first_session_id = "s-first";
+    fs.claim_cb(STORE_OK, &res, fs.arg);
+    assert_string_equal(ex->outcome, "replay");
+    free_call(ex);
+
+    exchange_t *mine = task_get("alice", "s-new");
+    assert_int_equal(mine->forwards, 1);
+    assert_string_equal(mine->extra, "Mcp-Session-Id: s-first\r\n");
+    exchange_t *theirs = task_get("bob", "s-new");
+    assert_int_equal(theirs->forwards, 1);
+    assert_string_equal(theirs->extra, ""); /* bob never had that task */
+    exchange_t *same = task_get("alice", "s-first");
+    assert_string_equal(same->extra, ""); /* already its session */
+    free_call(mine);
+    free_call(theirs);
+    free_call(same);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +456,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(agent_gone_while_waiting_ends_the_call, setup, teardown),
         cmocka_unit_test_setup_teardown(waiting_duplicate_gets_the_result, setup, teardown),
         cmocka_unit_test_setup_teardown(other_arguments_get_another_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(task_poll_goes_to_the_tasks_session, setup, teardown),
     };
     return cmocka_run_group_tests_name("idem", tests, NULL, NULL);
 }
