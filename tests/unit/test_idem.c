@@ -34,7 +34,8 @@ static const char YAML[] =
     "subject:\n  header: X-Subject\n"
     "tools:\n"
     "  refund:\n    class: non_idempotent\n"
-    "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n";
+    "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n"
+    "  refund_cancel:\n    class: non_idempotent\n    on_cancel: forward\n";
 
 typedef struct world {
     struct event_base *base;
@@ -90,8 +91,9 @@ static int teardown(void **state)
     return 0;
 }
 
-/* A tools/call of tool with amount, from subject (NULL: no subject header). */
-static exchange_t *call(const char *tool, int amount, const char *subject)
+/* A tools/call of tool with amount, from subject (NULL: no subject header), in session (NULL:
+ * none). */
+static exchange_t *call_in(const char *tool, int amount, const char *subject, const char *session)
 {
     char body[200];
     snprintf(body, sizeof(body),
@@ -101,8 +103,15 @@ static exchange_t *call(const char *tool, int amount, const char *subject)
     exchange_t *ex = fake_exchange_new(body);
     if (subject)
         fake_header(&ex->req.headers, "X-Subject", subject);
+    if (session)
+        fake_header(&ex->req.headers, "Mcp-Session-Id", session);
     idem_call(w.idem, ex);
     return ex;
+}
+
+static exchange_t *call(const char *tool, int amount, const char *subject)
+{
+    return call_in(tool, amount, subject, NULL);
 }
 
 static void free_call(exchange_t *ex)
@@ -436,6 +445,113 @@ static void task_poll_goes_to_the_tasks_session(void **state)
     free_call(same);
 }
 
+/* --- a caller's notifications/cancelled --- */
+
+/* A cancel of request id from subject in session, before it goes upstream. */
+static exchange_t *cancel_note(const char *subject, const char *session, int id)
+{
+    char body[200];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+             "\"params\":{\"requestId\":%d}}",
+             id);
+    exchange_t *ex = fake_exchange_new(body);
+    fake_header(&ex->req.headers, "X-Subject", subject);
+    fake_header(&ex->req.headers, "Mcp-Session-Id", session);
+    json_t *rid = json_integer(id);
+    idem_cancel(w.idem, ex, rid);
+    json_decref(rid);
+    return ex;
+}
+
+static void cancel_of_a_running_call_is_kept(void **state)
+{
+    exchange_t *ex = call_in("refund", 40, "alice", "s1");
+    deliver_acquired();
+    assert_int_equal(ex->forwards, 1);
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 0); /* on_cancel: finish keeps it here */
+    assert_int_equal(note->status, 202);
+    assert_string_equal(note->outcome, "cancel_kept");
+    assert_false(ex->cut);
+    /* the call runs to its end and is recorded for the retry */
+    answer_json(ex, RESULT);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_non_null(strstr(ex->fields, "\"cancel\":\"kept\""));
+    free_call(note);
+    free_call(ex);
+}
+
+static void cancel_from_another_caller_is_ignored(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 41, "alice", "s1");
+    deliver_acquired();
+    exchange_t *note = cancel_note("bob", "s1", 7);
+    assert_int_equal(note->forwards, 0); /* it cannot stop a call it does not own */
+    assert_int_equal(note->status, 202);
+    assert_string_equal(note->outcome, "cancel_ignored");
+    free_call(note);
+    /* the call was not touched */
+    answer_json(ex, RESULT);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_null(strstr(ex->fields, "cancel"));
+    free_call(ex);
+}
+
+static void cancel_naming_no_protected_call_goes_upstream(void **state)
+{
+    exchange_t *ex = call_in("refund", 42, "alice", "s1");
+    deliver_acquired();
+    exchange_t *other_id = cancel_note("alice", "s1", 8);
+    assert_int_equal(other_id->forwards, 1);
+    exchange_t *other_session = cancel_note("alice", "s2", 7);
+    assert_int_equal(other_session->forwards, 1);
+    free_call(other_id);
+    free_call(other_session);
+    free_call(ex);
+}
+
+static void forward_mode_drops_a_call_not_sent_yet(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 43, "alice", "s1");
+    assert_int_equal(fs.claims, 1); /* claiming: not upstream yet */
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 0);
+    assert_string_equal(note->outcome, "cancel_dropped");
+    free_call(note);
+    deliver_acquired();
+    assert_int_equal(ex->forwards, 0);              /* never sent */
+    assert_int_equal(fs.state, STORE_STATE_FAILED); /* nothing ran: its key is released */
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_non_null(strstr(ex->body, "-32800"));
+    assert_non_null(strstr(ex->body, "nothing was executed"));
+    free_call(ex);
+}
+
+static void cancel_the_upstream_took_ends_the_call_cancelled(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 44, "alice", "s1");
+    deliver_acquired();
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 1); /* on_cancel: forward relays a running call's */
+    json_t *rid = json_integer(7);
+    idem_cancelled(w.idem, &note->req, "s1", rid);
+    json_decref(rid);
+    assert_true(ex->cut); /* no answer will come */
+    assert_int_equal(fake_end(ex, UPSTREAM_ERR_CLOSED), OBSERVE_HOLD);
+    assert_int_equal(fs.state, STORE_STATE_UNKNOWN); /* it may have run */
+    assert_non_null(strstr(fs.result, "idemgw/cancelled"));
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    free_call(note);
+    free_call(ex);
+    /* a retry hears that the first was cancelled, not merely unknown */
+    exchange_t *again = call_in("refund_cancel", 44, "alice", "s1");
+    deliver_row(STORE_STATE_UNKNOWN, "{\"idemgw/cancelled\":true}");
+    assert_non_null(strstr(again->body, "\"code\":\"cancelled\""));
+    assert_int_equal(again->forwards, 0);
+    free_call(again);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -457,6 +573,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(waiting_duplicate_gets_the_result, setup, teardown),
         cmocka_unit_test_setup_teardown(other_arguments_get_another_key, setup, teardown),
         cmocka_unit_test_setup_teardown(task_poll_goes_to_the_tasks_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_of_a_running_call_is_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_from_another_caller_is_ignored, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_naming_no_protected_call_goes_upstream, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(forward_mode_drops_a_call_not_sent_yet, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_the_upstream_took_ends_the_call_cancelled, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("idem", tests, NULL, NULL);
 }
