@@ -699,7 +699,7 @@ static void on_up_end(void *arg, upstream_result_t res)
     if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
         p->hooks.cancelled)
         p->hooks.cancelled(p->hooks.arg, ex->req, exchange_session(ex), ex->cancel_id);
-    bool hold = holding(ex);
+    bool hold = false;
     /* every observer hears the end, even after one answered from its on_end */
     ex->ending = true;
     for (int i = 0; i < ex->n_obs; i++)
@@ -711,6 +711,8 @@ static void on_up_end(void *arg, upstream_result_t res)
         detach_observers(ex);
         return;
     }
+    /* still held after the round: an observer that released from its on_end let it go */
+    hold = hold || holding(ex);
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
         upstream_discard(p->ctx.upstream, up);
