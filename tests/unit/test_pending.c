@@ -57,6 +57,8 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+    if (fs.finish_cb) /* a finish the test did not answer */
+        fake_store_finished(STORE_OK, true);
     pending_free(w.reg);
     store_free(w.store);
     replay_cache_free(w.cache);
@@ -128,7 +130,7 @@ static void result_on_get_stream_finishes_the_key(void **state)
     assert_int_equal(w.idle_calls, 1);
     assert_string_equal(w.idle_session, "s1");
     /* once the store has it, the replay cache has it too */
-    fs.finish_cb(STORE_OK, true, fs.arg);
+    fake_store_finished(STORE_OK, true);
     assert_non_null(replay_cache_get(w.cache, "alice:refund:h:1", util_now_ms()));
     /* the same answer again finishes nothing */
     send_event(ex, RESULT7);
@@ -155,7 +157,7 @@ static void tool_error_is_released(void **state)
     assert_int_equal(fs.finishes, 1);
     assert_int_equal(fs.state, STORE_STATE_FAILED);
     assert_null(fs.result); /* a released call keeps no answer */
-    fs.finish_cb(STORE_OK, true, fs.arg);
+    fake_store_finished(STORE_OK, true);
     assert_null(replay_cache_get(w.cache, "alice:refund:h:3", util_now_ms()));
     fake_exchange_free(ex);
 }
@@ -222,7 +224,7 @@ static void refused_write_is_counted_not_kept(void **state)
     add_call("s1", "alice:refund:h:9", 60000, ON_TOOL_ERROR_RELEASE);
     exchange_t *ex = get_stream("s1", NULL);
     send_event(ex, RESULT7);
-    fs.finish_cb(STORE_ERR_UNAVAILABLE, false, fs.arg);
+    fake_store_finished(STORE_ERR_UNAVAILABLE, false);
     assert_int_equal(w.stats.store_errors, 1);
     assert_null(replay_cache_get(w.cache, "alice:refund:h:9", util_now_ms()));
     fake_exchange_free(ex);
