@@ -43,8 +43,9 @@ void idem_free(idem_t *i);
 void idem_reconfigure(idem_t *i, const config_t *cfg);
 
 /* The router's handlers (handler.h; arg: the idem_t), in the order main registers them:
- * a cancel of a protected call, the protected call (and the status tool), a task's poll, a
- * GET stream (a resume checked against the caller of the calls it may carry). */
+ * a cancel of a protected call, the protected call (a non_idempotent tools/call; the status
+ * tool is status.h's, registered before it), a task's poll, a GET stream (a resume checked
+ * against the caller of the calls it may carry). */
 handler_verdict_t idem_offer_cancel(void *arg, exchange_t *ex);
 handler_verdict_t idem_offer_call(void *arg, exchange_t *ex);
 handler_verdict_t idem_offer_task(void *arg, exchange_t *ex);
