@@ -23,6 +23,7 @@
 #include "store.h"
 #include "store_open.h"
 #include "subject.h"
+#include "tasks.h"
 #include "trace.h"
 #include "upstream_http.h"
 #include "upstream_stdio.h"
@@ -72,6 +73,8 @@ typedef struct server {
     bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
     status_tool_t *status;      /* the status tool: earlier calls' outcomes, from the store */
+    task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
+    task_poll_t *task_poll;     /* a task's poll, sent to its task's session */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -543,6 +546,7 @@ static void wire_stages(server_t *s)
         .catalog = s->catalog,
         .subject = s->subject,
         .guard = s->guard,
+        .tasks = s->tasks,
         .session_idle = session_idle,
         .arg = s->proxy,
     };
@@ -554,13 +558,15 @@ static void wire_stages(server_t *s)
         .stats = s->stats,
     };
     s->status = status_new(&sc);
+    s->task_poll = task_poll_new(
+        &(task_poll_ctx_t){.base = s->base, .routes = s->tasks, .subject = s->subject});
     s->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
         {"cancel of a protected call", idem_offer_cancel, s->idem},
         {"status tool", status_offer, s->status},
         {"protected call", idem_offer_call, s->idem},
-        {"task poll", idem_offer_task, s->idem},
+        {"task poll", task_poll_offer, s->task_poll},
         {"tools/list_changed watch", catalog_watch_offer, s->watch},
         {"stream resume check", idem_offer_stream, s->idem},
         {"tools/list watch", catalog_offer, s->catalog},
@@ -623,6 +629,7 @@ static server_t *server_new(config_t *cfg, int worker, int n_workers, server_sta
     clamp_connections(cfg, true);
     s->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     s->guard = resume_guard_new();
+    s->tasks = task_routes_new();
     return s;
 }
 
@@ -848,6 +855,8 @@ static void server_free(server_t *s)
     proxy_free(s->proxy);
     idem_free(s->idem);
     status_free(s->status);
+    task_poll_free(s->task_poll);
+    task_routes_free(s->tasks);
     subject_free(s->subject);
     catalog_free(s->catalog);
     catalog_watch_free(s->watch);

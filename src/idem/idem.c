@@ -90,7 +90,7 @@ struct idem {
     pending_reg_t *pending;
     recorder_ctx_t recorder; /* finishes keys, for the POST's answers and the GET streams' */
     struct call *live;       /* calls claiming their key or run by the upstream: for cancels */
-    task_routes_t *tasks;    /* tasks this process stored or replayed: their sessions */
+    task_routes_t *tasks;    /* tasks stored or replayed here: their sessions (main's) */
     dup_recent_t *recent;    /* each key's recent attempts, for the duplicate-source rules */
 };
 
@@ -1206,45 +1206,6 @@ void idem_call(void *arg, exchange_t *ex)
     subject_resolve(i->ctx.subject, exchange_request(ex), on_subject, c);
 }
 
-/* --- tasks/get, tasks/result, tasks/cancel: to the session that owns the task --- */
-
-typedef struct task_ask {
-    idem_t *idem;
-    exchange_t *ex;
-    char *task_id;
-} task_ask_t;
-
-static void on_task_subject(void *arg, const subject_result_t *res)
-{
-    task_ask_t *a = arg;
-    const char *session =
-        res->subject ? task_routes_session(a->idem->tasks, a->task_id, res->subject, util_now_ms())
-                     : NULL;
-    const char *own = http_headers_get(&exchange_request(a->ex)->headers, "mcp-session-id");
-    if (session && (!own || strcmp(own, session) != 0))
-        task_forward_to(a->ex, a->idem->ctx.base, a->task_id, session);
-    else
-        exchange_forward(a->ex, NULL, false);
-    free(a->task_id);
-    free(a);
-}
-
-void idem_task(void *arg, exchange_t *ex)
-{
-    idem_t *i = arg;
-    struct evbuffer *b = exchange_request(ex)->body;
-    char *id = task_request_id((const char *)evbuffer_pullup(b, -1), evbuffer_get_length(b));
-    if (!id) {
-        exchange_forward(ex, NULL, false);
-        return;
-    }
-    task_ask_t *a = xcalloc(1, sizeof(*a));
-    a->idem = i;
-    a->ex = ex;
-    a->task_id = id;
-    subject_resolve(i->ctx.subject, exchange_request(ex), on_task_subject, a);
-}
-
 /* A GET of a session whose streams may carry a protected call's result, while its caller is
  * being resolved. */
 typedef struct stream_ask {
@@ -1438,7 +1399,7 @@ idem_t *idem_new(const idem_ctx_t *ctx)
 {
     idem_t *i = xcalloc(1, sizeof(*i));
     i->ctx = *ctx;
-    i->tasks = task_routes_new();
+    i->tasks = ctx->tasks;
     i->recent = dup_recent_new(DUP_RECENT_SLOTS);
     i->recorder = (recorder_ctx_t){
         .store = ctx->store,
@@ -1462,7 +1423,6 @@ void idem_free(idem_t *i)
     if (!i)
         return;
     pending_free(i->pending);
-    task_routes_free(i->tasks);
     dup_recent_free(i->recent);
     free(i);
 }
@@ -1484,17 +1444,6 @@ handler_verdict_t idem_offer_call(void *arg, exchange_t *ex)
         return HANDLER_PASS;
     i->ctx.stats->protected_calls++;
     idem_call(arg, ex);
-    return HANDLER_TAKEN;
-}
-
-handler_verdict_t idem_offer_task(void *arg, exchange_t *ex)
-{
-    const mcp_msg_t *m = exchange_msg(ex);
-    if (!m || m->kind != MCP_KIND_REQUEST || !m->method ||
-        (strcmp(m->method, "tasks/get") != 0 && strcmp(m->method, "tasks/result") != 0 &&
-         strcmp(m->method, "tasks/cancel") != 0))
-        return HANDLER_PASS;
-    idem_task(arg, ex);
     return HANDLER_TAKEN;
 }
 

@@ -11,6 +11,7 @@
 #include "replay_cache.h"
 #include "store.h"
 #include "subject.h"
+#include "tasks.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -44,6 +45,8 @@ typedef struct world {
     store_t *store;
     server_stats_t stats;
     subject_t *subject;
+    task_routes_t *tasks;
+    task_poll_t *task_poll;
     idem_t *idem;
 } world_t;
 
@@ -67,7 +70,11 @@ static int setup(void **state)
     char msg[200];
     w.subject = subject_new(w.base, &w.cfg->subject, msg, sizeof(msg));
     assert_non_null(w.subject);
+    w.tasks = task_routes_new();
+    w.task_poll =
+        task_poll_new(&(task_poll_ctx_t){.base = w.base, .routes = w.tasks, .subject = w.subject});
     idem_ctx_t ctx = {
+        .tasks = w.tasks,
         .base = w.base,
         .cfg = w.cfg,
         .subject = w.subject,
@@ -82,6 +89,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     idem_free(w.idem);
+    task_poll_free(w.task_poll);
+    task_routes_free(w.tasks);
     subject_free(w.subject);
     store_free(w.store);
     replay_cache_free(w.cache);
@@ -412,7 +421,7 @@ static exchange_t *task_get(const char *subject, const char *session)
     fake_header(&ex->req.headers, "X-Subject", subject);
     if (session)
         fake_header(&ex->req.headers, "Mcp-Session-Id", session);
-    assert_int_equal(idem_offer_task(w.idem, ex), HANDLER_TAKEN);
+    assert_int_equal(task_poll_offer(w.task_poll, ex), HANDLER_TAKEN);
     return ex;
 }
 

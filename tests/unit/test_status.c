@@ -8,6 +8,7 @@
 #include "status.h"
 #include "store.h"
 #include "subject.h"
+#include "tasks.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -37,6 +38,7 @@ static struct {
     store_t *store;
     server_stats_t stats;
     subject_t *subject;
+    task_routes_t *tasks;
     idem_t *idem;
     status_tool_t *status;
 } w;
@@ -59,7 +61,9 @@ static int setup(void **state)
     char msg[200];
     w.subject = subject_new(w.base, &w.cfg->subject, msg, sizeof(msg));
     assert_non_null(w.subject);
-    idem_ctx_t ic = {.base = w.base,
+    w.tasks = task_routes_new();
+    idem_ctx_t ic = {.tasks = w.tasks,
+                     .base = w.base,
                      .cfg = w.cfg,
                      .subject = w.subject,
                      .store = w.store,
@@ -75,6 +79,7 @@ static int teardown(void **state)
 {
     status_free(w.status);
     idem_free(w.idem);
+    task_routes_free(w.tasks);
     subject_free(w.subject);
     store_free(w.store);
     replay_cache_free(w.cache);
