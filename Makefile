@@ -56,7 +56,7 @@ $(BUILD)/libidemgw.a: $(LIB_OBJS) $(LLHTTP_OBJS)
 	@echo "  AR      $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/tests/test_%: tests/unit/test_%.c $(BUILD)/libidemgw.a | $(BUILD)/tests
+$(BUILD)/tests/test_%: tests/unit/test_%.c $(wildcard tests/unit/*.h) $(BUILD)/libidemgw.a | $(BUILD)/tests
 	@echo "  CC      $<"
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(shell pkg-config --cflags cmocka) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) \
 	    $(EXTRA_LDFLAGS) -o $@ $< $(BUILD)/libidemgw.a $(LDLIBS_ALL) $(shell pkg-config --libs cmocka)

@@ -28,16 +28,32 @@ typedef enum {
                        * the agent's response, until exchange_release / exchange_replace_answer */
 } observe_t;
 
-/* Called in order: on_head once, on_body per chunk (the raw bytes as the upstream sent them,
- * before they go to the agent), on_end once. Any callback may be NULL. A hold, once asked
- * for, stays until released; the callbacks after it may still say PASS. detach is the last
- * call the observer gets: the exchange has ended.
+/* An observer watches the upstream's response to one request. An exchange has up to
+ * EXCHANGE_MAX_OBSERVERS, each added by a concern (the protected call, a pending call's
+ * watch, the catalogue's watches, a span) without knowing of the others, and each is called in
+ * the order they were added: on_head once, on_body per chunk (the raw bytes as the upstream
+ * sent them, before they go to the agent), on_end once. Any callback may be NULL. A hold, once
+ * any observer asked for it, stays until released; the callbacks after it may still say PASS.
+ * detach is the last call an observer gets: the exchange has ended.
  *
- * From on_end an observer may answer at once (exchange_release, exchange_replace_answer or
- * exchange_respond_json) and then return OBSERVE_PASS; the exchange may have ended, and its
- * observer been detached, by the time on_end returns, but its memory lasts until the loop is
- * out of every callback (exchange.c frees ended exchanges from the loop), so neither the
- * exchange nor the caller of on_end touches freed memory. */
+ * What an observer may call:
+ * - From on_head and on_body: the accessors, exchange_set_outcome and exchange_set_log_fields.
+ *   Nothing that answers or ends: the response is still being relayed; the verdict is how an
+ *   observer acts on it.
+ * - From on_end: besides those, exchange_discard_upstream; and the observer that holds the
+ *   agent's answer (it said OBSERVE_HOLD: the handler that took the request, or the
+ *   catalogue's rewrite of a tools/list) answers, there or later from the loop (a store
+ *   callback, a timer), with exactly one of exchange_release, exchange_replace_answer or
+ *   exchange_respond_json, and then returns OBSERVE_PASS. At most one observer of an exchange
+ *   holds; the others (a pending call's watch, the catalogue's list_changed watch, a span)
+ *   only read, count and keep their own state. Every observer's on_end is called, even after
+ *   an earlier one answered (exchange_agent_waiting then says false); the detaches follow once
+ *   the round is over. The exchange's memory lasts until the loop is out of every callback
+ *   (exchange.c frees ended exchanges from the loop), so neither the exchange nor the caller
+ *   of on_end touches freed memory.
+ * - From detach: nothing of the exchange's; the observer frees what it holds. */
+#define EXCHANGE_MAX_OBSERVERS 4
+
 typedef struct response_observer {
     observe_t (*on_head)(void *arg, int status, const http_headers_t *headers, bool sse);
     observe_t (*on_body)(void *arg, const char *data, size_t len);
@@ -58,7 +74,9 @@ const json_t *exchange_cancel_id(const exchange_t *ex);
 /* The agent is still connected and has no complete answer yet. */
 bool exchange_agent_waiting(const exchange_t *ex);
 
-void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg);
+/* Adds an observer (after those already added). More than EXCHANGE_MAX_OBSERVERS is a bug of
+ * the wiring and aborts. */
+void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void *arg);
 
 /* A stage's request goes upstream, with extra_headers ("Name: v\r\n"..., may be NULL); fresh:
  * on a new upstream connection, so no earlier response can reach it. */

@@ -20,6 +20,7 @@ struct store;
 struct replay_cache;
 struct subject;
 struct resume_guard;
+struct task_routes;
 
 typedef struct idem idem_t;
 
@@ -32,12 +33,10 @@ typedef struct idem_ctx {
     struct catalog *catalog;    /* the upstream's tools: which arguments its schemas declare */
     struct subject *subject;    /* who is calling (subject.h) */
     struct resume_guard *guard; /* who may resume a session's streams (resume_guard.h) */
+    struct task_routes *tasks;  /* the sessions of the tasks calls stored or replayed (tasks.h) */
     /* a pending call of session finished: the proxy may stop routing its resumes here */
     void (*session_idle)(void *arg, const char *session);
     void *arg;
-    /* a GET stream said the server's tools changed (may be NULL) */
-    void (*tools_changed)(void *tools_arg);
-    void *tools_arg;
 } idem_ctx_t;
 
 idem_t *idem_new(const idem_ctx_t *ctx);
@@ -46,11 +45,11 @@ void idem_free(idem_t *i);
 void idem_reconfigure(idem_t *i, const config_t *cfg);
 
 /* The router's handlers (handler.h; arg: the idem_t), in the order main registers them:
- * a cancel of a protected call, the protected call (and the status tool), a task's poll, a
- * GET stream (a resume checked against the caller of the calls it may carry). */
+ * a cancel of a protected call, the protected call (a non_idempotent tools/call; the status
+ * tool is status.h's, registered before it), a GET stream (a resume checked against the
+ * caller of the calls it may carry). A task's poll is tasks.h's, over the same routes. */
 handler_verdict_t idem_offer_cancel(void *arg, exchange_t *ex);
 handler_verdict_t idem_offer_call(void *arg, exchange_t *ex);
-handler_verdict_t idem_offer_task(void *arg, exchange_t *ex);
 handler_verdict_t idem_offer_stream(void *arg, exchange_t *ex);
 
 /* What the handlers call once they took a request. */
@@ -58,9 +57,6 @@ void idem_call(void *arg, exchange_t *ex);
 /* A GET stream: true when the stage took it (its caller is checked first), false when the
  * proxy forwards it. */
 bool idem_stream(void *arg, exchange_t *ex);
-/* A tasks/get, tasks/result or tasks/cancel: to the session of a task this caller was given
- * by a replay (tasks.h). */
-void idem_task(void *arg, exchange_t *ex);
 /* A caller's notifications/cancelled, before it goes upstream: kept here, or forwarded, as the
  * on_cancel of the protected call it names says (cancel.h). */
 void idem_cancel(void *arg, exchange_t *ex, const json_t *request_id);

@@ -10,6 +10,7 @@
 #define IDEMGW_TASKS_H
 
 #include "exchange.h"
+#include "handler.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -18,6 +19,7 @@
 #define TASK_ROUTES_MAX 4096 /* tasks remembered; the oldest goes first */
 
 typedef struct task_routes task_routes_t;
+struct subject;
 
 task_routes_t *task_routes_new(void);
 void task_routes_free(task_routes_t *r);
@@ -42,5 +44,20 @@ char *task_request_id(const char *body, size_t len);
  * with a JSON-RPC error when the server says that session has ended. */
 void task_forward_to(exchange_t *ex, struct event_base *base, const char *task_id,
                      const char *session);
+
+/* The router's handler for a task's poll (handler.h): a tasks/get, tasks/result or
+ * tasks/cancel is taken, its caller resolved (subject.h), and sent to the session of the task
+ * if the routes know it as this caller's (task_forward_to), else forwarded as it came. */
+typedef struct task_poll task_poll_t;
+
+typedef struct task_poll_ctx {
+    struct event_base *base;
+    task_routes_t *routes; /* the idempotency stage notes them (idem.h): lives longer */
+    struct subject *subject;
+} task_poll_ctx_t;
+
+task_poll_t *task_poll_new(const task_poll_ctx_t *ctx);
+void task_poll_free(task_poll_t *p);
+handler_verdict_t task_poll_offer(void *arg, exchange_t *ex);
 
 #endif

@@ -2,6 +2,7 @@
 #include "admin.h"
 #include "catalog.h"
 #include "catalog_fetch.h"
+#include "catalog_watch.h"
 #include "config.h"
 #include "http_conn.h"
 #include "idem.h"
@@ -18,9 +19,11 @@
 #include "replay_cache.h"
 #include "resume_guard.h"
 #include "stats.h"
+#include "status.h"
 #include "store.h"
 #include "store_open.h"
 #include "subject.h"
+#include "tasks.h"
 #include "trace.h"
 #include "upstream_http.h"
 #include "upstream_stdio.h"
@@ -61,6 +64,7 @@ typedef struct server {
     upstream_t *upstream;       /* the MCP server, over pool: where requests go */
     struct proxy *proxy;        /* the MCP listener's requests */
     catalog_t *catalog;         /* the upstream's tools and their annotations */
+    catalog_watch_t *watch;     /* GET streams watched for tools/list_changed */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
     catalog_fetch_t *fetch;     /* the gateway's own tools/list in progress, or NULL */
     struct event *fetch_retry;  /* the next try after a failed one */
@@ -68,6 +72,9 @@ typedef struct server {
     bool catalog_fetched;       /* the upstream's tools/list was read once */
     bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
+    status_tool_t *status;      /* the status tool: earlier calls' outcomes, from the store */
+    task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
+    task_poll_t *task_poll;     /* a task's poll, sent to its task's session */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -493,6 +500,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     apply_http_limits(neu);
     proxy_reconfigure(server->proxy, neu);
     idem_reconfigure(server->idem, neu);
+    status_reconfigure(server->status, neu);
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
     catalog_set_policy(server->catalog, &neu->policy);
@@ -542,18 +550,30 @@ static void wire_stages(server_t *s)
         .cache = s->cache,
         .stats = s->stats,
         .catalog = s->catalog,
-        .tools_changed = tools_changed,
         .subject = s->subject,
         .guard = s->guard,
+        .tasks = s->tasks,
         .session_idle = session_idle,
         .arg = s->proxy,
     };
     s->idem = idem_new(&ic);
+    status_ctx_t sc = {
+        .cfg = s->cfg,
+        .store = s->store,
+        .subject = s->subject,
+        .stats = s->stats,
+    };
+    s->status = status_new(&sc);
+    s->task_poll = task_poll_new(
+        &(task_poll_ctx_t){.base = s->base, .routes = s->tasks, .subject = s->subject});
+    s->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
         {"cancel of a protected call", idem_offer_cancel, s->idem},
-        {"protected call and status tool", idem_offer_call, s->idem},
-        {"task poll", idem_offer_task, s->idem},
+        {"status tool", status_offer, s->status},
+        {"protected call", idem_offer_call, s->idem},
+        {"task poll", task_poll_offer, s->task_poll},
+        {"tools/list_changed watch", catalog_watch_offer, s->watch},
         {"stream resume check", idem_offer_stream, s->idem},
         {"tools/list watch", catalog_offer, s->catalog},
     };
@@ -592,182 +612,218 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
     return l;
 }
 
-/* One worker: its own event loop, listener, upstream
- * pool, store connections and caches. Takes ownership of cfg. */
-static int run_worker(config_t *cfg, const char *path, int worker, int n_workers,
-                      server_stats_t *all_stats)
+/* A worker's server: its event loop and the caches that need no configuration check.
+ * Takes ownership of cfg. */
+static server_t *server_new(config_t *cfg, int worker, int n_workers, server_stats_t *all_stats)
 {
-    server = xcalloc(1, sizeof(*server));
-    server->cfg = cfg;
-    server->worker = worker;
-    server->n_workers = n_workers;
-    server->all_stats = all_stats;
-    server->stats = &all_stats[worker];
+    server_t *s = xcalloc(1, sizeof(*s));
+    s->cfg = cfg;
+    s->worker = worker;
+    s->n_workers = n_workers;
+    s->all_stats = all_stats;
+    s->stats = &all_stats[worker];
     if (n_workers > 1)
         log_worker = worker + 1;
     /* the changelist folds the enable/disable pairs of a request's writes into one epoll_ctl */
     struct event_config *ec = event_config_new();
     event_config_set_flag(ec, EVENT_BASE_FLAG_EPOLL_USE_CHANGELIST);
-    server->base = event_base_new_with_config(ec);
+    s->base = event_base_new_with_config(ec);
     event_config_free(ec);
-    server->started_ms = util_now_ms();
-    accept_resume = evtimer_new(server->base, resume_accepting, NULL);
+    s->started_ms = util_now_ms();
+    accept_resume = evtimer_new(s->base, resume_accepting, NULL);
     config_warnings = warn_memo_new();
     clamp_connections(cfg, true);
-    server->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
-    server->guard = resume_guard_new();
-    int rc = 1;
-    char msg[512] = "";
+    s->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
+    s->guard = resume_guard_new();
+    s->tasks = task_routes_new();
+    return s;
+}
 
+/* The MCP server behind the gateway: a child process it spawns and speaks stdio to, or an
+ * HTTP server reached through a keep-alive pool (over TLS for https). */
+static bool open_upstream(server_t *s)
+{
+    const config_t *cfg = s->cfg;
+    char msg[512] = "";
     if (cfg->upstream_tls) {
-        server->tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", msg, sizeof(msg));
-        if (!server->tls) {
+        s->tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", msg, sizeof(msg));
+        if (!s->tls) {
             fprintf(stderr, "idemgw: %s\n", msg);
-            goto out;
+            return false;
         }
     }
     apply_upstream_limits(cfg);
     if (cfg->stdio.argv) {
         upstream_stdio_opts_t so = {
-            .base = server->base,
+            .base = s->base,
             .conf = &cfg->stdio,
             .path = cfg->upstream_path,
             .limits = &upstream_limits,
             .max_line = (size_t)cfg->max_body_bytes,
         };
-        server->upstream = upstream_stdio_new(&so);
+        s->upstream = upstream_stdio_new(&so);
     } else {
         upstream_opts_t uo = {
-            .base = server->base,
-            .tls = server->tls,
+            .base = s->base,
+            .tls = s->tls,
             .host = cfg->upstream.host,
             .port = cfg->upstream.port,
             .limits = &upstream_limits,
-            .draining = &server->draining,
-            .tls_full = &server->stats->upstream_tls_full,
-            .tls_resumed = &server->stats->upstream_tls_resumed,
+            .draining = &s->draining,
+            .tls_full = &s->stats->upstream_tls_full,
+            .tls_resumed = &s->stats->upstream_tls_resumed,
         };
-        server->pool = upstream_pool_new(&uo, msg, sizeof(msg));
-        if (!server->pool) {
+        s->pool = upstream_pool_new(&uo, msg, sizeof(msg));
+        if (!s->pool) {
             fprintf(stderr, "idemgw: %s\n", msg);
-            goto out;
+            return false;
         }
-        server->upstream = upstream_http_new(server->pool, cfg->upstream_host_header);
+        s->upstream = upstream_http_new(s->pool, cfg->upstream_host_header);
     }
-    if (cfg->store_enabled) {
-        store_open_opts_t so = {
-            .common = {.timeout_ms = cfg->store_timeout_ms,
-                       .migrate = cfg->migrate,
-                       .sweep_interval_ms = cfg->sweep_interval_ms,
-                       .sweep_batch = 1000},
-            .pg = {.pool_size = cfg->store_pool,
-                   .group_commit = cfg->store_group_commit,
-                   .durable_finish = cfg->store_durable_finish},
-        };
-        /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file
-         * the operator named is theirs to place */
-        if (cfg->store_backend->local_file && !cfg->database_url &&
-            util_mkdir_parents(cfg->store_target, 0700, msg, sizeof(msg)) != 0) {
-            fprintf(stderr,
-                    "idemgw: store: %s, for the embedded store's default file %s; name another "
-                    "file with database_url: sqlite:PATH (or IDEMGW_DATABASE_URL)\n",
-                    msg, cfg->store_target);
-            goto out;
-        }
-        server->store =
-            store_open(cfg->store_backend, server->base, cfg->store_target, &so, msg, sizeof(msg));
-        if (server->store)
-            cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL);
-        if (!server->store) {
-            fprintf(stderr, "idemgw: store: %s\n", msg);
-            goto out;
-        }
-        store_observe(server->store, server->stats, server->base);
-        store_on_settled(server->store, store_settled, NULL);
-    } else if (policy_needs_store(&cfg->policy)) {
-        log_warn(0, "no database configured (database_url: none): calls to non_idempotent tools "
-                    "are refused (store_not_configured) and /readyz says not ready; remove "
-                    "database_url: none for the embedded store, set it to Postgres, or set "
-                    "on_store_down: passthrough to forward them unprotected");
-    } else {
-        log_info(0, "no database configured (database_url: none): no tool needs it (none is "
-                    "non_idempotent with on_store_down: reject)");
+    return true;
+}
+
+/* The key store database_url names (store_open.h), or none: then only a policy that needs no
+ * store works, which is said once here. */
+static bool open_store(server_t *s)
+{
+    config_t *cfg = s->cfg;
+    char msg[512] = "";
+    if (!cfg->store_enabled) {
+        if (policy_needs_store(&cfg->policy))
+            log_warn(0, "no database configured (database_url: none): calls to non_idempotent "
+                        "tools are refused (store_not_configured) and /readyz says not ready; "
+                        "remove database_url: none for the embedded store, set it to Postgres, "
+                        "or set on_store_down: passthrough to forward them unprotected");
+        else
+            log_info(0, "no database configured (database_url: none): no tool needs it (none "
+                        "is non_idempotent with on_store_down: reject)");
+        return true;
     }
-    server->subject = subject_new(server->base, &cfg->subject, msg, sizeof(msg));
-    if (!server->subject) {
+    store_open_opts_t so = {
+        .common = {.timeout_ms = cfg->store_timeout_ms,
+                   .migrate = cfg->migrate,
+                   .sweep_interval_ms = cfg->sweep_interval_ms,
+                   .sweep_batch = 1000},
+        .pg = {.pool_size = cfg->store_pool,
+               .group_commit = cfg->store_group_commit,
+               .durable_finish = cfg->store_durable_finish},
+    };
+    /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file the
+     * operator named is theirs to place */
+    if (cfg->store_backend->local_file && !cfg->database_url &&
+        util_mkdir_parents(cfg->store_target, 0700, msg, sizeof(msg)) != 0) {
+        fprintf(stderr,
+                "idemgw: store: %s, for the embedded store's default file %s; name another "
+                "file with database_url: sqlite:PATH (or IDEMGW_DATABASE_URL)\n",
+                msg, cfg->store_target);
+        return false;
+    }
+    s->store = store_open(cfg->store_backend, s->base, cfg->store_target, &so, msg, sizeof(msg));
+    if (!s->store) {
+        fprintf(stderr, "idemgw: store: %s\n", msg);
+        return false;
+    }
+    cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL);
+    store_observe(s->store, s->stats, s->base);
+    store_on_settled(s->store, store_settled, NULL);
+    return true;
+}
+
+/* Who calls (subject.h), where spans go (OTLP), and the agents' TLS (listen_tls). */
+static bool open_callers_side(server_t *s)
+{
+    const config_t *cfg = s->cfg;
+    char msg[512] = "";
+    s->subject = subject_new(s->base, &cfg->subject, msg, sizeof(msg));
+    if (!s->subject) {
         fprintf(stderr, "idemgw: subject: %s\n", msg);
-        goto out;
+        return false;
     }
     if (cfg->otlp.url) {
-        server->tracer = tracer_new(server->base, &cfg->otlp, cfg->otlp_sample_ratio, server->stats,
-                                    msg, sizeof(msg));
-        if (!server->tracer) {
+        s->tracer =
+            tracer_new(s->base, &cfg->otlp, cfg->otlp_sample_ratio, s->stats, msg, sizeof(msg));
+        if (!s->tracer) {
             fprintf(stderr, "idemgw: otlp_endpoint: %s\n", msg);
-            goto out;
+            return false;
         }
         log_info(0, "traces: OTLP/HTTP JSON to %s", cfg->otlp.url);
     }
     if (cfg->listen_tls.enabled) {
-        server->listen_tls = tls_listen_new(&cfg->listen_tls, msg, sizeof(msg));
-        if (!server->listen_tls) {
+        s->listen_tls = tls_listen_new(&cfg->listen_tls, msg, sizeof(msg));
+        if (!s->listen_tls) {
             fprintf(stderr, "idemgw: %s\n", msg);
-            goto out;
+            return false;
         }
-        mcp_site.tls = server->listen_tls;
-        if (n_workers > 1 && worker == 0)
+        mcp_site.tls = s->listen_tls;
+        if (s->n_workers > 1 && s->worker == 0)
             log_info(0,
                      "listen_tls with %d workers: a TLS connection cannot move between "
                      "workers, so a stream resume (Last-Event-ID) is served only when it "
                      "reaches the worker reading that stream; elsewhere it goes to the "
                      "upstream as when no hand-off is possible",
-                     n_workers);
+                     s->n_workers);
     }
-    wire_stages(server);
-    mcp_site.arg = server->proxy;
-    apply_http_limits(cfg);
+    return true;
+}
+
+/* The listeners' connection contexts and the admin endpoints' view of the worker. */
+static void wire_sites(server_t *s)
+{
+    mcp_site.arg = s->proxy;
+    apply_http_limits(s->cfg);
     conns = (http_context_t){
-        .base = server->base,
+        .base = s->base,
         .limits = &http_limits,
-        .stats = server->stats,
-        .draining = &server->draining,
+        .stats = s->stats,
+        .draining = &s->draining,
         .on_close = conn_closed,
     };
     admin_conns = (http_context_t){
-        .base = server->base,
+        .base = s->base,
         .limits = &admin_limits,
         .stats = &admin_stats,
-        .draining = &server->draining,
+        .draining = &s->draining,
         .serve_while_draining = true,
         .on_close = conn_closed,
     };
     admin_ctx = (admin_ctx_t){
-        .store = server->store,
-        .pool = server->pool,
-        .upstream = server->upstream,
-        .all_stats = server->all_stats,
-        .n_workers = server->n_workers,
-        .draining = &server->draining,
-        .store_missing = !server->store && policy_needs_store(&cfg->policy),
+        .store = s->store,
+        .pool = s->pool,
+        .upstream = s->upstream,
+        .all_stats = s->all_stats,
+        .n_workers = s->n_workers,
+        .draining = &s->draining,
+        .store_missing = !s->store && policy_needs_store(&s->cfg->policy),
     };
-    server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
-    if (n_workers > 1)
-        handoff_start(server->base, worker, adopt_conn, &mcp_site);
-    /* one admin endpoint; /metrics sums every worker's counters from shared memory */
-    if (worker == 0)
-        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
-    if (!server->listener || (worker == 0 && !server->admin_listener)) {
-        rc = WORKER_START_FAILED;
-        goto out;
-    }
+}
 
-    struct event *ev_term = evsignal_new(server->base, SIGTERM, on_sigterm, NULL);
-    struct event *ev_int = evsignal_new(server->base, SIGINT, on_sigterm, NULL);
-    struct event *ev_hup = evsignal_new(server->base, SIGHUP, on_sighup, (void *)path);
+/* The agents' port (shared by the workers, which hand connections to each other) and, in the
+ * first worker only, the admin port. */
+static bool open_listeners(server_t *s)
+{
+    const config_t *cfg = s->cfg;
+    s->listener = listen_on(&cfg->listen, &mcp_site, s->n_workers > 1);
+    if (s->n_workers > 1)
+        handoff_start(s->base, s->worker, adopt_conn, &mcp_site);
+    /* one admin endpoint; /metrics sums every worker's counters from shared memory */
+    if (s->worker == 0)
+        s->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
+    return s->listener && (s->worker != 0 || s->admin_listener);
+}
+
+/* Signals, the first catalogue fetch, then the loop until the worker has drained. */
+static void run_loop(server_t *s, const char *path)
+{
+    const config_t *cfg = s->cfg;
+    struct event *ev_term = evsignal_new(s->base, SIGTERM, on_sigterm, NULL);
+    struct event *ev_int = evsignal_new(s->base, SIGINT, on_sigterm, NULL);
+    struct event *ev_hup = evsignal_new(s->base, SIGHUP, on_sighup, (void *)path);
     evsignal_add(ev_term, NULL);
     evsignal_add(ev_int, NULL);
     evsignal_add(ev_hup, NULL);
-    server->fetch_retry = evtimer_new(server->base, start_catalog_fetch, NULL);
-    server->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
+    s->fetch_retry = evtimer_new(s->base, start_catalog_fetch, NULL);
+    s->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
 
     if (cfg->subject.kind == SUBJECT_DEFAULT)
@@ -776,53 +832,82 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
                     "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
                     "subject when an auth proxy in front names the caller");
     log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
-             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
-             server->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
-             cfg->upstream_url,
-             server->store ? store_backend_name(server->store) : "not configured");
-    event_base_dispatch(server->base);
-    rc = 0;
+             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port, s->listen_tls ? " with TLS" : "",
+             cfg->admin_listen.host, cfg->admin_listen.port, cfg->upstream_url,
+             s->store ? store_backend_name(s->store) : "not configured");
+    event_base_dispatch(s->base);
     /* the spans of the last requests are still held: send them, within a short deadline */
-    tracer_drain(server->tracer, TRACE_EXIT_MS);
+    tracer_drain(s->tracer, TRACE_EXIT_MS);
 
     event_free(ev_term);
     event_free(ev_int);
     event_free(ev_hup);
-out:
+}
+
+/* Everything the worker opened, in an order where nothing is freed before its users. */
+static void server_free(server_t *s)
+{
     stop_catalog_fetch();
-    if (server->fetch_retry)
-        event_free(server->fetch_retry);
+    if (s->fetch_retry)
+        event_free(s->fetch_retry);
     if (drain_timer)
         event_free(drain_timer);
     event_free(accept_resume);
-    if (server->listener)
-        evconnlistener_free(server->listener);
-    if (server->admin_listener)
-        evconnlistener_free(server->admin_listener);
-    if (server->store)
-        store_free(server->store);
-    upstream_free(server->upstream);
-    upstream_pool_free(server->pool);
-    proxy_free(server->proxy);
-    idem_free(server->idem);
-    subject_free(server->subject);
-    catalog_free(server->catalog);
-    tracer_free(server->tracer);
-    replay_cache_free(server->cache);
-    resume_guard_free(server->guard);
+    if (s->listener)
+        evconnlistener_free(s->listener);
+    if (s->admin_listener)
+        evconnlistener_free(s->admin_listener);
+    if (s->store)
+        store_free(s->store);
+    upstream_free(s->upstream);
+    upstream_pool_free(s->pool);
+    proxy_free(s->proxy);
+    idem_free(s->idem);
+    status_free(s->status);
+    task_poll_free(s->task_poll);
+    task_routes_free(s->tasks);
+    subject_free(s->subject);
+    catalog_free(s->catalog);
+    catalog_watch_free(s->watch);
+    tracer_free(s->tracer);
+    replay_cache_free(s->cache);
+    resume_guard_free(s->guard);
     warn_memo_free(config_warnings);
     config_warnings = NULL;
-    if (server->tls)
-        SSL_CTX_free(server->tls);
+    if (s->tls)
+        SSL_CTX_free(s->tls);
     /* open connections hold references of their own */
-    SSL_CTX_free(server->listen_tls);
+    SSL_CTX_free(s->listen_tls);
     mcp_site.tls = NULL;
     /* give deferred frees scheduled during shutdown a last turn */
-    event_base_loop(server->base, EVLOOP_NONBLOCK);
+    event_base_loop(s->base, EVLOOP_NONBLOCK);
     handoff_stop();
-    event_base_free(server->base);
-    config_free(server->cfg);
-    free(server);
+    event_base_free(s->base);
+    config_free(s->cfg);
+    free(s);
+}
+
+/* One worker: its own event loop, listener, upstream pool, store connections and caches.
+ * Takes ownership of cfg. 0 once drained; 1 when something could not be opened;
+ * WORKER_START_FAILED when a port could not be bound. */
+static int run_worker(config_t *cfg, const char *path, int worker, int n_workers,
+                      server_stats_t *all_stats)
+{
+    server = server_new(cfg, worker, n_workers, all_stats);
+    int rc = 1;
+    if (!open_upstream(server) || !open_store(server) || !open_callers_side(server))
+        goto out;
+    wire_stages(server);
+    wire_sites(server);
+    if (!open_listeners(server)) {
+        rc = WORKER_START_FAILED;
+        goto out;
+    }
+    run_loop(server, path);
+    rc = 0;
+out:
+    server_free(server);
+    server = NULL;
     return rc;
 }
 

@@ -12,6 +12,7 @@
 #include "outcome.h"
 #include "pending.h"
 #include "recorder.h"
+#include "reply.h"
 #include "policy.h"
 #include "replay_cache.h"
 #include "revision.h"
@@ -25,7 +26,6 @@
 #include <event2/buffer.h>
 #include <llhttp.h>
 #include <event2/event.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,9 +89,9 @@ struct idem {
     idem_ctx_t ctx;
     pending_reg_t *pending;
     recorder_ctx_t recorder; /* finishes keys, for the POST's answers and the GET streams' */
-    struct call *live;      /* calls claiming their key or run by the upstream: for cancels */
-    task_routes_t *tasks;   /* tasks this process stored or replayed: their sessions */
-    dup_recent_t *recent;   /* each key's recent attempts, for the duplicate-source rules */
+    struct call *live;       /* calls claiming their key or run by the upstream: for cancels */
+    task_routes_t *tasks;    /* tasks stored or replayed here: their sessions (main's) */
+    dup_recent_t *recent;    /* each key's recent attempts, for the duplicate-source rules */
 };
 
 typedef struct call {
@@ -104,8 +104,6 @@ typedef struct call {
     char key_hash[65];
     char args_digest[65];
     bool explicit_key;
-    bool status_query; /* a call of the status tool: answered from the store, never forwarded */
-    char *target;      /* the status tool's: the tool asked about */
     int64_t fence;
     int attempts;                   /* the row's attempts when this call claimed it */
     char claimed_at[32];            /* wall clock at the claim, ISO 8601, for the cache's marker */
@@ -170,20 +168,8 @@ static const char *header_of(const call_t *c, const char *name)
     return http_headers_get(&exchange_request(c->ex)->headers, name);
 }
 
-/* The era of the request: its MCP-Protocol-Version header and its body's _meta claim. */
-static revision_t request_revision(const exchange_t *ex)
-{
-    const http_request_t *req = exchange_request(ex);
-    size_t len = evbuffer_get_length(req->body);
-    const char *body = (const char *)evbuffer_pullup(req->body, -1);
-    char *claim = revision_meta_version(body, len);
-    revision_t r =
-        revision_of_request(http_headers_get(&req->headers, "mcp-protocol-version"), claim);
-    free(claim);
-    return r;
-}
-
-/* Every answer this stage writes itself passes here on its way out: it fits the caller's era. */
+/* Every answer this stage writes itself passes here (or through reply.h) on its way out: it
+ * fits the caller's era. */
 static char *fit(const call_t *c, char *body)
 {
     return revision_fit(body, c->revision);
@@ -238,7 +224,6 @@ static void call_detach(void *arg)
     fwd_remove(c);
     free(c->key);
     free(c->subject);
-    free(c->target);
     if (c->json_body)
         evbuffer_free(c->json_body);
     decoder_free(c->decoder);
@@ -256,48 +241,27 @@ static void call_detach(void *arg)
 
 /* --- answers the gateway writes --- */
 
-/* The call ends here with an answer of the gateway's own. Last use of c. */
-static const char *status_hint(const call_t *c, answer_t a, char *buf, size_t len)
+/* How the answers of reply.h reach this call's caller. */
+static reply_t reply_of(const call_t *c)
 {
-    if (!c->idem->ctx.cfg->status_tool || !answer_has_later(a))
-        return NULL;
-    snprintf(buf, len,
-             "To learn what became of it, call the tool %s with this call's tool name and "
-             "arguments.",
-             CATALOG_STATUS_TOOL);
-    return buf;
+    return (reply_t){
+        .ex = c->ex,
+        .stats = c->idem->ctx.stats,
+        .revision = c->revision,
+        .status_tool = c->idem->ctx.cfg->status_tool,
+        .key_hash = c->key ? c->key_hash : NULL,
+        .log_extra = c->dup_fields,
+    };
 }
 
-/* why (may be NULL): a short reason the log line carries with the code ("expired"). */
+/* The call ends here with an answer of the gateway's own. Last use of c.
+ * why (may be NULL): a short reason the log line carries with the code ("expired"). */
 static void answer_why(call_t *c, answer_t a, const char *detail, const char *detail2,
                        const char *why)
 {
-    server_stats_t *stats = c->idem->ctx.stats;
-    if (strcmp(answer_outcome(a), "refused") == 0)
-        stats->refused++;
-    else if (a == ANSWER_IN_PROGRESS)
-        stats->in_progress++;
-    else
-        stats->unknown++;
-    char hint[300];
-    char *body = answer_body(a, msg_of(c)->id_text, c->key ? c->key_hash : NULL, detail, detail2,
-                             status_hint(c, a, hint, sizeof(hint)));
-    /* the log line says why, with the code the agent got */
-    char fields[400];
-    int n;
-    if (c->key)
-        n = snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"%s",
-                     KEY_HASH_LOG_LEN, c->key_hash, answer_code(a), c->dup_fields);
-    else
-        n = snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
-    if (why && n > 0 && (size_t)n < sizeof(fields))
-        snprintf(fields + n, sizeof(fields) - (size_t)n, ",\"why\":\"%.40s\"", why);
-    exchange_set_log_fields(c->ex, fields);
-    exchange_set_outcome(c->ex, answer_outcome(a));
+    reply_t r = reply_of(c);
     set_state(c, CALL_DONE);
-    body = fit(c, body);
-    exchange_respond_json(c->ex, 200, body, NULL);
-    free(body);
+    reply_answer(&r, a, detail, detail2, why);
 }
 
 static void answer(call_t *c, answer_t a, const char *detail, const char *detail2)
@@ -353,22 +317,17 @@ static void answer_store_down(call_t *c)
     answer(c, ANSWER_STORE_DOWN, NULL, NULL);
 }
 
-/* A store call failed. Only a store that does not answer (no connection, or past its
- * deadline) is "down"; a statement the store rejected says nothing about its availability,
- * and passing the call through would run every repeat of it unprotected. */
+/* A store call failed. Only a store that does not answer is "down" (reply.h): passing a call
+ * through over a statement the store rejected would run every repeat of it unprotected. */
 static void answer_store_failed(call_t *c, store_status_t st)
 {
     if (st == STORE_ERR_UNAVAILABLE) {
         answer_store_down(c);
         return;
     }
-    if (st == STORE_ERR_SHUTDOWN) {
-        answer(c, ANSWER_SHUTTING_DOWN, NULL, NULL);
-        return;
-    }
-    log_error(exchange_conn_id(c->ex), "store refused the call to %s (key %.*s): %s; not forwarded",
-              msg_of(c)->tool, KEY_HASH_LOG_LEN, c->key_hash, store_status_str(st));
-    answer(c, ANSWER_STORE_ERROR, NULL, NULL);
+    reply_t r = reply_of(c);
+    set_state(c, CALL_DONE);
+    reply_store_failed(&r, st, msg_of(c)->tool);
 }
 
 static int row_attempts(const call_t *c, const store_row_t *row);
@@ -496,10 +455,7 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
     snprintf(marker, sizeof(marker),
              "{\"replayed\":true,\"first_seen\":\"%s\",\"attempts\":%d,\"key_hash\":\"%s\"}",
              row->created_at ? row->created_at : "", attempts, c->key_hash);
-    const char *id = msg_of(c)->id_text;
-    char *body = row->result_too_large || !row->result
-                     ? answer_replay_too_large(id, marker, row->created_at)
-                     : mcp_replay_body(id, row->result, row->result_len, marker);
+    char *body = reply_replay_body(msg_of(c)->id_text, row, marker);
     if (!body) {
         answer(c, ANSWER_REPLAY_FAILED, NULL, NULL);
         return;
@@ -517,10 +473,9 @@ static void answer_replay(call_t *c, const store_row_t *row, bool from_cache)
         task_routes_note(i->tasks, row->result, row->result_len, c->subject, row->first_session_id,
                          util_now_ms() + (uint64_t)row->expires_in_ms);
     exchange_set_outcome(c->ex, "replay");
+    reply_t r = reply_of(c);
     set_state(c, CALL_DONE);
-    body = fit(c, body);
-    exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");
-    free(body);
+    reply_send(&r, body, "Idempotent-Replayed: true\r\n");
 }
 
 /* --- claim --- */
@@ -635,8 +590,9 @@ static void answer_still_running(evutil_socket_t fd, short what, void *arg)
     if (c->state != CALL_FORWARDED || c->final_seen || !exchange_agent_waiting(c->ex))
         return;
     char hint[300], fields[128];
-    char *body = answer_body(ANSWER_STILL_RUNNING, msg_of(c)->id_text, c->key_hash, c->claimed_at,
-                             NULL, status_hint(c, ANSWER_STILL_RUNNING, hint, sizeof(hint)));
+    char *body = answer_body(
+        ANSWER_STILL_RUNNING, msg_of(c)->id_text, c->key_hash, c->claimed_at, NULL,
+        reply_status_hint(c->idem->ctx.cfg->status_tool, ANSWER_STILL_RUNNING, hint, sizeof(hint)));
     snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"answered\":\"still_running\"",
              KEY_HASH_LOG_LEN, c->key_hash);
     exchange_set_log_fields(c->ex, fields);
@@ -881,153 +837,6 @@ static void claim(call_t *c)
 }
 
 /* The caller is known: derive the key and claim it. */
-/* --- the status tool: what became of an earlier call, for its own caller --- */
-
-static void status_answer(call_t *c, bool is_error, const char *code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static void status_answer(call_t *c, bool is_error, const char *code, const char *fmt, ...)
-{
-    char text[1200], status[200], fields[128];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(text, sizeof(text), fmt, ap);
-    va_end(ap);
-    if (c->key) {
-        snprintf(status, sizeof(status), "{\"code\":\"%s\",\"key_hash\":\"%s\"}", code,
-                 c->key_hash);
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"", KEY_HASH_LOG_LEN,
-                 c->key_hash, code);
-    } else {
-        snprintf(status, sizeof(status), "{\"code\":\"%s\"}", code);
-        snprintf(fields, sizeof(fields), "\"code\":\"%s\"", code);
-    }
-    char *body = mcp_tool_text_body(msg_of(c)->id_text, text, status, is_error);
-    exchange_set_log_fields(c->ex, fields);
-    exchange_set_outcome(c->ex, "status");
-    set_state(c, CALL_DONE);
-    body = fit(c, body);
-    exchange_respond_json(c->ex, 200, body, NULL);
-    free(body);
-}
-
-static void on_status_row(store_status_t st, const store_row_t *row, void *arg)
-{
-    call_t *c = arg;
-    if (agent_left(c))
-        return;
-    if (st != STORE_OK) {
-        answer_store_failed(c, st);
-        return;
-    }
-    const char *tool = c->target, *when = row && row->created_at ? row->created_at : "";
-    if (!row) {
-        status_answer(c, false, "not_found",
-                      "No call of %s with these arguments by you is known to the gateway: it did "
-                      "not run through it, or its record has expired. Nothing was executed now.",
-                      tool);
-        return;
-    }
-    switch (row->state) {
-    case STORE_STATE_SUCCEEDED: {
-        char marker[400];
-        snprintf(marker, sizeof(marker),
-                 "{\"replayed\":true,\"status_query\":true,\"first_seen\":\"%s\",\"attempts\":%d,"
-                 "\"key_hash\":\"%s\"}",
-                 when, row->attempts, c->key_hash);
-        const char *id = msg_of(c)->id_text;
-        char *body = row->result_too_large || !row->result
-                         ? answer_replay_too_large(id, marker, row->created_at)
-                         : mcp_replay_body(id, row->result, row->result_len, marker);
-        if (!body) {
-            answer(c, ANSWER_REPLAY_FAILED, NULL, NULL);
-            return;
-        }
-        exchange_set_outcome(c->ex, "status");
-        set_state(c, CALL_DONE);
-        body = fit(c, body);
-        exchange_respond_json(c->ex, 200, body, "Idempotent-Replayed: true\r\n");
-        free(body);
-        return;
-    }
-    case STORE_STATE_IN_PROGRESS:
-        if (!row->lease_expired) {
-            status_answer(c, false, "running",
-                          "That call of %s is running: it started at %s and has not finished. "
-                          "It was not executed again. Do not repeat it; ask again later for its "
-                          "result.",
-                          tool, when);
-            return;
-        }
-        break;
-    case STORE_STATE_FAILED:
-        status_answer(c, false, "failed",
-                      "That call of %s (started at %s) ran and failed, or was refused; its "
-                      "answer was not kept. Repeating it will execute it again.",
-                      tool, when);
-        return;
-    case STORE_STATE_UNKNOWN:
-        break;
-    }
-    status_answer(c, false, "outcome_unknown",
-                  "That call of %s started at %s, but its outcome is unknown: the upstream "
-                  "server did not answer completely. It will not be executed again until the "
-                  "idempotency window ends. Check whether it took effect (for example with a "
-                  "read tool) before doing anything else.",
-                  tool, when);
-}
-
-static void status_lookup(call_t *c)
-{
-    const config_t *cfg = c->idem->ctx.cfg;
-    struct evbuffer *buf = exchange_request(c->ex)->body;
-    jcs_value_t *root = NULL;
-    char err[160];
-    if (jcs_parse((const char *)evbuffer_pullup(buf, -1), evbuffer_get_length(buf), &root, err,
-                  sizeof(err)) != JCS_OK) {
-        answer(c, ANSWER_BAD_ARGUMENTS, err, NULL);
-        return;
-    }
-    jcs_value_t *sargs = jcs_object_get(jcs_object_get(root, "params"), "arguments");
-    const char *tool = jcs_string(jcs_object_get(sargs, "tool"), NULL);
-    jcs_value_t *key_v = jcs_object_get(sargs, POLICY_KEY_ARG_DEFAULT);
-    const char *explicit = jcs_string(key_v, NULL);
-    if (!tool || !*tool || (key_v && !explicit)) {
-        jcs_free(root);
-        status_answer(c, true, "bad_request",
-                      "%s needs the name of the tool that was called (tool), and its arguments "
-                      "(arguments) or the idempotency key given to it (" POLICY_KEY_ARG_DEFAULT
-                      ", a string).",
-                      CATALOG_STATUS_TOOL);
-        return;
-    }
-    c->target = xstrdup(tool);
-    key_call_t call = {.subject = c->subject,
-                       .tool = tool,
-                       .arguments = jcs_object_get(sargs, "arguments"),
-                       .header_key = explicit,
-                       .pt = policy_lookup(&cfg->policy, tool)};
-    key_result_t kr = {0};
-    char msg[200] = "";
-    key_status_t ks = key_for_call(&call, &kr, msg, sizeof(msg));
-    jcs_free(root);
-    if (ks != KEY_OK) {
-        answer(c, ANSWER_BAD_KEY, key_status_str(ks), msg);
-        return;
-    }
-    c->key = kr.key;
-    kr.key = NULL;
-    memcpy(c->key_hash, kr.key_hash, sizeof(c->key_hash));
-    key_result_free(&kr);
-    set_state(c, CALL_CLAIMING);
-    if (!c->idem->ctx.store) {
-        answer(c, ANSWER_NO_STORE, NULL, NULL);
-        return;
-    }
-    store_status_t st = store_get(c->idem->ctx.store, c->key, on_status_row, c);
-    if (st != STORE_OK)
-        answer_store_failed(c, st);
-}
-
 static void on_subject(void *arg, const subject_result_t *res)
 {
     call_t *c = arg;
@@ -1036,10 +845,6 @@ static void on_subject(void *arg, const subject_result_t *res)
         return;
     }
     c->subject = xstrdup(res->subject);
-    if (c->status_query) {
-        status_lookup(c);
-        return;
-    }
     const config_t *cfg = c->idem->ctx.cfg;
     const mcp_msg_t *m = msg_of(c);
     const policy_tool_t *pt = policy_lookup(&cfg->policy, m->tool);
@@ -1394,54 +1199,11 @@ void idem_call(void *arg, exchange_t *ex)
     c->idem = i;
     c->ex = ex;
     c->state = CALL_RESOLVING;
-    c->revision = request_revision(ex);
+    c->revision = reply_revision(ex);
     c->rules =
         policy_rules(policy_lookup(&cfg->policy, exchange_msg(ex)->tool), cfg->upstream_timeout_ms);
-    if (cfg->status_tool && strcmp(exchange_msg(ex)->tool, CATALOG_STATUS_TOOL) == 0) {
-        c->status_query = true;
-        c->rules.on_store_down = ON_STORE_DOWN_REJECT; /* never sent upstream */
-    }
-    exchange_set_observer(ex, &call_ops, c);
+    exchange_add_observer(ex, &call_ops, c);
     subject_resolve(i->ctx.subject, exchange_request(ex), on_subject, c);
-}
-
-/* --- tasks/get, tasks/result, tasks/cancel: to the session that owns the task --- */
-
-typedef struct task_ask {
-    idem_t *idem;
-    exchange_t *ex;
-    char *task_id;
-} task_ask_t;
-
-static void on_task_subject(void *arg, const subject_result_t *res)
-{
-    task_ask_t *a = arg;
-    const char *session =
-        res->subject ? task_routes_session(a->idem->tasks, a->task_id, res->subject, util_now_ms())
-                     : NULL;
-    const char *own = http_headers_get(&exchange_request(a->ex)->headers, "mcp-session-id");
-    if (session && (!own || strcmp(own, session) != 0))
-        task_forward_to(a->ex, a->idem->ctx.base, a->task_id, session);
-    else
-        exchange_forward(a->ex, NULL, false);
-    free(a->task_id);
-    free(a);
-}
-
-void idem_task(void *arg, exchange_t *ex)
-{
-    idem_t *i = arg;
-    struct evbuffer *b = exchange_request(ex)->body;
-    char *id = task_request_id((const char *)evbuffer_pullup(b, -1), evbuffer_get_length(b));
-    if (!id) {
-        exchange_forward(ex, NULL, false);
-        return;
-    }
-    task_ask_t *a = xcalloc(1, sizeof(*a));
-    a->idem = i;
-    a->ex = ex;
-    a->task_id = id;
-    subject_resolve(i->ctx.subject, exchange_request(ex), on_task_subject, a);
 }
 
 /* A GET of a session whose streams may carry a protected call's result, while its caller is
@@ -1637,7 +1399,7 @@ idem_t *idem_new(const idem_ctx_t *ctx)
 {
     idem_t *i = xcalloc(1, sizeof(*i));
     i->ctx = *ctx;
-    i->tasks = task_routes_new();
+    i->tasks = ctx->tasks;
     i->recent = dup_recent_new(DUP_RECENT_SLOTS);
     i->recorder = (recorder_ctx_t){
         .store = ctx->store,
@@ -1651,8 +1413,6 @@ idem_t *idem_new(const idem_ctx_t *ctx)
         .stats = ctx->stats,
         .session_idle = ctx->session_idle,
         .arg = ctx->arg,
-        .tools_changed = ctx->tools_changed,
-        .tools_arg = ctx->tools_arg,
     };
     i->pending = pending_new(&pc);
     return i;
@@ -1663,7 +1423,6 @@ void idem_free(idem_t *i)
     if (!i)
         return;
     pending_free(i->pending);
-    task_routes_free(i->tasks);
     dup_recent_free(i->recent);
     free(i);
 }
@@ -1681,22 +1440,10 @@ handler_verdict_t idem_offer_call(void *arg, exchange_t *ex)
     const mcp_msg_t *m = exchange_msg(ex);
     if (!m || m->kind != MCP_KIND_REQUEST || !m->tool)
         return HANDLER_PASS;
-    bool status = i->ctx.cfg->status_tool && strcmp(m->tool, CATALOG_STATUS_TOOL) == 0;
-    if (!status && exchange_tool_class(ex) != TOOL_CLASS_NON_IDEMPOTENT)
+    if (exchange_tool_class(ex) != TOOL_CLASS_NON_IDEMPOTENT)
         return HANDLER_PASS;
     i->ctx.stats->protected_calls++;
     idem_call(arg, ex);
-    return HANDLER_TAKEN;
-}
-
-handler_verdict_t idem_offer_task(void *arg, exchange_t *ex)
-{
-    const mcp_msg_t *m = exchange_msg(ex);
-    if (!m || m->kind != MCP_KIND_REQUEST || !m->method ||
-        (strcmp(m->method, "tasks/get") != 0 && strcmp(m->method, "tasks/result") != 0 &&
-         strcmp(m->method, "tasks/cancel") != 0))
-        return HANDLER_PASS;
-    idem_task(arg, ex);
     return HANDLER_TAKEN;
 }
 

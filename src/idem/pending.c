@@ -1,11 +1,10 @@
 #include "pending.h"
-#include "decode.h"
 #include "handoff.h"
 #include "key.h"
 #include "log.h"
 #include "outcome.h"
 #include "recorder.h"
-#include "sse.h"
+#include "stream_reader.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -35,14 +34,12 @@ struct pending_reg {
     pending_t *head;
 };
 
-/* A GET stream of a session with calls pending. */
+/* A GET stream of a session: a pending call's response may arrive on it. */
 typedef struct watcher {
     pending_reg_t *reg;
     exchange_t *ex;
     char *session_id;
-    bool reading;
-    decoder_t *decoder; /* the upstream compressed the stream: decoded to be read */
-    sse_parser_t sse;
+    stream_reader_t reader;
 } watcher_t;
 
 pending_reg_t *pending_new(const pending_ctx_t *ctx)
@@ -185,23 +182,11 @@ static void finish(pending_reg_t *r, uint64_t conn_id, const pending_t *p, mcp_r
     }
 }
 
-/* A notification that the server's tools changed, told apart cheaply first. */
-static bool tools_changed(const sse_event_t *ev)
-{
-    static const char name[] = "notifications/tools/list_changed";
-    size_t off, len;
-    return memmem(ev->data, ev->data_len, name, sizeof(name) - 1) &&
-           mcp_member_span(ev->data, ev->data_len, "method", &off, &len) &&
-           len == sizeof(name) + 1 && memcmp(ev->data + off + 1, name, sizeof(name) - 1) == 0;
-}
-
 static int on_watch_event(const sse_event_t *ev, void *arg)
 {
     watcher_t *w = arg;
     pending_reg_t *r = w->reg;
     bool finished_one = false;
-    if (r->ctx.tools_changed && tools_changed(ev))
-        r->ctx.tools_changed(r->ctx.tools_arg);
     for (pending_t **pp = &r->head; *pp;) {
         pending_t *p = *pp;
         size_t off = 0, len = 0;
@@ -226,54 +211,22 @@ static int on_watch_event(const sse_event_t *ev, void *arg)
 static observe_t watch_head(void *arg, int status, const http_headers_t *headers, bool sse)
 {
     watcher_t *w = arg;
-    if (status != 200 || !sse)
-        return OBSERVE_PASS;
-    decode_coding_t coding = decode_coding_parse(http_headers_get(headers, "content-encoding"));
-    if (coding == DECODE_CODING_UNSUPPORTED) {
-        /* its responses cannot be read: the pending calls' leases decide their rows */
-        log_warn(exchange_conn_id(w->ex), "pending calls' GET stream in an unreadable coding");
-        return OBSERVE_PASS;
-    }
-    w->decoder = decoder_new(coding);
-    w->reading = true;
-    sse_init(&w->sse, 16 * 1024 * 1024, on_watch_event, w);
+    /* a stream that cannot be read leaves the pending calls' rows to their leases */
+    stream_reader_head(&w->reader, status, headers, sse, 16 * 1024 * 1024, on_watch_event, w);
     return OBSERVE_PASS;
 }
 
 static observe_t watch_body(void *arg, const char *data, size_t len)
 {
     watcher_t *w = arg;
-    if (!w->reading)
-        return OBSERVE_PASS;
-    if (!w->decoder) {
-        sse_feed(&w->sse, data, len);
-        return OBSERVE_PASS;
-    }
-    /* each read bounded; its events are bounded by the SSE parser */
-    struct evbuffer *plain = evbuffer_new();
-    decode_status_t st = decoder_feed(w->decoder, data, len, plain,
-                                      decoder_produced(w->decoder) + SSE_DECODED_PER_READ);
-    size_t n = evbuffer_get_length(plain);
-    if (n > 0)
-        sse_feed(&w->sse, (const char *)evbuffer_pullup(plain, -1), n);
-    evbuffer_free(plain);
-    if (st != DECODE_OK) {
-        log_warn(exchange_conn_id(w->ex), "compressed GET stream unreadable: %s",
-                 decode_status_str(st));
-        sse_free(&w->sse);
-        decoder_free(w->decoder);
-        w->decoder = NULL;
-        w->reading = false;
-    }
+    stream_reader_body(&w->reader, data, len);
     return OBSERVE_PASS;
 }
 
 static void watch_detach(void *arg)
 {
     watcher_t *w = arg;
-    if (w->reading)
-        sse_free(&w->sse);
-    decoder_free(w->decoder);
+    stream_reader_free(&w->reader);
     free(w->session_id);
     free(w);
 }
@@ -289,11 +242,13 @@ void pending_watch(pending_reg_t *r, exchange_t *ex)
     const char *session = http_headers_get(&exchange_request(ex)->headers, "mcp-session-id");
     if (!session)
         return;
-    if (!r->ctx.tools_changed && (!r->ctx.store || !pending_has_session(r, session)))
+    if (!r->ctx.store)
         return;
     watcher_t *w = xcalloc(1, sizeof(*w));
     w->reg = r;
     w->ex = ex;
     w->session_id = xstrdup(session);
-    exchange_set_observer(ex, &watch_ops, w);
+    w->reader.conn_id = exchange_conn_id(ex);
+    w->reader.what = "pending calls' GET stream";
+    exchange_add_observer(ex, &watch_ops, w);
 }

@@ -26,10 +26,7 @@ typedef struct pending_ctx {
     server_stats_t *stats;
     /* a response finished a pending call of session: the session may be idle now */
     void (*session_idle)(void *arg, const char *session);
-    /* a GET stream carried notifications/tools/list_changed (NULL: GET streams without
-     * pending calls are not watched) */
-    void (*tools_changed)(void *tools_arg);
-    void *arg, *tools_arg;
+    void *arg;
 } pending_ctx_t;
 
 pending_reg_t *pending_new(const pending_ctx_t *ctx);
@@ -41,7 +38,8 @@ void pending_add(pending_reg_t *r, const struct recorder_call *call, const json_
                  const policy_rules_t *rules);
 /* A call of session is still pending (entries past their lease are dropped first). */
 bool pending_has_session(pending_reg_t *r, const char *session);
-/* A GET stream is about to be forwarded: if its session has calls pending, watch it. */
+/* A GET stream of a session is about to be forwarded: watched (with a store), as a call of its
+ * session may be left pending while it is open and answered on it. */
 void pending_watch(pending_reg_t *r, exchange_t *ex);
 
 #endif

@@ -3,8 +3,10 @@
 
 #include "log.h"
 #include "mcp.h"
+#include "subject.h"
 #include "util.h"
 
+#include <event2/buffer.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -180,10 +182,72 @@ void task_forward_to(exchange_t *ex, struct event_base *base, const char *task_i
     w->task_id = xstrdup(task_id);
     w->session = xstrdup(session);
     w->later = evtimer_new(base, session_gone, w);
-    exchange_set_observer(ex, &watch_ops, w);
+    exchange_add_observer(ex, &watch_ops, w);
     char fields[200], extra[300];
     snprintf(fields, sizeof(fields), "\"task_session\":\"routed\"");
     exchange_set_log_fields(ex, fields);
     snprintf(extra, sizeof(extra), "Mcp-Session-Id: %.200s\r\n", session);
     exchange_forward(ex, extra, false);
+}
+
+/* --- the task poll handler --- */
+
+struct task_poll {
+    task_poll_ctx_t ctx;
+};
+
+/* A poll while its caller is being resolved. */
+typedef struct task_ask {
+    task_poll_t *poll;
+    exchange_t *ex;
+    char *task_id;
+} task_ask_t;
+
+static void on_task_subject(void *arg, const subject_result_t *res)
+{
+    task_ask_t *a = arg;
+    const char *session = res->subject ? task_routes_session(a->poll->ctx.routes, a->task_id,
+                                                             res->subject, util_now_ms())
+                                       : NULL;
+    const char *own = http_headers_get(&exchange_request(a->ex)->headers, "mcp-session-id");
+    if (session && (!own || strcmp(own, session) != 0))
+        task_forward_to(a->ex, a->poll->ctx.base, a->task_id, session);
+    else
+        exchange_forward(a->ex, NULL, false);
+    free(a->task_id);
+    free(a);
+}
+
+handler_verdict_t task_poll_offer(void *arg, exchange_t *ex)
+{
+    task_poll_t *p = arg;
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (!m || m->kind != MCP_KIND_REQUEST || !m->method ||
+        (strcmp(m->method, "tasks/get") != 0 && strcmp(m->method, "tasks/result") != 0 &&
+         strcmp(m->method, "tasks/cancel") != 0))
+        return HANDLER_PASS;
+    struct evbuffer *b = exchange_request(ex)->body;
+    char *id = task_request_id((const char *)evbuffer_pullup(b, -1), evbuffer_get_length(b));
+    if (!id) {
+        exchange_forward(ex, NULL, false);
+        return HANDLER_TAKEN;
+    }
+    task_ask_t *a = xcalloc(1, sizeof(*a));
+    a->poll = p;
+    a->ex = ex;
+    a->task_id = id;
+    subject_resolve(p->ctx.subject, exchange_request(ex), on_task_subject, a);
+    return HANDLER_TAKEN;
+}
+
+task_poll_t *task_poll_new(const task_poll_ctx_t *ctx)
+{
+    task_poll_t *p = xcalloc(1, sizeof(*p));
+    p->ctx = *ctx;
+    return p;
+}
+
+void task_poll_free(task_poll_t *p)
+{
+    free(p);
 }

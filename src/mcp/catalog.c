@@ -449,7 +449,7 @@ void catalog_observe(catalog_t *c, const catalog_rewrite_t *rw, exchange_t *ex)
         w->id_text = xstrdup(m->id_text);
     }
     rpc_reader_init(&w->reader, m->id, CATALOG_MAX_ANSWER);
-    exchange_set_observer(ex, &watch_ops, w);
+    exchange_add_observer(ex, &watch_ops, w);
 }
 
 void catalog_set_status_tool(catalog_t *c, bool offered)

@@ -138,10 +138,27 @@ bool exchange_agent_waiting(const exchange_t *ex)
     return ex->client && !ex->answered;
 }
 
-void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
+void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
 {
-    ex->obs = ops;
-    ex->obs_arg = arg;
+    if (ex->n_obs == EXCHANGE_MAX_OBSERVERS) {
+        /* main's wiring gives no request more than a few concerns: this is a bug */
+        log_error(ex->conn_id, "more than %d observers of one exchange", EXCHANGE_MAX_OBSERVERS);
+        abort();
+    }
+    ex->obs[ex->n_obs].ops = ops;
+    ex->obs[ex->n_obs].arg = arg;
+    ex->n_obs++;
+}
+
+/* Each observer's last call. The list is emptied first, so a round of callbacks under way
+ * stops at the next observer. */
+static void detach_observers(exchange_t *ex)
+{
+    int n = ex->n_obs;
+    ex->n_obs = 0;
+    for (int i = 0; i < n; i++)
+        if (ex->obs[i].ops->detach)
+            ex->obs[i].ops->detach(ex->obs[i].arg);
 }
 
 void exchange_drop_request_header(exchange_t *ex, const char *name)
@@ -292,9 +309,8 @@ static void exchange_close(exchange_t *ex)
                           util_now_ms() - ex->start_ms);
     if (p->on_closed)
         p->on_closed(ex); /* the router's count of the call, by tool, class and outcome */
-    if (ex->obs && ex->obs->detach)
-        ex->obs->detach(ex->obs_arg);
-    ex->obs = NULL;
+    if (!ex->ending)
+        detach_observers(ex); /* else once every on_end has been called (on_up_end) */
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
     ex->client = NULL;
@@ -544,7 +560,12 @@ static void on_client_drained(void *arg)
 
 static bool answer_seen(const exchange_t *ex)
 {
-    return ex->obs && ex->obs->answer_seen && ex->obs->answer_seen(ex->obs_arg) && !holding(ex);
+    if (holding(ex))
+        return false;
+    for (int i = 0; i < ex->n_obs; i++)
+        if (ex->obs[i].ops->answer_seen && ex->obs[i].ops->answer_seen(ex->obs[i].arg))
+            return true;
+    return false;
 }
 
 static void on_client_gone(void *arg)
@@ -608,7 +629,7 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         clen = -2;
     else if (ex->req->method == HTTP_HEAD)
         clen = clen >= 0 ? clen : -2; /* no body follows, whatever the head says */
-    else if (clen < 0 || (ex->resp_sse && ex->obs && status == 200))
+    else if (clen < 0 || (ex->resp_sse && ex->n_obs > 0 && status == 200))
         clen = -1; /* chunked or close-delimited upstream, or a watched stream the gateway
                     * may have to end with an answer of its own: chunked to the agent */
     ex->chunked = clen == -1;
@@ -617,8 +638,9 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
         exchange_session(ex))
         resume_start(ex);
     set_state(ex, EX_STREAMING);
-    if (ex->obs && ex->obs->on_head)
-        observe(ex, ex->obs->on_head(ex->obs_arg, status, headers, ex->resp_sse));
+    for (int i = 0; i < ex->n_obs; i++)
+        if (ex->obs[i].ops->on_head)
+            observe(ex, ex->obs[i].ops->on_head(ex->obs[i].arg, status, headers, ex->resp_sse));
     cors_learn(&ex->proxy->cors, origin_of(ex), headers);
     char *extra = NULL;
     if (ex->req->method == HTTP_OPTIONS)
@@ -637,8 +659,9 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
 static void on_up_body(void *arg, const char *data, size_t len)
 {
     exchange_t *ex = arg;
-    if (ex->obs && ex->obs->on_body)
-        observe(ex, ex->obs->on_body(ex->obs_arg, data, len));
+    for (int i = 0; i < ex->n_obs; i++)
+        if (ex->obs[i].ops->on_body)
+            observe(ex, ex->obs[i].ops->on_body(ex->obs[i].arg, data, len));
     resume_feed(ex, data, len);
     body_to_client(ex, data, len);
     bool held = holding(ex);
@@ -676,11 +699,20 @@ static void on_up_end(void *arg, upstream_result_t res)
     if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
         p->hooks.cancelled)
         p->hooks.cancelled(p->hooks.arg, ex->req, exchange_session(ex), ex->cancel_id);
-    bool hold = holding(ex);
-    if (ex->obs && ex->obs->on_end && ex->obs->on_end(ex->obs_arg, res) == OBSERVE_HOLD)
-        hold = true;
-    if (ex->state == EX_DONE)
-        return; /* the observer answered from on_end: nothing of the exchange is left to do */
+    bool hold = false;
+    /* every observer hears the end, even after one answered from its on_end */
+    ex->ending = true;
+    for (int i = 0; i < ex->n_obs; i++)
+        if (ex->obs[i].ops->on_end && ex->obs[i].ops->on_end(ex->obs[i].arg, res) == OBSERVE_HOLD)
+            hold = true;
+    ex->ending = false;
+    if (ex->state == EX_DONE) {
+        /* an observer answered from on_end: nothing of the exchange is left to do */
+        detach_observers(ex);
+        return;
+    }
+    /* still held after the round: an observer that released from its on_end let it go */
+    hold = hold || holding(ex);
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
         upstream_discard(p->ctx.upstream, up);

@@ -49,7 +49,7 @@ struct exchange {
     http_request_t *req; /* owned */
     mcp_msg_t msg;       /* parsed POST body */
     bool has_msg;
-    json_t *cancel_id;   /* notifications/cancelled: the requestId it names; owned */
+    json_t *cancel_id;       /* notifications/cancelled: the requestId it names; owned */
     tool_class_t tool_class; /* of a tools/call's tool, as the router classified it */
     upstream_call_t *up;     /* while the upstream call runs */
     upstream_result_t up_result;
@@ -66,8 +66,13 @@ struct exchange {
     struct evbuffer *held; /* bytes kept back while a stage holds */
     int deferred_status;   /* an error answer waiting for the hold to end */
     const char *deferred_message;
-    const response_observer_t *obs; /* the stage watching the response, or NULL */
-    void *obs_arg;
+    /* the concerns watching the response, in the order they were added (exchange.h) */
+    struct {
+        const response_observer_t *ops;
+        void *arg;
+    } obs[EXCHANGE_MAX_OBSERVERS];
+    int n_obs;
+    bool ending; /* the observers' on_end are being called: their detach waits for the round */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
      * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while
      * the gateway still holds the upstream stream open */
@@ -104,7 +109,7 @@ struct proxy {
     exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
     void (*on_closed)(const exchange_t *ex); /* the router's, as each exchange ends */
     struct event *reap_ev;
-    cors_table_t cors;   /* the upstream's CORS answers, mirrored on the gateway's own */
+    cors_table_t cors; /* the upstream's CORS answers, mirrored on the gateway's own */
 };
 
 /* The request's Mcp-Session-Id, or NULL. */

@@ -1,6 +1,6 @@
-/* The idempotency stage against a fake exchange and a fake store: this file defines the
- * exchange_* functions idem.c calls (so the archive's proxy is not linked) and a store backend
- * (store_from_ops) whose calls the test answers itself. Each test drives one path the integration
+/* The idempotency stage against a fake exchange (fake_exchange.h: the exchange_* functions
+ * idem.c calls, so the archive's proxy is not linked) and a fake store (fake_store.h: a backend
+ * whose calls the test answers itself). Each test drives one path the integration
  * tests reach through real processes: first execution, replay (from the store and from the cache),
  * in progress, unknown, store down or failing, no subject, a foreign answer, an agent that leaves
  * while waiting. */
@@ -11,6 +11,7 @@
 #include "replay_cache.h"
 #include "store.h"
 #include "subject.h"
+#include "tasks.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -24,206 +25,8 @@
 
 #include <cmocka.h>
 
-/* --- the fake exchange --- */
-
-struct exchange {
-    http_request_t req;
-    mcp_msg_t msg;
-    bool waiting;
-    const response_observer_t *obs;
-    void *obs_arg;
-    bool detached;
-    int forwards;
-    bool fresh;
-    char extra[256];
-    int status;       /* of a response the stage wrote */
-    char *body;       /* that response, or the replacement answer */
-    char rextra[128]; /* its extra headers */
-    bool ended, released, replaced, discarded, cut;
-    const char *outcome;
-    char fields[256];
-};
-
-static void detach(exchange_t *ex)
-{
-    if (ex->obs && !ex->detached && ex->obs->detach)
-        ex->obs->detach(ex->obs_arg);
-    ex->detached = true;
-}
-
-const http_request_t *exchange_request(const exchange_t *ex)
-{
-    return &ex->req;
-}
-const mcp_msg_t *exchange_msg(const exchange_t *ex)
-{
-    return &ex->msg;
-}
-uint64_t exchange_conn_id(const exchange_t *ex)
-{
-    return 1;
-}
-tool_class_t exchange_tool_class(const exchange_t *ex)
-{
-    return TOOL_CLASS_NON_IDEMPOTENT;
-}
-const json_t *exchange_cancel_id(const exchange_t *ex)
-{
-    return NULL;
-}
-bool exchange_agent_waiting(const exchange_t *ex)
-{
-    return ex->waiting;
-}
-void exchange_set_observer(exchange_t *ex, const response_observer_t *ops, void *arg)
-{
-    ex->obs = ops;
-    ex->obs_arg = arg;
-}
-void exchange_forward(exchange_t *ex, const char *extra, bool fresh)
-{
-    ex->forwards++;
-    ex->fresh = fresh;
-    snprintf(ex->extra, sizeof(ex->extra), "%s", extra ? extra : "");
-}
-void exchange_drop_request_header(exchange_t *ex, const char *name)
-{
-    http_headers_remove(&ex->req.headers, name);
-}
-void exchange_answer_early(exchange_t *ex, const char *body)
-{
-    ex->status = 200;
-    ex->body = xstrdup(body);
-}
-void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
-{
-    evbuffer_drain(ex->req.body, evbuffer_get_length(ex->req.body));
-    evbuffer_add(ex->req.body, body, len);
-}
-void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
-{
-    ex->status = status;
-    ex->body = xstrdup(body);
-    snprintf(ex->rextra, sizeof(ex->rextra), "%s", extra ? extra : "");
-    detach(ex);
-}
-void exchange_end(exchange_t *ex)
-{
-    ex->ended = true;
-    detach(ex);
-}
-void exchange_release(exchange_t *ex)
-{
-    ex->released = true;
-}
-void exchange_replace_answer(exchange_t *ex, const char *body)
-{
-    ex->replaced = true;
-    ex->body = xstrdup(body);
-}
-void exchange_end_upstream(exchange_t *ex)
-{
-    ex->cut = true;
-}
-void exchange_discard_upstream(exchange_t *ex)
-{
-    ex->discarded = true;
-}
-void exchange_set_outcome(exchange_t *ex, const char *outcome)
-{
-    ex->outcome = outcome;
-}
-void exchange_set_log_fields(exchange_t *ex, const char *fields)
-{
-    snprintf(ex->fields, sizeof(ex->fields), "%s", fields ? fields : "");
-}
-
-/* --- the fake store: records the last call; the test delivers its answer --- */
-
-static struct {
-    store_status_t fail_next; /* returned by the next call instead of STORE_OK */
-    int claims, finishes, gets, duplicates; /* duplicates: replays recorded */
-    int dup_records[STORE_DUP_ANSWERS_];    /* every duplicate recorded, by answer */
-    dup_source_t dup_source;                /* the last one's */
-    store_claim_cb claim_cb;
-    store_finish_cb finish_cb;
-    store_get_cb get_cb;
-    void *arg;
-    char *key, *subject, *result;
-    store_state_t state;
-} fs;
-
-static store_status_t fake_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
-                                 void *arg)
-{
-    fs.claims++;
-    if (fs.fail_next)
-        return fs.fail_next;
-    free(fs.key);
-    free(fs.subject);
-    fs.key = xstrdup(req->key);
-    fs.subject = xstrdup(req->subject);
-    fs.claim_cb = cb;
-    fs.arg = arg;
-    return STORE_OK;
-}
-static store_status_t fake_finish(void *impl, const store_finish_req_t *req, store_finish_cb cb,
-                                  void *arg)
-{
-    fs.finishes++;
-    fs.state = req->state;
-    free(fs.result);
-    fs.result = req->result ? xstrndup(req->result, req->result_len) : NULL;
-    fs.finish_cb = cb;
-    fs.arg = arg;
-    return STORE_OK;
-}
-static store_status_t fake_get(void *impl, const char *key, store_get_cb cb, void *arg)
-{
-    fs.gets++;
-    fs.get_cb = cb;
-    fs.arg = arg;
-    return STORE_OK;
-}
-static store_status_t fake_record_duplicate(void *impl, const store_dup_t *dup, store_finish_cb cb,
-                                            void *arg)
-{
-    if (dup->answered == STORE_DUP_REPLAY)
-        fs.duplicates++;
-    fs.dup_records[dup->answered]++;
-    fs.dup_source = dup->source;
-    return STORE_OK;
-}
-static int fake_pending_duplicates(const void *impl, const char *key)
-{
-    return 0;
-}
-static store_status_t fake_extend_lease(void *impl, const char *key, int64_t fence,
-                                        uint64_t lease_ms, store_finish_cb cb, void *arg)
-{
-    return STORE_OK;
-}
-
-static bool fake_ready(const void *impl)
-{
-    return true;
-}
-
-static void fake_free(void *impl)
-{
-}
-
-static const store_ops_t fake_ops = {
-    .name = "fake",
-    .claim = fake_claim,
-    .finish = fake_finish,
-    .get = fake_get,
-    .record_duplicate = fake_record_duplicate,
-    .pending_duplicates = fake_pending_duplicates,
-    .extend_lease = fake_extend_lease,
-    .ready = fake_ready,
-    .free = fake_free,
-};
+#include "fake_exchange.h"
+#include "fake_store.h"
 
 /* --- set-up --- */
 
@@ -232,7 +35,8 @@ static const char YAML[] =
     "subject:\n  header: X-Subject\n"
     "tools:\n"
     "  refund:\n    class: non_idempotent\n"
-    "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n";
+    "  refund_wait:\n    class: non_idempotent\n    in_progress: {wait: 5s}\n"
+    "  refund_cancel:\n    class: non_idempotent\n    on_cancel: forward\n";
 
 typedef struct world {
     struct event_base *base;
@@ -241,6 +45,8 @@ typedef struct world {
     store_t *store;
     server_stats_t stats;
     subject_t *subject;
+    task_routes_t *tasks;
+    task_poll_t *task_poll;
     idem_t *idem;
 } world_t;
 
@@ -249,7 +55,7 @@ static world_t w;
 static int setup(void **state)
 {
     memset(&w, 0, sizeof(w));
-    memset(&fs, 0, sizeof(fs));
+    fake_store_clear();
     config_errors_t errs = {0};
     w.cfg = config_load_string("t.yaml", YAML, &errs);
     if (!w.cfg) {
@@ -264,7 +70,11 @@ static int setup(void **state)
     char msg[200];
     w.subject = subject_new(w.base, &w.cfg->subject, msg, sizeof(msg));
     assert_non_null(w.subject);
+    w.tasks = task_routes_new();
+    w.task_poll =
+        task_poll_new(&(task_poll_ctx_t){.base = w.base, .routes = w.tasks, .subject = w.subject});
     idem_ctx_t ctx = {
+        .tasks = w.tasks,
         .base = w.base,
         .cfg = w.cfg,
         .subject = w.subject,
@@ -279,53 +89,43 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     idem_free(w.idem);
+    task_poll_free(w.task_poll);
+    task_routes_free(w.tasks);
     subject_free(w.subject);
     store_free(w.store);
     replay_cache_free(w.cache);
     event_base_free(w.base);
     config_free(w.cfg);
-    free(fs.key);
-    free(fs.subject);
-    free(fs.result);
+    fake_store_clear();
     return 0;
 }
 
-static void add_header(http_headers_t *h, const char *name, const char *value)
+/* A tools/call of tool with amount, from subject (NULL: no subject header), in session (NULL:
+ * none). */
+static exchange_t *call_in(const char *tool, int amount, const char *subject, const char *session)
 {
-    http_headers_add_name(h, name, strlen(name));
-    http_headers_end_name(h);
-    http_headers_add_value(h, value, strlen(value));
-    http_headers_end_value(h);
-}
-
-/* A tools/call of tool with amount, from subject (NULL: no subject header). */
-static exchange_t *call(const char *tool, int amount, const char *subject)
-{
-    exchange_t *ex = xcalloc(1, sizeof(*ex));
-    ex->waiting = true;
-    http_headers_init(&ex->req.headers);
+    char body[200];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
+             "{\"name\":\"%s\",\"arguments\":{\"amount\":%d}}}",
+             tool, amount);
+    exchange_t *ex = fake_exchange_new(body);
     if (subject)
-        add_header(&ex->req.headers, "X-Subject", subject);
-    ex->req.body = evbuffer_new();
-    evbuffer_add_printf(ex->req.body,
-                        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":"
-                        "{\"name\":\"%s\",\"arguments\":{\"amount\":%d}}}",
-                        tool, amount);
-    size_t len = evbuffer_get_length(ex->req.body);
-    assert_int_equal(mcp_parse((const char *)evbuffer_pullup(ex->req.body, -1), len, &ex->msg),
-                     MCP_OK);
+        fake_header(&ex->req.headers, "X-Subject", subject);
+    if (session)
+        fake_header(&ex->req.headers, "Mcp-Session-Id", session);
     idem_call(w.idem, ex);
     return ex;
 }
 
+static exchange_t *call(const char *tool, int amount, const char *subject)
+{
+    return call_in(tool, amount, subject, NULL);
+}
+
 static void free_call(exchange_t *ex)
 {
-    detach(ex);
-    mcp_msg_free(&ex->msg);
-    http_headers_free(&ex->req.headers);
-    evbuffer_free(ex->req.body);
-    free(ex->body);
-    free(ex);
+    fake_exchange_free(ex);
 }
 
 static void deliver_acquired(void)
@@ -349,13 +149,9 @@ static void deliver_row(store_state_t state, const char *result)
 /* The upstream answers 200 with a JSON body. */
 static observe_t answer_json(exchange_t *ex, const char *body)
 {
-    http_headers_t h;
-    http_headers_init(&h);
-    add_header(&h, "Content-Type", "application/json");
-    assert_int_equal(ex->obs->on_head(ex->obs_arg, 200, &h, false), OBSERVE_HOLD);
-    http_headers_free(&h);
-    ex->obs->on_body(ex->obs_arg, body, strlen(body));
-    return ex->obs->on_end(ex->obs_arg, UPSTREAM_OK);
+    assert_int_equal(fake_head(ex, 200, "application/json", NULL), OBSERVE_HOLD);
+    fake_body(ex, body, strlen(body));
+    return fake_end(ex, UPSTREAM_OK);
 }
 
 static const char RESULT[] =
@@ -380,7 +176,7 @@ static void first_execution_forwards_once_and_records(void **state)
     assert_int_equal(fs.finishes, 1);
     assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
     assert_non_null(strstr(fs.result, "\"text\":\"ok\""));
-    assert_false(ex->released); /* held until the store has it */
+    assert_false(ex->released);                       /* held until the store has it */
     assert_int_equal(w.stats.protected_in_flight, 1); /* until the outcome is recorded */
     fs.finish_cb(STORE_OK, true, fs.arg);
     assert_int_equal(w.stats.protected_in_flight, 0);
@@ -525,7 +321,7 @@ static void cut_answer_is_held_as_unknown(void **state)
 {
     exchange_t *ex = call("refund", 13, "alice");
     deliver_acquired();
-    assert_int_equal(ex->obs->on_end(ex->obs_arg, UPSTREAM_ERR_CLOSED), OBSERVE_HOLD);
+    assert_int_equal(fake_end(ex, UPSTREAM_ERR_CLOSED), OBSERVE_HOLD);
     assert_int_equal(fs.state, STORE_STATE_UNKNOWN);
     fs.finish_cb(STORE_OK, true, fs.arg);
     assert_true(ex->released);
@@ -537,7 +333,7 @@ static void unreachable_upstream_is_released(void **state)
 {
     exchange_t *ex = call("refund", 14, "alice");
     deliver_acquired();
-    assert_int_equal(ex->obs->on_end(ex->obs_arg, UPSTREAM_ERR_CONNECT), OBSERVE_HOLD);
+    assert_int_equal(fake_end(ex, UPSTREAM_ERR_CONNECT), OBSERVE_HOLD);
     assert_int_equal(fs.state, STORE_STATE_FAILED); /* never sent: the next attempt may run */
     fs.finish_cb(STORE_OK, true, fs.arg);
     assert_string_equal(ex->outcome, "not_sent");
@@ -616,6 +412,157 @@ static void other_arguments_get_another_key(void **state)
     free_call(c);
 }
 
+/* A task handle replayed from the store routes its caller's tasks/get to the session that
+ * created the task; another caller's goes where it was sent. */
+static exchange_t *task_get(const char *subject, const char *session)
+{
+    exchange_t *ex = fake_exchange_new("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tasks/get\","
+                                       "\"params\":{\"taskId\":\"t-7\"}}");
+    fake_header(&ex->req.headers, "X-Subject", subject);
+    if (session)
+        fake_header(&ex->req.headers, "Mcp-Session-Id", session);
+    assert_int_equal(task_poll_offer(w.task_poll, ex), HANDLER_TAKEN);
+    return ex;
+}
+
+static void task_poll_goes_to_the_tasks_session(void **state)
+{
+    exchange_t *ex = call("refund", 21, "alice");
+    static const char task[] = "{\"task\":{\"taskId\":\"t-7\",\"status\":\"working\"}}";
+    store_claim_result_t res = {.acquired = false};
+    res.row.state = STORE_STATE_SUCCEEDED;
+    res.row.attempts = 1;
+    res.row.result = task;
+    res.row.result_len = sizeof(task) - 1;
+    res.row.created_at = "2026-12-03T10:00:00.000Z";
+    res.row.expires_in_ms = 60000;
+    res.row.first_session_id = "s-first";
+    fs.claim_cb(STORE_OK, &res, fs.arg);
+    assert_string_equal(ex->outcome, "replay");
+    free_call(ex);
+
+    exchange_t *mine = task_get("alice", "s-new");
+    assert_int_equal(mine->forwards, 1);
+    assert_string_equal(mine->extra, "Mcp-Session-Id: s-first\r\n");
+    exchange_t *theirs = task_get("bob", "s-new");
+    assert_int_equal(theirs->forwards, 1);
+    assert_string_equal(theirs->extra, ""); /* bob never had that task */
+    exchange_t *same = task_get("alice", "s-first");
+    assert_string_equal(same->extra, ""); /* already its session */
+    free_call(mine);
+    free_call(theirs);
+    free_call(same);
+}
+
+/* --- a caller's notifications/cancelled --- */
+
+/* A cancel of request id from subject in session, before it goes upstream. */
+static exchange_t *cancel_note(const char *subject, const char *session, int id)
+{
+    char body[200];
+    snprintf(body, sizeof(body),
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+             "\"params\":{\"requestId\":%d}}",
+             id);
+    exchange_t *ex = fake_exchange_new(body);
+    fake_header(&ex->req.headers, "X-Subject", subject);
+    fake_header(&ex->req.headers, "Mcp-Session-Id", session);
+    json_t *rid = json_integer(id);
+    idem_cancel(w.idem, ex, rid);
+    json_decref(rid);
+    return ex;
+}
+
+static void cancel_of_a_running_call_is_kept(void **state)
+{
+    exchange_t *ex = call_in("refund", 40, "alice", "s1");
+    deliver_acquired();
+    assert_int_equal(ex->forwards, 1);
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 0); /* on_cancel: finish keeps it here */
+    assert_int_equal(note->status, 202);
+    assert_string_equal(note->outcome, "cancel_kept");
+    assert_false(ex->cut);
+    /* the call runs to its end and is recorded for the retry */
+    answer_json(ex, RESULT);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_non_null(strstr(ex->fields, "\"cancel\":\"kept\""));
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    free_call(note);
+    free_call(ex);
+}
+
+static void cancel_from_another_caller_is_ignored(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 41, "alice", "s1");
+    deliver_acquired();
+    exchange_t *note = cancel_note("bob", "s1", 7);
+    assert_int_equal(note->forwards, 0); /* it cannot stop a call it does not own */
+    assert_int_equal(note->status, 202);
+    assert_string_equal(note->outcome, "cancel_ignored");
+    free_call(note);
+    /* the call was not touched */
+    answer_json(ex, RESULT);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_null(strstr(ex->fields, "cancel"));
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    free_call(ex);
+}
+
+static void cancel_naming_no_protected_call_goes_upstream(void **state)
+{
+    exchange_t *ex = call_in("refund", 42, "alice", "s1");
+    deliver_acquired();
+    exchange_t *other_id = cancel_note("alice", "s1", 8);
+    assert_int_equal(other_id->forwards, 1);
+    exchange_t *other_session = cancel_note("alice", "s2", 7);
+    assert_int_equal(other_session->forwards, 1);
+    free_call(other_id);
+    free_call(other_session);
+    free_call(ex);
+}
+
+static void forward_mode_drops_a_call_not_sent_yet(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 43, "alice", "s1");
+    assert_int_equal(fs.claims, 1); /* claiming: not upstream yet */
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 0);
+    assert_string_equal(note->outcome, "cancel_dropped");
+    free_call(note);
+    deliver_acquired();
+    assert_int_equal(ex->forwards, 0);              /* never sent */
+    assert_int_equal(fs.state, STORE_STATE_FAILED); /* nothing ran: its key is released */
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_non_null(strstr(ex->body, "-32800"));
+    assert_non_null(strstr(ex->body, "nothing was executed"));
+    free_call(ex);
+}
+
+static void cancel_the_upstream_took_ends_the_call_cancelled(void **state)
+{
+    exchange_t *ex = call_in("refund_cancel", 44, "alice", "s1");
+    deliver_acquired();
+    exchange_t *note = cancel_note("alice", "s1", 7);
+    assert_int_equal(note->forwards, 1); /* on_cancel: forward relays a running call's */
+    json_t *rid = json_integer(7);
+    idem_cancelled(w.idem, &note->req, "s1", rid);
+    json_decref(rid);
+    assert_true(ex->cut); /* no answer will come */
+    assert_int_equal(fake_end(ex, UPSTREAM_ERR_CLOSED), OBSERVE_HOLD);
+    assert_int_equal(fs.state, STORE_STATE_UNKNOWN); /* it may have run */
+    assert_non_null(strstr(fs.result, "idemgw/cancelled"));
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    free_call(note);
+    free_call(ex);
+    /* a retry hears that the first was cancelled, not merely unknown */
+    exchange_t *again = call_in("refund_cancel", 44, "alice", "s1");
+    deliver_row(STORE_STATE_UNKNOWN, "{\"idemgw/cancelled\":true}");
+    assert_non_null(strstr(again->body, "\"code\":\"cancelled\""));
+    assert_int_equal(again->forwards, 0);
+    free_call(again);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +583,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(agent_gone_while_waiting_ends_the_call, setup, teardown),
         cmocka_unit_test_setup_teardown(waiting_duplicate_gets_the_result, setup, teardown),
         cmocka_unit_test_setup_teardown(other_arguments_get_another_key, setup, teardown),
+        cmocka_unit_test_setup_teardown(task_poll_goes_to_the_tasks_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_of_a_running_call_is_kept, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_from_another_caller_is_ignored, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_naming_no_protected_call_goes_upstream, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(forward_mode_drops_a_call_not_sent_yet, setup, teardown),
+        cmocka_unit_test_setup_teardown(cancel_the_upstream_took_ends_the_call_cancelled, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("idem", tests, NULL, NULL);
 }

@@ -115,6 +115,57 @@ static handler_verdict_t watch_all(void *arg, exchange_t *ex)
     return HANDLER_PASS;
 }
 
+/* Observers of the responses to lookup calls, added by a handler that passes: the first
+ * holds the answer and releases it from its on_end when hold is set, the others only count. */
+typedef struct seen {
+    exchange_t *ex;
+    bool hold;
+    int heads, bodies, ends, detaches;
+} seen_t;
+static seen_t seen[3];
+static int n_seen; /* observers the handler adds to each lookup */
+
+static observe_t seen_head(void *arg, int status, const http_headers_t *headers, bool sse)
+{
+    seen_t *o = arg;
+    o->heads++;
+    return o->hold ? OBSERVE_HOLD : OBSERVE_PASS;
+}
+static observe_t seen_body(void *arg, const char *data, size_t len)
+{
+    seen_t *o = arg;
+    o->bodies++;
+    return OBSERVE_PASS;
+}
+static observe_t seen_end(void *arg, upstream_result_t res)
+{
+    seen_t *o = arg;
+    o->ends++;
+    if (o->hold)
+        exchange_release(o->ex); /* answered from on_end (exchange.h) */
+    return OBSERVE_PASS;
+}
+static void seen_detach(void *arg)
+{
+    seen_t *o = arg;
+    o->detaches++;
+}
+static const response_observer_t seen_ops = {
+    .on_head = seen_head, .on_body = seen_body, .on_end = seen_end, .detach = seen_detach};
+
+static handler_verdict_t observe_lookups(void *arg, exchange_t *ex)
+{
+    (void)arg;
+    const mcp_msg_t *m = exchange_msg(ex);
+    if (!m || !m->tool || strcmp(m->tool, "lookup") != 0)
+        return HANDLER_PASS;
+    for (int i = 0; i < n_seen; i++) {
+        seen[i].ex = ex;
+        exchange_add_observer(ex, &seen_ops, &seen[i]);
+    }
+    return HANDLER_PASS;
+}
+
 /* --- set-up --- */
 
 static subject_t *subject;
@@ -160,6 +211,9 @@ static int setup(void **state)
                       .n_workers = 1};
     proxy = proxy_new(&pc);
     proxy_add_handler(proxy, &(handler_t){"watch", watch_all, NULL});
+    proxy_add_handler(proxy, &(handler_t){"observers", observe_lookups, NULL});
+    memset(seen, 0, sizeof(seen));
+    n_seen = 0;
     proxy_add_handler(proxy, &(handler_t){"protected call", stage_call, NULL});
     watched = 0;
     conns = (http_context_t){.base = base, .limits = &limits, .stats = &stats};
@@ -274,6 +328,27 @@ static void reads_are_forwarded(void **state)
     assert_int_equal(up_requests, 1);
     assert_int_equal(stage_calls, 0);
     assert_int_equal(stats.forwarded, 1);
+}
+
+/* Every observer of an exchange sees the whole response, in turn, and is let go once; one
+ * that holds the answer and releases it from its on_end does not keep the others from their
+ * on_end. */
+static void several_observers_each_see_the_response(void **state)
+{
+    n_seen = EXCHANGE_MAX_OBSERVERS - 1;
+    seen[0].hold = true;
+    char *r = exchange("POST", "/mcp", NULL,
+                       "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","
+                       "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}");
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "\"from\":\"upstream\"")); /* released whole */
+    free(r);
+    for (int i = 0; i < n_seen; i++) {
+        assert_int_equal(seen[i].heads, 1);
+        assert_true(seen[i].bodies >= 1);
+        assert_int_equal(seen[i].ends, 1);
+        assert_int_equal(seen[i].detaches, 1);
+    }
 }
 
 static void protected_calls_go_to_the_stage(void **state)
@@ -406,6 +481,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(refusals_are_written_by_the_proxy, setup, teardown),
         cmocka_unit_test_setup_teardown(reads_are_forwarded, setup, teardown),
+        cmocka_unit_test_setup_teardown(several_observers_each_see_the_response, setup, teardown),
         cmocka_unit_test_setup_teardown(protected_calls_go_to_the_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(other_paths_and_methods_are_relayed, setup, teardown),
         cmocka_unit_test_setup_teardown(own_answers_carry_cors, setup, teardown),
