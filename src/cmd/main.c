@@ -10,6 +10,8 @@
 #include "key_cmd.h"
 #include "policy_cmd.h"
 #include "report_cmd.h"
+#include "serve.h"
+#include "stdio_cmd.h"
 #include "tools_cmd.h"
 #include "tls_listen.h"
 #include "log.h"
@@ -84,6 +86,9 @@ typedef struct server {
 } server_t;
 
 static server_t *server;
+
+/* The front end that replaces the listeners (idemgw stdio), or NULL. */
+static const serve_front_t *front;
 
 /* Called whenever in-flight work ends; finishes a drain when nothing is left. */
 static void server_check_drained(void);
@@ -267,6 +272,8 @@ static void usage(FILE *f)
                "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
                "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
                "                                        protected calls and duplicates per tool\n"
+               "       idemgw stdio [-c FILE] [-H 'Name: value']... [-- CMD ARGS...]\n"
+               "                                        wrap a stdio server for a desktop agent\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -375,11 +382,11 @@ static void stop_catalog_fetch(void)
         evtimer_del(server->fetch_retry);
 }
 
-static void on_sigterm(evutil_socket_t sig, short what, void *arg)
+static void server_drain(const char *why)
 {
     if (server->draining)
         return;
-    log_info(0, "signal %d: draining (up to %llu ms)", (int)sig,
+    log_info(0, "%s: draining (up to %llu ms)", why,
              (unsigned long long)server->cfg->drain_timeout_ms);
     server->draining = true;
     /* Close both ports at once, so a replacement process can bind them and new connections
@@ -406,6 +413,26 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     evtimer_add(drain_timer, &tv);
     server_check_drained();
 }
+
+static void on_sigterm(evutil_socket_t sig, short what, void *arg)
+{
+    char why[32];
+    snprintf(why, sizeof(why), "signal %d", (int)sig);
+    server_drain(why);
+}
+
+/* What a front end may do to the gateway (serve.h). */
+static void front_adopt(int fd)
+{
+    http_conn_adopt(fd, &mcp_site, NULL, 0);
+}
+
+static void front_drain(void)
+{
+    server_drain("the front end ended");
+}
+
+static const serve_gateway_t front_gateway = {.adopt = front_adopt, .drain = front_drain};
 
 static void report_restart_key(const char *name, void *arg)
 {
@@ -740,15 +767,21 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         .draining = &server->draining,
         .store_missing = !server->store && policy_needs_store(&cfg->policy),
     };
-    server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
-    if (n_workers > 1)
-        handoff_start(server->base, worker, adopt_conn, &mcp_site);
-    /* one admin endpoint; /metrics sums every worker's counters from shared memory */
-    if (worker == 0)
-        server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
-    if (!server->listener || (worker == 0 && !server->admin_listener)) {
-        rc = WORKER_START_FAILED;
-        goto out;
+    if (front) {
+        /* no listeners: the front end's connections are the only agent */
+        if (front->start(front->arg, server->base, cfg, &front_gateway) != 0)
+            goto out;
+    } else {
+        server->listener = listen_on(&cfg->listen, &mcp_site, n_workers > 1);
+        if (n_workers > 1)
+            handoff_start(server->base, worker, adopt_conn, &mcp_site);
+        /* one admin endpoint; /metrics sums every worker's counters from shared memory */
+        if (worker == 0)
+            server->admin_listener = listen_on(&cfg->admin_listen, &admin_site, false);
+        if (!server->listener || (worker == 0 && !server->admin_listener)) {
+            rc = WORKER_START_FAILED;
+            goto out;
+        }
     }
 
     struct event *ev_term = evsignal_new(server->base, SIGTERM, on_sigterm, NULL);
@@ -761,11 +794,16 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     server->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
 
-    if (cfg->subject.kind == SUBJECT_DEFAULT)
+    if (cfg->subject.kind == SUBJECT_DEFAULT && !front)
         log_info(0, "subject not configured: callers are told apart by the SHA-256 of their "
                     "Authorization header (a bearer token's, as subject bearer-...); requests "
                     "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
                     "subject when an auth proxy in front names the caller");
+    if (front)
+        log_info(0, "idemgw %s serving stdin and stdout, upstream %s, store %s", IDEMGW_VERSION,
+                 cfg->upstream_url,
+                 server->store ? store_backend_name(server->store) : "not configured");
+    else
     log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
              IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
              server->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
@@ -780,6 +818,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     event_free(ev_int);
     event_free(ev_hup);
 out:
+    if (front)
+        front->stop(front->arg);
     stop_catalog_fetch();
     if (server->fetch_retry)
         event_free(server->fetch_retry);
@@ -942,6 +982,19 @@ static int run(const char *path)
     return rc == WORKER_START_FAILED ? 1 : rc;
 }
 
+int serve_front_run(config_t *cfg, const char *path, const serve_front_t *f)
+{
+    static server_stats_t stats;
+    log_threshold = (log_level_t)cfg->log_level;
+    signal(SIGPIPE, SIG_IGN);
+    event_set_log_callback(on_libevent_log);
+    raise_fd_limit();
+    front = f;
+    int rc = run_worker(cfg, path, 0, 1, &stats);
+    front = NULL;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
@@ -954,6 +1007,8 @@ int main(int argc, char **argv)
         return health_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "report") == 0)
         return report_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "stdio") == 0)
+        return stdio_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
