@@ -31,6 +31,9 @@ extern char **environ;
 /* The loader insists on an upstream; the command replaces this stand-in right after. */
 #define UPSTREAM_STAND_IN "http://127.0.0.1:9/mcp"
 
+/* Connections into the gateway: the front's POSTs in flight, its stream and its DELETE. */
+#define WRAPPER_MAX_CONNECTIONS 128
+
 typedef struct wrapper {
     stdio_args_t args;
     const serve_gateway_t *gw;
@@ -172,6 +175,8 @@ static void allow_localhost(config_t *cfg)
 static int prepare(config_t *cfg)
 {
     cfg->workers = 1;
+    /* one client: the front's connections at most (not a warning about descriptors) */
+    cfg->max_connections = WRAPPER_MAX_CONNECTIONS;
     if (cfg->stdio.argv) {
         char *prog = upstream_stdio_resolve(cfg->stdio.argv[0], child_path(&cfg->stdio));
         bool runnable = prog && access(prog, X_OK) == 0;

@@ -34,6 +34,9 @@
 /* The GET stream is opened again this long after it ended, doubling while it keeps failing. */
 #define STREAM_RETRY_FIRST_MS 500
 #define STREAM_RETRY_MAX_MS 30000
+/* The largest answer relayed, when max_line is smaller: answers (a tools/list, a resource) are
+ * the server's and may well be larger than what a client sends. */
+#define MIN_ANSWER_BYTES (64 * 1024 * 1024)
 /* Characters of an HTTP error body quoted in the error a request gets. */
 #define ERROR_QUOTE 200
 
@@ -109,7 +112,8 @@ struct stdio_front {
     char *path;
     char **headers;
     front_state_t state;
-    struct bufferevent *in, *out;
+    struct bufferevent *in;
+    struct bufferevent *out; /* stdout, or NULL when it is a file: then written at once */
     bool skipping;     /* the rest of an over-long line is being dropped */
     bool in_paused;    /* MAX_IN_FLIGHT reached */
     bool out_full;     /* answers are not read until stdout drains */
@@ -160,7 +164,7 @@ static void emit_raw(stdio_front_t *f, const char *text, size_t len)
 {
     if (f->out_broken)
         return;
-    struct evbuffer *out = bufferevent_get_output(f->out);
+    struct evbuffer *out = f->out ? bufferevent_get_output(f->out) : evbuffer_new();
     size_t start = 0;
     for (size_t i = 0; i < len; i++)
         if (text[i] == '\n' || text[i] == '\r') {
@@ -170,6 +174,17 @@ static void emit_raw(stdio_front_t *f, const char *text, size_t len)
         }
     evbuffer_add(out, text + start, len - start);
     evbuffer_add(out, "\n", 1);
+    if (!f->out) {
+        /* a file takes what is written without waiting */
+        while (evbuffer_get_length(out))
+            if (evbuffer_write(out, f->o.out_fd) < 0 && errno != EINTR) {
+                log_warn(0, "stdio front: stdout: %s", strerror(errno));
+                f->out_broken = true;
+                break;
+            }
+        evbuffer_free(out);
+        return;
+    }
     if (!f->out_full && evbuffer_get_length(out) > OUT_HIGH)
         out_pause_answers(f, true);
 }
@@ -196,7 +211,7 @@ static void emit_error(stdio_front_t *f, const json_t *id, int code, const char 
 static void on_out_written(struct bufferevent *bev, void *arg)
 {
     stdio_front_t *f = arg;
-    size_t left = evbuffer_get_length(bufferevent_get_output(bev));
+    size_t left = bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
     if (f->out_full && left <= OUT_LOW)
         out_pause_answers(f, false);
     if (f->state == FRONT_FLUSHING && left == 0)
@@ -273,6 +288,11 @@ static int on_event(const sse_event_t *ev, void *arg)
     return 0;
 }
 
+static size_t answer_limit(const stdio_front_t *f)
+{
+    return f->o.max_line > MIN_ANSWER_BYTES ? f->o.max_line : MIN_ANSWER_BYTES;
+}
+
 static int on_begin(void *arg)
 {
     xchg_t *x = arg;
@@ -290,7 +310,7 @@ static int on_head(void *arg)
     const char *ct = http_headers_get(&x->headers, "content-type");
     x->sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
     if (x->sse)
-        sse_init(&x->events, f->o.max_line, on_event, x);
+        sse_init(&x->events, answer_limit(f), on_event, x);
     const char *sid = http_headers_get(&x->headers, "mcp-session-id");
     if (x->initialize && x->status == 200 && sid) {
         free(f->session);
@@ -306,7 +326,7 @@ static int on_body(void *arg, const char *at, size_t len)
         sse_feed(&x->events, at, len);
         return 0;
     }
-    if (evbuffer_get_length(x->body) + len > x->front->o.max_line)
+    if (evbuffer_get_length(x->body) + len > answer_limit(x->front))
         x->too_large = true;
     if (!x->too_large)
         evbuffer_add(x->body, at, len);
@@ -347,7 +367,7 @@ static void answer_missing(xchg_t *x, bool complete)
                  "idemgw: the gateway's answer ended before a response (HTTP %d)", x->status);
     else if (x->too_large)
         snprintf(message, sizeof(message), "idemgw: the answer is larger than %zu bytes",
-                 f->o.max_line);
+                 answer_limit(f));
     else
         snprintf(message, sizeof(message), "idemgw: HTTP %d from the gateway%s%s", x->status,
                  n ? ": " : "", quote);
@@ -746,6 +766,12 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 
 /* --- making and freeing --- */
 
+static bool is_file(int fd)
+{
+    struct stat st;
+    return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode));
+}
+
 static struct bufferevent *fd_bev(struct event_base *base, int fd, char *msg, size_t msglen)
 {
     struct stat st;
@@ -754,7 +780,7 @@ static struct bufferevent *fd_bev(struct event_base *base, int fd, char *msg, si
         return NULL;
     }
     /* epoll cannot watch a regular file; an agent gives pipes (or a socket) */
-    if (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) {
+    if (is_file(fd)) {
         snprintf(msg, msglen, "descriptor %d is a file, not a pipe or a socket", fd);
         return NULL;
     }
@@ -770,8 +796,8 @@ stdio_front_t *stdio_front_new(const stdio_front_opts_t *o, char *msg, size_t ms
     struct bufferevent *in = fd_bev(o->base, o->in_fd, msg, msglen);
     if (!in)
         return NULL;
-    struct bufferevent *out = fd_bev(o->base, o->out_fd, msg, msglen);
-    if (!out) {
+    struct bufferevent *out = NULL;
+    if (!is_file(o->out_fd) && !(out = fd_bev(o->base, o->out_fd, msg, msglen))) {
         bufferevent_free(in);
         return NULL;
     }
@@ -790,10 +816,12 @@ stdio_front_t *stdio_front_new(const stdio_front_opts_t *o, char *msg, size_t ms
     f->reaper = event_new(o->base, -1, 0, on_reap, f);
     f->finish = event_new(o->base, -1, 0, on_finish, f);
     bufferevent_setcb(in, on_in_read, NULL, on_in_event, f);
-    bufferevent_setcb(out, NULL, on_out_written, on_out_event, f);
-    bufferevent_setwatermark(out, EV_WRITE, OUT_LOW, 0);
     bufferevent_enable(in, EV_READ);
-    bufferevent_enable(out, EV_WRITE);
+    if (out) {
+        bufferevent_setcb(out, NULL, on_out_written, on_out_event, f);
+        bufferevent_setwatermark(out, EV_WRITE, OUT_LOW, 0);
+        bufferevent_enable(out, EV_WRITE);
+    }
     return f;
 }
 
@@ -813,8 +841,8 @@ void stdio_front_free(stdio_front_t *f)
         free(w);
     }
     /* what is still queued for stdout gets one blocking try: the last answers matter most */
-    struct evbuffer *left = bufferevent_get_output(f->out);
-    if (!f->out_broken && evbuffer_get_length(left)) {
+    struct evbuffer *left = f->out ? bufferevent_get_output(f->out) : NULL;
+    if (left && !f->out_broken && evbuffer_get_length(left)) {
         int fd = (int)bufferevent_getfd(f->out);
         int flags = fcntl(fd, F_GETFL);
         if (flags >= 0)
@@ -823,7 +851,8 @@ void stdio_front_free(stdio_front_t *f)
             ;
     }
     bufferevent_free(f->in);
-    bufferevent_free(f->out);
+    if (f->out)
+        bufferevent_free(f->out);
     event_free(f->reopen);
     event_free(f->reaper);
     event_free(f->finish);

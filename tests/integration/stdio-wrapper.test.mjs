@@ -1,0 +1,279 @@
+// `idemgw stdio -- CMD ARGS`: the gateway as a desktop agent's stdio server. The official SDKs'
+// stdio clients (1.x and 2.x) start it as they would start the server itself; a repeated
+// non_idempotent call is replayed within a run and across runs (a restarted agent), read
+// tools run each time, progress reaches the client, stdout carries JSON-RPC lines only, and
+// the end of stdin lets what is in flight finish, then exits 0 with the server stopped.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { Client as V2Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport as V2StdioTransport } from '@modelcontextprotocol/client/stdio';
+import {
+  IDEMGW_BIN, NODE, TESTS, readLedger, replayMarker, tempDir, toolText, toYaml, waitFor,
+} from './lib/harness.mjs';
+
+const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
+const MEMORY_SERVER = path.join(TESTS, 'node_modules/@modelcontextprotocol/server-memory/dist/index.js');
+
+const alive = (pid) => {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/** A folder for one test: the state home (the stores), the ledger, config files. */
+async function place(t) {
+  const dir = await tempDir(t, 'idemgw-wrap-');
+  return { dir, state: path.join(dir, 'state'), ledger: path.join(dir, 'ledger.jsonl') };
+}
+
+/** The environment an agent gives its server: the SDK's default one, plus the test's. */
+const agentEnv = (p, extra = {}) => ({ ...getDefaultEnvironment(), XDG_STATE_HOME: p.state, LEDGER: p.ledger, ...extra });
+
+/** What failed tests print: each wrapper's stderr. */
+function keepLogs(t, name, logs) {
+  t.after(() => {
+    if (!t.passed) process.stderr.write(`\n----- ${name} stderr -----\n${logs()}\n----- end -----\n`);
+  });
+}
+
+/**
+ * An SDK client (v1 or v2) that starts `idemgw stdio [opts] -- command` as its server.
+ * Returns {client, transport, pid, logs()}.
+ */
+async function agent(t, p, { command = [NODE, LEDGER_SERVER], opts = [], env = {}, v2 = false, name = 'agent' } = {}) {
+  const params = {
+    command: IDEMGW_BIN,
+    args: ['stdio', ...opts, '--', ...command],
+    env: agentEnv(p, env),
+    stderr: 'pipe',
+  };
+  const transport = v2 ? new V2StdioTransport(params) : new StdioClientTransport(params);
+  let logs = '';
+  transport.stderr?.on('data', (chunk) => { logs += chunk; });
+  keepLogs(t, name, () => logs);
+  const client = v2 ? new V2Client({ name, version: '1.0.0' }) : new Client({ name, version: '1.0.0' });
+  await client.connect(transport);
+  t.after(() => client.close().catch(() => {}));
+  return { client, transport, pid: transport.pid, logs: () => logs };
+}
+
+/** The wrapper started by hand: lines written to its stdin, its stdout kept line by line. */
+function rawWrapper(t, p, { command = [NODE, LEDGER_SERVER], opts = [], env = {} } = {}) {
+  const proc = spawn(IDEMGW_BIN, ['stdio', ...opts, '--', ...command], {
+    env: agentEnv(p, env),
+    stdio: ['pipe', 'pipe', 'pipe'],
+  });
+  let out = '';
+  let err = '';
+  proc.stdout.setEncoding('utf8').on('data', (c) => { out += c; });
+  proc.stderr.setEncoding('utf8').on('data', (c) => { err += c; });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  keepLogs(t, 'idemgw stdio', () => err);
+  t.after(() => {
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+  });
+  const lines = () => out.split('\n').filter((l) => l !== '');
+  return {
+    proc,
+    exited,
+    stderr: () => err,
+    stdout: () => out,
+    send: (msg) => proc.stdin.write(`${typeof msg === 'string' ? msg : JSON.stringify(msg)}\n`),
+    /** The message answering id, once it arrives. */
+    answer: (id) => waitFor(() => lines().map((l) => JSON.parse(l)).find((m) => m.id === id && !m.method),
+      { what: `the answer to ${id}`, timeoutMs: 15000 }),
+    lines,
+  };
+}
+
+const initialize = (id = 1) => ({
+  jsonrpc: '2.0', id, method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'raw', version: '1' } },
+});
+const call = (id, name, args) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name, arguments: args } });
+
+async function rawSession(w) {
+  w.send(initialize());
+  const init = await w.answer(1);
+  assert.ok(init.result, `initialize answered: ${JSON.stringify(init)}`);
+  w.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  w.send({ jsonrpc: '2.0', id: 2, method: 'tools/list' });
+  await w.answer(2);
+}
+
+test('a repeated refund is replayed, read tools run each time, progress reaches the client', async (t) => {
+  const p = await place(t);
+  const { client } = await agent(t, p);
+  await client.listTools();
+  const args = { order_id: 'ord-1', amount_cents: 1250 };
+  const first = await client.callTool({ name: 'issue_refund', arguments: args });
+  assert.match(toolText(first), /Refunded 1250 on ord-1/);
+  assert.equal(replayMarker(first), undefined);
+  const again = await client.callTool({ name: 'issue_refund', arguments: args });
+  assert.ok(replayMarker(again), 'the model re-issuing the refund gets the replay');
+  assert.equal(toolText(again), toolText(first));
+  assert.equal((await readLedger(p.ledger)).length, 1, 'executed once');
+
+  for (let i = 0; i < 2; i++) {
+    const echo = await client.callTool({ name: 'echo', arguments: { text: 'same words' } });
+    assert.equal(toolText(echo), 'same words');
+    assert.equal(replayMarker(echo), undefined, 'a read tool runs each time');
+  }
+
+  const seen = [];
+  const done = await client.callTool({ name: 'progress', arguments: { steps: 4 } }, undefined, {
+    onprogress: (pr) => seen.push(pr.progress),
+  });
+  assert.equal(toolText(done), 'done');
+  assert.deepEqual(seen, [1, 2, 3, 4], 'every progress notification arrived, in order');
+});
+
+test('across agent runs (closed, then killed) the repeat is replayed, not run again', async (t) => {
+  const p = await place(t);
+  const args = { order_id: 'ord-restart', amount_cents: 990 };
+
+  const run1 = await agent(t, p, { name: 'run 1' });
+  await run1.client.listTools();
+  const first = await run1.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.match(toolText(first), /Refunded 990/);
+  await run1.client.close();
+  await waitFor(() => !alive(run1.pid), { what: 'the first wrapper to exit' });
+
+  // the agent restarted mid-task, with the 2.x SDK this time
+  const run2 = await agent(t, p, { name: 'run 2', v2: true });
+  await run2.client.listTools();
+  const second = await run2.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.ok(replayMarker(second), 'a new wrapper process replays the first run\'s call');
+  assert.equal(toolText(second), toolText(first));
+
+  // an agent that dies without closing anything
+  process.kill(run2.pid, 'SIGKILL');
+  await waitFor(() => !alive(run2.pid), { what: 'the killed wrapper to go' });
+  const run3 = await agent(t, p, { name: 'run 3' });
+  await run3.client.listTools();
+  const third = await run3.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.ok(replayMarker(third), 'replayed after a kill too');
+  assert.equal((await readLedger(p.ledger)).length, 1, 'one refund in three runs');
+
+  const files = (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db'));
+  assert.equal(files.length, 1, `one store file for one command: ${files}`);
+  assert.match(files[0], /^stdio-ledger-stdio-[0-9a-f]{16}\.db$/);
+});
+
+test('a different command gets a store file of its own', async (t) => {
+  const p = await place(t);
+  const args = { order_id: 'ord-cmd', amount_cents: 5 };
+  const a = await agent(t, p, { name: 'command A' });
+  await a.client.listTools();
+  await a.client.callTool({ name: 'issue_refund', arguments: args });
+  await a.client.close();
+  const b = await agent(t, p, { name: 'command B', command: [NODE, LEDGER_SERVER, '--other'] });
+  await b.client.listTools();
+  const other = await b.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.equal(replayMarker(other), undefined, 'another server is not answered from the first one\'s keys');
+  assert.equal((await readLedger(p.ledger)).length, 2);
+  const files = (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db'));
+  assert.equal(files.length, 2, `two commands, two files: ${files}`);
+});
+
+test('stdout carries JSON-RPC lines only: bad lines get errors and the wrapper goes on', async (t) => {
+  const p = await place(t);
+  const cfg = path.join(p.dir, 'small.yaml');
+  await fs.writeFile(cfg, toYaml({ limits: { max_body: '2KiB' } }));
+  const w = rawWrapper(t, p, { opts: ['-c', cfg] });
+  await rawSession(w);
+
+  w.send('this is not JSON');
+  w.send('42');
+  w.send(`{"jsonrpc":"2.0","id":"big","method":"tools/call","params":{"name":"echo","arguments":{"text":"${'x'.repeat(4000)}"}}}`);
+  // a server that writes garbage on its own stdout: the gateway drops it
+  w.send(call(3, 'garbage', { bytes: 10 }));
+  const ok = await w.answer(3);
+  assert.equal(toolText(ok.result), 'ok');
+  w.send(call(4, 'echo', { text: 'still here' }));
+  const echo = await w.answer(4);
+  assert.equal(toolText(echo.result), 'still here');
+
+  const messages = w.lines().map((l) => JSON.parse(l));
+  for (const m of messages) assert.equal(m.jsonrpc, '2.0', `a JSON-RPC message: ${JSON.stringify(m)}`);
+  const errors = messages.filter((m) => m.error && m.id === null).map((m) => m.error);
+  assert.equal(errors.filter((e) => e.code === -32700).length, 1, 'the line that is not JSON: parse error');
+  assert.equal(errors.filter((e) => e.code === -32600).length, 2, 'a bare number and an over-long line: invalid request');
+  assert.ok(errors.some((e) => /longer than 2048 bytes/.test(e.message)));
+  assert.ok(!w.stdout().includes('this is not JSON-RPC'), 'the server\'s garbage never reaches stdout');
+  w.proc.stdin.end();
+  assert.deepEqual(await w.exited, { code: 0, signal: null });
+});
+
+test('the end of stdin lets a call in flight finish and be recorded, then exits 0 with the server gone', async (t) => {
+  const p = await place(t);
+  const w = rawWrapper(t, p);
+  await rawSession(w);
+  w.send(call(3, 'whoami', {}));
+  const child = Number(/pid (\d+)/.exec(toolText((await w.answer(3)).result))[1]);
+  assert.ok(alive(child));
+  const args = { order_id: 'ord-eof', amount_cents: 77, delay_ms: 700 };
+  w.send(call(4, 'slow_refund', args));
+  await waitFor(async () => (await readLedger(p.ledger)).length === 1, { what: 'the refund to start' });
+  w.proc.stdin.end();
+  assert.deepEqual(await w.exited, { code: 0, signal: null });
+  const answer = w.lines().map((l) => JSON.parse(l)).find((m) => m.id === 4);
+  assert.match(toolText(answer?.result), /Refunded 77 on ord-eof/, 'the call in flight was answered before the exit');
+  assert.ok(!alive(child), 'the server is stopped');
+
+  // recorded: the next run replays it
+  const again = rawWrapper(t, p);
+  await rawSession(again);
+  again.send(call(3, 'slow_refund', args));
+  const replay = await again.answer(3);
+  assert.ok(replayMarker(replay.result), `replayed: ${JSON.stringify(replay)}`);
+  assert.equal((await readLedger(p.ledger)).length, 1);
+  again.proc.stdin.end();
+  assert.equal((await again.exited).code, 0);
+});
+
+test('a command that cannot start: a clear error on stderr and a non-zero exit', async (t) => {
+  const p = await place(t);
+  for (const command of [['no-such-mcp-server-xyz', '--flag'], [path.join(p.dir, 'missing', 'server')]]) {
+    const w = rawWrapper(t, p, { command });
+    const { code } = await w.exited;
+    assert.notEqual(code, 0);
+    assert.match(w.stderr(), /idemgw stdio: cannot start .*(no-such-mcp-server-xyz|server): (command not found on PATH|no such executable file)/);
+    assert.equal(w.stdout(), '', 'nothing on stdout');
+  }
+  const usage = rawWrapper(t, p, { command: [] });
+  assert.equal((await usage.exited).code, 2);
+  assert.match(usage.stderr(), /no command after '--'/);
+});
+
+test('server-memory wrapped: create_entities, marked non_idempotent, is replayed', async (t) => {
+  const p = await place(t);
+  const cfg = path.join(p.dir, 'memory.yaml');
+  await fs.writeFile(cfg, toYaml({ tools: { create_entities: { class: 'non_idempotent' } } }));
+  const memoryFile = path.join(p.dir, 'memory.jsonl');
+  const { client } = await agent(t, p, {
+    command: [NODE, MEMORY_SERVER],
+    opts: ['-c', cfg],
+    env: { MEMORY_FILE_PATH: memoryFile },
+    name: 'server-memory',
+  });
+  await client.listTools();
+  const entities = [{ name: 'wrapped', entityType: 'test', observations: ['first'] }];
+  const first = await client.callTool({ name: 'create_entities', arguments: { entities } });
+  assert.equal(replayMarker(first), undefined);
+  assert.match(toolText(first), /wrapped/, 'the first call created the entity');
+  const again = await client.callTool({ name: 'create_entities', arguments: { entities } });
+  assert.ok(replayMarker(again), 'the second identical call is replayed');
+  assert.equal(toolText(again), toolText(first), 'with the first answer, not the server\'s "already exists" one');
+  const graph = await client.callTool({ name: 'read_graph', arguments: {} });
+  assert.equal(replayMarker(graph), undefined);
+  assert.equal((toolText(graph).match(/"name":\s*"wrapped"/g) ?? []).length, 1);
+});
