@@ -31,7 +31,7 @@ typedef struct stdio_front_opts {
     const char *path;           /* the MCP endpoint requests go to ("/mcp"); copied */
     const char *const *headers; /* "Name: value" lines every request carries too; copied */
     size_t n_headers;
-    size_t max_line; /* the longest message read or answer relayed (the body limit) */
+    size_t max_line; /* the longest message read (the body limit); answers may be 64 MiB */
     /* Gives the gateway one end of a connected socket (takes fd). */
     void (*connect)(void *arg, int fd);
     /* The front has finished (stdin ended, or the server's session ended under it). failed:

@@ -789,7 +789,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
     struct event *ev_hup = evsignal_new(server->base, SIGHUP, on_sighup, (void *)path);
     evsignal_add(ev_term, NULL);
     evsignal_add(ev_int, NULL);
-    evsignal_add(ev_hup, NULL);
+    if (!front) /* a front's config is the file and more: the file alone cannot replace it */
+        evsignal_add(ev_hup, NULL);
     server->fetch_retry = evtimer_new(server->base, start_catalog_fetch, NULL);
     server->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
@@ -804,11 +805,11 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
                  cfg->upstream_url,
                  server->store ? store_backend_name(server->store) : "not configured");
     else
-    log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
-             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
-             server->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
-             cfg->upstream_url,
-             server->store ? store_backend_name(server->store) : "not configured");
+        log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
+                 IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
+                 server->listen_tls ? " with TLS" : "", cfg->admin_listen.host,
+                 cfg->admin_listen.port, cfg->upstream_url,
+                 server->store ? store_backend_name(server->store) : "not configured");
     event_base_dispatch(server->base);
     rc = 0;
     /* the spans of the last requests are still held: send them, within a short deadline */

@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,8 +183,7 @@ static int prepare(config_t *cfg)
         bool runnable = prog && access(prog, X_OK) == 0;
         free(prog);
         if (!runnable) {
-            fprintf(stderr,
-                    "idemgw stdio: cannot start %s: %s\n", cfg->stdio.argv[0],
+            fprintf(stderr, "idemgw stdio: cannot start %s: %s\n", cfg->stdio.argv[0],
                     strchr(cfg->stdio.argv[0], '/') ? "no such executable file"
                                                     : "command not found on PATH");
             return -1;
@@ -280,6 +280,8 @@ int stdio_cmd_main(int argc, char **argv)
     serve_front_t front = {.start = front_start, .stop = front_stop, .arg = &w};
     config_t *run = cfg;
     cfg = NULL; /* the worker owns it now */
+    /* a reload would read the file without the command line's part: SIGHUP does nothing */
+    signal(SIGHUP, SIG_IGN);
     rc = serve_front_run(run, w.args.config, &front);
     if (rc == 0 && w.failed)
         rc = EXIT_FAILED;

@@ -114,11 +114,11 @@ struct stdio_front {
     front_state_t state;
     struct bufferevent *in;
     struct bufferevent *out; /* stdout, or NULL when it is a file: then written at once */
-    bool skipping;     /* the rest of an over-long line is being dropped */
-    bool in_paused;    /* MAX_IN_FLIGHT reached */
-    bool out_full;     /* answers are not read until stdout drains */
-    bool out_broken;   /* stdout failed: what would go there is dropped */
-    bool init_pending; /* an initialize without a session is in flight */
+    bool skipping;           /* the rest of an over-long line is being dropped */
+    bool in_paused;          /* MAX_IN_FLIGHT reached */
+    bool out_full;           /* answers are not read until stdout drains */
+    bool out_broken;         /* stdout failed: what would go there is dropped */
+    bool init_pending;       /* an initialize without a session is in flight */
     waiting_t *waiting, **waiting_tail;
     char *session;  /* Mcp-Session-Id, once initialize answered */
     char *protocol; /* the protocolVersion initialize answered */
@@ -374,6 +374,20 @@ static void answer_missing(xchg_t *x, bool complete)
     emit_error(f, x->id, RPC_INTERNAL_ERROR, message);
 }
 
+/* A session that is gone answers 404: the server exited (or was stopped), and a stdio client
+ * cannot begin another session; so the front ends, as the server did. */
+static void session_lost(stdio_front_t *f)
+{
+    if (f->failed)
+        return;
+    log_error(0, "stdio front: the server's session ended (the server exited?): stopping");
+    f->failed = true;
+    if (f->state < FRONT_DRAINING) {
+        bufferevent_disable(f->in, EV_READ);
+        front_set_state(f, FRONT_DRAINING);
+    }
+}
+
 /* The POST's answer is over: relay a JSON body, make sure a request got a response, and let
  * what waited on it go. */
 static void post_ended(xchg_t *x, bool complete)
@@ -384,16 +398,8 @@ static void post_ended(xchg_t *x, bool complete)
         xchg_deliver(x, (const char *)evbuffer_pullup(x->body, -1), len);
     if (x->id && !x->answered)
         answer_missing(x, complete);
-    /* a session that is gone answers 404: the server exited, and a stdio client cannot start
-     * a new one; so end as the server did */
-    if (x->status == 404 && f->session && !x->initialize && !f->failed) {
-        log_error(0, "stdio front: the session ended (the server exited?): stopping");
-        f->failed = true;
-        if (f->state < FRONT_DRAINING) {
-            bufferevent_disable(f->in, EV_READ);
-            front_set_state(f, FRONT_DRAINING);
-        }
-    }
+    if (x->status == 404 && f->session && !x->initialize)
+        session_lost(f);
     f->n_posts--;
     if (x->initialize) {
         f->init_pending = false;
@@ -432,7 +438,12 @@ static void stream_ended(xchg_t *x)
     f->stream = NULL;
     if (f->state != FRONT_OPEN)
         return;
-    /* 405: the server offers no stream; 404: the session is gone (a request will say so) */
+    if (x->status == 404 && f->session) {
+        session_lost(f);
+        front_check_drained(f);
+        return;
+    }
+    /* 405 (or another refusal): the server offers no stream */
     if (x->status != 200) {
         log_debug(0, "stdio front: no GET stream (HTTP %d)", x->status);
         return;
@@ -553,8 +564,7 @@ static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method,
     x->body = evbuffer_new();
     x->started_ms = util_now_ms();
     http_headers_init(&x->headers);
-    http_parse_init(&x->parser, HTTP_RESPONSE, &answer_cbs, x, &x->headers, &max_head_bytes,
-                    false);
+    http_parse_init(&x->parser, HTTP_RESPONSE, &answer_cbs, x, &x->headers, &max_head_bytes, false);
     struct evbuffer *out = bufferevent_get_output(bev);
     evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: localhost\r\n", method, f->path);
     if (kind == XCHG_POST)
@@ -592,8 +602,8 @@ static void send_line(stdio_front_t *f, const char *line, size_t len)
 {
     json_t *msg = json_loadb(line, len, JSON_DECODE_ANY, NULL);
     json_t *id = json_is_object(msg) ? json_object_get(msg, "id") : NULL;
-    const char *method = json_string_value(json_is_object(msg) ? json_object_get(msg, "method")
-                                                               : NULL);
+    const char *method =
+        json_string_value(json_is_object(msg) ? json_object_get(msg, "method") : NULL);
     bool request = method && id && !json_is_null(id);
     bool initialize = method && strcmp(method, "initialize") == 0;
     xchg_t *x = xchg_open(f, XCHG_POST, "POST", line, len);
@@ -704,8 +714,7 @@ static void on_in_event(struct bufferevent *bev, short what, void *arg)
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     if (what & BEV_EVENT_ERROR)
-        log_warn(0, "stdio front: stdin: %s",
-                 evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        log_warn(0, "stdio front: stdin: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     bufferevent_disable(bev, EV_READ);
     if (f->state >= FRONT_DRAINING)
         return;

@@ -15,21 +15,25 @@
 typedef struct parse_case {
     const char *argv[MAX_ARGS]; /* NULL-terminated */
     stdio_args_result_t want;
-    const char *config;     /* -c, when RUN */
-    size_t n_headers;       /* -H given, when RUN */
-    const char *command0;   /* the command's first word, or NULL for none */
-    size_t command_words;   /* words of the command */
-    const char *msg_has;    /* a piece of the message, when BAD */
+    const char *config;   /* -c, when RUN */
+    size_t n_headers;     /* -H given, when RUN */
+    const char *command0; /* the command's first word, or NULL for none */
+    size_t command_words; /* words of the command */
+    const char *msg_has;  /* a piece of the message, when BAD */
 } parse_case_t;
 
 static const parse_case_t parse_cases[] = {
     {{"stdio", "--", "node", "server.mjs", NULL}, STDIO_ARGS_RUN, NULL, 0, "node", 2, NULL},
     /* the command's own options stay its own, with or without "--" */
-    {{"stdio", "--", "npx", "-y", "pkg", "-c", "x", NULL}, STDIO_ARGS_RUN, NULL, 0, "npx", 5,
-     NULL},
+    {{"stdio", "--", "npx", "-y", "pkg", "-c", "x", NULL}, STDIO_ARGS_RUN, NULL, 0, "npx", 5, NULL},
     {{"stdio", "npx", "-y", "pkg", NULL}, STDIO_ARGS_RUN, NULL, 0, "npx", 3, NULL},
     {{"stdio", "-c", "gw.yaml", "-H", "X-User: ann", "--header", "X-Team: t", "--", "srv", NULL},
-     STDIO_ARGS_RUN, "gw.yaml", 2, "srv", 1, NULL},
+     STDIO_ARGS_RUN,
+     "gw.yaml",
+     2,
+     "srv",
+     1,
+     NULL},
     /* the config's upstream alone */
     {{"stdio", "-c", "gw.yaml", NULL}, STDIO_ARGS_RUN, "gw.yaml", 0, NULL, 0, NULL},
     {{"stdio", "--log-file", "/tmp/l", "--", "srv", NULL}, STDIO_ARGS_RUN, NULL, 0, "srv", 1, NULL},
@@ -40,15 +44,40 @@ static const parse_case_t parse_cases[] = {
     {{"stdio", "-c", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0, "needs a value"},
     {{"stdio", "--bogus", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0, "--bogus"},
     {{"stdio", "-x", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0, "-x"},
-    {{"stdio", "-H", "no colon", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0,
+    {{"stdio", "-H", "no colon", "--", "srv", NULL},
+     STDIO_ARGS_BAD,
+     NULL,
+     0,
+     NULL,
+     0,
      "is not 'Name: value'"},
-    {{"stdio", "-H", ": empty name", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0,
+    {{"stdio", "-H", ": empty name", "--", "srv", NULL},
+     STDIO_ARGS_BAD,
+     NULL,
+     0,
+     NULL,
+     0,
      "is not 'Name: value'"},
-    {{"stdio", "-H", "X-A: b\r\nX-B: c", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0,
+    {{"stdio", "-H", "X-A: b\r\nX-B: c", "--", "srv", NULL},
+     STDIO_ARGS_BAD,
+     NULL,
+     0,
+     NULL,
+     0,
      "line break"},
-    {{"stdio", "-H", "mcp-session-id: s", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0,
+    {{"stdio", "-H", "mcp-session-id: s", "--", "srv", NULL},
+     STDIO_ARGS_BAD,
+     NULL,
+     0,
+     NULL,
+     0,
      "sets itself"},
-    {{"stdio", "-H", "Content-Length: 3", "--", "srv", NULL}, STDIO_ARGS_BAD, NULL, 0, NULL, 0,
+    {{"stdio", "-H", "Content-Length: 3", "--", "srv", NULL},
+     STDIO_ARGS_BAD,
+     NULL,
+     0,
+     NULL,
+     0,
      "sets itself"},
 };
 
