@@ -277,3 +277,61 @@ test('server-memory wrapped: create_entities, marked non_idempotent, is replayed
   assert.equal(replayMarker(graph), undefined);
   assert.equal((toolText(graph).match(/"name":\s*"wrapped"/g) ?? []).length, 1);
 });
+
+test('elicitation inside a protected call: the server asks the client, the answer goes back', async (t) => {
+  const p = await place(t);
+  const { ElicitRequestSchema } = await import('@modelcontextprotocol/sdk/types.js');
+  const transport = new StdioClientTransport({
+    command: IDEMGW_BIN,
+    args: ['stdio', '--', NODE, LEDGER_SERVER],
+    env: agentEnv(p),
+    stderr: 'pipe',
+  });
+  let logs = '';
+  transport.stderr?.on('data', (c) => { logs += c; });
+  keepLogs(t, 'eliciting agent', () => logs);
+  const client = new Client({ name: 'eliciting', version: '1.0.0' }, { capabilities: { elicitation: {} } });
+  const asked = [];
+  client.setRequestHandler(ElicitRequestSchema, async (req) => {
+    asked.push(req.params.message);
+    return { action: 'accept', content: { ok: true } };
+  });
+  await client.connect(transport);
+  t.after(() => client.close().catch(() => {}));
+  await client.listTools();
+  const args = { order_id: 'ord-ask', amount_cents: 300 };
+  const first = await client.callTool({ name: 'confirm_refund', arguments: args });
+  assert.match(toolText(first), /Refunded 300 on ord-ask/);
+  assert.deepEqual(asked, ['Refund 300 on ord-ask?']);
+  const again = await client.callTool({ name: 'confirm_refund', arguments: args });
+  assert.ok(replayMarker(again));
+  assert.equal(asked.length, 1, 'the replay asks nothing');
+  assert.equal((await readLedger(p.ledger)).filter((e) => e.tool === 'confirm_refund').length, 1);
+});
+
+test('a server that exits under the wrapper ends it with status 1', async (t) => {
+  const p = await place(t);
+  // answers initialize, then dies at the first tool call
+  const script = path.join(p.dir, 'dies.sh');
+  await fs.writeFile(script, `#!/bin/sh
+while IFS= read -r line; do
+  case "$line" in
+  *'"method":"initialize"'*)
+    id=$(printf '%s' "$line" | sed 's/.*"id":\\([0-9]*\\).*/\\1/')
+    printf '{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"dies","version":"1"}}}\\n' "$id"
+    ;;
+  *'"method":"tools/call"'*) exit 3 ;;
+  esac
+done
+`, { mode: 0o755 });
+  const w = rawWrapper(t, p, { command: [script] });
+  w.send(initialize());
+  assert.ok((await w.answer(1)).result);
+  w.send({ jsonrpc: '2.0', method: 'notifications/initialized' });
+  w.send(call(2, 'anything', {}));
+  const failed = await w.answer(2);
+  assert.ok(failed.error || failed.result?.isError, `the call in flight is answered: ${JSON.stringify(failed)}`);
+  const { code } = await w.exited;
+  assert.equal(code, 1);
+  assert.match(w.stderr(), /session ended/);
+});
