@@ -37,6 +37,8 @@
 /* The largest answer relayed, when max_line is smaller: answers (a tools/list, a resource) are
  * the server's and may well be larger than what a client sends. */
 #define MIN_ANSWER_BYTES (64 * 1024 * 1024)
+/* How long the DELETE that ends the session may take before the front ends without it. */
+#define DELETE_TIMEOUT_MS 5000
 /* Characters of an HTTP error body quoted in the error a request gets. */
 #define ERROR_QUOTE 200
 
@@ -126,10 +128,11 @@ struct stdio_front {
     size_t n_posts; /* POSTs not yet ended */
     xchg_t *stream; /* the GET stream, or NULL */
     uint64_t stream_retry_ms;
-    struct event *reopen; /* the GET stream's next try */
-    struct event *reaper; /* frees ended exchanges outside their callbacks */
-    struct event *finish; /* calls done() outside any callback of ours */
-    bool failed;          /* the session ended under us (the server went away) */
+    struct event *reopen;  /* the GET stream's next try */
+    struct event *reaper;  /* frees ended exchanges outside their callbacks */
+    struct event *finish;  /* calls done() outside any callback of ours */
+    struct event *give_up; /* the DELETE took too long */
+    bool failed;           /* the session ended under us (the server went away) */
 };
 
 static void front_check_drained(stdio_front_t *f);
@@ -758,10 +761,24 @@ static void front_check_drained(stdio_front_t *f)
     }
     if (f->session && xchg_open(f, XCHG_DELETE, "DELETE", NULL, 0)) {
         front_set_state(f, FRONT_ENDING);
+        struct timeval tv = util_ms_to_tv(DELETE_TIMEOUT_MS);
+        evtimer_add(f->give_up, &tv);
         return;
     }
     front_set_state(f, FRONT_FLUSHING);
     on_out_written(f->out, f);
+}
+
+static void on_give_up(evutil_socket_t fd, short what, void *arg)
+{
+    stdio_front_t *f = arg;
+    if (f->state != FRONT_ENDING)
+        return;
+    log_warn(0, "stdio front: the session's DELETE got no answer in %d ms: ending without it",
+             DELETE_TIMEOUT_MS);
+    for (xchg_t *x = f->all; x; x = x->next)
+        if (x->kind == XCHG_DELETE && !x->ended)
+            xchg_end(x);
 }
 
 static void on_finish(evutil_socket_t fd, short what, void *arg)
@@ -824,6 +841,7 @@ stdio_front_t *stdio_front_new(const stdio_front_opts_t *o, char *msg, size_t ms
     f->reopen = evtimer_new(o->base, on_reopen, f);
     f->reaper = event_new(o->base, -1, 0, on_reap, f);
     f->finish = event_new(o->base, -1, 0, on_finish, f);
+    f->give_up = evtimer_new(o->base, on_give_up, f);
     bufferevent_setcb(in, on_in_read, NULL, on_in_event, f);
     bufferevent_enable(in, EV_READ);
     if (out) {
@@ -865,6 +883,7 @@ void stdio_front_free(stdio_front_t *f)
     event_free(f->reopen);
     event_free(f->reaper);
     event_free(f->finish);
+    event_free(f->give_up);
     for (size_t i = 0; i < f->o.n_headers; i++)
         free(f->headers[i]);
     free(f->headers);
