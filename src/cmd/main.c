@@ -272,7 +272,7 @@ static void usage(FILE *f)
                "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
                "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
                "                                        protected calls and duplicates per tool\n"
-               "       idemgw stdio [-c FILE] [-H 'Name: value']... [-- CMD ARGS...]\n"
+               "       idemgw stdio [-c FILE] [-H 'Name: value']... [--log-file F] [-- CMD ARGS...]\n"
                "                                        wrap a stdio server for a desktop agent\n"
                "       idemgw --version | --help\n"
                "\n"

@@ -75,6 +75,9 @@ static config_t *load_config(const stdio_args_t *a)
     if (!cfg) {
         for (size_t i = 0; i < errs.n; i++)
             fprintf(stderr, "idemgw stdio: %s\n", errs.msgs[i]);
+        if (!a->command)
+            fprintf(stderr, "idemgw stdio: give the server's command after '--', or upstream: "
+                            "{command: [...]} in the config\n");
         config_errors_free(&errs);
         return NULL;
     }
