@@ -13,7 +13,7 @@ import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotoc
 import { Client as V2Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport as V2StdioTransport } from '@modelcontextprotocol/client/stdio';
 import {
-  IDEMGW_BIN, NODE, TESTS, readLedger, replayMarker, tempDir, toolText, toYaml, waitFor,
+  IDEMGW_BIN, NODE, TESTS, readLedger, replayMarker, startRefundServer, tempDir, toolText, toYaml, waitFor,
 } from './lib/harness.mjs';
 
 const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
@@ -67,7 +67,7 @@ async function agent(t, p, { command = [NODE, LEDGER_SERVER], opts = [], env = {
 
 /** The wrapper started by hand: lines written to its stdin, its stdout kept line by line. */
 function rawWrapper(t, p, { command = [NODE, LEDGER_SERVER], opts = [], env = {} } = {}) {
-  const proc = spawn(IDEMGW_BIN, ['stdio', ...opts, '--', ...command], {
+  const proc = spawn(IDEMGW_BIN, ['stdio', ...opts, ...(command ? ['--', ...command] : [])], {
     env: agentEnv(p, env),
     stdio: ['pipe', 'pipe', 'pipe'],
   });
@@ -334,4 +334,35 @@ done
   const { code } = await w.exited;
   assert.equal(code, 1);
   assert.match(w.stderr(), /session ended/);
+});
+
+test('without --, the config\'s upstream: a command with its env, or an HTTP server', async (t) => {
+  const p = await place(t);
+  const cmdCfg = path.join(p.dir, 'command.yaml');
+  const ledger = path.join(p.dir, 'config-ledger.jsonl');
+  await fs.writeFile(cmdCfg, toYaml({ upstream: { command: [NODE, LEDGER_SERVER], env: { LEDGER: ledger } } }));
+  const w = rawWrapper(t, p, { command: null, opts: ['-c', cmdCfg] });
+  await rawSession(w);
+  const args = { order_id: 'ord-config', amount_cents: 12 };
+  w.send(call(3, 'issue_refund', args));
+  assert.match(toolText((await w.answer(3)).result), /Refunded 12/);
+  w.send(call(4, 'issue_refund', args));
+  assert.ok(replayMarker((await w.answer(4)).result));
+  assert.equal((await readLedger(ledger)).length, 1, 'upstream.env set the server\'s ledger');
+  w.proc.stdin.end();
+  assert.equal((await w.exited).code, 0);
+
+  // a remote Streamable HTTP server, for an agent that speaks stdio only
+  const http = await startRefundServer(t);
+  const urlCfg = path.join(p.dir, 'url.yaml');
+  await fs.writeFile(urlCfg, toYaml({ upstream: http.url }));
+  const u = rawWrapper(t, p, { command: null, opts: ['-c', urlCfg] });
+  await rawSession(u);
+  u.send(call(3, 'issue_refund', args));
+  assert.match(toolText((await u.answer(3)).result), /Refunded 12 cents/);
+  u.send(call(4, 'issue_refund', args));
+  assert.ok(replayMarker((await u.answer(4)).result));
+  assert.equal((await readLedger(http.ledger)).length, 1);
+  u.proc.stdin.end();
+  assert.equal((await u.exited).code, 0);
 });
