@@ -5,7 +5,9 @@
  * answer is written back as one line per JSON-RPC message. Once initialize has answered, every
  * request carries its Mcp-Session-Id and MCP-Protocol-Version, and a GET stream brings what the
  * server sends outside a request. When stdin ends, what is in flight finishes, the session is
- * ended with DELETE, stdout is flushed, and done() is called.
+ * ended with DELETE, stdout is flushed, and done() is called. A request's event stream that
+ * ends before its response, with an event id (a server that polls), is resumed with GET and
+ * Last-Event-ID, as a Streamable HTTP client would.
  *
  * stdout carries nothing but JSON-RPC lines. A line that is not JSON gets a parse error
  * (-32700), one that is not an object or array an invalid request error (-32600), one longer

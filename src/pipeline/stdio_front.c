@@ -37,6 +37,9 @@
 /* The largest answer relayed, when max_line is smaller: answers (a tools/list, a resource) are
  * the server's and may well be larger than what a client sends. */
 #define MIN_ANSWER_BYTES (64 * 1024 * 1024)
+/* Times a request's event stream is resumed (GET with Last-Event-ID) after it ended without
+ * the response, as a server that polls asks (SSE polling), before the request gets an error. */
+#define MAX_RESUMES 20
 /* How long the DELETE that ends the session may take before the front ends without it. */
 #define DELETE_TIMEOUT_MS 5000
 /* Characters of an HTTP error body quoted in the error a request gets. */
@@ -77,6 +80,7 @@ static const char *front_state_str(front_state_t st)
 
 typedef enum {
     XCHG_POST = 0, /* one message from stdin */
+    XCHG_RESUME,   /* the same request's event stream, resumed after it ended early */
     XCHG_STREAM,   /* the session's GET stream */
     XCHG_DELETE,   /* the end of the session */
 } xchg_kind_t;
@@ -94,6 +98,8 @@ typedef struct xchg {
     struct evbuffer *body; /* a JSON answer so far */
     bool too_large;        /* the JSON answer passed max_line: not relayed */
     json_t *id;            /* the request's id when the message is one request, else NULL */
+    char *last_event_id;   /* the id of the answer's last event that had one, or NULL */
+    int resumes;           /* how many resumes came before this one (XCHG_RESUME) */
     bool initialize;       /* the message is initialize */
     bool answered;         /* a response to id went to stdout */
     bool complete;         /* the whole answer arrived */
@@ -246,6 +252,8 @@ static void on_out_event(struct bufferevent *bev, short what, void *arg)
 /* --- exchanges with the gateway --- */
 
 static void xchg_end(xchg_t *x);
+static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method, const char *body,
+                         size_t len, const char *last_event_id);
 
 /* A message of the answer (a JSON body or an event's data): to stdout, noting whether it
  * answered the request. An error the gateway wrote without an id (its own JSON-RPC errors
@@ -286,6 +294,10 @@ static void xchg_deliver(xchg_t *x, const char *text, size_t len)
 static int on_event(const sse_event_t *ev, void *arg)
 {
     xchg_t *x = arg;
+    if (ev->id) {
+        free(x->last_event_id);
+        x->last_event_id = *ev->id ? xstrdup(ev->id) : NULL;
+    }
     if (ev->data_len > 0) /* a priming event carries an id and no data */
         xchg_deliver(x, ev->data, ev->data_len);
     return 0;
@@ -391,6 +403,25 @@ static void session_lost(stdio_front_t *f)
     }
 }
 
+/* A request's event stream that ended before its response, with an event id: the server
+ * (SSE polling) or the gateway expects the client to come back with GET and Last-Event-ID. The
+ * resume takes the request's place among those in flight. */
+static bool resume(xchg_t *x)
+{
+    stdio_front_t *f = x->front;
+    if (!x->sse || x->status != 200 || !x->last_event_id || !f->session ||
+        x->resumes >= MAX_RESUMES || f->state >= FRONT_ENDING)
+        return false;
+    xchg_t *r = xchg_open(f, XCHG_RESUME, "GET", NULL, 0, x->last_event_id);
+    if (!r)
+        return false;
+    log_debug(0, "stdio front: resuming a request's stream after event %s", x->last_event_id);
+    r->id = json_incref(x->id);
+    r->resumes = x->resumes + 1;
+    f->n_posts++;
+    return true;
+}
+
 /* The POST's answer is over: relay a JSON body, make sure a request got a response, and let
  * what waited on it go. */
 static void post_ended(xchg_t *x, bool complete)
@@ -399,7 +430,7 @@ static void post_ended(xchg_t *x, bool complete)
     size_t len = evbuffer_get_length(x->body);
     if (!x->sse && len && !x->too_large)
         xchg_deliver(x, (const char *)evbuffer_pullup(x->body, -1), len);
-    if (x->id && !x->answered)
+    if (x->id && !x->answered && !resume(x))
         answer_missing(x, complete);
     if (x->status == 404 && f->session && !x->initialize)
         session_lost(f);
@@ -471,6 +502,7 @@ static void xchg_end(xchg_t *x)
     stdio_front_t *f = x->front;
     switch (x->kind) {
     case XCHG_POST:
+    case XCHG_RESUME:
         post_ended(x, x->complete);
         break;
     case XCHG_STREAM:
@@ -524,6 +556,7 @@ static void xchg_free(xchg_t *x)
     http_headers_free(&x->headers);
     evbuffer_free(x->body);
     json_decref(x->id);
+    free(x->last_event_id);
     free(x);
 }
 
@@ -545,7 +578,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 /* A request to the gateway on a new connection; NULL when no socket could be made (said in
  * the log). body NULL: none. */
 static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method, const char *body,
-                         size_t len)
+                         size_t len, const char *last_event_id)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -575,8 +608,10 @@ static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method,
                             "Content-Type: application/json\r\nContent-Length: %zu\r\n"
                             "Accept: application/json, text/event-stream\r\n",
                             len);
-    else if (kind == XCHG_STREAM)
+    else
         evbuffer_add_printf(out, "Accept: text/event-stream\r\n");
+    if (last_event_id)
+        evbuffer_add_printf(out, "Last-Event-ID: %s\r\n", last_event_id);
     if (f->session)
         evbuffer_add_printf(out, "Mcp-Session-Id: %s\r\n", f->session);
     if (f->protocol)
@@ -595,7 +630,7 @@ static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method,
 
 static void stream_open(stdio_front_t *f)
 {
-    f->stream = xchg_open(f, XCHG_STREAM, "GET", NULL, 0);
+    f->stream = xchg_open(f, XCHG_STREAM, "GET", NULL, 0, NULL);
 }
 
 /* --- stdin --- */
@@ -609,7 +644,7 @@ static void send_line(stdio_front_t *f, const char *line, size_t len)
         json_string_value(json_is_object(msg) ? json_object_get(msg, "method") : NULL);
     bool request = method && id && !json_is_null(id);
     bool initialize = method && strcmp(method, "initialize") == 0;
-    xchg_t *x = xchg_open(f, XCHG_POST, "POST", line, len);
+    xchg_t *x = xchg_open(f, XCHG_POST, "POST", line, len, NULL);
     if (!x) {
         if (request)
             emit_error(f, id, RPC_INTERNAL_ERROR, "idemgw: cannot reach the gateway");
@@ -759,7 +794,7 @@ static void front_check_drained(stdio_front_t *f)
         bufferevent_disable(s->bev, EV_READ | EV_WRITE);
         event_active(f->reaper, 0, 0);
     }
-    if (f->session && xchg_open(f, XCHG_DELETE, "DELETE", NULL, 0)) {
+    if (f->session && xchg_open(f, XCHG_DELETE, "DELETE", NULL, 0, NULL)) {
         front_set_state(f, FRONT_ENDING);
         struct timeval tv = util_ms_to_tv(DELETE_TIMEOUT_MS);
         evtimer_add(f->give_up, &tv);

@@ -345,7 +345,7 @@ done
   assert.match(w.stderr(), /session ended/);
 });
 
-test('without --, the config\'s upstream: a command with its env, or an HTTP server', async (t) => {
+test('without --, the config\'s upstream: a command with its env, or an HTTP server (polling too)', async (t) => {
   const p = await place(t);
   const cmdCfg = path.join(p.dir, 'command.yaml');
   const ledger = path.join(p.dir, 'config-ledger.jsonl');
@@ -372,6 +372,13 @@ test('without --, the config\'s upstream: a command with its env, or an HTTP ser
   u.send(call(4, 'issue_refund', args));
   assert.ok(replayMarker((await u.answer(4)).result));
   assert.equal((await readLedger(http.ledger)).length, 1);
+  // a server that polls (its stream ends after the priming event): the wrapper resumes it
+  const polled = { order_id: 'ord-poll', amount_cents: 13 };
+  u.send(call(5, 'polling_refund', polled));
+  assert.match(toolText((await u.answer(5)).result), /Refunded 13 cents/);
+  u.send(call(6, 'polling_refund', polled));
+  assert.ok(replayMarker((await u.answer(6)).result));
+  assert.equal((await readLedger(http.ledger)).length, 2);
   u.proc.stdin.end();
   assert.equal((await u.exited).code, 0);
 });
