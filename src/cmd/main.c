@@ -346,8 +346,10 @@ static bool catalog_wanted(const config_t *cfg)
 
 static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
 {
+    /* a front end's one agent lists the tools itself (its answer is learned); a fetch of our
+     * own would start a second copy of a stdio server beside the agent's */
     if (server->draining || server->fetch || server->catalog_fetched ||
-        !catalog_wanted(server->cfg))
+        !catalog_wanted(server->cfg) || front)
         return;
     catalog_fetch_opts_t o = {
         .base = server->base,

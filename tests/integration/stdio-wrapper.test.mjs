@@ -28,6 +28,18 @@ const alive = (pid) => {
   }
 };
 
+/** Processes whose parent is pid. */
+async function children(pid) {
+  const out = [];
+  for (const d of await fs.readdir('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    const stat = await fs.readFile(`/proc/${d}/stat`, 'utf8').catch(() => '');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(f[1]) === pid && f[0] !== 'Z') out.push(Number(d));
+  }
+  return out;
+}
+
 /** A folder for one test: the state home (the stores), the ledger, config files. */
 async function place(t) {
   const dir = await tempDir(t, 'idemgw-wrap-');
@@ -229,6 +241,7 @@ test('the end of stdin lets a call in flight finish and be recorded, then exits 
   w.send(call(3, 'whoami', {}));
   const child = Number(/pid (\d+)/.exec(toolText((await w.answer(3)).result))[1]);
   assert.ok(alive(child));
+  assert.deepEqual(await children(w.proc.pid), [child], 'one copy of the server: the session\'s');
   const args = { order_id: 'ord-eof', amount_cents: 77, delay_ms: 700 };
   w.send(call(4, 'slow_refund', args));
   await waitFor(async () => (await readLedger(p.ledger)).length === 1, { what: 'the refund to start' });
