@@ -395,3 +395,44 @@ test('without --, the config\'s upstream: a command with its env, or an HTTP ser
   u.proc.stdin.end();
   assert.equal((await u.exited).code, 0);
 });
+
+test('the caller is the local user, or what -H gives a configured subject header; idemgw key finds the row', async (t) => {
+  const p = await place(t);
+  const os = await import('node:os');
+  const args = { order_id: 'ord-key', amount_cents: 44 };
+  const keyShow = async (subject, file) => {
+    const out = await new Promise((resolve) => {
+      const k = spawn(IDEMGW_BIN, ['key', '--subject', subject, '--tool', 'issue_refund', '--args', JSON.stringify(args),
+        '--database-url', `sqlite:${file}`, '--show'], { env: { ...process.env } });
+      let text = '';
+      k.stdout.on('data', (c) => { text += c; });
+      k.on('exit', (code) => resolve({ code, text }));
+    });
+    return out;
+  };
+  const storeFiles = async () => (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db'));
+
+  const w = rawWrapper(t, p);
+  await rawSession(w);
+  w.send(call(3, 'issue_refund', args));
+  await w.answer(3);
+  w.proc.stdin.end();
+  assert.equal((await w.exited).code, 0);
+  const [file] = await storeFiles();
+  const mine = await keyShow(`local:${os.userInfo().username}`, path.join(p.state, 'idemgw', file));
+  assert.equal(mine.code, 0, 'the row is under local:USER');
+  assert.match(mine.text, /"state":"succeeded"/);
+
+  const cfg = path.join(p.dir, 'subject.yaml');
+  await fs.writeFile(cfg, toYaml({ subject: { header: 'X-Subject' } }));
+  const h = rawWrapper(t, p, { opts: ['-c', cfg, '-H', 'X-Subject: alice'] });
+  await rawSession(h);
+  h.send(call(3, 'issue_refund', args));
+  const answer = await h.answer(3);
+  assert.equal(replayMarker(answer.result), undefined, 'another caller: its own key');
+  h.proc.stdin.end();
+  assert.equal((await h.exited).code, 0);
+  const alice = await keyShow('alice', path.join(p.state, 'idemgw', file));
+  assert.equal(alice.code, 0, 'the row is under the header\'s subject');
+  assert.equal((await readLedger(p.ledger)).length, 2);
+});

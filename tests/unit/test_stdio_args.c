@@ -197,9 +197,19 @@ static void test_store_file_per_command(void **state)
     assert_null(stdio_args_store_file(def, none));
 }
 
+static void test_result_str(void **state)
+{
+    (void)state;
+    assert_string_equal(stdio_args_result_str(STDIO_ARGS_RUN), "run");
+    assert_string_equal(stdio_args_result_str(STDIO_ARGS_HELP), "help");
+    assert_string_equal(stdio_args_result_str(STDIO_ARGS_BAD), "bad");
+    assert_string_equal(stdio_args_result_str((stdio_args_result_t)99), "?");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_result_str),
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_parse_keeps_headers),
         cmocka_unit_test(test_store_file),
