@@ -85,10 +85,34 @@ typedef enum {
     XCHG_DELETE,   /* the end of the session */
 } xchg_kind_t;
 
+/* Where an exchange is: each state a place the code can list, changed in xchg_set_state. */
+typedef enum {
+    XCHG_ASKING = 0, /* the request is written; no answer head yet */
+    XCHG_ANSWERING,  /* the answer's head is read; its body is arriving */
+    XCHG_ANSWERED,   /* the whole answer arrived */
+    XCHG_ENDED,      /* acted upon (complete or cut short); waits for the reaper */
+} xchg_state_t;
+
+static const char *xchg_state_str(xchg_state_t st)
+{
+    switch (st) {
+    case XCHG_ASKING:
+        return "asking";
+    case XCHG_ANSWERING:
+        return "answering";
+    case XCHG_ANSWERED:
+        return "answered";
+    case XCHG_ENDED:
+        return "ended";
+    }
+    return "?";
+}
+
 /* One HTTP request to the gateway and its answer, on a connection of its own. */
 typedef struct xchg {
     stdio_front_t *front;
     xchg_kind_t kind;
+    xchg_state_t state;
     struct bufferevent *bev; /* our end of the socket pair */
     http_parser_t parser;
     http_headers_t headers;
@@ -102,8 +126,6 @@ typedef struct xchg {
     int resumes;           /* how many resumes came before this one (XCHG_RESUME) */
     bool initialize;       /* the message is initialize */
     bool answered;         /* a response to id went to stdout */
-    bool complete;         /* the whole answer arrived */
-    bool ended;            /* the answer is over: waits for the reaper */
     uint64_t started_ms;
     struct xchg *next;
 } xchg_t;
@@ -159,7 +181,7 @@ static void out_pause_answers(stdio_front_t *f, bool paused)
 {
     f->out_full = paused;
     for (xchg_t *x = f->all; x; x = x->next)
-        if (!x->ended) {
+        if (x->state != XCHG_ENDED) {
             if (paused)
                 bufferevent_disable(x->bev, EV_READ);
             else
@@ -252,6 +274,14 @@ static void on_out_event(struct bufferevent *bev, short what, void *arg)
 /* --- exchanges with the gateway --- */
 
 static void xchg_end(xchg_t *x);
+
+/* Every change of an exchange's state; they only go forward. */
+static void xchg_set_state(xchg_t *x, xchg_state_t st)
+{
+    assert(st > x->state);
+    log_debug(0, "stdio front: exchange %s -> %s", xchg_state_str(x->state), xchg_state_str(st));
+    x->state = st;
+}
 static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method, const char *body,
                          size_t len, const char *last_event_id);
 
@@ -322,6 +352,7 @@ static int on_head(void *arg)
     x->status = x->parser.llhttp.status_code;
     if (x->status < 200)
         return 0;
+    xchg_set_state(x, XCHG_ANSWERING);
     const char *ct = http_headers_get(&x->headers, "content-type");
     x->sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
     if (x->sse)
@@ -353,7 +384,7 @@ static int on_end(void *arg)
     xchg_t *x = arg;
     if (x->status < 200)
         return 0; /* an interim answer: the real one follows */
-    x->complete = true;
+    xchg_set_state(x, XCHG_ANSWERED);
     return HTTP_PARSE_STOP;
 }
 
@@ -495,15 +526,16 @@ static void stream_ended(xchg_t *x)
  * freed by the reaper. */
 static void xchg_end(xchg_t *x)
 {
-    if (x->ended)
+    if (x->state == XCHG_ENDED)
         return;
-    x->ended = true;
+    bool complete = x->state == XCHG_ANSWERED;
+    xchg_set_state(x, XCHG_ENDED);
     bufferevent_disable(x->bev, EV_READ | EV_WRITE);
     stdio_front_t *f = x->front;
     switch (x->kind) {
     case XCHG_POST:
     case XCHG_RESUME:
-        post_ended(x, x->complete);
+        post_ended(x, complete);
         break;
     case XCHG_STREAM:
         stream_ended(x);
@@ -523,7 +555,7 @@ static void on_xchg_read(struct bufferevent *bev, void *arg)
 {
     xchg_t *x = arg;
     struct evbuffer *in = bufferevent_get_input(bev);
-    while (!x->ended && evbuffer_get_length(in) > 0) {
+    while (x->state != XCHG_ENDED && evbuffer_get_length(in) > 0) {
         http_parse_result_t r = http_parse_chunk(&x->parser, in);
         if (r == HTTP_PARSE_END) {
             xchg_end(x);
@@ -542,7 +574,7 @@ static void on_xchg_event(struct bufferevent *bev, short what, void *arg)
     if (!(what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)))
         return;
     on_xchg_read(bev, x); /* what arrived with the close */
-    if (!x->ended && x->status >= 200)
+    if (x->state == XCHG_ANSWERING)
         http_parse_finish(&x->parser); /* a body that ends at the close ends here */
     xchg_end(x);
 }
@@ -566,7 +598,7 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
     xchg_t **pp = &f->all;
     while (*pp) {
         xchg_t *x = *pp;
-        if (x->ended) {
+        if (x->state == XCHG_ENDED) {
             *pp = x->next;
             xchg_free(x);
         } else {
@@ -790,7 +822,7 @@ static void front_check_drained(stdio_front_t *f)
     if (f->stream) {
         xchg_t *s = f->stream;
         f->stream = NULL;
-        s->ended = true;
+        xchg_set_state(s, XCHG_ENDED);
         bufferevent_disable(s->bev, EV_READ | EV_WRITE);
         event_active(f->reaper, 0, 0);
     }
@@ -812,7 +844,7 @@ static void on_give_up(evutil_socket_t fd, short what, void *arg)
     log_warn(0, "stdio front: the session's DELETE got no answer in %d ms: ending without it",
              DELETE_TIMEOUT_MS);
     for (xchg_t *x = f->all; x; x = x->next)
-        if (x->kind == XCHG_DELETE && !x->ended)
+        if (x->kind == XCHG_DELETE && x->state != XCHG_ENDED)
             xchg_end(x);
 }
 
