@@ -146,15 +146,17 @@ struct stdio_front {
     struct bufferevent *out; /* stdout, or NULL when it is a file: then written at once */
     bool skipping;           /* the rest of an over-long line is being dropped */
     bool in_paused;          /* MAX_IN_FLIGHT reached */
+    bool in_eof;             /* stdin has ended (what it held may still wait in its buffer) */
     bool out_full;           /* answers are not read until stdout drains */
     bool out_broken;         /* stdout failed: what would go there is dropped */
     bool init_pending;       /* an initialize without a session is in flight */
     waiting_t *waiting, **waiting_tail;
-    char *session;  /* Mcp-Session-Id, once initialize answered */
-    char *protocol; /* the protocolVersion initialize answered */
-    xchg_t *all;    /* every exchange not yet freed */
-    size_t n_posts; /* POSTs not yet ended */
-    xchg_t *stream; /* the GET stream, or NULL */
+    size_t n_waiting; /* messages in waiting */
+    char *session;    /* Mcp-Session-Id, once initialize answered */
+    char *protocol;   /* the protocolVersion initialize answered */
+    xchg_t *all;      /* every exchange not yet freed */
+    size_t n_posts;   /* POSTs not yet ended */
+    xchg_t *stream;   /* the GET stream, or NULL */
     uint64_t stream_retry_ms;
     struct event *reopen;  /* the GET stream's next try */
     struct event *reaper;  /* frees ended exchanges outside their callbacks */
@@ -166,6 +168,7 @@ struct stdio_front {
 static void front_check_drained(stdio_front_t *f);
 static void stream_open(stdio_front_t *f);
 static void send_line(stdio_front_t *f, const char *line, size_t len);
+static void in_resume(stdio_front_t *f);
 
 /* Every change of the front's state; they only go forward. */
 static void front_set_state(stdio_front_t *f, front_state_t st)
@@ -478,15 +481,13 @@ static void post_ended(xchg_t *x, bool complete)
             f->waiting = w->next;
             if (!f->waiting)
                 f->waiting_tail = &f->waiting;
+            f->n_waiting--;
             send_line(f, w->line, w->len);
             free(w->line);
             free(w);
         }
     }
-    if (f->in_paused && f->n_posts < MAX_IN_FLIGHT && f->state < FRONT_DRAINING) {
-        f->in_paused = false;
-        bufferevent_enable(f->in, EV_READ);
-    }
+    in_resume(f);
     front_check_drained(f);
 }
 
@@ -730,6 +731,11 @@ static void handle_line(stdio_front_t *f, const char *line, size_t len)
         w->len = len;
         *f->waiting_tail = w;
         f->waiting_tail = &w->next;
+        /* a client that does not wait for initialize's answer is not read without bound */
+        if (++f->n_waiting >= MAX_IN_FLIGHT && !f->in_paused) {
+            f->in_paused = true;
+            bufferevent_disable(f->in, EV_READ);
+        }
         return;
     }
     send_line(f, line, len);
@@ -743,20 +749,19 @@ static void too_long(stdio_front_t *f)
     emit_error(f, NULL, RPC_INVALID_REQUEST, message);
 }
 
-static void on_in_read(struct bufferevent *bev, void *arg)
+/* The lines in stdin's buffer, as many as may go now; once stdin has ended, the last one
+ * without its newline too (still a message), then the drain. Run on new input, at the end of
+ * stdin, and when a pause is over. */
+static void in_process(stdio_front_t *f)
 {
-    stdio_front_t *f = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    while (!f->in_paused && f->state < FRONT_DRAINING) {
+    struct evbuffer *in = bufferevent_get_input(f->in);
+    while (!f->in_paused && f->state < FRONT_DRAINING && evbuffer_get_length(in)) {
         size_t eol_len = 0;
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
         if (f->skipping) {
-            if (eol.pos < 0) {
-                evbuffer_drain(in, evbuffer_get_length(in));
-                return;
-            }
-            evbuffer_drain(in, (size_t)eol.pos + eol_len);
-            f->skipping = false;
+            size_t n = eol.pos < 0 ? evbuffer_get_length(in) : (size_t)eol.pos + eol_len;
+            evbuffer_drain(in, n);
+            f->skipping = eol.pos < 0;
             continue;
         }
         if (eol.pos < 0) {
@@ -765,17 +770,45 @@ static void on_in_read(struct bufferevent *bev, void *arg)
                 evbuffer_drain(in, evbuffer_get_length(in));
                 f->skipping = true;
             }
-            return;
+            break;
         }
         size_t n = (size_t)eol.pos;
-        if (n > f->o.max_line) {
+        if (n > f->o.max_line)
             too_long(f);
-        } else {
-            const char *line = (const char *)evbuffer_pullup(in, (ssize_t)n);
-            handle_line(f, line, n);
-        }
+        else
+            handle_line(f, (const char *)evbuffer_pullup(in, (ssize_t)n), n);
         evbuffer_drain(in, n + eol_len);
     }
+    if (!f->in_eof || f->in_paused || f->state >= FRONT_DRAINING)
+        return;
+    size_t n = evbuffer_get_length(in);
+    if (n && !f->skipping) {
+        if (n > f->o.max_line)
+            too_long(f);
+        else
+            handle_line(f, (const char *)evbuffer_pullup(in, -1), n);
+    }
+    evbuffer_drain(in, n);
+    log_info(0, "stdio front: stdin ended: finishing %zu requests in flight", f->n_posts);
+    front_set_state(f, FRONT_DRAINING);
+    front_check_drained(f);
+}
+
+/* Reading stopped at MAX_IN_FLIGHT; it goes on once fewer are in flight (or waiting). */
+static void in_resume(stdio_front_t *f)
+{
+    if (!f->in_paused || f->n_posts >= MAX_IN_FLIGHT || f->n_waiting >= MAX_IN_FLIGHT ||
+        f->state >= FRONT_DRAINING)
+        return;
+    f->in_paused = false;
+    if (!f->in_eof)
+        bufferevent_enable(f->in, EV_READ);
+    in_process(f); /* what was read before the pause */
+}
+
+static void on_in_read(struct bufferevent *bev, void *arg)
+{
+    in_process(arg);
 }
 
 static void on_in_event(struct bufferevent *bev, short what, void *arg)
@@ -786,22 +819,8 @@ static void on_in_event(struct bufferevent *bev, short what, void *arg)
     if (what & BEV_EVENT_ERROR)
         log_warn(0, "stdio front: stdin: %s", evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
     bufferevent_disable(bev, EV_READ);
-    if (f->state >= FRONT_DRAINING)
-        return;
-    /* a last message without its newline is still a message */
-    struct evbuffer *in = bufferevent_get_input(bev);
-    on_in_read(bev, f);
-    size_t n = evbuffer_get_length(in);
-    if (n && !f->skipping && !f->in_paused) {
-        if (n > f->o.max_line)
-            too_long(f);
-        else
-            handle_line(f, (const char *)evbuffer_pullup(in, -1), n);
-        evbuffer_drain(in, n);
-    }
-    log_info(0, "stdio front: stdin ended: finishing %zu requests in flight", f->n_posts);
-    front_set_state(f, FRONT_DRAINING);
-    front_check_drained(f);
+    f->in_eof = true;
+    in_process(f);
 }
 
 /* --- the end --- */
@@ -812,12 +831,6 @@ static void front_check_drained(stdio_front_t *f)
 {
     if (f->state != FRONT_DRAINING || f->n_posts || f->init_pending || f->waiting)
         return;
-    /* messages read but held back by MAX_IN_FLIGHT are sent before the end */
-    if (f->in_paused) {
-        f->in_paused = false;
-        bufferevent_enable(f->in, EV_READ);
-        return;
-    }
     evtimer_del(f->reopen);
     if (f->stream) {
         xchg_t *s = f->stream;

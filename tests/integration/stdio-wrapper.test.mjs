@@ -436,3 +436,16 @@ test('the caller is the local user, or what -H gives a configured subject header
   assert.equal(alice.code, 0, 'the row is under the header\'s subject');
   assert.equal((await readLedger(p.ledger)).length, 2);
 });
+
+test('a burst of 150 calls written at once, then the end of stdin: every one is answered', async (t) => {
+  const p = await place(t);
+  const w = rawWrapper(t, p);
+  // no waiting for initialize's answer either: the wrapper holds them until the session exists
+  const lines = [JSON.stringify(initialize()), JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' })];
+  for (let i = 0; i < 150; i++) lines.push(JSON.stringify(call(100 + i, 'echo', { text: `n${i}`, delay_ms: 30 })));
+  w.proc.stdin.end(`${lines.join('\n')}\n`);
+  assert.deepEqual(await w.exited, { code: 0, signal: null });
+  const answers = new Map(w.lines().map((l) => JSON.parse(l)).filter((m) => m.id >= 100).map((m) => [m.id, m]));
+  assert.equal(answers.size, 150);
+  for (let i = 0; i < 150; i++) assert.equal(toolText(answers.get(100 + i).result), `n${i}`);
+});
