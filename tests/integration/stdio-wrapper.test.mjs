@@ -123,7 +123,7 @@ async function rawSession(w) {
 
 test('a repeated refund is replayed, read tools run each time, progress reaches the client', async (t) => {
   const p = await place(t);
-  const { client, transport } = await agent(t, p);
+  const { client, transport, logs } = await agent(t, p);
   await client.listTools();
   const args = { order_id: 'ord-1', amount_cents: 1250 };
   const first = await client.callTool({ name: 'issue_refund', arguments: args });
@@ -139,6 +139,8 @@ test('a repeated refund is replayed, read tools run each time, progress reaches 
     assert.equal(toolText(echo), 'same words');
     assert.equal(replayMarker(echo), undefined, 'a read tool runs each time');
   }
+  const forwarded = () => logs().split('\n').filter((l) => l.includes('"tool":"echo"') && l.includes('"outcome":"forwarded"'));
+  await waitFor(() => forwarded().length === 2, { what: 'both echo calls logged as forwarded to the server' });
 
   // Read where the client's transport hands messages over: the 1.x SDK runs notification
   // handlers a microtask later than it settles a response, so when a busy machine delivers the
