@@ -8,6 +8,7 @@
 #include "stdio_args.h"
 #include "stdio_front.h"
 #include "store_open.h"
+#include "store_sqlite.h"
 #include "upstream_stdio.h"
 #include "util.h"
 
@@ -28,6 +29,9 @@ extern char **environ;
 /* A wrapper's session lasts as long as the wrapper: the stdio upstream's idle timeout would
  * end it (and stop the server) under a client that cannot start another. */
 #define SESSION_FOREVER_MS (100ULL * 365 * 24 * 3600 * 1000)
+
+/* Store files tried for copies of one command running at once; the last one refuses. */
+#define MAX_INSTANCES 8
 
 /* The loader insists on an upstream; the command replaces this stand-in right after. */
 #define UPSTREAM_STAND_IN "http://127.0.0.1:9/mcp"
@@ -148,7 +152,15 @@ static int choose_store(config_t *cfg)
     char *const url_words[] = {cfg->upstream_url, NULL};
     char *const *words = cfg->stdio.argv ? cfg->stdio.argv : url_words;
     char *def = store_default_path();
-    char *file = stdio_args_store_file(def, words);
+    char *file = stdio_args_store_file(def, words, 0);
+    /* a copy of this command already running (another agent window) holds its file: the
+     * next file that is free, so both run (each replays what went through its own file) */
+    for (unsigned i = 1; file && i < MAX_INSTANCES && store_sqlite_held(file); i++) {
+        char *next = stdio_args_store_file(def, words, i);
+        log_warn(0, "store: %s is held by another copy of this command: using %s", file, next);
+        free(file);
+        file = next;
+    }
     free(def);
     if (!file) {
         fprintf(stderr, "idemgw stdio: no folder for the store (none of STATE_DIRECTORY, "

@@ -451,3 +451,19 @@ test('a burst of 150 calls written at once, then the end of stdin: every one is 
   assert.equal(answers.size, 150);
   for (let i = 0; i < 150; i++) assert.equal(toolText(answers.get(100 + i).result), `n${i}`);
 });
+
+test('two copies of one command at once (two agent windows): the second takes a file of its own', async (t) => {
+  const p = await place(t);
+  const first = await agent(t, p, { name: 'window 1' });
+  await first.client.listTools();
+  const second = await agent(t, p, { name: 'window 2' });
+  await second.client.listTools();
+  const args = { order_id: 'ord-windows', amount_cents: 8 };
+  assert.equal(replayMarker(await first.client.callTool({ name: 'issue_refund', arguments: args })), undefined);
+  assert.ok(replayMarker(await first.client.callTool({ name: 'issue_refund', arguments: args })));
+  assert.match(second.logs(), /is held by another copy of this command: using .*-2\.db/);
+  const files = (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db')).sort();
+  assert.equal(files.length, 2);
+  const copy = files.find((f) => f.endsWith('-2.db'));
+  assert.ok(copy && files.includes(copy.replace('-2.db', '.db')), `the first file and its -2: ${files}`);
+});
