@@ -10,7 +10,6 @@
 
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
@@ -947,16 +946,12 @@ void stdio_front_free(stdio_front_t *f)
         free(w->line);
         free(w);
     }
-    /* what is still queued for stdout gets one blocking try: the last answers matter most */
+    /* what is still queued for stdout (a drain cut short by a signal) goes as far as the pipe
+     * takes it now; never a blocking write, which a client that stopped reading would hang */
     struct evbuffer *left = f->out ? bufferevent_get_output(f->out) : NULL;
-    if (left && !f->out_broken && evbuffer_get_length(left)) {
-        int fd = (int)bufferevent_getfd(f->out);
-        int flags = fcntl(fd, F_GETFL);
-        if (flags >= 0)
-            fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
-        while (evbuffer_get_length(left) && evbuffer_write(left, fd) > 0)
+    if (left && !f->out_broken)
+        while (evbuffer_get_length(left) && evbuffer_write(left, f->o.out_fd) > 0)
             ;
-    }
     bufferevent_free(f->in);
     if (f->out)
         bufferevent_free(f->out);
