@@ -221,6 +221,8 @@ test('stdout carries JSON-RPC lines only: bad lines get errors and the wrapper g
   w.send(call(3, 'garbage', { bytes: 10 }));
   const ok = await w.answer(3);
   assert.equal(toolText(ok.result), 'ok');
+  // SIGHUP is ignored (a reload of the file alone would lose the command line's part)
+  w.proc.kill('SIGHUP');
   w.send(call(4, 'echo', { text: 'still here' }));
   const echo = await w.answer(4);
   assert.equal(toolText(echo.result), 'still here');
