@@ -28,8 +28,9 @@ typedef struct stdio_front stdio_front_t;
 
 typedef struct stdio_front_opts {
     struct event_base *base;
-    int in_fd;                  /* where messages come from (0); made non-blocking */
-    int out_fd;                 /* where answers go (1); made non-blocking */
+    int in_fd;  /* where messages come from (0): a pipe, socket or terminal is watched (and made
+                   non-blocking), a file or /dev/null read a piece per loop turn */
+    int out_fd; /* where answers go (1): the same, a file written at once */
     const char *path;           /* the MCP endpoint requests go to ("/mcp"); copied */
     const char *const *headers; /* "Name: value" lines every request carries too; copied */
     size_t n_headers;

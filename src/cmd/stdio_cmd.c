@@ -13,6 +13,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -259,8 +260,23 @@ static void front_stop(void *arg)
     w->front = NULL;
 }
 
+/* A descriptor of 0, 1 and 2 the agent left closed is /dev/null: else the first file opened
+ * (the store) would take its number, and be read as stdin or written as stdout. */
+static void hold_standard_fds(void)
+{
+    for (int fd = 0; fd <= 2; fd++)
+        if (fcntl(fd, F_GETFD) < 0 && errno == EBADF) {
+            int null = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+            if (null >= 0 && null != fd) {
+                dup2(null, fd);
+                close(null);
+            }
+        }
+}
+
 int stdio_cmd_main(int argc, char **argv)
 {
+    hold_standard_fds();
     /* stdout is the protocol channel: every log line goes elsewhere */
     log_stream = stderr;
     wrapper_t w = {0};

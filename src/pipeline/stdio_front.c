@@ -41,6 +41,8 @@
 #define MAX_RESUMES 20
 /* How long the DELETE that ends the session may take before the front ends without it. */
 #define DELETE_TIMEOUT_MS 5000
+/* What one loop turn reads of a stdin epoll cannot watch. */
+#define IN_PIECE 65536
 /* Characters of an HTTP error body quoted in the error a request gets. */
 #define ERROR_QUOTE 200
 
@@ -141,14 +143,16 @@ struct stdio_front {
     char *path;
     char **headers;
     front_state_t state;
-    struct bufferevent *in;
-    struct bufferevent *out; /* stdout, or NULL when it is a file: then written at once */
-    bool skipping;           /* the rest of an over-long line is being dropped */
-    bool in_paused;          /* MAX_IN_FLIGHT reached */
-    bool in_eof;             /* stdin has ended (what it held may still wait in its buffer) */
-    bool out_full;           /* answers are not read until stdout drains */
-    bool out_broken;         /* stdout failed: what would go there is dropped */
-    bool init_pending;       /* an initialize without a session is in flight */
+    struct bufferevent *in;   /* stdin, or NULL when epoll cannot watch it (a file, /dev/null) */
+    struct evbuffer *in_file; /* such a stdin's bytes read so far, a piece per loop turn */
+    struct event *in_turn;    /* reads its next piece */
+    struct bufferevent *out;  /* stdout, or NULL when it is a file: then written at once */
+    bool skipping;            /* the rest of an over-long line is being dropped */
+    bool in_paused;           /* MAX_IN_FLIGHT reached */
+    bool in_eof;              /* stdin has ended (what it held may still wait in its buffer) */
+    bool out_full;            /* answers are not read until stdout drains */
+    bool out_broken;          /* stdout failed: what would go there is dropped */
+    bool init_pending;        /* an initialize without a session is in flight */
     waiting_t *waiting, **waiting_tail;
     size_t n_waiting; /* messages in waiting */
     char *session;    /* Mcp-Session-Id, once initialize answered */
@@ -168,6 +172,7 @@ static void front_check_drained(stdio_front_t *f);
 static void stream_open(stdio_front_t *f);
 static void send_line(stdio_front_t *f, const char *line, size_t len);
 static void in_resume(stdio_front_t *f);
+static void in_reading(stdio_front_t *f, bool on);
 
 /* Every change of the front's state; they only go forward. */
 static void front_set_state(stdio_front_t *f, front_state_t st)
@@ -267,7 +272,7 @@ static void on_out_event(struct bufferevent *bev, short what, void *arg)
     if (f->state == FRONT_FLUSHING)
         event_active(f->finish, 0, 0);
     else if (f->state < FRONT_DRAINING) {
-        bufferevent_disable(f->in, EV_READ);
+        in_reading(f, false);
         front_set_state(f, FRONT_DRAINING);
         front_check_drained(f);
     }
@@ -431,7 +436,7 @@ static void session_lost(stdio_front_t *f)
     log_error(0, "stdio front: the server's session ended (the server exited?): stopping");
     f->failed = true;
     if (f->state < FRONT_DRAINING) {
-        bufferevent_disable(f->in, EV_READ);
+        in_reading(f, false);
         front_set_state(f, FRONT_DRAINING);
     }
 }
@@ -693,7 +698,7 @@ static void send_line(stdio_front_t *f, const char *line, size_t len)
     json_decref(msg);
     if (f->n_posts >= MAX_IN_FLIGHT && f->state < FRONT_DRAINING && !f->in_paused) {
         f->in_paused = true;
-        bufferevent_disable(f->in, EV_READ);
+        in_reading(f, false);
     }
 }
 
@@ -733,7 +738,7 @@ static void handle_line(stdio_front_t *f, const char *line, size_t len)
         /* a client that does not wait for initialize's answer is not read without bound */
         if (++f->n_waiting >= MAX_IN_FLIGHT && !f->in_paused) {
             f->in_paused = true;
-            bufferevent_disable(f->in, EV_READ);
+            in_reading(f, false);
         }
         return;
     }
@@ -753,7 +758,7 @@ static void too_long(stdio_front_t *f)
  * stdin, and when a pause is over. */
 static void in_process(stdio_front_t *f)
 {
-    struct evbuffer *in = bufferevent_get_input(f->in);
+    struct evbuffer *in = f->in ? bufferevent_get_input(f->in) : f->in_file;
     while (!f->in_paused && f->state < FRONT_DRAINING && evbuffer_get_length(in)) {
         size_t eol_len = 0;
         struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
@@ -801,8 +806,38 @@ static void in_resume(stdio_front_t *f)
         return;
     f->in_paused = false;
     if (!f->in_eof)
-        bufferevent_enable(f->in, EV_READ);
+        in_reading(f, true);
     in_process(f); /* what was read before the pause */
+}
+
+/* Reading stdin on or off: a watched one through its bufferevent, another a piece per turn. */
+static void in_reading(stdio_front_t *f, bool on)
+{
+    if (f->in) {
+        if (on)
+            bufferevent_enable(f->in, EV_READ);
+        else
+            bufferevent_disable(f->in, EV_READ);
+    } else if (on && !f->in_eof) {
+        event_active(f->in_turn, 0, 0);
+    }
+}
+
+/* A stdin epoll cannot watch is always readable: one piece per loop turn, so the gateway's
+ * answers go on between them. */
+static void on_in_turn(evutil_socket_t fd, short what, void *arg)
+{
+    stdio_front_t *f = arg;
+    if (f->in_eof || f->in_paused || f->state >= FRONT_DRAINING)
+        return;
+    int n = evbuffer_read(f->in_file, f->o.in_fd, IN_PIECE);
+    if (n < 0)
+        log_warn(0, "stdio front: stdin: %s", strerror(errno));
+    if (n <= 0)
+        f->in_eof = true;
+    in_process(f);
+    if (!f->in_eof && !f->in_paused && f->state < FRONT_DRAINING)
+        event_active(f->in_turn, 0, 0);
 }
 
 static void on_in_read(struct bufferevent *bev, void *arg)
@@ -871,39 +906,49 @@ static void on_finish(evutil_socket_t fd, short what, void *arg)
 
 /* --- making and freeing --- */
 
-static bool is_file(int fd)
+/* Whether epoll can watch fd: pipes, sockets and terminals; not a regular file or /dev/null
+ * (an agent gives pipes; a person may redirect a file). */
+static bool pollable(int fd)
 {
     struct stat st;
-    return fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode));
+    if (fstat(fd, &st) != 0)
+        return false;
+    return S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || (S_ISCHR(st.st_mode) && isatty(fd));
 }
 
-static struct bufferevent *fd_bev(struct event_base *base, int fd, char *msg, size_t msglen)
+/* A bufferevent on fd, or NULL for a descriptor epoll cannot watch (used another way), or
+ * NULL with msg set for one that is not open. */
+static struct bufferevent *fd_bev(struct event_base *base, int fd, bool *failed, char *msg,
+                                  size_t msglen)
 {
     struct stat st;
+    *failed = false;
     if (fstat(fd, &st) != 0) {
         snprintf(msg, msglen, "descriptor %d: %s", fd, strerror(errno));
+        *failed = true;
         return NULL;
     }
-    /* epoll cannot watch a regular file; an agent gives pipes (or a socket) */
-    if (is_file(fd)) {
-        snprintf(msg, msglen, "descriptor %d is a file, not a pipe or a socket", fd);
+    if (!pollable(fd))
         return NULL;
-    }
     evutil_make_socket_nonblocking(fd);
     struct bufferevent *bev = bufferevent_socket_new(base, fd, 0);
-    if (!bev)
+    if (!bev) {
         snprintf(msg, msglen, "descriptor %d cannot be watched", fd);
+        *failed = true;
+    }
     return bev;
 }
 
 stdio_front_t *stdio_front_new(const stdio_front_opts_t *o, char *msg, size_t msglen)
 {
-    struct bufferevent *in = fd_bev(o->base, o->in_fd, msg, msglen);
-    if (!in)
+    bool failed;
+    struct bufferevent *in = fd_bev(o->base, o->in_fd, &failed, msg, msglen);
+    if (failed)
         return NULL;
-    struct bufferevent *out = NULL;
-    if (!is_file(o->out_fd) && !(out = fd_bev(o->base, o->out_fd, msg, msglen))) {
-        bufferevent_free(in);
+    struct bufferevent *out = fd_bev(o->base, o->out_fd, &failed, msg, msglen);
+    if (failed) {
+        if (in)
+            bufferevent_free(in);
         return NULL;
     }
     stdio_front_t *f = xcalloc(1, sizeof(*f));
@@ -921,8 +966,14 @@ stdio_front_t *stdio_front_new(const stdio_front_opts_t *o, char *msg, size_t ms
     f->reaper = event_new(o->base, -1, 0, on_reap, f);
     f->finish = event_new(o->base, -1, 0, on_finish, f);
     f->give_up = evtimer_new(o->base, on_give_up, f);
-    bufferevent_setcb(in, on_in_read, NULL, on_in_event, f);
-    bufferevent_enable(in, EV_READ);
+    f->in_turn = event_new(o->base, -1, 0, on_in_turn, f);
+    if (in) {
+        bufferevent_setcb(in, on_in_read, NULL, on_in_event, f);
+    } else {
+        f->in_file = evbuffer_new();
+        log_debug(0, "stdio front: stdin cannot be watched (a file?): read a piece per turn");
+    }
+    in_reading(f, true);
     if (out) {
         bufferevent_setcb(out, NULL, on_out_written, on_out_event, f);
         bufferevent_setwatermark(out, EV_WRITE, OUT_LOW, 0);
@@ -952,7 +1003,11 @@ void stdio_front_free(stdio_front_t *f)
     if (left && !f->out_broken)
         while (evbuffer_get_length(left) && evbuffer_write(left, f->o.out_fd) > 0)
             ;
-    bufferevent_free(f->in);
+    if (f->in)
+        bufferevent_free(f->in);
+    if (f->in_file)
+        evbuffer_free(f->in_file);
+    event_free(f->in_turn);
     if (f->out)
         bufferevent_free(f->out);
     event_free(f->reopen);

@@ -469,3 +469,29 @@ test('two copies of one command at once (two agent windows): the second takes a 
   const copy = files.find((f) => f.endsWith('-2.db'));
   assert.ok(copy && files.includes(copy.replace('-2.db', '.db')), `the first file and its -2: ${files}`);
 });
+
+test('stdin from a file or /dev/null, stdout to a file: read to the end, answered, exit 0', async (t) => {
+  const p = await place(t);
+  const { openSync, closeSync, readFileSync } = await import('node:fs');
+  const input = path.join(p.dir, 'in.jsonl');
+  const output = path.join(p.dir, 'out.jsonl');
+  await fs.writeFile(input, [initialize(), { jsonrpc: '2.0', method: 'notifications/initialized' },
+    call(2, 'issue_refund', { order_id: 'ord-file', amount_cents: 3 })].map((m) => JSON.stringify(m)).join('\n'));
+  const runWith = async (stdin, stdout) => {
+    const inFd = openSync(stdin, 'r');
+    const outFd = openSync(stdout, 'w');
+    const proc = spawn(IDEMGW_BIN, ['stdio', '--', NODE, LEDGER_SERVER], { env: agentEnv(p), stdio: [inFd, outFd, 'pipe'] });
+    let err = '';
+    proc.stderr.setEncoding('utf8').on('data', (c) => { err += c; });
+    keepLogs(t, 'idemgw stdio (files)', () => err);
+    const code = await new Promise((resolve) => proc.on('exit', (c) => resolve(c)));
+    closeSync(inFd);
+    closeSync(outFd);
+    return code;
+  };
+  assert.equal(await runWith(input, output), 0);
+  const answers = readFileSync(output, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+  assert.match(toolText(answers.find((m) => m.id === 2).result), /Refunded 3 on ord-file/);
+  assert.equal(await runWith('/dev/null', output), 0, '/dev/null: the end at once');
+  assert.equal(readFileSync(output, 'utf8'), '');
+});
