@@ -42,6 +42,10 @@ typedef struct store_sqlite_options {
 store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt,
                           const store_sqlite_options_t *sq, char *msg, size_t msglen);
 
+/* Whether a gateway process holds path's lock now (store_sqlite_new would refuse it). Only
+ * looks: creates nothing, takes nothing it keeps. */
+bool store_sqlite_held(const char *path);
+
 /* The newest migration number of sql/sqlite/ this binary knows. */
 int store_sqlite_schema_version(void);
 

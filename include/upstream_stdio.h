@@ -38,4 +38,8 @@ upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts);
 /* Children alive (spawned and not yet reaped) of a stdio upstream; 0 for another kind. */
 int upstream_stdio_children(const upstream_t *u);
 
+/* The program a command runs, allocated: prog itself when it names a path, else the first
+ * executable match on path_env (a PATH value); NULL when there is none on PATH. */
+char *upstream_stdio_resolve(const char *prog, const char *path_env);
+
 #endif

@@ -11,6 +11,8 @@
 #include "key_cmd.h"
 #include "policy_cmd.h"
 #include "report_cmd.h"
+#include "serve.h"
+#include "stdio_cmd.h"
 #include "tools_cmd.h"
 #include "tls_listen.h"
 #include "log.h"
@@ -91,6 +93,9 @@ typedef struct server {
 } server_t;
 
 static server_t *server;
+
+/* The front end that replaces the listeners (idemgw stdio), or NULL. */
+static const serve_front_t *front;
 
 /* Called whenever in-flight work ends; finishes a drain when nothing is left. */
 static void server_check_drained(void);
@@ -274,6 +279,8 @@ static void usage(FILE *f)
                "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
                "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
                "                                        protected calls and duplicates per tool\n"
+               "       idemgw stdio [-c FILE] [-H 'Name: value']... [--log-file F] [-- CMD ARGS...]\n"
+               "                                        wrap a stdio server for a desktop agent\n"
                "       idemgw --version | --help\n"
                "\n"
                "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
@@ -352,8 +359,10 @@ static bool catalog_wanted(const config_t *cfg)
 
 static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
 {
+    /* a front end's one agent lists the tools itself (its answer is learned); a fetch of our
+     * own would start a second copy of a stdio server beside the agent's */
     if (server->draining || server->fetch || server->catalog_fetched ||
-        !catalog_wanted(server->cfg))
+        !catalog_wanted(server->cfg) || front)
         return;
     catalog_fetch_opts_t o = {
         .base = server->base,
@@ -388,11 +397,11 @@ static void stop_catalog_fetch(void)
         evtimer_del(server->fetch_retry);
 }
 
-static void on_sigterm(evutil_socket_t sig, short what, void *arg)
+static void server_drain(const char *why)
 {
     if (server->draining)
         return;
-    log_info(0, "signal %d: draining (up to %llu ms)", (int)sig,
+    log_info(0, "%s: draining (up to %llu ms)", why,
              (unsigned long long)server->cfg->drain_timeout_ms);
     server->draining = true;
     /* Close both ports at once, so a replacement process can bind them and new connections
@@ -419,6 +428,26 @@ static void on_sigterm(evutil_socket_t sig, short what, void *arg)
     evtimer_add(drain_timer, &tv);
     server_check_drained();
 }
+
+static void on_sigterm(evutil_socket_t sig, short what, void *arg)
+{
+    char why[32];
+    snprintf(why, sizeof(why), "signal %d", (int)sig);
+    server_drain(why);
+}
+
+/* What a front end may do to the gateway (serve.h). */
+static void front_adopt(int fd)
+{
+    http_conn_adopt(fd, &mcp_site, NULL, 0);
+}
+
+static void front_drain(void)
+{
+    server_drain("the front end ended");
+}
+
+static const serve_gateway_t front_gateway = {.adopt = front_adopt, .drain = front_drain};
 
 static void report_restart_key(const char *name, void *arg)
 {
@@ -821,20 +850,26 @@ static void run_loop(server_t *s, const char *path)
     struct event *ev_hup = evsignal_new(s->base, SIGHUP, on_sighup, (void *)path);
     evsignal_add(ev_term, NULL);
     evsignal_add(ev_int, NULL);
-    evsignal_add(ev_hup, NULL);
+    if (!front) /* a front's config is the file and more: the file alone cannot replace it */
+        evsignal_add(ev_hup, NULL);
     s->fetch_retry = evtimer_new(s->base, start_catalog_fetch, NULL);
     s->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
 
-    if (cfg->subject.kind == SUBJECT_DEFAULT)
+    if (cfg->subject.kind == SUBJECT_DEFAULT && !front)
         log_info(0, "subject not configured: callers are told apart by the SHA-256 of their "
                     "Authorization header (a bearer token's, as subject bearer-...); requests "
                     "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
                     "subject when an auth proxy in front names the caller");
-    log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
-             IDEMGW_VERSION, cfg->listen.host, cfg->listen.port, s->listen_tls ? " with TLS" : "",
-             cfg->admin_listen.host, cfg->admin_listen.port, cfg->upstream_url,
-             s->store ? store_backend_name(s->store) : "not configured");
+    if (front)
+        log_info(0, "idemgw %s serving stdin and stdout, upstream %s, store %s", IDEMGW_VERSION,
+                 cfg->upstream_url, s->store ? store_backend_name(s->store) : "not configured");
+    else
+        log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
+                 IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
+                 s->listen_tls ? " with TLS" : "", cfg->admin_listen.host,
+                 cfg->admin_listen.port, cfg->upstream_url,
+                 s->store ? store_backend_name(s->store) : "not configured");
     event_base_dispatch(s->base);
     /* the spans of the last requests are still held: send them, within a short deadline */
     tracer_drain(s->tracer, TRACE_EXIT_MS);
@@ -847,6 +882,8 @@ static void run_loop(server_t *s, const char *path)
 /* Everything the worker opened, in an order where nothing is freed before its users. */
 static void server_free(server_t *s)
 {
+    if (front)
+        front->stop(front->arg);
     stop_catalog_fetch();
     if (s->fetch_retry)
         event_free(s->fetch_retry);
@@ -899,7 +936,11 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         goto out;
     wire_stages(server);
     wire_sites(server);
-    if (!open_listeners(server)) {
+    if (front) {
+        /* no listeners: the front end's connections are the only agent */
+        if (front->start(front->arg, server->base, server->cfg, &front_gateway) != 0)
+            goto out;
+    } else if (!open_listeners(server)) {
         rc = WORKER_START_FAILED;
         goto out;
     }
@@ -1036,6 +1077,19 @@ static int run(const char *path)
     return rc == WORKER_START_FAILED ? 1 : rc;
 }
 
+int serve_front_run(config_t *cfg, const char *path, const serve_front_t *f)
+{
+    static server_stats_t stats;
+    log_threshold = (log_level_t)cfg->log_level;
+    signal(SIGPIPE, SIG_IGN);
+    event_set_log_callback(on_libevent_log);
+    raise_fd_limit();
+    front = f;
+    int rc = run_worker(cfg, path, 0, 1, &stats);
+    front = NULL;
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
@@ -1048,6 +1102,8 @@ int main(int argc, char **argv)
         return health_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "report") == 0)
         return report_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "stdio") == 0)
+        return stdio_cmd_main(argc - 1, argv + 1);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

@@ -998,8 +998,7 @@ static void on_child_in_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* The program to run: argv[0] itself when it names a path, else the first match on PATH. */
-static char *resolve(const char *prog, const char *path_env)
+char *upstream_stdio_resolve(const char *prog, const char *path_env)
 {
     if (strchr(prog, '/'))
         return xstrdup(prog);
@@ -1066,7 +1065,7 @@ static child_t *child_spawn(stdio_up_t *up, bool shared, char *why, size_t whyle
     int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
     const char *path_env = NULL;
     char **env = child_env(&up->conf, &path_env);
-    char *prog = resolve(up->conf.argv[0], path_env);
+    char *prog = upstream_stdio_resolve(up->conf.argv[0], path_env);
     child_t *c = NULL;
     int rc = 0;
     if (!prog) {

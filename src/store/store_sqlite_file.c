@@ -76,6 +76,18 @@ int sq_lock_file(const char *path, char *msg, size_t msglen)
     return fd;
 }
 
+bool store_sqlite_held(const char *path)
+{
+    char *lock_path = xasprintf("%s.lock", path);
+    int fd = open(lock_path, O_RDONLY | O_CLOEXEC);
+    free(lock_path);
+    if (fd < 0)
+        return false; /* no lock file: nobody has opened the store yet */
+    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* and with it the shared lock, if it was taken */
+    return held;
+}
+
 /* Brings the schema up to date in one transaction; the same rules as Postgres (a newer schema
  * is refused, a missing one is applied only with migrate). Nothing is created when it is
  * refused: the transaction rolls back. */
