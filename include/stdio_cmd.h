@@ -9,8 +9,14 @@
 #ifndef IDEMGW_STDIO_CMD_H
 #define IDEMGW_STDIO_CMD_H
 
-/* argv[0] is "stdio". Returns 0 when stdin ended and everything finished, 1 when the server
+struct serve_front;
+struct config;
+
+/* argv[0] is "stdio"; run_gateway runs the worker behind the wrapper's front end (main.c's
+ * serve_front_run). Returns 0 when stdin ended and everything finished, 1 when the server
  * could not start or its session ended under the wrapper, 2 on a usage error. */
-int stdio_cmd_main(int argc, char **argv);
+int stdio_cmd_main(int argc, char **argv,
+                   int (*run_gateway)(struct config *cfg, const char *path,
+                                      const struct serve_front *front));
 
 #endif

@@ -95,7 +95,7 @@ typedef struct server {
 static server_t *server;
 
 /* The front end that replaces the listeners (idemgw stdio), or NULL. */
-static const serve_front_t *front;
+static const serve_front_t *worker_front;
 
 /* Called whenever in-flight work ends; finishes a drain when nothing is left. */
 static void server_check_drained(void);
@@ -268,24 +268,25 @@ static void on_libevent_log(int severity, const char *msg)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: idemgw [-c FILE]                 run the gateway\n"
-               "       idemgw --check-config -c FILE    validate the configuration and exit\n"
-               "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-               "                                        print the idempotency key of a call\n"
-               "       idemgw tools [-c FILE] [-H 'Name: value']...\n"
-               "                                        the upstream's tools and their classes\n"
-               "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
-               "                                        a policy from the server; its drift\n"
-               "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
-               "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
-               "                                        protected calls and duplicates per tool\n"
-               "       idemgw stdio [-c FILE] [-H 'Name: value']... [--log-file F] [-- CMD ARGS...]\n"
-               "                                        wrap a stdio server for a desktop agent\n"
-               "       idemgw --version | --help\n"
-               "\n"
-               "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
-               "IDEMGW_LISTEN, IDEMGW_ADMIN_LISTEN, IDEMGW_UPSTREAM, IDEMGW_DATABASE_URL,\n"
-               "IDEMGW_LOG_LEVEL; libpq's PG* variables also apply to the database.\n");
+    fprintf(f,
+            "usage: idemgw [-c FILE]                 run the gateway\n"
+            "       idemgw --check-config -c FILE    validate the configuration and exit\n"
+            "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
+            "                                        print the idempotency key of a call\n"
+            "       idemgw tools [-c FILE] [-H 'Name: value']...\n"
+            "                                        the upstream's tools and their classes\n"
+            "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
+            "                                        a policy from the server; its drift\n"
+            "       idemgw health [HOST:PORT]            is the gateway there? (GET /healthz)\n"
+            "       idemgw report [-c FILE] [--since 24h] [--top N] [--json]\n"
+            "                                        protected calls and duplicates per tool\n"
+            "       idemgw stdio [-c FILE] [-H 'Name: value']... [--log-file F] [-- CMD ARGS...]\n"
+            "                                        wrap a stdio server for a desktop agent\n"
+            "       idemgw --version | --help\n"
+            "\n"
+            "A config file is optional when IDEMGW_UPSTREAM is set. Environment overrides:\n"
+            "IDEMGW_LISTEN, IDEMGW_ADMIN_LISTEN, IDEMGW_UPSTREAM, IDEMGW_DATABASE_URL,\n"
+            "IDEMGW_LOG_LEVEL; libpq's PG* variables also apply to the database.\n");
 }
 
 static void print_errors(const config_errors_t *errs)
@@ -362,7 +363,7 @@ static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
     /* a front end's one agent lists the tools itself (its answer is learned); a fetch of our
      * own would start a second copy of a stdio server beside the agent's */
     if (server->draining || server->fetch || server->catalog_fetched ||
-        !catalog_wanted(server->cfg) || front)
+        !catalog_wanted(server->cfg) || worker_front)
         return;
     catalog_fetch_opts_t o = {
         .base = server->base,
@@ -850,26 +851,26 @@ static void run_loop(server_t *s, const char *path)
     struct event *ev_hup = evsignal_new(s->base, SIGHUP, on_sighup, (void *)path);
     evsignal_add(ev_term, NULL);
     evsignal_add(ev_int, NULL);
-    if (!front) /* a front's config is the file and more: the file alone cannot replace it */
+    if (!worker_front) /* a front end's config is the file and more: the file alone cannot replace
+                          it */
         evsignal_add(ev_hup, NULL);
     s->fetch_retry = evtimer_new(s->base, start_catalog_fetch, NULL);
     s->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
     start_catalog_fetch(-1, 0, NULL);
 
-    if (cfg->subject.kind == SUBJECT_DEFAULT && !front)
+    if (cfg->subject.kind == SUBJECT_DEFAULT && !worker_front)
         log_info(0, "subject not configured: callers are told apart by the SHA-256 of their "
                     "Authorization header (a bearer token's, as subject bearer-...); requests "
                     "without one share the subject \"" SUBJECT_SHARED_NAME "\". Configure "
                     "subject when an auth proxy in front names the caller");
-    if (front)
+    if (worker_front)
         log_info(0, "idemgw %s serving stdin and stdout, upstream %s, store %s", IDEMGW_VERSION,
                  cfg->upstream_url, s->store ? store_backend_name(s->store) : "not configured");
     else
         log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
                  IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
-                 s->listen_tls ? " with TLS" : "", cfg->admin_listen.host,
-                 cfg->admin_listen.port, cfg->upstream_url,
-                 s->store ? store_backend_name(s->store) : "not configured");
+                 s->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
+                 cfg->upstream_url, s->store ? store_backend_name(s->store) : "not configured");
     event_base_dispatch(s->base);
     /* the spans of the last requests are still held: send them, within a short deadline */
     tracer_drain(s->tracer, TRACE_EXIT_MS);
@@ -882,8 +883,8 @@ static void run_loop(server_t *s, const char *path)
 /* Everything the worker opened, in an order where nothing is freed before its users. */
 static void server_free(server_t *s)
 {
-    if (front)
-        front->stop(front->arg);
+    if (worker_front)
+        worker_front->stop(worker_front->arg);
     stop_catalog_fetch();
     if (s->fetch_retry)
         event_free(s->fetch_retry);
@@ -936,9 +937,9 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
         goto out;
     wire_stages(server);
     wire_sites(server);
-    if (front) {
+    if (worker_front) {
         /* no listeners: the front end's connections are the only agent */
-        if (front->start(front->arg, server->base, server->cfg, &front_gateway) != 0)
+        if (worker_front->start(worker_front->arg, server->base, server->cfg, &front_gateway) != 0)
             goto out;
     } else if (!open_listeners(server)) {
         rc = WORKER_START_FAILED;
@@ -1084,9 +1085,9 @@ int serve_front_run(config_t *cfg, const char *path, const serve_front_t *f)
     signal(SIGPIPE, SIG_IGN);
     event_set_log_callback(on_libevent_log);
     raise_fd_limit();
-    front = f;
+    worker_front = f;
     int rc = run_worker(cfg, path, 0, 1, &stats);
-    front = NULL;
+    worker_front = NULL;
     return rc;
 }
 
@@ -1103,7 +1104,7 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "report") == 0)
         return report_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "stdio") == 0)
-        return stdio_cmd_main(argc - 1, argv + 1);
+        return stdio_cmd_main(argc - 1, argv + 1, serve_front_run);
 
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},

@@ -27,7 +27,9 @@ typedef struct serve_front {
 } serve_front_t;
 
 /* Runs one worker on cfg (taken) with front in place of the listeners; path is the config
- * file a SIGHUP reloads (NULL: the environment). Returns the process's exit status. */
-int serve_front_run(config_t *cfg, const char *path, const serve_front_t *front);
+ * file a SIGHUP reloads (NULL: the environment). Returns the process's exit status. main.c's
+ * serve_front_run is one; a command that runs a front end is given it. */
+typedef int serve_run_fn(config_t *cfg, const char *path, const serve_front_t *front);
+serve_run_fn serve_front_run;
 
 #endif

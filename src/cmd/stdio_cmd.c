@@ -274,7 +274,7 @@ static void hold_standard_fds(void)
         }
 }
 
-int stdio_cmd_main(int argc, char **argv)
+int stdio_cmd_main(int argc, char **argv, serve_run_fn *run_gateway)
 {
     hold_standard_fds();
     /* stdout is the protocol channel: every log line goes elsewhere */
@@ -308,12 +308,12 @@ int stdio_cmd_main(int argc, char **argv)
     cfg = load_config(&w.args);
     if (!cfg || prepare(cfg) != 0)
         goto out;
-    serve_front_t front = {.start = front_start, .stop = front_stop, .arg = &w};
-    config_t *run = cfg;
+    serve_front_t fe = {.start = front_start, .stop = front_stop, .arg = &w};
+    config_t *owned = cfg;
     cfg = NULL; /* the worker owns it now */
     /* a reload would read the file without the command line's part: SIGHUP does nothing */
     signal(SIGHUP, SIG_IGN);
-    rc = serve_front_run(run, w.args.config, &front);
+    rc = run_gateway(owned, w.args.config, &fe);
     if (rc == 0 && w.failed)
         rc = EXIT_FAILED;
 out:
