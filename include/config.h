@@ -105,6 +105,7 @@ typedef struct stdio_conf {
     size_t argc;
     char **env; /* "NAME=value", what the child gets besides PATH and HOME */
     size_t n_env;
+    char **pass_env; /* names of the gateway's own variables the child gets too, NULL-ended */
     char *cwd;                /* the child's working directory; NULL: the gateway's */
     int sessions;             /* stdio_sessions_t */
     int max_children;         /* children alive at once (default 32) */

@@ -24,6 +24,7 @@ void config_stdio_free(stdio_conf_t *s)
 {
     strv_free_null(s->argv);
     strv_free_null(s->env);
+    strv_free_null(s->pass_env);
     free(s->cwd);
     *s = (stdio_conf_t){0};
 }
@@ -100,6 +101,7 @@ void config_stdio_copy(stdio_conf_t *dst, const stdio_conf_t *src)
     *dst = *src;
     dst->argv = strv_copy(src->argv);
     dst->env = strv_copy(src->env);
+    dst->pass_env = strv_copy(src->pass_env);
     dst->cwd = src->cwd ? xstrdup(src->cwd) : NULL;
 }
 
@@ -117,6 +119,7 @@ static bool strv_same(char *const *a, char *const *b)
 bool config_stdio_same(const stdio_conf_t *a, const stdio_conf_t *b)
 {
     return strv_same(a->argv, b->argv) && strv_same(a->env, b->env) &&
+           strv_same(a->pass_env, b->pass_env) &&
            ((!a->cwd && !b->cwd) || (a->cwd && b->cwd && strcmp(a->cwd, b->cwd) == 0)) &&
            a->sessions == b->sessions && a->max_children == b->max_children &&
            a->idle_timeout_ms == b->idle_timeout_ms && a->grace_ms == b->grace_ms;
@@ -131,6 +134,8 @@ typedef struct stdio_walk {
     size_t argc;
     char **env;
     size_t n_env;
+    char **pass;
+    size_t n_pass;
     char *path;
     bool command_seen;
 } stdio_walk_t;
@@ -199,6 +204,30 @@ static void fn_env(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
     }
 }
 
+static void pass_entry(ctx_t *cx, const char *s, int line, const char *path, void *base)
+{
+    stdio_walk_t *w = base;
+    if (!env_name_valid(s)) {
+        cy_err_at(cx, line, "%s: '%.64s' is not a variable name (letters, digits, _)", path, s);
+        return;
+    }
+    cy_strv_push(&w->pass, &w->n_pass, xstrdup(s));
+}
+
+/* pass_env: [NAME, ...]: variables of the gateway's own environment the child gets as well,
+ * named one by one (a proxy, a CA bundle), never the whole environment. */
+static void fn_pass_env(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+{
+    if (fy_node_is_scalar(v) && !fy_node_is_alias(v) && !cy_node_is_null(v)) {
+        cy_err_at(cx, line,
+                  "%s: expected a list of variable names (e.g. [HTTPS_PROXY, "
+                  "NODE_EXTRA_CA_CERTS]), got a scalar",
+                  path);
+        return;
+    }
+    cy_walk_list(cx, v, line, path, base, false, pass_entry);
+}
+
 static void fn_path(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     stdio_walk_t *w = base;
@@ -219,6 +248,7 @@ static const char *const sessions_names[] = {"per_session", "shared", NULL};
 static const key_spec_t stdio_keys[] = {
     {.name = "command", .kind = K_FN, .fn = fn_command},
     {.name = "env", .kind = K_FN, .fn = fn_env},
+    {.name = "pass_env", .kind = K_FN, .fn = fn_pass_env},
     {.name = "cwd", .kind = K_STR, .off = W(conf.cwd)},
     {.name = "sessions", .kind = K_ENUM, .off = W(conf.sessions), .names = sessions_names},
     {.name = "max_children", .kind = K_INT, .off = W(conf.max_children), .min = 1, .max = 100000},
@@ -263,6 +293,12 @@ void cy_upstream_command(ctx_t *cx, struct fy_node *v, int line, const char *pat
             w.env = NULL;
             w.n_env = 0;
         }
+        if (w.n_pass) {
+            cy_strv_push(&w.pass, &w.n_pass, NULL);
+            c->stdio.pass_env = w.pass;
+            w.pass = NULL;
+            w.n_pass = 0;
+        }
         if (w.path) {
             free(c->upstream_path);
             c->upstream_path = w.path;
@@ -271,6 +307,7 @@ void cy_upstream_command(ctx_t *cx, struct fy_node *v, int line, const char *pat
     }
     util_strv_free(w.argv, w.argc);
     util_strv_free(w.env, w.n_env);
+    util_strv_free(w.pass, w.n_pass);
     free(w.conf.cwd);
     free(w.path);
 }

@@ -1015,29 +1015,41 @@ char *upstream_stdio_resolve(const char *prog, const char *path_env)
     return NULL;
 }
 
-/* The child's environment: what the config gives, plus PATH and HOME unless it gives them.
- * Nothing else of the gateway's own (its database password among it) reaches the server. */
+/* The child's environment: what the config gives, the gateway's own variables pass_env names
+ * (those set, unless env gives them too), plus PATH and HOME unless given. Nothing else of
+ * the gateway's own (its database password among it) reaches the server. */
+static bool env_has(char *const *env, size_t n, const char *name)
+{
+    size_t len = strlen(name);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
+            return true;
+    return false;
+}
+
 static char **child_env(const stdio_conf_t *conf, const char **path_out)
 {
-    size_t n = conf->n_env;
-    char **env = xcalloc(n + 3, sizeof(char *));
-    bool has_path = false, has_home = false;
-    for (size_t i = 0; i < n; i++) {
+    size_t n = conf->n_env, n_pass = 0;
+    while (conf->pass_env && conf->pass_env[n_pass])
+        n_pass++;
+    char **env = xcalloc(n + n_pass + 3, sizeof(char *));
+    for (size_t i = 0; i < n; i++)
         env[i] = conf->env[i];
-        if (strncmp(env[i], "PATH=", 5) == 0) {
-            has_path = true;
-            *path_out = env[i] + 5;
-        }
-        has_home |= strncmp(env[i], "HOME=", 5) == 0;
+    for (size_t i = 0; i < n_pass; i++) {
+        const char *name = conf->pass_env[i], *v = getenv(name);
+        if (v && !env_has(env, n, name))
+            env[n++] = xasprintf("%s=%s", name, v);
     }
-    if (!has_path) {
+    if (!env_has(env, n, "PATH")) {
         const char *p = getenv("PATH");
         env[n++] = xasprintf("PATH=%s", p && *p ? p : "/usr/local/bin:/usr/bin:/bin");
-        *path_out = env[n - 1] + 5;
     }
     const char *home = getenv("HOME");
-    if (!has_home && home)
+    if (!env_has(env, n, "HOME") && home)
         env[n++] = xasprintf("HOME=%s", home);
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(env[i], "PATH=", 5) == 0)
+            *path_out = env[i] + 5;
     return env;
 }
 

@@ -9,8 +9,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
 import {
-  NODE, TESTS, createDatabase, mcpClient, rawSession, readLedger, replayMarker, startGateway, tempDir,
-  toolText, waitFor, waitForLedger, waitForLog,
+  IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, rawSession, readLedger, replayMarker, startGateway, tempDir,
+  run, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
 const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
@@ -313,17 +313,33 @@ test('DELETE ends the child\'s whole process group', async (t) => {
   await waitFor(() => !alive(sleeper), { what: `the server's own child ${sleeper} to end` });
 });
 
-test('the child gets env, PATH and HOME, not the gateway\'s environment', async (t) => {
+test('the child gets env, the variables pass_env names, PATH and HOME, not the gateway\'s environment', async (t) => {
   const { gw } = await ledgerGateway(t, {
-    upstream: { env: { LEDGER: '/dev/null', GREETING: 'hello' } },
-    env: { PGPASSWORD: 'secret-of-the-gateway', IDEMGW_DATABASE_SECRET: 'x' },
+    upstream: { env: { LEDGER: '/dev/null', GREETING: 'hello', OVERRIDDEN: 'from-env' }, pass_env: ['HTTPS_PROXY', 'OVERRIDDEN', 'NOT_SET_ANYWHERE'] },
+    env: { PGPASSWORD: 'secret-of-the-gateway', IDEMGW_DATABASE_SECRET: 'x', HTTPS_PROXY: 'http://proxy.test:3128', OVERRIDDEN: 'gateway', NOT_SET_ANYWHERE: undefined },
   });
   const c = await mcpClient(t, gw.url);
-  const who = toolText(await c.callTool({ name: 'whoami', arguments: { names: ['GREETING', 'PGPASSWORD', 'IDEMGW_DATABASE_SECRET', 'HOME'] } }));
+  const names = ['GREETING', 'PGPASSWORD', 'IDEMGW_DATABASE_SECRET', 'HOME', 'HTTPS_PROXY', 'OVERRIDDEN', 'NOT_SET_ANYWHERE'];
+  const who = toolText(await c.callTool({ name: 'whoami', arguments: { names } }));
   assert.match(who, /GREETING=hello/);
   assert.match(who, /PGPASSWORD=-/);
   assert.match(who, /IDEMGW_DATABASE_SECRET=-/);
   assert.doesNotMatch(who, /HOME=-/);
+  assert.match(who, /HTTPS_PROXY=http:\/\/proxy\.test:3128/, 'a variable pass_env names comes from the gateway');
+  assert.match(who, /OVERRIDDEN=from-env/, 'env wins over the gateway\'s value');
+  assert.match(who, /NOT_SET_ANYWHERE=-/);
+});
+
+test('pass_env must be a list of variable names: file:line', async (t) => {
+  for (const [passEnv, want] of [['HTTPS_PROXY', /pass_env: expected a list of variable names/], [['OK_NAME', 'bad-name'], /'bad-name' is not a variable name/]]) {
+    const dir = await tempDir(t, 'idemgw-passenv-');
+    const file = path.join(dir, 'idemgw.yaml');
+    await fs.writeFile(file, `upstream:\n  command: [${NODE}, ${LEDGER_SERVER}]\n  pass_env: ${JSON.stringify(passEnv)}\n`);
+    const r = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+    assert.notEqual(r.code, 0);
+    assert.match(r.stderr, want);
+    assert.match(r.stderr, new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}:3:`), r.stderr);
+  }
 });
 
 test('2026-07-28 requests without a session use the shared child', async (t) => {
