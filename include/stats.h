@@ -113,6 +113,7 @@ typedef struct server_stats {
     uint64_t store_in_doubt_released; /* of those, rows released once a connection was back */
     uint64_t upstream_tls_full;       /* TLS handshakes with the upstream, full */
     uint64_t upstream_tls_resumed;    /* and resumed */
+    uint64_t upstream_connects;       /* connections opened to the upstream */
     stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
 } server_stats_t;
 

@@ -45,6 +45,7 @@ typedef struct upstream_opts {
     /* counted TLS handshakes: full ones, and those that resumed a session the upstream gave on
      * an earlier connection; may be NULL */
     uint64_t *tls_full, *tls_resumed;
+    uint64_t *connects; /* counted connections opened (a pooled one reused is not); may be NULL */
 } upstream_opts_t;
 
 /* A TLS client context that verifies the upstream's certificate against ca_file (PEM), or the

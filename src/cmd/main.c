@@ -702,6 +702,7 @@ static bool open_upstream(server_t *s)
             .draining = &s->draining,
             .tls_full = &s->stats->upstream_tls_full,
             .tls_resumed = &s->stats->upstream_tls_resumed,
+            .connects = &s->stats->upstream_connects,
         };
         s->pool = upstream_pool_new(&uo, msg, sizeof(msg));
         if (!s->pool) {

@@ -69,6 +69,7 @@ struct upstream_pool {
     SSL_SESSION *tls_sessions[TLS_SESSIONS_KEPT];
     int n_tls_sessions;
     uint64_t *tls_full, *tls_resumed; /* counters of handshakes, or NULL */
+    uint64_t *connects;               /* counter of connections opened, or NULL */
 };
 
 upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen)
@@ -90,6 +91,7 @@ upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_
     pool->draining = opts->draining;
     pool->tls_full = opts->tls_full;
     pool->tls_resumed = opts->tls_resumed;
+    pool->connects = opts->connects;
     memcpy(&pool->addr, res->ai_addr, res->ai_addrlen);
     pool->addrlen = res->ai_addrlen;
     freeaddrinfo(res);
@@ -506,6 +508,8 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
     } else {
         up = xcalloc(1, sizeof(*up));
         up->pool = pool;
+        if (pool->connects)
+            (*pool->connects)++;
         parser_init(up);
         up->timer = evtimer_new(pool->base, timer_cb, up);
         up->bev = new_bev(pool, up);

@@ -295,6 +295,9 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
             "Trace spans dropped: the exporter lagged, was refused, or missed the deadline "
             "at exit.",
             s->spans_dropped);
+    COUNTER("upstream_connections_total",
+            "Connections opened to an HTTP upstream (a kept-alive one reused is not counted).",
+            s->upstream_connects);
 #undef COUNTER
     evbuffer_add_printf(b,
                         "# HELP idemgw_open_connections Agent connections open.\n"

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  REPO, createDatabase, freePort, postgresOnly, rawSession, replayMarker, run, startGateway, startProcess, startRefundServer, tempDir,
+  REPO, createDatabase, freePort, mcpClient, postgresOnly, rawSession, replayMarker, run, startGateway, startProcess, startRefundServer, tempDir,
   waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -81,6 +81,24 @@ test('a real Prometheus scrapes the gateway: PromQL counts the duplicates by sou
   assert.equal(byTool.harness, 1);
   const replays = await query('idemgw_request_duration_seconds_count{outcome="replay"}');
   assert.equal(Object.values(replays)[0], 2);
+});
+
+test('upstream connections: relayed reads reuse kept-alive ones, each protected call opens its own', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { static: 'p' }, tools: { get_ledger: { class: 'read' }, issue_refund: { class: 'non_idempotent' } } },
+  });
+  const client = await mcpClient(t, gw.url);
+  const opened = async () => (await scrape(gw)).get('idemgw_upstream_connections_total');
+  const start = await opened();
+  for (let i = 0; i < 40; i++) await client.callTool({ name: 'get_ledger', arguments: {} });
+  const afterReads = await opened();
+  assert.ok(afterReads - start <= 2, `40 reads opened ${afterReads - start} upstream connections`);
+  for (let i = 0; i < 5; i++) await client.callTool({ name: 'issue_refund', arguments: { order_id: `conn-${i}`, amount_cents: 1 } });
+  // a protected call goes up on a connection no earlier answer can reach
+  assert.equal((await opened()) - afterReads, 5);
 });
 
 test('the store, cache and in-flight series move with the calls', async (t) => {
