@@ -52,6 +52,11 @@ struct upstream_conn {
     bool discard;   /* the owner saw a response that was not its own: never pool this one */
     bool eof;       /* the server closed or reset: nothing more can be asked on it */
     bool head_only; /* the request is a HEAD: its response has no body, whatever it says */
+    /* A request sent on a kept-alive connection, kept until its answer begins: a server that
+     * closes that connection before any byte of an answer (its keep-alive ending as the request
+     * arrived) has it sent once more on a new connection. Never a fresh (protected) request. */
+    struct evbuffer *resend;
+    bool got_bytes; /* some of the answer arrived */
 };
 
 struct upstream_pool {
@@ -104,6 +109,8 @@ static void conn_free(upstream_conn_t *up)
         bufferevent_free(up->bev);
     event_free(up->timer);
     http_headers_free(&up->headers);
+    if (up->resend)
+        evbuffer_free(up->resend);
     free(up);
 }
 
@@ -180,6 +187,10 @@ static void finish(upstream_conn_t *up, upstream_result_t res)
     void *arg = up->arg;
     up->cbs = NULL;
     up->arg = NULL;
+    if (up->resend) {
+        evbuffer_free(up->resend);
+        up->resend = NULL;
+    }
     if (cbs)
         cbs->on_end(arg, res);
     if (!may_pool(up, res)) {
@@ -248,6 +259,10 @@ static int on_headers_complete(void *arg)
     if (up->status < 200)
         return 0; /* interim response: wait for the real one */
     up->state = UP_READ_BODY;
+    if (up->resend) {
+        evbuffer_free(up->resend);
+        up->resend = NULL;
+    }
     if (up->timer)
         arm(up, up->pool->limits->idle_timeout_ms);
     if (up->cbs)
@@ -302,6 +317,8 @@ static void read_cb(struct bufferevent *bev, void *arg)
         kill_conn(up);
         return;
     }
+    if (evbuffer_get_length(in) > 0)
+        up->got_bytes = true;
     while (evbuffer_get_length(in) > 0 &&
            (up->state == UP_WAIT_HEAD || up->state == UP_READ_BODY)) {
         if (http_parse_chunk(&up->parser, in) == HTTP_PARSE_FAILED) {
@@ -325,6 +342,44 @@ static void read_cb(struct bufferevent *bev, void *arg)
 static bool body_ends_at_close(upstream_conn_t *up)
 {
     return http_parse_finish(&up->parser) && up->msg_done;
+}
+
+static struct bufferevent *new_bev(upstream_pool_t *pool, upstream_conn_t *up);
+static void event_cb(struct bufferevent *bev, short what, void *arg);
+
+/* The kept-alive connection closed before any byte of the answer: the same request once more,
+ * on a new connection, under the same handle (the owner has heard nothing yet). */
+static void send_again(upstream_conn_t *up)
+{
+    upstream_pool_t *pool = up->pool;
+    struct evbuffer *request = up->resend;
+    up->resend = NULL;
+    log_info(0, "upstream closed a kept-alive connection before answering: the request goes "
+                "again on a new connection");
+    bufferevent_free(up->bev);
+    http_parse_reset(&up->parser);
+    http_headers_reset(&up->headers);
+    up->eof = false;
+    up->reused = false;
+    up->status = 0;
+    if (pool->connects)
+        (*pool->connects)++;
+    up->bev = new_bev(pool, up);
+    up->state = UP_CONNECTING;
+    bufferevent_setcb(up->bev, read_cb, NULL, event_cb, up);
+    arm(up, pool->limits->connect_timeout_ms);
+    if (bufferevent_socket_connect(up->bev, (struct sockaddr *)&pool->addr, (int)pool->addrlen) !=
+        0) {
+        evbuffer_free(request);
+        finish(up, UPSTREAM_ERR_CONNECT);
+        return;
+    }
+    int fd = bufferevent_getfd(up->bev), one = 1;
+    if (fd >= 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    bufferevent_write_buffer(up->bev, request);
+    evbuffer_free(request);
+    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -371,6 +426,10 @@ static void event_cb(struct bufferevent *bev, short what, void *arg)
         read_cb(bev, up);
         if (up->state != UP_WAIT_HEAD && up->state != UP_READ_BODY)
             break;
+        if (up->state == UP_WAIT_HEAD && up->resend && !up->got_bytes) {
+            send_again(up);
+            break;
+        }
         if ((what & BEV_EVENT_EOF) && body_ends_at_close(up)) {
             finish(up, UPSTREAM_OK);
             break;
@@ -504,6 +563,9 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
     upstream_conn_t *up = fresh ? NULL : take_idle(pool);
     if (up) {
         up->state = UP_WAIT_HEAD;
+        up->got_bytes = false;
+        up->resend = evbuffer_new();
+        evbuffer_add(up->resend, evbuffer_pullup(request, -1), evbuffer_get_length(request));
         arm(up, up->pool->limits->timeout_ms);
     } else {
         up = xcalloc(1, sizeof(*up));

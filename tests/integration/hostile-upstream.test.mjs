@@ -156,6 +156,24 @@ for (const mode of ['gzip', 'deflate', 'br']) {
   });
 }
 
+test('a kept-alive connection closed before any answer: a relayed request goes again on a new one', async (t) => {
+  const { upstream, gw } = await setup(t, 'close-reused');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  // every request after the first on a pooled connection meets a close; each read still gets
+  // its answer, sent once more on a connection of its own
+  for (let i = 0; i < 5; i++) {
+    const r = await s.call('lookup', { q: i });
+    assert.equal(toolText(r.message?.result), ranText('lookup', { q: i }), r.body);
+  }
+  assert.equal((await upstream.count()).executions.lookup, 5);
+  // a protected call never rides a kept-alive connection, so it is never sent twice
+  const args = { order: 'o-close' };
+  const first = await s.call('charge', args);
+  assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
+  assert.equal((await upstream.count()).calls.charge, 1);
+  await waitForLog(gw, /closed a kept-alive connection before answering: the request goes again/);
+});
+
 test('an HTTP/1.0 answer delimited by the close is recorded and replayed', async (t) => {
   const { upstream, gw } = await setup(t, 'http10');
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
