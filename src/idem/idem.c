@@ -311,7 +311,9 @@ static void answer_store_down(call_t *c)
         char extra[100] = "";
         key_header(c, extra, sizeof(extra));
         strip_advertised_key(c);
-        exchange_forward(c->ex, *extra ? extra : NULL, false);
+        /* unprotected, yet a call of a non_idempotent tool: on a connection of its own, so
+         * it is never sent a second time after a kept-alive connection closed under it */
+        exchange_forward(c->ex, *extra ? extra : NULL, true);
         return;
     }
     answer(c, ANSWER_STORE_DOWN, NULL, NULL);
