@@ -191,7 +191,44 @@ typedef struct config {
 
     subject_conf_t subject;
     policy_t policy;
+
+    /* servers: {NAME: {path, upstream, tools, defaults, cors}}: several MCP servers behind one
+     * gateway. Each entry is a view: a config_t whose own fields are the ones below and its
+     * upstream, policy and cors, every other field the top level's (the same pointers, owned
+     * by the top level and refreshed with it). n_servers 0: the top-level upstream is the one
+     * server, at its own path. */
+    struct config **servers;
+    size_t n_servers;
+    const struct config *parent; /* a view's top level; NULL at the top level */
+    char *server_name;           /* a view's name (servers' key); NULL at the top level */
+    char *agent_path;            /* a view's path, where agents connect; NULL: upstream_path */
+    char *agent_prefix;          /* its other paths are relayed under this prefix ("" none) */
+    int server_line;             /* where the view's entry is in the file */
 } config_t;
+
+/* How many servers the gateway fronts (1 without servers:). */
+static inline size_t config_n_servers(const config_t *c)
+{
+    return c->n_servers ? c->n_servers : 1;
+}
+
+/* Server i: a view of servers:, or the top level itself without servers:. */
+static inline config_t *config_server(const config_t *c, size_t i)
+{
+    return c->n_servers ? c->servers[i] : (config_t *)c;
+}
+
+/* Where agents reach a server's MCP endpoint. */
+static inline const char *config_agent_path(const config_t *c)
+{
+    return c->agent_path ? c->agent_path : c->upstream_path;
+}
+
+/* Whether some server's policy needs the store (policy_needs_store). */
+bool config_needs_store(const config_t *c);
+
+/* The view named name, or NULL. */
+config_t *config_server_named(const config_t *c, const char *name);
 
 
 /* Error list filled by config_load: each entry is "file:line: message" (or "env NAME: ..."). */
@@ -246,6 +283,9 @@ int config_parse_host_port(const char *s, host_port_t *out);
 /* Makes c's upstream the stdio server argv (NULL-terminated, copied) with the default settings,
  * replacing a URL upstream: what `idemgw stdio -- CMD ARGS` does. */
 void config_set_upstream_command(config_t *c, char *const *argv);
+
+/* Whether two stdio upstreams are the same command with the same settings. */
+bool config_stdio_same(const stdio_conf_t *a, const stdio_conf_t *b);
 
 /* Parses an http(s) URL into out (free with config_http_url_free); NULL, or what is wrong. */
 const char *config_parse_http_url(const char *url, http_url_t *out);

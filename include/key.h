@@ -1,6 +1,8 @@
 /* The idempotency key of a tool call:
  *   SUBJECT ":" TOOL ":h:" HEX32(SHA-256(JCS(arguments - exclude_args - key_arg)))
  *   SUBJECT ":" TOOL ":x:" EXPLICIT_KEY
+ * where TOOL is SERVER "/" TOOL for a server of servers: (key_scoped_tool), so the same call on
+ * two servers is two calls.
  * Absent or null arguments hash as {}. Pure: no I/O. */
 #ifndef IDEMGW_KEY_H
 #define IDEMGW_KEY_H
@@ -34,6 +36,7 @@ typedef struct key_result {
  * so numbers keep their exact text. */
 typedef struct key_call {
     const char *subject; /* who calls (subject.h) */
+    const char *server;  /* the server's name under servers:, else NULL */
     const char *tool;
     /* The tools/call's params (may be NULL): its arguments and its idempotencyKey. */
     jcs_value_t *params;
@@ -54,6 +57,10 @@ typedef struct key_call {
 key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg,
                           size_t msglen) MUST_CHECK;
 void key_result_free(key_result_t *r);
+
+/* The tool as keys and the store name it: SERVER "/" TOOL for a named server (whose names hold
+ * no '/'), else TOOL. Allocated. */
+char *key_scoped_tool(const char *server, const char *tool);
 
 /* Hex SHA-256 of the key, for the Idempotency-Key sent upstream, the replay marker and log
  * lines. */

@@ -1,5 +1,6 @@
 /* idemgw: the process. Command line, configuration, listeners, signals, drain and reload. */
 #include "admin.h"
+#include "backend.h"
 #include "catalog.h"
 #include "catalog_fetch.h"
 #include "catalog_watch.h"
@@ -20,6 +21,7 @@
 #include "proxy.h"
 #include "replay_cache.h"
 #include "resume_guard.h"
+#include "routes.h"
 #include "stats.h"
 #include "status.h"
 #include "store.h"
@@ -58,31 +60,30 @@
 /* The worker's runtime state: the event loop, the live configuration, the store, the upstream
  * pool and the counters /metrics reports. Only main sees it whole; every module gets what it
  * needs from it when it is made. */
+/* A backend a reload removed or replaced, and the configuration its requests still read (freed
+ * with the last backend that reads it). */
+typedef struct retired {
+    backend_t *backend;
+    config_t *cfg;
+} retired_t;
+
 typedef struct server {
     struct event_base *base;
     config_t *cfg;              /* live config; replaced on SIGHUP */
     struct store *store;        /* NULL when no store is configured (database_url: none) */
-    struct upstream_pool *pool; /* keep-alive upstream connections */
-    upstream_t *upstream;       /* the MCP server, over pool: where requests go */
-    struct proxy *proxy;        /* the MCP listener's requests */
-    catalog_t *catalog;         /* the upstream's tools and their annotations */
-    catalog_watch_t *watch;     /* GET streams watched for tools/list_changed */
+    backend_env_t env;          /* what every MCP server behind the gateway shares */
+    backend_t **backends;       /* one per server (config_server), in the config's order */
+    size_t n_backends;
+    retired_t *retired;         /* servers a reload removed, serving their last requests */
+    size_t n_retired;
+    routes_t *routes;           /* which backend a request goes to */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
-    catalog_fetch_t *fetch;     /* the gateway's own tools/list in progress, or NULL */
-    struct event *fetch_retry;  /* the next try after a failed one */
-    uint64_t fetch_backoff_ms;
-    bool catalog_fetched;       /* the upstream's tools/list was read once */
-    bool fetch_again;           /* the tools changed while a fetch ran */
-    struct idem *idem;          /* the idempotency stage */
-    status_tool_t *status;      /* the status tool: earlier calls' outcomes, from the store */
     task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
-    task_poll_t *task_poll;     /* a task's poll, sent to its task's session */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
-    struct ssl_ctx_st *tls;        /* for an https upstream, else NULL */
     struct ssl_ctx_st *listen_tls; /* agents' TLS (listen_tls), else NULL; mcp_site.tls */
     bool draining;                 /* SIGTERM seen: no new connections or requests */
     server_stats_t *stats;         /* this worker's counters (a slot of all_stats) */
@@ -93,6 +94,17 @@ typedef struct server {
 } server_t;
 
 static server_t *server;
+
+/* Agent requests the worker's backends still serve, removed ones included. */
+static uint64_t server_exchanges(const server_t *s)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < s->n_backends; i++)
+        n += backend_exchanges(s->backends[i]);
+    for (size_t i = 0; i < s->n_retired; i++)
+        n += backend_exchanges(s->retired[i].backend);
+    return n;
+}
 
 /* The front end that replaces the listeners (idemgw stdio), or NULL. */
 static const serve_front_t *worker_front;
@@ -128,7 +140,7 @@ static char *mcp_error_writer(const char *message)
 
 static http_site_t mcp_site = {
     .ctx = &conns,
-    .handler = proxy_handle,
+    .handler = routes_handle,
     .name = "mcp",
     .error_body = mcp_error_writer,
     .error_type = "application/json",
@@ -298,7 +310,7 @@ static void print_errors(const config_errors_t *errs)
 static void server_check_drained(void)
 {
     /* a call finished from a GET stream is written after its exchange ended: wait for it */
-    if (server->draining && proxy_exchanges(server->proxy) == 0 && conns.open == 0 &&
+    if (server->draining && server_exchanges(server) == 0 && conns.open == 0 &&
         admin_conns.open == 0 && store_outstanding(server->store) == 0) {
         log_info(0, "drained: exiting");
         event_base_loopexit(server->base, NULL);
@@ -313,89 +325,8 @@ static void store_settled(void *arg)
 static void drain_timeout(evutil_socket_t fd, short what, void *arg)
 {
     log_warn(0, "drain timeout: %llu requests still in flight, exiting",
-             (unsigned long long)proxy_exchanges(server->proxy));
+             (unsigned long long)server_exchanges(server));
     event_base_loopexit(server->base, NULL);
-}
-
-/* --- the upstream's tool catalogue, read at start --- */
-
-#define FETCH_BACKOFF_FIRST_MS 1000
-#define FETCH_BACKOFF_MAX_MS 60000
-
-static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg);
-
-static void catalog_fetched(void *arg, int n_tools, const char *error)
-{
-    server->fetch = NULL;
-    if (!error && server->fetch_again) {
-        server->fetch_again = false;
-        struct timeval zero = {0, 0};
-        evtimer_add(server->fetch_retry, &zero);
-        return;
-    }
-    if (!error) {
-        server->catalog_fetched = true;
-        log_info(0, "tool catalogue: %d tools listed by the upstream", n_tools);
-        return;
-    }
-    uint64_t ms = server->fetch_backoff_ms;
-    log_warn(0,
-             "tool catalogue: the upstream's tools/list could not be read (%s); tools the "
-             "policy does not name get defaults.class until it is, or until an agent's "
-             "tools/list passes; trying again in %llu ms",
-             error, (unsigned long long)ms);
-    server->fetch_backoff_ms = ms * 2 > FETCH_BACKOFF_MAX_MS ? FETCH_BACKOFF_MAX_MS : ms * 2;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
-    evtimer_add(server->fetch_retry, &tv);
-}
-
-/* The catalogue can change what is protected only when unlisted tools default to
- * non_idempotent and their annotations are trusted: then the gateway asks for it itself
- * (tools/list answers passing through are learned in any case). */
-static bool catalog_wanted(const config_t *cfg)
-{
-    return cfg->policy.defaults.trust_annotations &&
-           cfg->policy.defaults.cls == TOOL_CLASS_NON_IDEMPOTENT;
-}
-
-static void start_catalog_fetch(evutil_socket_t fd, short what, void *arg)
-{
-    /* a front end's one agent lists the tools itself (its answer is learned); a fetch of our
-     * own would start a second copy of a stdio server beside the agent's */
-    if (server->draining || server->fetch || server->catalog_fetched ||
-        !catalog_wanted(server->cfg) || worker_front)
-        return;
-    catalog_fetch_opts_t o = {
-        .base = server->base,
-        .upstream = server->upstream,
-        .target = server->cfg->upstream_path,
-        .catalog = server->catalog,
-        .done = catalog_fetched,
-    };
-    server->fetch = catalog_fetch_start(&o);
-}
-
-/* A server said its tools changed: read them again (once at a time; a change during a fetch
- * is read by one more). */
-static void tools_changed(void *arg)
-{
-    (void)arg;
-    if (!catalog_wanted(server->cfg))
-        return;
-    log_info(0, "tool catalogue: the upstream says its tools changed: reading them again");
-    server->catalog_fetched = false;
-    if (server->fetch)
-        server->fetch_again = true;
-    else if (!evtimer_pending(server->fetch_retry, NULL))
-        start_catalog_fetch(-1, 0, NULL);
-}
-
-static void stop_catalog_fetch(void)
-{
-    catalog_fetch_cancel(server->fetch);
-    server->fetch = NULL;
-    if (server->fetch_retry)
-        evtimer_del(server->fetch_retry);
 }
 
 static void server_drain(const char *why)
@@ -418,11 +349,10 @@ static void server_drain(const char *why)
         evconnlistener_free(server->admin_listener);
         server->admin_listener = NULL;
     }
-    stop_catalog_fetch();
     http_conn_close_idle(&conns);
     http_conn_close_idle(&admin_conns);
-    proxy_drain(server->proxy);
-    upstream_pool_close_idle(server->pool);
+    for (size_t i = 0; i < server->n_backends; i++)
+        backend_drain(server->backends[i]);
     uint64_t ms = server->cfg->drain_timeout_ms;
     struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
     drain_timer = evtimer_new(server->base, drain_timeout, NULL);
@@ -508,6 +438,126 @@ static void reload_listen_tls(const config_t *neu)
     log_info(0, "reload: listen_tls certificate loaded from %s", neu->listen_tls.cert_file);
 }
 
+/* The routes to the backends, from their configurations. */
+static void set_routes(server_t *s)
+{
+    route_t *rt = xcalloc(s->n_backends, sizeof(*rt));
+    for (size_t i = 0; i < s->n_backends; i++) {
+        const config_t *c = backend_config(s->backends[i]);
+        rt[i] = (route_t){.name = c->server_name,
+                          .agent_path = c->agent_path,
+                          .prefix = c->agent_prefix ? c->agent_prefix : "",
+                          .upstream_path = c->upstream_path,
+                          .proxy = backend_proxy(s->backends[i])};
+    }
+    routes_set(s->routes, rt, s->n_backends);
+    free(rt);
+}
+
+/* What /readyz probes and /metrics reports of the upstreams. */
+static void set_admin_upstreams(server_t *s)
+{
+    admin_ctx.pool = s->n_backends ? backend_pool(s->backends[0]) : NULL;
+    admin_ctx.upstream = s->n_backends ? backend_upstream(s->backends[0]) : NULL;
+}
+
+/* Frees the removed backends that have served their last request, and a configuration no
+ * backend reads any more. */
+static void reap_retired(server_t *s)
+{
+    for (size_t i = 0; i < s->n_retired;) {
+        retired_t r = s->retired[i];
+        if (backend_exchanges(r.backend) > 0) {
+            i++;
+            continue;
+        }
+        log_info(0, "server %s removed by a reload: its last request has ended",
+                 backend_config(r.backend)->server_name ? backend_config(r.backend)->server_name
+                                                        : "(the upstream)");
+        backend_free(r.backend);
+        s->retired[i] = s->retired[--s->n_retired];
+        bool still_read = r.cfg == s->cfg;
+        for (size_t j = 0; j < s->n_retired; j++)
+            still_read |= s->retired[j].cfg == r.cfg;
+        if (!still_read)
+            config_free(r.cfg);
+    }
+}
+
+/* The backend of the running configuration for server view neu: the one of that name, or the
+ * only one without servers:. */
+static backend_t *running_backend(const server_t *s, const config_t *neu)
+{
+    for (size_t i = 0; i < s->n_backends; i++) {
+        const char *name = backend_config(s->backends[i])->server_name;
+        if ((!name && !neu->server_name) ||
+            (name && neu->server_name && strcmp(name, neu->server_name) == 0))
+            return s->backends[i];
+    }
+    return NULL;
+}
+
+/* A reload's servers: a server whose upstream stays keeps its backend (connections, children,
+ * catalogue) with the new policy; a new or changed one gets a backend of its own; a removed or
+ * replaced one serves its requests in flight, then is freed. Every new backend is opened
+ * before anything changes: false (nothing changed) when one cannot be. */
+static bool reload_servers(server_t *s, config_t *neu, config_t *old)
+{
+    size_t n = config_n_servers(neu);
+    backend_t **next = xcalloc(n, sizeof(*next));
+    bool *reused = xcalloc(s->n_backends + 1, sizeof(*reused));
+    char msg[512];
+    for (size_t i = 0; i < n; i++) {
+        config_t *view = config_server(neu, i);
+        backend_t *b = running_backend(s, view);
+        if (b && backend_same_upstream(b, view)) {
+            next[i] = b;
+            continue;
+        }
+        if (!(next[i] = backend_open(&s->env, view, msg, sizeof(msg)))) {
+            log_error(0, "reload: server %s: %s", view->server_name ? view->server_name : "",
+                      msg);
+            for (size_t j = 0; j < i; j++)
+                if (!running_backend(s, config_server(neu, j)) ||
+                    next[j] != running_backend(s, config_server(neu, j)))
+                    backend_free(next[j]);
+            free(next);
+            free(reused);
+            return false;
+        }
+        log_info(0, "reload: server %s: %s upstream %s", view->server_name,
+                 b ? "new" : "added, with", view->upstream_url);
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = 0; j < s->n_backends; j++)
+            if (next[i] == s->backends[j]) {
+                reused[j] = true;
+                backend_reconfigure(next[i], config_server(neu, i));
+            }
+    for (size_t j = 0; j < s->n_backends; j++) {
+        if (reused[j])
+            continue;
+        backend_t *b = s->backends[j];
+        log_info(0, "reload: server %s %s: %llu requests in flight finish on it",
+                 backend_config(b)->server_name, running_backend(s, backend_config(b)) &&
+                 config_server_named(neu, backend_config(b)->server_name) ? "changed its upstream"
+                                                                        : "removed",
+                 (unsigned long long)backend_exchanges(b));
+        backend_drain(b);
+        s->retired = xrealloc(s->retired, (s->n_retired + 1) * sizeof(*s->retired));
+        s->retired[s->n_retired++] = (retired_t){b, old};
+    }
+    free(s->backends);
+    free(reused);
+    s->backends = next;
+    s->n_backends = n;
+    set_routes(s);
+    set_admin_upstreams(s);
+    for (size_t i = 0; i < n; i++)
+        backend_start_fetch(s->backends[i]);
+    return true;
+}
+
 static void on_sighup(evutil_socket_t sig, short what, void *arg)
 {
     const char *path = arg;
@@ -520,98 +570,83 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
         config_errors_free(&errs);
         return;
     }
+    if (!server->cfg->n_servers != !neu->n_servers) {
+        log_error(0, "reload failed: a change between one upstream and servers: needs a "
+                     "restart; keeping the running configuration");
+        config_free(neu);
+        return;
+    }
     warn_memo_begin(config_warnings);
     /* settings that need a restart are named and keep their running values */
     config_reload_merge(server->cfg, neu, report_restart_key, NULL);
     config_t *old = server->cfg;
+    if (!reload_servers(server, neu, old)) {
+        log_error(0, "reload failed: keeping the running configuration");
+        config_free(neu);
+        return;
+    }
     clamp_connections(neu, true);
     server->cfg = neu;
     apply_upstream_limits(neu);
     apply_http_limits(neu);
-    proxy_reconfigure(server->proxy, neu);
-    idem_reconfigure(server->idem, neu);
-    status_reconfigure(server->status, neu);
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
-    catalog_set_policy(server->catalog, &neu->policy);
-    catalog_set_status_tool(server->catalog, neu->status_tool);
-    admin_ctx.store_missing = !server->store && policy_needs_store(&neu->policy);
-    if (!evtimer_pending(server->fetch_retry, NULL))
-        start_catalog_fetch(-1, 0, NULL); /* the new policy may want the catalogue */
+    admin_ctx.store_missing = !server->store && config_needs_store(neu);
     log_threshold = (log_level_t)neu->log_level;
-    config_free(old);
+    bool still_read = false;
+    for (size_t j = 0; j < server->n_retired; j++)
+        still_read |= server->retired[j].cfg == old;
+    if (!still_read)
+        config_free(old);
+    reap_retired(server);
     log_info(0, "configuration reloaded from %s", path ? path : "the environment");
-}
-
-static void session_idle(void *arg, const char *session)
-{
-    proxy_session_maybe_idle(arg, session);
 }
 
 static void exchange_ended(void *arg)
 {
+    if (server->n_retired)
+        reap_retired(server);
     server_check_drained();
 }
 
-/* The proxy and its idempotency stage, each given what it works with. */
-static void wire_stages(server_t *s)
+/* The MCP servers behind the gateway, each a backend with its upstream and stages, and the
+ * routes to them. */
+static bool open_servers(server_t *s)
 {
-    s->catalog = catalog_new();
-    catalog_set_policy(s->catalog, &s->cfg->policy);
-    catalog_set_status_tool(s->catalog, s->cfg->status_tool);
-    proxy_ctx_t pc = {
+    apply_upstream_limits(s->cfg);
+    s->env = (backend_env_t){
         .base = s->base,
-        .cfg = s->cfg,
-        .upstream = s->upstream,
-        .stats = s->stats,
-        .catalog = s->catalog,
-        .subject = s->subject,
-        .tracer = s->tracer,
-        .worker = s->worker,
-        .n_workers = s->n_workers,
-        .draining = &s->draining,
-        .exchange_ended = exchange_ended,
-    };
-    s->proxy = proxy_new(&pc);
-    idem_ctx_t ic = {
-        .base = s->base,
-        .cfg = s->cfg,
         .store = s->store,
         .cache = s->cache,
-        .stats = s->stats,
-        .catalog = s->catalog,
         .subject = s->subject,
         .guard = s->guard,
         .tasks = s->tasks,
-        .session_idle = session_idle,
-        .arg = s->proxy,
-    };
-    s->idem = idem_new(&ic);
-    status_ctx_t sc = {
-        .cfg = s->cfg,
-        .store = s->store,
-        .subject = s->subject,
+        .tracer = s->tracer,
         .stats = s->stats,
+        .limits = &upstream_limits,
+        .worker = s->worker,
+        .n_workers = s->n_workers,
+        .draining = &s->draining,
+        .fetch_catalog = !worker_front,
+        .exchange_ended = exchange_ended,
     };
-    s->status = status_new(&sc);
-    s->task_poll = task_poll_new(
-        &(task_poll_ctx_t){.base = s->base, .routes = s->tasks, .subject = s->subject});
-    s->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed});
-    /* the router's handlers, asked in this order (handler.h) */
-    const handler_t handlers[] = {
-        {"cancel of a protected call", idem_offer_cancel, s->idem},
-        {"status tool", status_offer, s->status},
-        {"protected call", idem_offer_call, s->idem},
-        {"task poll", task_poll_offer, s->task_poll},
-        {"tools/list_changed watch", catalog_watch_offer, s->watch},
-        {"stream resume check", idem_offer_stream, s->idem},
-        {"tools/list watch", catalog_offer, s->catalog},
-    };
-    for (size_t i = 0; i < ARRAY_LEN(handlers); i++)
-        proxy_add_handler(s->proxy, &handlers[i]);
-    proxy_set_hooks(s->proxy, &(proxy_hooks_t){.cancelled = idem_cancelled,
-                                               .session_busy = idem_session_busy,
-                                               .arg = s->idem});
+    s->routes = routes_new();
+    size_t n = config_n_servers(s->cfg);
+    s->backends = xcalloc(n, sizeof(*s->backends));
+    for (size_t i = 0; i < n; i++) {
+        config_t *view = config_server(s->cfg, i);
+        char msg[512] = "";
+        backend_t *b = backend_open(&s->env, view, msg, sizeof(msg));
+        if (!b) {
+            fprintf(stderr, "idemgw: %s%s%s%s\n", view->server_name ? "server " : "",
+                    view->server_name ? view->server_name : "", view->server_name ? ": " : "",
+                    msg);
+            return false;
+        }
+        s->backends[s->n_backends++] = b;
+    }
+    set_routes(s);
+    return true;
 }
 
 /* shared: SO_REUSEPORT, for the workers of one gateway on its agent port. Never otherwise:
@@ -669,51 +704,6 @@ static server_t *server_new(config_t *cfg, int worker, int n_workers, server_sta
     return s;
 }
 
-/* The MCP server behind the gateway: a child process it spawns and speaks stdio to, or an
- * HTTP server reached through a keep-alive pool (over TLS for https). */
-static bool open_upstream(server_t *s)
-{
-    const config_t *cfg = s->cfg;
-    char msg[512] = "";
-    if (cfg->upstream_tls) {
-        s->tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", msg, sizeof(msg));
-        if (!s->tls) {
-            fprintf(stderr, "idemgw: %s\n", msg);
-            return false;
-        }
-    }
-    apply_upstream_limits(cfg);
-    if (cfg->stdio.argv) {
-        upstream_stdio_opts_t so = {
-            .base = s->base,
-            .conf = &cfg->stdio,
-            .path = cfg->upstream_path,
-            .limits = &upstream_limits,
-            .max_line = (size_t)cfg->max_body_bytes,
-        };
-        s->upstream = upstream_stdio_new(&so);
-    } else {
-        upstream_opts_t uo = {
-            .base = s->base,
-            .tls = s->tls,
-            .host = cfg->upstream.host,
-            .port = cfg->upstream.port,
-            .limits = &upstream_limits,
-            .draining = &s->draining,
-            .tls_full = &s->stats->upstream_tls_full,
-            .tls_resumed = &s->stats->upstream_tls_resumed,
-            .connects = &s->stats->upstream_connects,
-        };
-        s->pool = upstream_pool_new(&uo, msg, sizeof(msg));
-        if (!s->pool) {
-            fprintf(stderr, "idemgw: %s\n", msg);
-            return false;
-        }
-        s->upstream = upstream_http_new(s->pool, cfg->upstream_host_header);
-    }
-    return true;
-}
-
 /* The key store database_url names (store_open.h), or none: then only a policy that needs no
  * store works, which is said once here. */
 static bool open_store(server_t *s)
@@ -721,7 +711,7 @@ static bool open_store(server_t *s)
     config_t *cfg = s->cfg;
     char msg[512] = "";
     if (!cfg->store_enabled) {
-        if (policy_needs_store(&cfg->policy))
+        if (config_needs_store(cfg))
             log_warn(0, "no database configured (database_url: none): calls to non_idempotent "
                         "tools are refused (store_not_configured) and /readyz says not ready; "
                         "remove database_url: none for the embedded store, set it to Postgres, "
@@ -801,7 +791,7 @@ static bool open_callers_side(server_t *s)
 /* The listeners' connection contexts and the admin endpoints' view of the worker. */
 static void wire_sites(server_t *s)
 {
-    mcp_site.arg = s->proxy;
+    mcp_site.arg = s->routes;
     apply_http_limits(s->cfg);
     conns = (http_context_t){
         .base = s->base,
@@ -820,13 +810,12 @@ static void wire_sites(server_t *s)
     };
     admin_ctx = (admin_ctx_t){
         .store = s->store,
-        .pool = s->pool,
-        .upstream = s->upstream,
         .all_stats = s->all_stats,
         .n_workers = s->n_workers,
         .draining = &s->draining,
-        .store_missing = !s->store && policy_needs_store(&s->cfg->policy),
+        .store_missing = !s->store && config_needs_store(s->cfg),
     };
+    set_admin_upstreams(s);
 }
 
 /* The agents' port (shared by the workers, which hand connections to each other) and, in the
@@ -855,9 +844,8 @@ static void run_loop(server_t *s, const char *path)
     if (!worker_front) /* a front end's config is the file and more: the file alone cannot replace
                           it */
         evsignal_add(ev_hup, NULL);
-    s->fetch_retry = evtimer_new(s->base, start_catalog_fetch, NULL);
-    s->fetch_backoff_ms = FETCH_BACKOFF_FIRST_MS;
-    start_catalog_fetch(-1, 0, NULL);
+    for (size_t i = 0; i < s->n_backends; i++)
+        backend_start_fetch(s->backends[i]);
 
     if (cfg->subject.kind == SUBJECT_DEFAULT && !worker_front)
         log_info(0, "subject not configured: callers are told apart by the SHA-256 of their "
@@ -867,11 +855,19 @@ static void run_loop(server_t *s, const char *path)
     if (worker_front)
         log_info(0, "idemgw %s serving stdin and stdout, upstream %s, store %s", IDEMGW_VERSION,
                  cfg->upstream_url, s->store ? store_backend_name(s->store) : "not configured");
-    else
+    else if (!cfg->n_servers)
         log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), upstream %s, store %s",
                  IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
                  s->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
                  cfg->upstream_url, s->store ? store_backend_name(s->store) : "not configured");
+    else
+        log_info(0, "idemgw %s listening on %s:%u%s (admin %s:%u), %zu servers, store %s",
+                 IDEMGW_VERSION, cfg->listen.host, cfg->listen.port,
+                 s->listen_tls ? " with TLS" : "", cfg->admin_listen.host, cfg->admin_listen.port,
+                 cfg->n_servers, s->store ? store_backend_name(s->store) : "not configured");
+    for (size_t i = 0; i < cfg->n_servers; i++)
+        log_info(0, "server %s at %s: upstream %s", cfg->servers[i]->server_name,
+                 cfg->servers[i]->agent_path, cfg->servers[i]->upstream_url);
     event_base_dispatch(s->base);
     /* the spans of the last requests are still held: send them, within a short deadline */
     tracer_drain(s->tracer, TRACE_EXIT_MS);
@@ -886,9 +882,6 @@ static void server_free(server_t *s)
 {
     if (worker_front)
         worker_front->stop(worker_front->arg);
-    stop_catalog_fetch();
-    if (s->fetch_retry)
-        event_free(s->fetch_retry);
     if (drain_timer)
         event_free(drain_timer);
     event_free(accept_resume);
@@ -898,23 +891,26 @@ static void server_free(server_t *s)
         evconnlistener_free(s->admin_listener);
     if (s->store)
         store_free(s->store);
-    upstream_free(s->upstream);
-    upstream_pool_free(s->pool);
-    proxy_free(s->proxy);
-    idem_free(s->idem);
-    status_free(s->status);
-    task_poll_free(s->task_poll);
+    for (size_t i = 0; i < s->n_backends; i++)
+        backend_free(s->backends[i]);
+    free(s->backends);
+    for (size_t i = 0; i < s->n_retired; i++) {
+        backend_free(s->retired[i].backend);
+        bool later = false; /* a configuration several removed backends read is freed once */
+        for (size_t j = i + 1; j < s->n_retired; j++)
+            later |= s->retired[j].cfg == s->retired[i].cfg;
+        if (!later && s->retired[i].cfg != s->cfg)
+            config_free(s->retired[i].cfg);
+    }
+    free(s->retired);
+    routes_free(s->routes);
     task_routes_free(s->tasks);
     subject_free(s->subject);
-    catalog_free(s->catalog);
-    catalog_watch_free(s->watch);
     tracer_free(s->tracer);
     replay_cache_free(s->cache);
     resume_guard_free(s->guard);
     warn_memo_free(config_warnings);
     config_warnings = NULL;
-    if (s->tls)
-        SSL_CTX_free(s->tls);
     /* open connections hold references of their own */
     SSL_CTX_free(s->listen_tls);
     mcp_site.tls = NULL;
@@ -934,9 +930,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
 {
     server = server_new(cfg, worker, n_workers, all_stats);
     int rc = 1;
-    if (!open_upstream(server) || !open_store(server) || !open_callers_side(server))
+    if (!open_store(server) || !open_callers_side(server) || !open_servers(server))
         goto out;
-    wire_stages(server);
     wire_sites(server);
     if (worker_front) {
         /* no listeners: the front end's connections are the only agent */

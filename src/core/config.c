@@ -601,7 +601,13 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
 
     /* A file we could not read, or an upstream given but invalid, already has its error;
      * "required" on top would only mislead. */
-    if (!c->upstream_url && yr.readable && !yr.upstream_seen && !env_upstream) {
+    if (yr.servers_seen && (yr.upstream_seen || env_upstream))
+        config_errors_add(errs,
+                          "%s: upstream%s and servers are both given: with servers, each "
+                          "server names its own upstream; remove the top-level one",
+                          name ? name : "env", env_upstream ? " (IDEMGW_UPSTREAM)" : "");
+    else if (!c->upstream_url && yr.readable && !yr.upstream_seen && !env_upstream &&
+             !yr.servers_seen) {
         if (text)
             config_errors_add(errs, "%s:1: upstream is required (or set IDEMGW_UPSTREAM)", name);
         else
@@ -609,14 +615,21 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
     }
     fill_allowed_defaults(c);
     choose_store(c, name, yr.workers_line, errs);
-    if (c->stdio.argv && c->workers > 1) {
+    for (size_t i = 0; i < config_n_servers(c); i++) {
+        const config_t *sv = config_server(c, i);
+        if (!sv->stdio.argv || c->workers <= 1)
+            continue;
         char where[300];
         snprintf(where, sizeof(where), "%s:%d", name ? name : "env", yr.workers_line);
         config_errors_add(errs,
-                          "%s: workers: %d with a stdio upstream: a session's child process "
+                          "%s: workers: %d with a stdio upstream%s%s: a session's child process "
                           "lives in one worker; set workers: 1",
-                          name && yr.workers_line > 0 ? where : (name ? name : "env"), c->workers);
+                          name && yr.workers_line > 0 ? where : (name ? name : "env"), c->workers,
+                          sv->server_name ? " in server " : "",
+                          sv->server_name ? sv->server_name : "");
+        break;
     }
+    config_views_refresh(c);
 
     bool failed = errs->n > before;
     config_errors_free(&local);
@@ -674,7 +687,7 @@ out:
 
 void config_free(config_t *c)
 {
-    if (!c)
+    if (!c || c->parent) /* a view is freed with its top level */
         return;
     free(c->path);
     config_http_url_free(&c->otlp);
@@ -694,5 +707,8 @@ void config_free(config_t *c)
     config_subject_jwt_free(&c->subject.jwt);
     config_listen_tls_free(&c->listen_tls);
     policy_free(&c->policy);
+    for (size_t i = 0; i < c->n_servers; i++)
+        config_view_free(c->servers[i]);
+    free(c->servers);
     free(c);
 }

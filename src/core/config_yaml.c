@@ -430,7 +430,7 @@ static void fn_exclude_args(ctx_t *cx, struct fy_node *v, int line, const char *
     cy_walk_list(cx, v, line, path, base, true, exclude_entry);
 }
 
-static void fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+void cy_fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     cx->res.upstream_seen = true;
     if (fy_node_is_mapping(v) && !fy_node_is_alias(v)) {
@@ -816,8 +816,6 @@ static const key_spec_t log_keys[] = {
     {.name = "level", .kind = K_FN, .fn = fn_log_level, LIVE},
 };
 
-static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
-static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 
 /* order: timeouts must be known before leases are checked, and defaults before tools inherit
  * them, whatever order the file lists them in. Sockets, the upstream's TLS context, the store
@@ -831,7 +829,7 @@ static const key_spec_t top_keys[] = {
     {.name = "workers", .kind = K_INT, .off = CFG(workers), .min = 1, .max = 64, RESTART},
     {.name = "upstream",
      .kind = K_FN,
-     .fn = fn_upstream,
+     .fn = cy_fn_upstream,
      RESTART,
      .same = upstream_same,
      .carry = upstream_carry},
@@ -876,14 +874,17 @@ static const key_spec_t top_keys[] = {
     {.name = "listen_tls", .kind = K_FN, .fn = cy_fn_listen_tls, LIVE},
     /* after listen_tls: client_cert needs its client_ca_file */
     {.name = "subject", .kind = K_FN, .fn = cy_fn_subject, .order = 1, LIVE},
-    {.name = "defaults", .kind = K_FN, .fn = fn_defaults, .order = 1, LIVE},
-    {.name = "tools", .kind = K_FN, .fn = fn_tools, .order = 2, LIVE},
+    {.name = "defaults", .kind = K_FN, .fn = cy_fn_defaults, .order = 1, LIVE},
+    {.name = "tools", .kind = K_FN, .fn = cy_fn_tools, .order = 2, LIVE},
+    /* after defaults and tools, which each server's inherit (config_servers.c); a reload
+     * adds, removes and changes servers */
+    {.name = "servers", .kind = K_FN, .fn = cy_fn_servers, .order = 3, LIVE},
 };
 
 #undef LIVE
 #undef RESTART
 
-static void fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+void cy_fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
     c->policy.defaults.line = line;
@@ -901,7 +902,7 @@ static bool tool_name_valid(const char *s)
     return true;
 }
 
-static void fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
+void cy_fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base)
 {
     config_t *c = base;
     void *it = NULL;
@@ -1050,6 +1051,7 @@ int config_reload_merge(const config_t *running, config_t *next, config_restart_
     next->store_backend = running->store_backend;
     free(next->store_target);
     next->store_target = running->store_target ? xstrdup(running->store_target) : NULL;
+    config_views_refresh(next);
     return count;
 }
 
@@ -1067,7 +1069,7 @@ static void walk_root(ctx_t *cx, struct fy_node *root)
         return;
     }
     cx->res.readable = true;
-    for (int order = 0; order <= 2; order++)
+    for (int order = 0; order <= 3; order++)
         cy_walk_map(cx, root, 1, "", top_keys, ARRAY_LEN(top_keys), cx->c, order);
     /* for the errors config.c finds between settings, after the walk */
     struct fy_node *w = fy_node_mapping_lookup_by_string(root, "workers", FY_NT);

@@ -11,6 +11,7 @@
 typedef struct config_yaml_result {
     bool readable;      /* the document parsed and its top level is a mapping */
     bool upstream_seen; /* an upstream key was present, valid or not */
+    bool servers_seen;  /* a servers key was present, valid or not */
     int workers_line;   /* the workers key's line, 0 when it is not in the file */
 } config_yaml_result_t;
 
@@ -24,8 +25,11 @@ config_yaml_result_t config_yaml_apply(config_t *c, const char *name, const char
 const char *config_set_upstream(config_t *c, const char *url);
 /* config_stdio.c: the stdio upstream's settings copied, compared and freed (zeroed after). */
 void config_stdio_copy(stdio_conf_t *dst, const stdio_conf_t *src);
-bool config_stdio_same(const stdio_conf_t *a, const stdio_conf_t *b);
 void config_stdio_free(stdio_conf_t *s);
+/* config_servers.c: each server view gets the top level's current values again (after the
+ * top level is complete, and after a reload merge replaced some of them); and a view freed. */
+void config_views_refresh(config_t *c);
+void config_view_free(config_t *v);
 /* The same for subject.jwt.jwks_url, which must be https. */
 const char *config_set_jwks_url(subject_jwt_conf_t *j, const char *url);
 /* Frees what a jwt subject setting holds and zeroes it. */

@@ -55,7 +55,7 @@ struct key_spec {
     key_fn fn;                /* K_FN */
     const key_spec_t *sub;    /* K_SECTION */
     size_t n_sub;
-    int order; /* top level only: sections handled in passes 0, 1, 2 (see walk_root) */
+    int order; /* top level only: sections handled in passes 0 to 3 (see walk_root) */
     /* Every key but a section says what a reload does with it (config_reload_merge). */
     config_key_reload_t reload;
     /* restart-only K_FN keys: whether two configs agree, and running's value into next (the
@@ -91,6 +91,13 @@ void cy_walk_list(ctx_t *cx, struct fy_node *v, int line, const char *path, void
 void cy_fn_listen_tls(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 void cy_fn_subject(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 
+/* config_yaml.c: upstream (a URL or a command), defaults and tools, into a config_t (the top
+ * level or a server's view). */
+void cy_fn_upstream(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+void cy_fn_defaults(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+void cy_fn_tools(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
+/* config_servers.c: servers, a mapping of names to {path, upstream, ...}. */
+void cy_fn_servers(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 /* config_stdio.c: upstream given as a mapping, {command: [...], ...}. */
 void cy_upstream_command(ctx_t *cx, struct fy_node *v, int line, const char *path, void *base);
 

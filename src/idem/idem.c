@@ -100,6 +100,7 @@ typedef struct call {
     call_state_t state;
     policy_rules_t rules; /* the tool's policy, copied: a reload may free the config */
     char *subject;
+    char *store_tool; /* the tool as the store names it (key_scoped_tool) */
     char *key;
     char key_hash[65];
     char args_digest[65];
@@ -224,6 +225,7 @@ static void call_detach(void *arg)
     fwd_remove(c);
     free(c->key);
     free(c->subject);
+    free(c->store_tool);
     if (c->json_body)
         evbuffer_free(c->json_body);
     decoder_free(c->decoder);
@@ -819,7 +821,7 @@ static void claim(call_t *c)
     char *rpc_id = row_text(msg_of(c)->id_text);
     store_claim_req_t req = {
         .key = c->key,
-        .tool = msg_of(c)->tool,
+        .tool = c->store_tool,
         .subject = c->subject,
         .args_digest = c->args_digest,
         .explicit_key = c->explicit_key,
@@ -863,6 +865,7 @@ static void on_subject(void *arg, const subject_result_t *res)
         return;
     }
     key_call_t call = {.subject = c->subject,
+                       .server = cfg->server_name,
                        .tool = m->tool,
                        .params = jcs_object_get(root, "params"),
                        .header_key = header_of(c, "idempotency-key"),
@@ -877,6 +880,7 @@ static void on_subject(void *arg, const subject_result_t *res)
     }
     c->key = kr.key;
     kr.key = NULL;
+    c->store_tool = key_scoped_tool(cfg->server_name, m->tool);
     memcpy(c->args_digest, kr.args_digest, sizeof(c->args_digest));
     memcpy(c->key_hash, kr.key_hash, sizeof(c->key_hash));
     c->explicit_key = kr.explicit_key;

@@ -199,6 +199,11 @@ static key_status_t derive(const char *subject, const char *tool, jcs_value_t *a
     return KEY_OK;
 }
 
+char *key_scoped_tool(const char *server, const char *tool)
+{
+    return server && *server ? xasprintf("%s/%s", server, tool) : xstrdup(tool);
+}
+
 key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg, size_t msglen)
 {
     jcs_value_t *args = call->arguments;
@@ -207,8 +212,10 @@ key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg, 
         args = jcs_object_get(call->params, "arguments");
         param_key = jcs_object_get(call->params, KEY_PARAM);
     }
-    key_status_t st = derive(call->subject, call->tool, args, param_key, call->pt, call->header_key,
-                             out, msg, msglen);
+    char *tool = key_scoped_tool(call->server, call->tool);
+    key_status_t st =
+        derive(call->subject, tool, args, param_key, call->pt, call->header_key, out, msg, msglen);
+    free(tool);
     if (st == KEY_OK)
         key_hash_hex(out->key, out->key_hash);
     return st;

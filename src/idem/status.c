@@ -188,6 +188,7 @@ static void lookup(query_t *q)
     }
     q->target = xstrdup(tool);
     key_call_t call = {.subject = q->subject,
+                       .server = cfg->server_name,
                        .tool = tool,
                        .arguments = jcs_object_get(args, "arguments"),
                        .header_key = explicit,

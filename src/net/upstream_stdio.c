@@ -1498,6 +1498,9 @@ static void stdio_free(void *state)
     for (size_t i = 0; up->conf.env && up->conf.env[i]; i++)
         free(up->conf.env[i]);
     free(up->conf.env);
+    for (size_t i = 0; up->conf.pass_env && up->conf.pass_env[i]; i++)
+        free(up->conf.pass_env[i]);
+    free(up->conf.pass_env);
     free(up->conf.cwd);
     free(up->path);
     free(up->label);
@@ -1533,6 +1536,7 @@ upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts)
     up->conf = *opts->conf;
     up->conf.argv = strv_dup(opts->conf->argv);
     up->conf.env = strv_dup(opts->conf->env);
+    up->conf.pass_env = strv_dup(opts->conf->pass_env); /* a reload frees the config's */
     up->conf.cwd = opts->conf->cwd ? xstrdup(opts->conf->cwd) : NULL;
     up->path = xstrdup(opts->path ? opts->path : "/mcp");
     up->limits = opts->limits;

@@ -86,9 +86,12 @@ static void log_exchange(exchange_t *ex)
     log_json_string(target, sizeof(target), ex->req->target);
     const char *id =
         ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100 ? ex->msg.id_text : "null";
+    /* a server of servers: is named on each of its lines (its names are plain words) */
+    const char *server = ex->proxy->ctx.cfg->server_name;
     snprintf(fields, sizeof(fields),
-             "\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,\"tool\":%s,"
-             "\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s%s",
+             "%s%s%s\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,"
+             "\"tool\":%s,\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s%s",
+             server ? "\"server\":\"" : "", server ? server : "", server ? "\"," : "",
              ex->req->method_name, target, method, id, tool, ex->status, outcome,
              (unsigned long long)(util_now_ms() - ex->start_ms), ex->log_fields ? "," : "",
              ex->log_fields ? ex->log_fields : "");

@@ -1,0 +1,178 @@
+// servers: one gateway in front of several MCP servers, each at a path of its own, with the
+// same tool name on each. Three servers (two Streamable HTTP, one stdio) must behave as three
+// gateways would: a call runs once per server and replays its own server's answer, one
+// server down leaves the others serving, a reload adds and removes servers while calls run.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import {
+  IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, rawSession, readLedger, replayMarker, run, startGateway,
+  startRefundServer, tempDir, toYaml, toolText, waitFor, waitForLedger, waitForLog,
+} from './lib/harness.mjs';
+
+const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
+const TOOLS = { issue_refund: { class: 'non_idempotent' }, slow_refund: { class: 'non_idempotent' } };
+
+/** Three servers behind one gateway: {gw, billing, payments, ledgerFile, url(name), cfg}. */
+async function threeServers(t, { config = {}, databaseUrl } = {}) {
+  const billing = await startRefundServer(t);
+  const payments = await startRefundServer(t);
+  const dir = await tempDir(t, 'idemgw-servers-');
+  const ledgerFile = path.join(dir, 'ledger.jsonl');
+  const servers = {
+    billing: { path: '/billing/mcp', upstream: billing.url },
+    payments: { path: '/payments/mcp', upstream: payments.url },
+    ledger: { path: '/ledger/mcp', upstream: { command: [NODE, LEDGER_SERVER], env: { LEDGER: ledgerFile } } },
+  };
+  const cfg = { subject: { static: 'team' }, tools: TOOLS, servers, ...config };
+  const db = databaseUrl ?? await createDatabase();
+  const gw = await startGateway(t, { databaseUrl: db, config: cfg });
+  const url = (name) => `http://127.0.0.1:${gw.port}/${name}/mcp`;
+  return { gw, billing, payments, ledgerFile, url, cfg, db };
+}
+
+const refunds = (ledger, order) => ledger.filter((e) => e.tool === 'issue_refund' && e.order_id === order);
+
+test('three servers, the same tool on each: every call runs once per server and replays its own answer', async (t) => {
+  const { gw, billing, payments, ledgerFile, url } = await threeServers(t);
+  const args = { order_id: 'ord-many', amount_cents: 700 };
+  // payments runs one call first, so its answer to the same call (refund r-2) differs from
+  // billing's (r-1) and the stdio server's (its pid): a replay from the wrong server shows
+  const warm = await mcpClient(t, url('payments'));
+  await warm.callTool({ name: 'issue_refund', arguments: { order_id: 'warm-up', amount_cents: 1 } });
+  const first = {};
+  for (const name of ['billing', 'payments', 'ledger']) {
+    const c = await mcpClient(t, url(name));
+    const r = await c.callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(!replayMarker(r), `${name}: the first call runs`);
+    first[name] = toolText(r);
+  }
+  assert.equal(new Set(Object.values(first)).size, 3, `three different answers: ${JSON.stringify(first)}`);
+  // the same call again on each: each server's own answer, never another's
+  for (const name of ['billing', 'payments', 'ledger']) {
+    const c = await mcpClient(t, url(name));
+    const r = await c.callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(replayMarker(r), `${name}: a replay`);
+    assert.equal(toolText(r), first[name], `${name}: its own first answer`);
+  }
+  assert.equal(refunds(await readLedger(billing.ledger), 'ord-many').length, 1, 'billing ran it once');
+  assert.equal(refunds(await readLedger(payments.ledger), 'ord-many').length, 1, 'payments ran it once');
+  assert.equal((await waitForLedger(ledgerFile, 1)).length, 1, 'the stdio server ran it once');
+  // the log lines say which server each call was on
+  for (const name of ['billing', 'payments', 'ledger'])
+    assert.match(gw.logs(), new RegExp(`"server":"${name}".*"outcome":"replay"`));
+});
+
+test('servers: a path no server has is 404; other paths of a server are relayed under its prefix', async (t) => {
+  const { gw } = await threeServers(t);
+  const miss = await fetch(`http://127.0.0.1:${gw.port}/mcp`, {
+    method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+  });
+  assert.equal(miss.status, 404);
+  assert.match((await miss.json()).error.message, /no MCP server of this gateway is at \/mcp/);
+  // /billing/other reaches the billing server as /other (the fixture answers 404 there itself)
+  const other = await fetch(`http://127.0.0.1:${gw.port}/billing/other`);
+  await other.arrayBuffer();
+  assert.equal(other.status, 404);
+  await waitForLog(gw, /"path":"\/other".*"status":404/);
+});
+
+test('servers: one server\'s upstream down fails its calls only', async (t) => {
+  const { billing, url } = await threeServers(t);
+  billing.proc.kill('SIGKILL');
+  await billing.exited;
+  const down = await rawSession(t, url('billing')).catch((e) => e);
+  assert.ok(down instanceof Error && /HTTP 50[24]/.test(down.message), `billing is down: ${down}`);
+  for (const name of ['payments', 'ledger']) {
+    const c = await mcpClient(t, url(name));
+    const r = await c.callTool({ name: 'issue_refund', arguments: { order_id: `up-${name}`, amount_cents: 1 } });
+    assert.ok(!r.isError, `${name} serves: ${toolText(r)}`);
+  }
+});
+
+test('servers: the OAuth metadata of a server is reached through its path', async (t) => {
+  const port0 = await import('./lib/harness.mjs').then((h) => h.freePort());
+  const resource = `http://127.0.0.1:${port0}/billing/mcp`;
+  const billing = await startRefundServer(t, { oauth: { resource, authorizationServer: 'https://as.test' } });
+  const payments = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    port: port0,
+    databaseUrl: await createDatabase(),
+    config: {
+      subject: { static: 'team' }, tools: TOOLS,
+      servers: { billing: { path: '/billing/mcp', upstream: billing.url }, payments: { path: '/payments/mcp', upstream: payments.url } },
+    },
+  });
+  const res = await fetch(`http://127.0.0.1:${gw.port}/.well-known/oauth-protected-resource/billing/mcp`);
+  assert.equal(res.status, 200);
+  assert.deepEqual(await res.json(), { resource, authorization_servers: ['https://as.test'] });
+  const none = await fetch(`http://127.0.0.1:${gw.port}/.well-known/oauth-protected-resource/payments/mcp`);
+  await none.arrayBuffer();
+  assert.equal(none.status, 404, 'the payments server has no metadata: its own 404');
+});
+
+test('servers: a reload that removes a server lets its call in flight finish, then its path is 404', async (t) => {
+  const { gw, billing, url, cfg, db } = await threeServers(t);
+  const s = await rawSession(t, url('billing'));
+  const inflight = s.call('slow_refund', { order_id: 'ord-reload', amount_cents: 5, delay_ms: 1500 }, { id: 'r1' });
+  // the fixture appends when the call starts, and answers delay_ms later
+  await waitFor(async () => (await readLedger(billing.ledger)).some((e) => e.tool === 'slow_refund') || null,
+    { what: 'the slow call to reach the billing server' });
+  const { billing: _gone, ...rest } = cfg.servers;
+  await fs.writeFile(gw.configPath, toYaml({
+    listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`,
+    database_url: db,
+    ...cfg, servers: rest,
+  }));
+  gw.proc.kill('SIGHUP');
+  await waitForLog(gw, /configuration reloaded/);
+  const r = await inflight;
+  assert.equal(r.status, 200);
+  assert.ok(r.message?.result && !r.message.result.isError, `the call in flight finished: ${r.body}`);
+  assert.equal((await readLedger(billing.ledger)).filter((e) => e.tool === 'slow_refund').length, 1, 'run once');
+  await waitForLog(gw, /server billing removed by a reload: its last request has ended/);
+  const after = await fetch(url('billing'), { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
+  await after.arrayBuffer();
+  assert.equal(after.status, 404);
+  // the other servers kept serving through the reload
+  const c = await mcpClient(t, url('payments'));
+  assert.ok(!(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'after-reload', amount_cents: 1 } })).isError);
+});
+
+test('servers: check-config names duplicate paths and bad entries with file:line', async (t) => {
+  const dir = await tempDir(t, 'idemgw-servers-cfg-');
+  const file = path.join(dir, 'bad.yaml');
+  await fs.writeFile(file, [
+    'database_url: none',
+    'servers:',
+    '  billing:',
+    '    path: /billing/mcp',
+    '    upstream: http://127.0.0.1:1/mcp',
+    '  payments:',
+    '    path: /Billing/mcp',
+    '    upstream: http://127.0.0.1:2/mcp',
+    '  "two words":',
+    '    path: /x/mcp',
+    '    upstream: http://127.0.0.1:3/mcp',
+    '  nopath:',
+    '    upstream: http://127.0.0.1:4/mcp',
+    '',
+  ].join('\n'));
+  const r = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, new RegExp(`${file}:6: servers.payments.path: /Billing/mcp is already server billing's path \\(line 3\\)`));
+  assert.match(r.stderr, new RegExp(`${file}:9: servers: 'two words' is not a server name`));
+  assert.match(r.stderr, new RegExp(`${file}:12: servers.nopath: path is required`));
+  const twice = path.join(dir, 'twice.yaml');
+  await fs.writeFile(twice, 'servers:\n  a: {path: /a/mcp, upstream: "http://127.0.0.1:2/mcp"}\n  a: {path: /b/mcp, upstream: "http://127.0.0.1:3/mcp"}\n');
+  const r1 = await run(IDEMGW_BIN, ['--check-config', '-c', twice]);
+  assert.notEqual(r1.code, 0);
+  assert.match(r1.stderr, new RegExp(`${twice}:3: duplicate key`), 'a name given twice');
+  const both = path.join(dir, 'both.yaml');
+  await fs.writeFile(both, `upstream: http://127.0.0.1:1/mcp\nservers:\n  a: {path: /a/mcp, upstream: "http://127.0.0.1:2/mcp"}\n`);
+  const r2 = await run(IDEMGW_BIN, ['--check-config', '-c', both]);
+  assert.notEqual(r2.code, 0);
+  assert.match(r2.stderr, /upstream and servers are both given/);
+});
