@@ -119,7 +119,10 @@ void cy_fn_servers(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
     if (fy_node_is_alias(v) || !fy_node_is_mapping(v) || fy_node_mapping_item_count(v) == 0) {
         cy_err_at(cx, line,
                   "%s: expected a mapping of server names to {path, upstream, ...}, got %s",
-                  path, cy_node_is_null(v) ? "nothing" : cy_node_kind(v));
+                  path,
+                  cy_node_is_null(v) ? "nothing"
+                  : fy_node_is_mapping(v) && !fy_node_is_alias(v) ? "an empty mapping"
+                                                                  : cy_node_kind(v));
         return;
     }
     bool upstream_seen = cx->res.upstream_seen; /* the top level's, not an entry's */

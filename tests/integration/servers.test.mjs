@@ -141,6 +141,51 @@ test('servers: a reload that removes a server lets its call in flight finish, th
   assert.ok(!(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'after-reload', amount_cents: 1 } })).isError);
 });
 
+test('servers: a reload adds a server and moves one to a new upstream; the others keep their sessions and children', async (t) => {
+  const { gw, billing, payments, ledgerFile, url, cfg, db } = await threeServers(t);
+  const moved = await startRefundServer(t);
+  const ledger = await rawSession(t, url('ledger'));
+  await ledger.call('issue_refund', { order_id: 'before', amount_cents: 1 });
+  const [{ pid }] = await waitForLedger(ledgerFile, 1);
+  await fs.writeFile(gw.configPath, toYaml({
+    listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, database_url: db, ...cfg,
+    servers: { ...cfg.servers, payments: { path: '/payments/mcp', upstream: moved.url }, refunds: { path: '/refunds/mcp', upstream: billing.url } },
+  }));
+  gw.proc.kill('SIGHUP');
+  await waitForLog(gw, /configuration reloaded/);
+  assert.match(gw.logs(), /reload: server refunds: added, with upstream/);
+  assert.match(gw.logs(), /reload: server payments: new upstream/);
+  // the stdio server's session and child went on through the reload
+  const r = await ledger.call('issue_refund', { order_id: 'after', amount_cents: 1 });
+  assert.equal(r.status, 200, r.body);
+  const entries = await waitForLedger(ledgerFile, 2);
+  assert.equal(entries[1].pid, pid, 'the same child');
+  // payments now runs on the new upstream; the added server answers at its path
+  const p = await mcpClient(t, url('payments'));
+  await p.callTool({ name: 'issue_refund', arguments: { order_id: 'moved', amount_cents: 2 } });
+  assert.equal(refunds(await readLedger(moved.ledger), 'moved').length, 1);
+  assert.equal(refunds(await readLedger(payments.ledger), 'moved').length, 0);
+  const added = await mcpClient(t, url('refunds'));
+  await added.callTool({ name: 'issue_refund', arguments: { order_id: 'added', amount_cents: 3 } });
+  assert.equal(refunds(await readLedger(billing.ledger), 'added').length, 1);
+});
+
+test('servers: a reload that cannot open a new server changes nothing', async (t) => {
+  const { gw, url, cfg, db } = await threeServers(t);
+  await fs.writeFile(gw.configPath, toYaml({
+    listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, database_url: db, ...cfg,
+    servers: { ...cfg.servers, broken: { path: '/broken/mcp', upstream: 'http://no-such-host.invalid/mcp' } },
+  }));
+  gw.proc.kill('SIGHUP');
+  await waitForLog(gw, /reload failed: keeping the running configuration/);
+  assert.match(gw.logs(), /reload: server broken: cannot resolve upstream host no-such-host.invalid/);
+  const none = await fetch(url('broken'), { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{}' });
+  await none.arrayBuffer();
+  assert.equal(none.status, 404);
+  const c = await mcpClient(t, url('billing'));
+  assert.ok(!(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'still', amount_cents: 1 } })).isError);
+});
+
 test('servers: check-config names duplicate paths and bad entries with file:line', async (t) => {
   const dir = await tempDir(t, 'idemgw-servers-cfg-');
   const file = path.join(dir, 'bad.yaml');

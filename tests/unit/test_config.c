@@ -1317,6 +1317,120 @@ static void test_subject_combined(void **state)
 #undef MTLS
 }
 
+/* ---- servers ---- */
+
+/* Each server is a view: its own path, upstream, policy and cors; the rest the top level's. */
+static void test_servers_views(void **state)
+{
+    (void)state;
+    config_t *c = must_load_str("database_url: none\n"
+                                "cors: off\n"
+                                "upstream_ca_file: /etc/passwd\n"
+                                "defaults: {window: 5m}\n"
+                                "tools:\n"
+                                "  get_ledger: {class: read}\n"
+                                "  issue_refund: {class: read}\n"
+                                "servers:\n"
+                                "  billing:\n"
+                                "    path: /billing/mcp\n"
+                                "    upstream: https://pay.internal/api/mcp\n"
+                                "    cors: mirror\n"
+                                "    defaults: {on_cancel: forward}\n"
+                                "    tools:\n"
+                                "      issue_refund: {class: non_idempotent}\n"
+                                "  files:\n"
+                                "    path: /files/mcp\n"
+                                "    upstream: {command: [server-filesystem, /srv]}\n");
+    assert_int_equal(config_n_servers(c), 2);
+    config_t *b = config_server(c, 0), *f = config_server_named(c, "files");
+    assert_ptr_equal(f, config_server(c, 1));
+    assert_null(config_server_named(c, "nope"));
+    assert_string_equal(b->server_name, "billing");
+    assert_string_equal(config_agent_path(b), "/billing/mcp");
+    assert_string_equal(b->agent_prefix, "/billing");
+    assert_string_equal(b->upstream_path, "/api/mcp");
+    assert_true(b->upstream_tls);
+    assert_string_equal(b->upstream_ca_file, "/etc/passwd"); /* the top level's */
+    assert_int_equal(b->cors, CORS_MIRROR);
+    assert_int_equal(f->cors, CORS_OFF); /* not given: the top level's */
+    /* the server's defaults start from the top level's; its tools override, others inherit */
+    assert_int_equal(b->policy.defaults.window_ms, 5 * 60 * 1000);
+    assert_int_equal(b->policy.defaults.on_cancel, ON_CANCEL_FORWARD);
+    assert_int_equal(policy_lookup(&b->policy, "issue_refund")->cls, TOOL_CLASS_NON_IDEMPOTENT);
+    assert_int_equal(policy_lookup(&b->policy, "get_ledger")->cls, TOOL_CLASS_READ);
+    assert_int_equal(policy_lookup(&f->policy, "issue_refund")->cls, TOOL_CLASS_READ);
+    assert_int_equal(c->policy.defaults.on_cancel, ON_CANCEL_FINISH);
+    assert_non_null(f->stdio.argv);
+    assert_string_equal(f->upstream_path, "/mcp");
+    assert_string_equal(f->agent_prefix, "/files");
+    /* the top level names no server; without servers: the top level is the one server */
+    assert_null(c->server_name);
+    assert_true(config_needs_store(c));
+    config_free(c);
+    config_t *one = must_load_str("upstream: http://h/mcp\ndatabase_url: none\n");
+    assert_int_equal(config_n_servers(one), 1);
+    assert_ptr_equal(config_server(one, 0), one);
+    assert_string_equal(config_agent_path(one), "/mcp");
+    config_free(one);
+}
+
+/* A reload merge replaces top-level values the views alias: they must see the new ones. */
+static void test_servers_refresh_after_merge(void **state)
+{
+    (void)state;
+    const char *y = "database_url: none\nworkers: 1\n"
+                    "servers:\n  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n";
+    config_t *run = must_load_str(y);
+    config_t *next = must_load_str("database_url: none\nworkers: 3\n"
+                                   "servers:\n  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n");
+    config_reload_merge(run, next, NULL, NULL);
+    assert_int_equal(next->workers, 1);
+    assert_int_equal(config_server(next, 0)->workers, 1);
+    assert_ptr_equal(config_server(next, 0)->store_target, next->store_target);
+    assert_ptr_equal(config_server(next, 0)->parent, next);
+    config_free(run);
+    config_free(next);
+}
+
+static void test_servers_errors(void **state)
+{
+    (void)state;
+    expect_one_error("database_url: none\nservers:\n  a: {path: mcp, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers.a.path: 'mcp' must start with '/'");
+    expect_one_error("database_url: none\nservers:\n  a: {path: /a/../mcp, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers.a.path: '/a/../mcp' must not hold . or .. segments");
+    expect_one_error("database_url: none\nservers:\n  a: {path: /a/mcp/, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers.a.path: '/a/mcp/' must not end with '/'");
+    expect_one_error("database_url: none\nservers:\n  a: {path: \"/a/m cp\", upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers.a.path: '/a/m cp' may hold letters, digits and / - . _ ~ only");
+    expect_one_error("database_url: none\nservers:\n  a: {upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers.a: path is required (where agents connect, e.g. /a/mcp)");
+    expect_one_error("database_url: none\nservers:\n  a: {path: /a/mcp}\n",
+                     "t.yaml:3: servers.a: upstream is required (a URL, or {command: [...]})");
+    expect_one_error("database_url: none\nservers: {}\n",
+                     "t.yaml:2: servers: expected a mapping of server names to {path, upstream, "
+                     "...}, got an empty mapping");
+    expect_one_error("database_url: none\nservers:\n  a: {path: /a/mcp, upstream: \"http://h/mcp\", "
+                     "workers: 2}\n",
+                     "t.yaml:3: unknown key 'workers' in servers.a (allowed: path, upstream, cors, "
+                     "defaults, tools)");
+    expect_one_error("database_url: none\nservers:\n"
+                     "  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n"
+                     "  b: {path: /a/other, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:4: servers.b.path: /a/other is in /a/, as server a's path is (line "
+                     "3): their other paths could not be told apart; give each server a folder "
+                     "of its own");
+    expect_one_error("database_url: none\nupstream: http://h/mcp\nservers:\n"
+                     "  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml: upstream and servers are both given: with servers, each server "
+                     "names its own upstream; remove the top-level one");
+    expect_one_error("database_url: none\nworkers: 2\nservers:\n"
+                     "  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n"
+                     "  b: {path: /b/mcp, upstream: {command: [x]}}\n",
+                     "t.yaml:2: workers: 2 with a stdio upstream in server b: a session's child "
+                     "process lives in one worker; set workers: 1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1345,6 +1459,9 @@ int main(void)
         cmocka_unit_test_setup(test_reload_merge, clear_env),
         cmocka_unit_test_setup(test_subject_jwt, clear_env),
         cmocka_unit_test_setup(test_subject_combined, clear_env),
+        cmocka_unit_test_setup(test_servers_views, clear_env),
+        cmocka_unit_test_setup(test_servers_refresh_after_merge, clear_env),
+        cmocka_unit_test_setup(test_servers_errors, clear_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
