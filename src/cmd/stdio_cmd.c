@@ -86,6 +86,14 @@ static config_t *load_config(const stdio_args_t *a)
         config_errors_free(&errs);
         return NULL;
     }
+    if (cfg->n_servers) {
+        fprintf(stderr, "idemgw stdio: %s has servers:, and the wrapper serves one agent one "
+                        "server; give it a config with upstream: {command: [...]}, or none "
+                        "and the command after '--'\n",
+                a->config);
+        config_free(cfg);
+        return NULL;
+    }
     if (a->command)
         config_set_upstream_command(cfg, a->command);
     return cfg;

@@ -278,6 +278,13 @@ test('a command that cannot start: a clear error on stderr and a non-zero exit',
   const usage = rawWrapper(t, p, { command: [] });
   assert.equal((await usage.exited).code, 2);
   assert.match(usage.stderr(), /no command after '--'/);
+  // a gateway's config with several servers is not the wrapper's
+  const many = path.join(p.dir, 'servers.yaml');
+  await fs.writeFile(many, `servers:\n  a: {path: /a/mcp, upstream: {command: [${NODE}, ${LEDGER_SERVER}]}}\n`);
+  const several = rawWrapper(t, p, { command: null, opts: ['-c', many] });
+  assert.equal((await several.exited).code, 1);
+  assert.match(several.stderr(), /has servers:, and the wrapper serves one agent one server/);
+  assert.equal(several.stdout(), '', 'nothing on stdout');
 });
 
 test('server-memory wrapped: create_entities, marked non_idempotent, is replayed', async (t) => {
