@@ -89,6 +89,8 @@ char *catalog_rewrite_list(const catalog_t *c, const catalog_rewrite_t *rw, cons
 void catalog_observe(catalog_t *c, const catalog_rewrite_t *rw, exchange_t *ex);
 /* Whether tools/list answers offer CATALOG_STATUS_TOOL (the status_tool setting). */
 void catalog_set_status_tool(catalog_t *c, bool offered);
+/* The server's name (servers:) its "tool class" log lines carry; NULL: none. Copied. */
+void catalog_set_server(catalog_t *c, const char *name);
 /* The router's handler (handler.h; arg: the catalog_t): watches every tools/list answer on
  * its way to the agent (catalog_observe), rewriting it for the status tool; never takes one. */
 handler_verdict_t catalog_offer(void *arg, exchange_t *ex);

@@ -182,6 +182,7 @@ static void wire_stages(backend_t *b)
 {
     const backend_env_t *env = b->env;
     b->catalog = catalog_new();
+    catalog_set_server(b->catalog, b->cfg->server_name);
     catalog_set_policy(b->catalog, &b->cfg->policy);
     catalog_set_status_tool(b->catalog, b->cfg->status_tool);
     proxy_ctx_t pc = {

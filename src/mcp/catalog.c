@@ -24,6 +24,7 @@ struct catalog {
     size_t n_unlisted; /* entries only seen called */
     bool full_logged;  /* CATALOG_MAX_TOOLS reached: said once */
     bool status_tool;  /* tools/list answers offer CATALOG_STATUS_TOOL */
+    char *server;      /* the server's name under servers:, on its log lines; or NULL */
 };
 
 static const char *const source_names[] = {"policy", "annotation", "default"};
@@ -56,6 +57,7 @@ void catalog_free(catalog_t *c)
         props_free(&c->tools[i]);
     }
     free(c->tools);
+    free(c->server);
     free(c);
 }
 
@@ -159,11 +161,12 @@ static void log_class(catalog_t *c, catalog_tool_t *k)
 {
     class_source_t src;
     tool_class_t cls = catalog_classify(c, k->name, &src);
-    char name[300], fields[600];
+    char name[300], fields[700];
     log_json_string(name, sizeof(name), k->name);
     snprintf(fields, sizeof(fields),
-             "\"tool\":%s,\"class\":\"%s\",\"class_source\":\"%s\",\"listed\":%s,"
+             "%s%s%s\"tool\":%s,\"class\":\"%s\",\"class_source\":\"%s\",\"listed\":%s,"
              "\"read_only_hint\":\"%s\",\"idempotent_hint\":\"%s\",\"destructive_hint\":\"%s\"",
+             c->server ? "\"server\":\"" : "", c->server ? c->server : "", c->server ? "\"," : "",
              name, tool_class_name(cls), class_source_name(src), k->listed ? "true" : "false",
              hint_text(k->read_only), hint_text(k->idempotent), hint_text(k->destructive));
     if (k->listed)
@@ -450,6 +453,12 @@ void catalog_observe(catalog_t *c, const catalog_rewrite_t *rw, exchange_t *ex)
     }
     rpc_reader_init(&w->reader, m->id, CATALOG_MAX_ANSWER);
     exchange_add_observer(ex, &watch_ops, w);
+}
+
+void catalog_set_server(catalog_t *c, const char *name)
+{
+    free(c->server);
+    c->server = name ? xstrdup(name) : NULL;
 }
 
 void catalog_set_status_tool(catalog_t *c, bool offered)

@@ -60,8 +60,11 @@ test('three servers, the same tool on each: every call runs once per server and 
   assert.equal(refunds(await readLedger(payments.ledger), 'ord-many').length, 1, 'payments ran it once');
   assert.equal((await waitForLedger(ledgerFile, 1)).length, 1, 'the stdio server ran it once');
   // the log lines say which server each call was on
-  for (const name of ['billing', 'payments', 'ledger'])
+  for (const name of ['billing', 'payments', 'ledger']) {
     assert.match(gw.logs(), new RegExp(`"server":"${name}".*"outcome":"replay"`));
+    // each server's catalogue is its own, and says whose it is
+    assert.match(gw.logs(), new RegExp(`"server":"${name}","tool":"get_ledger|"server":"${name}","tool":"echo`));
+  }
 });
 
 test('servers: a path no server has is 404; other paths of a server are relayed under its prefix', async (t) => {
