@@ -31,7 +31,9 @@ typedef struct http_request {
     uint64_t conn_id;  /* the connection that read it, for logs */
     int method;        /* llhttp_method_t */
     char *method_name; /* "POST" */
-    char *target;      /* request target as received */
+    char *target;      /* request target as received, then as the router rewrote it */
+    char *routed_from; /* the target as received when routes.c rewrote it for a server, else
+                          NULL: what a hand-off to another worker sends, so it routes again */
     http_headers_t headers;
     struct evbuffer *body; /* complete body */
     bool keep_alive;       /* the agent wants the connection kept */

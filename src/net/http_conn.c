@@ -74,6 +74,7 @@ void http_request_free(http_request_t *req)
         return;
     free(req->method_name);
     free(req->target);
+    free(req->routed_from);
     http_headers_free(&req->headers);
     if (req->body)
         evbuffer_free(req->body);
@@ -577,7 +578,8 @@ bool http_conn_hand_off(http_conn_t *c, const http_request_t *req, size_t max_by
     /* the request as the agent sent it (headers in order, Host included), then whatever the
      * agent sent after it */
     struct evbuffer *b = evbuffer_new();
-    evbuffer_add_printf(b, "%s %s HTTP/1.1\r\n", req->method_name, req->target);
+    evbuffer_add_printf(b, "%s %s HTTP/1.1\r\n", req->method_name,
+                        req->routed_from ? req->routed_from : req->target);
     for (size_t i = 0; i < req->headers.n; i++)
         evbuffer_add_printf(b, "%s: %s\r\n", http_headers_name(&req->headers, i),
                             http_headers_value(&req->headers, i));

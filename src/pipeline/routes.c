@@ -139,7 +139,9 @@ void routes_handle(void *arg, http_conn_t *conn, http_request_t *req)
         target_free(&t);
         return;
     }
-    free(req->target);
+    /* a hand-off to another worker sends what the agent sent, to be routed there again */
+    free(req->routed_from);
+    req->routed_from = req->target;
     /* the absolute form keeps its authority, which the router checks as it checks Host */
     req->target = t.authority ? xasprintf("http://%s%s", t.authority, target) : xstrdup(target);
     free(target);

@@ -5,7 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  createDatabase, findResponse, idemStatus, postgresOnly, rawSession, readLedger, replayMarker, sseReader,
+  createDatabase, findResponse, idemStatus, pollingCall, postgresOnly, rawSession, readLedger, replayMarker, sseReader,
   startGateway, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -85,31 +85,6 @@ test('the agent leaves mid-call: the gateway reads on, stores the result, and th
   assert.match(toolText(retry.message.result), /^Refunded 77 cents on order ord-gone/);
   assert.equal((await readLedger(upstream.ledger)).length, 1, 'executed once');
 });
-
-// One SSE-polling call: the upstream ends the POST stream after its priming event (the claim
-// stays in progress), the agent resumes with GET + Last-Event-ID and gets the result there.
-async function pollingCall(gw, s, args, id) {
-  const first = await s.call('polling_refund', args, { id });
-  assert.equal(first.status, 200);
-  assert.equal(first.message, null, 'no result on the POST stream');
-  const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
-  assert.ok(primingId, `the priming event carries an id: ${first.body}`);
-
-  const resumed = await fetch(gw.url, {
-    method: 'GET',
-    headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId },
-  });
-  assert.equal(resumed.status, 200);
-  const reader = sseReader(resumed);
-  let result = null;
-  while (!result) {
-    const ev = await reader.next();
-    assert.ok(ev, 'the resumed stream ended before the result');
-    if (ev.data && JSON.parse(ev.data).id === id) result = JSON.parse(ev.data).result;
-  }
-  await reader.cancel();
-  return result;
-}
 
 test('SSE polling: a result delivered on the resumed GET stream finishes the key', async (t) => {
   const { upstream, gw } = await setup(t);

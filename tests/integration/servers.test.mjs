@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import {
-  IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, rawSession, readLedger, replayMarker, run, startGateway,
+  IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, pollingCall, postgresOnly, rawSession, readLedger, replayMarker, run, startGateway,
   startRefundServer, tempDir, toYaml, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
@@ -187,6 +187,30 @@ test('servers: a reload that cannot open a new server changes nothing', async (t
   assert.equal(none.status, 404);
   const c = await mcpClient(t, url('billing'));
   assert.ok(!(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'still', amount_cents: 1 } })).isError);
+});
+
+test('servers with two workers: a resuming GET handed to the other worker reaches its server there', postgresOnly('two workers are two processes on one store'), async (t) => {
+  // the hand-off sends the request as the agent sent it (/billing/mcp), not as the router
+  // rewrote it for the upstream (/mcp), so the worker that takes it routes it to billing again
+  const billing = await startRefundServer(t);
+  const payments = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    databaseUrl: await createDatabase(),
+    config: {
+      workers: 2, subject: { static: 'team' }, tools: { polling_refund: { class: 'non_idempotent' } },
+      servers: { payments: { path: '/payments/mcp', upstream: payments.url }, billing: { path: '/billing/mcp', upstream: billing.url } },
+    },
+  });
+  const at = { url: `http://127.0.0.1:${gw.port}/billing/mcp` };
+  await Promise.all([...Array(8).keys()].map(async (i) => {
+    const s = await rawSession(t, at.url);
+    const args = { order_id: `ord-hand-${i}`, amount_cents: 20 + i, delay_ms: 300 };
+    const result = await pollingCall(at, s, args, `hand-${i}`);
+    assert.match(toolText(result), new RegExp(`^Refunded ${20 + i} cents on order ord-hand-${i} `));
+  }));
+  assert.equal((await readLedger(billing.ledger)).length, 8, 'each call ran once, on billing');
+  assert.equal((await readLedger(payments.ledger)).length, 0);
+  t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
 });
 
 test('servers: check-config names duplicate paths and bad entries with file:line', async (t) => {

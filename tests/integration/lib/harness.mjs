@@ -1,6 +1,7 @@
 // Helpers for the node:test integration tests. Every helper takes the test context `t`
 // first: what it starts is stopped, and what it writes is removed, when that test ends
 // (t.after). When the test failed, the output of every process it started is printed.
+import assert from 'node:assert/strict';
 import { spawn, execFile } from 'node:child_process';
 import { once } from 'node:events';
 import fs from 'node:fs/promises';
@@ -648,3 +649,28 @@ export const toolText = (result) => (result?.content ?? []).filter((c) => c.type
 export const idemStatus = (result) => result?._meta?.['idemgw/status'];
 /** result._meta["idemgw/replay"] of a replayed result, or undefined. */
 export const replayMarker = (result) => result?._meta?.['idemgw/replay'];
+
+// One SSE-polling call: the upstream ends the POST stream after its priming event (the claim
+// stays in progress), the agent resumes with GET + Last-Event-ID and gets the result there.
+export async function pollingCall(gw, s, args, id) {
+  const first = await s.call('polling_refund', args, { id });
+  assert.equal(first.status, 200);
+  assert.equal(first.message, null, 'no result on the POST stream');
+  const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+  assert.ok(primingId, `the priming event carries an id: ${first.body}`);
+
+  const resumed = await fetch(gw.url, {
+    method: 'GET',
+    headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': primingId },
+  });
+  assert.equal(resumed.status, 200);
+  const reader = sseReader(resumed);
+  let result = null;
+  while (!result) {
+    const ev = await reader.next();
+    assert.ok(ev, 'the resumed stream ended before the result');
+    if (ev.data && JSON.parse(ev.data).id === id) result = JSON.parse(ev.data).result;
+  }
+  await reader.cancel();
+  return result;
+}
