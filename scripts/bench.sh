@@ -18,7 +18,7 @@
 #   BENCH_OBS_ROUNDS=3    rounds of the observability section (each variant's median is kept)
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
-#   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability stdio"   run only these sections
+#   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability cost https stdio"   run only these sections
 # Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3; section (8) also
 # redis-server and the test packages (tests/node_modules).
 set -euo pipefail
@@ -45,7 +45,7 @@ else
 fi
 store_pool=${BENCH_STORE_POOL:-4}
 out_dir=${BENCH_OUT:-bench-results}
-only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt powertools observability stdio"}
+only=${BENCH_ONLY:-"passthrough protected replay sse memory growth jwt powertools observability cost https stdio"}
 # (10) alone needs none of the tools, the Postgres cluster or nginx below
 if [ "$(echo $only)" = stdio ]; then
     exec scripts/bench/stdio.sh
@@ -468,11 +468,11 @@ fi
 # each (mode, connections) pair runs in rounds, every target back to back in each round, and the
 # report takes the median over the rounds (a shared machine's bursts hit one round, not all).
 #   BENCH_PT_DURATION=2s  length of each run of this section
-#   BENCH_PT_ROUNDS=3     rounds per (mode, connections)
+#   BENCH_PT_ROUNDS=5     rounds per (mode, connections)
 #   BENCH_PT_CONNS="1 16" BENCH_PT_WORKERS=1 (the gateways' workers)
 if want powertools; then
     pt_secs=${BENCH_PT_DURATION:-$([ "$smoke" = 1 ] && echo 1s || echo 2s)}
-    pt_rounds=${BENCH_PT_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
+    pt_rounds=${BENCH_PT_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 5)}
     pt_conns=${BENCH_PT_CONNS:-"1 16"}
     pt_workers=${BENCH_PT_WORKERS:-1}
     REDIS=$(command -v redis-server || echo /usr/bin/redis-server)
@@ -661,6 +661,146 @@ if want observability; then
     for variant in off scrape sampled on; do
         kill "${ob_pids[$variant]}" 2>/dev/null || true
         wait "${ob_pids[$variant]}" 2>/dev/null || true
+    done
+fi
+
+# ---- (11) what a call costs the gateway -----------------------------------------------------
+# One worker in front of the C upstream, tracing off: the gateway's CPU (user + system, from
+# /proc, its store's threads included) per relayed read and per protected first execution, on
+# the embedded store and on Postgres, and the upstream connections each kind opens per 1,000
+# calls (idemgw_upstream_connections_total). BENCH_COST_ROUNDS rounds (3; smoke 1), the kinds
+# taking turns within each; the report keeps every round and the median.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+if want cost; then
+    cost_rounds=${BENCH_COST_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
+    hz=$(getconf CLK_TCK)
+    declare -A cost_port cost_admin cost_pid
+    for store in sqlite postgres; do
+        cost_port[$store]=$(free_port)
+        cost_admin[$store]=$(free_port)
+        db=$pg_url
+        [ "$store" = sqlite ] && db="sqlite:$tmp/cost-keys.db"
+        sed -e "s/^listen: .*/listen: 127.0.0.1:${cost_port[$store]}/" \
+            -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:${cost_admin[$store]}/" \
+            -e "s/^workers: .*/workers: 1/" -e "s|^database_url: .*|database_url: $db|" \
+            "$tmp/idemgw.yaml" >"$tmp/idemgw-cost-$store.yaml"
+        "$root/$IDEMGW" -c "$tmp/idemgw-cost-$store.yaml" >>"$tmp/idemgw-cost-$store.log" 2>&1 &
+        cost_pid[$store]=$!
+        pids+=("${cost_pid[$store]}")
+        wait_port "${cost_port[$store]}" "idemgw (cost, $store)"
+        for _ in $(seq 1 100); do
+            curl -sf "http://127.0.0.1:${cost_admin[$store]}/readyz" >/dev/null && break
+            sleep 0.05
+        done
+        if [ "$smoke" != 1 ]; then
+            BENCH_MODE=protected BENCH_RUN=warm$RANDOM wrk -t1 -c16 -d1s -s scripts/bench/mcp.lua \
+                "http://127.0.0.1:${cost_port[$store]}/mcp" >/dev/null 2>&1 || true
+        fi
+    done
+    for c in 1 16; do
+        for round in $(seq 1 "$cost_rounds"); do
+            for store in sqlite postgres; do
+                for mode in read protected; do
+                    pid=${cost_pid[$store]}
+                    conns0=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
+                    t0=$(cpu_ticks "$pid")
+                    log "cost: round $round, $mode calls, $store store, $c connections"
+                    w=$(wrk_run "$mode" "${cost_port[$store]}" "$c")
+                    t1=$(cpu_ticks "$pid")
+                    conns1=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
+                    record cost "\"store\":\"$store\",\"mode\":\"$mode\",\"conns\":$c,\"round\":$round,\"idemgw\":$w,\"cpu_ms\":$(((t1 - t0) * 1000 / hz)),\"upstream_connections\":$((conns1 - conns0))"
+                done
+            done
+        done
+    done
+    for store in sqlite postgres; do
+        kill "${cost_pid[$store]}" 2>/dev/null || true
+        wait "${cost_pid[$store]}" 2>/dev/null || true
+    done
+fi
+
+# ---- (12) an https upstream --------------------------------------------------------------------
+# nginx terminates TLS 1.3 (session tickets on) in front of the C upstream; one gateway worker
+# reaches it over https, another over plain http, in the same run. Relayed reads and protected
+# first executions, and the upstream connections and TLS handshakes (full and resumed,
+# idemgw_upstream_tls_handshakes_total) per 1,000 calls.
+if want https; then
+    mkdir -p "$tmp/tls"
+    (
+        cd "$tmp/tls"
+        openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key \
+            -out ca.pem -days 2 -subj /CN=bench-ca >/dev/null 2>&1
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout server.key \
+            -out server.csr -subj /CN=127.0.0.1 >/dev/null 2>&1
+        printf 'subjectAltName=IP:127.0.0.1\n' >ext.cnf
+        openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem \
+            -days 2 -extfile ext.cnf >/dev/null 2>&1
+    )
+    tls_port=$(free_port)
+    mkdir -p "$tmp/nginx-tls/logs" "$tmp/nginx-tls/tmp"
+    chmod 777 "$tmp/nginx-tls/tmp"
+    {
+        echo "worker_processes 1; daemon off; pid $tmp/nginx-tls/nginx.pid;"
+        echo "error_log $tmp/nginx-tls/logs/error.log warn;"
+        echo "events { worker_connections 4096; }"
+        echo "http {"
+        echo "    access_log off;"
+        for d in client_body proxy fastcgi uwsgi scgi; do echo "    ${d}_temp_path $tmp/nginx-tls/tmp/$d;"; done
+        echo "    upstream mcp { server 127.0.0.1:$up_port; keepalive 64; }"
+        echo "    server {"
+        echo "        listen 127.0.0.1:$tls_port ssl;"
+        echo "        ssl_certificate $tmp/tls/server.pem; ssl_certificate_key $tmp/tls/server.key;"
+        echo "        ssl_protocols TLSv1.3; ssl_session_tickets on; keepalive_requests 1000000;"
+        echo "        location / { proxy_pass http://mcp; proxy_http_version 1.1; proxy_set_header Connection \"\"; }"
+        echo "    }"
+        echo "}"
+    } >"$tmp/nginx-tls/nginx.conf"
+    "$NGINX" -p "$tmp/nginx-tls" -c "$tmp/nginx-tls/nginx.conf" -e "$tmp/nginx-tls/logs/error.log" >"$tmp/nginx-tls.log" 2>&1 &
+    pids+=($!)
+    wait_port "$tls_port" "nginx (TLS)"
+    declare -A tl_port tl_admin tl_pid
+    for scheme in http https; do
+        tl_port[$scheme]=$(free_port)
+        tl_admin[$scheme]=$(free_port)
+        up="http://127.0.0.1:$up_port/mcp"
+        [ "$scheme" = https ] && up="https://127.0.0.1:$tls_port/mcp"
+        sed -e "s/^listen: .*/listen: 127.0.0.1:${tl_port[$scheme]}/" \
+            -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:${tl_admin[$scheme]}/" \
+            -e "s/^workers: .*/workers: 1/" -e "s|^upstream: .*|upstream: $up\nupstream_ca_file: $tmp/tls/ca.pem|" \
+            "$tmp/idemgw.yaml" >"$tmp/idemgw-tls-$scheme.yaml"
+        "$root/$IDEMGW" -c "$tmp/idemgw-tls-$scheme.yaml" >>"$tmp/idemgw-tls-$scheme.log" 2>&1 &
+        tl_pid[$scheme]=$!
+        pids+=("${tl_pid[$scheme]}")
+        wait_port "${tl_port[$scheme]}" "idemgw ($scheme upstream)"
+        for _ in $(seq 1 100); do
+            curl -sf "http://127.0.0.1:${tl_admin[$scheme]}/readyz" >/dev/null && break
+            sleep 0.05
+        done
+    done
+    if ! call "${tl_port[https]}" search '{"q":1}' | grep -q '"text":"ok"'; then
+        echo "bench: a read through the https upstream did not answer:" >&2
+        tail -n 20 "$tmp/idemgw-tls-https.log" >&2
+        exit 1
+    fi
+    full_m='idemgw_upstream_tls_handshakes_total{resumed="false"}'
+    res_m='idemgw_upstream_tls_handshakes_total{resumed="true"}'
+    for c in 1 16; do
+        for mode in read protected; do
+            for scheme in http https; do
+                a=${tl_admin[$scheme]}
+                full0=$(metric "$a" "$full_m") res0=$(metric "$a" "$res_m")
+                conns0=$(metric "$a" idemgw_upstream_connections_total)
+                log "https: $mode calls, $scheme upstream, $c connections"
+                w=$(wrk_run "$mode" "${tl_port[$scheme]}" "$c")
+                full=$(($(metric "$a" "$full_m") - full0)) res=$(($(metric "$a" "$res_m") - res0))
+                conns=$(($(metric "$a" idemgw_upstream_connections_total) - conns0))
+                record https "\"scheme\":\"$scheme\",\"mode\":\"$mode\",\"conns\":$c,\"idemgw\":$w,\"handshakes_full\":$full,\"handshakes_resumed\":$res,\"upstream_connections\":$conns"
+            done
+        done
+    done
+    for scheme in http https; do
+        kill "${tl_pid[$scheme]}" 2>/dev/null || true
+        wait "${tl_pid[$scheme]}" 2>/dev/null || true
     done
 fi
 

@@ -143,9 +143,44 @@ def main():
         for v in observability[mode].values():
             v["ratio_to_off"] = ratio(v["idemgw"]["rps"], off)
 
+    # (11) what a call costs the gateway: CPU and upstream connections per call, per round,
+    # and the median of the rounds; protected against read within each store and conns
+    cost = None
+    cr = by("cost")
+    if cr:
+        cells = {}
+        for r in cr:
+            n = r["idemgw"].get("requests") or 0
+            cells.setdefault((r["store"], r["conns"], r["mode"]), []).append({
+                "round": r["round"], "requests": n, "rps": r["idemgw"].get("rps"),
+                "cpu_us_per_call": round(r["cpu_ms"] * 1000 / n, 1) if n else None,
+                "upstream_connections_per_1000": round(r["upstream_connections"] * 1000 / n, 2) if n else None,
+                "errors": r["idemgw"].get("errors"), "non2xx": r["idemgw"].get("non2xx")})
+        med = lambda xs: None if not xs else sorted(xs)[len(xs) // 2]
+        cost = []
+        for (store, conns, mode), rs in sorted(cells.items()):
+            cost.append({"store": store, "conns": conns, "mode": mode, "rounds": rs,
+                         "cpu_us_per_call": med([x["cpu_us_per_call"] for x in rs if x["cpu_us_per_call"] is not None]),
+                         "upstream_connections_per_1000": med([x["upstream_connections_per_1000"] for x in rs
+                                                               if x["upstream_connections_per_1000"] is not None])})
+        for e in cost:
+            read = next((x for x in cost if x["store"] == e["store"] and x["conns"] == e["conns"] and x["mode"] == "read"), None)
+            e["cpu_x_read"] = ratio(e["cpu_us_per_call"], (read or {}).get("cpu_us_per_call"))
+
+    # (12) an https upstream against plain http, handshakes per 1,000 calls
+    https = None
+    for r in by("https"):
+        n = r["idemgw"].get("requests") or 0
+        per = lambda v: round(v * 1000 / n, 2) if n else None
+        https = https or []
+        https.append({"scheme": r["scheme"], "mode": r["mode"], "conns": r["conns"], "idemgw": wrk(r["idemgw"]),
+                      "handshakes_full_per_1000": per(r["handshakes_full"]),
+                      "handshakes_resumed_per_1000": per(r["handshakes_resumed"]),
+                      "upstream_connections_per_1000": per(r["upstream_connections"])})
+
     doc = {"meta": meta, "passthrough": passthrough or None, "protected": protected,
            "protected_sqlite": protected_sqlite, "replay": replay,
-           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt, "powertools": powertools, "observability": observability}
+           "sse": sse, "memory": memory, "growth": growth, "jwt": jwt, "powertools": powertools, "observability": observability, "cost": cost, "https": https}
     with open(dst, "w") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
@@ -221,11 +256,11 @@ def print_table(d):
     if pw:
         lines += ["", f"(8) idempotency inside the MCP SDK server (Powertools + Redis, appendfsync always) vs idemgw in front "
                       f"of it ({pw.get('workers')} worker x store pool {pw.get('store_pool')}; median of {pw.get('rounds')} rounds of {pw.get('duration')})",
-                  "  mode     conns  target              req/s   p50 ms   p99 ms   x plain"]
+                  "  mode     conns  target              req/s   p50 ms   p99 ms   x plain   req/s of each round"]
         for x in pw["runs"]:
             lines.append(f"  {'first' if x['mode'] == 'protected' else 'replay':7s} {x['conns']:5d}  {x['target']:15s}"
                          f" {fmt(x.get('rps')):>9} {fmt(ms(x.get('p50_us')), 2):>8} {fmt(ms(x.get('p99_us')), 2):>8}"
-                         f" {fmt(x.get('ratio_to_plain'), 2):>9}")
+                         f" {fmt(x.get('ratio_to_plain'), 2):>9}   " + " ".join(fmt(v) for v in x.get("rounds", [])))
         pg, gc = pw.get("pgbench") or {}, pw.get("group_commit") or {}
         lines.append(f"  group commit: pgbench ceiling (claim+finish, {pg.get('clients')} clients) {fmt(pg.get('tps'))} tps;"
                      " first executions / ceiling: "
@@ -242,6 +277,24 @@ def print_table(d):
             for name, v in vs.items():
                 lines.append(f"  {mode:10s} {name:8s} {fmt(v['idemgw']['rps']):>11} {fmt(ms(v['idemgw']['p99_us']), 2):>8}"
                              f" {fmt(v['ratio_to_off'], 3):>6} {fmt(v['scrapes']):>9} {fmt(v['spans_exported']):>11} {fmt(v['spans_dropped']):>8}")
+    c = d.get("cost")
+    if c:
+        lines += ["", "(11) what a call costs the gateway (1 worker; CPU user+system per call; median of the rounds)",
+                  "  store     conns  calls        req/s  cpu us/call  x read  upstream conns/1000   cpu us of each round"]
+        for e in c:
+            rps = sorted(x["rps"] or 0 for x in e["rounds"])[len(e["rounds"]) // 2]
+            lines.append(f"  {e['store']:9s} {e['conns']:5d}  {e['mode']:10s} {fmt(rps):>8} {fmt(e['cpu_us_per_call'], 1):>12}"
+                         f" {fmt(e['cpu_x_read'], 2):>7} {fmt(e['upstream_connections_per_1000'], 2):>20}   "
+                         + " ".join(fmt(x["cpu_us_per_call"], 1) for x in e["rounds"]))
+    h = d.get("https")
+    if h:
+        lines += ["", "(12) an https upstream (nginx, TLS 1.3) against plain http, the same C upstream behind",
+                  "  calls      conns  upstream     req/s   p50 ms   p99 ms   conns/1000  full handshakes/1000  resumed/1000"]
+        for e in h:
+            w = e["idemgw"]
+            lines.append(f"  {e['mode']:10s} {e['conns']:5d}  {e['scheme']:8s} {fmt(w.get('rps')):>9} {fmt(ms(w.get('p50_us')), 2):>8}"
+                         f" {fmt(ms(w.get('p99_us')), 2):>8} {fmt(e['upstream_connections_per_1000'], 2):>12}"
+                         f" {fmt(e['handshakes_full_per_1000'], 2):>21} {fmt(e['handshakes_resumed_per_1000'], 2):>13}")
     bad = []
     for e in d["passthrough"] or []:
         bad += [f"pass-through {t} c={e['conns']}" for t in ("direct", "nginx", "idemgw") if failed(e[t])]
@@ -256,6 +309,11 @@ def print_table(d):
             bad.append(f"powertools {x['mode']} {x['target']} c={x['conns']}")
     for mode, vs in (o or {}).items():
         bad += [f"observability {mode} {name}" for name, v in vs.items() if failed(v["idemgw"])]
+    for e in c or []:
+        bad += [f"cost {e['store']} {e['mode']} c={e['conns']}" for x in e["rounds"] if failed(x)]
+    for e in h or []:
+        if failed(e["idemgw"]):
+            bad.append(f"https {e['scheme']} {e['mode']} c={e['conns']}")
     for run in (g or {}).get("runs", []):
         bad += [f"growth {k} {run['rows']} rows" for k in ("protected", "replay") if failed(run[k])]
     if bad:

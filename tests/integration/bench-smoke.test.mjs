@@ -38,7 +38,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   assert.equal(code, 0, `bench.sh failed:\n${log}`);
 
   const doc = JSON.parse(await fs.readFile(path.join(out, 'latest.json'), 'utf8'));
-  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt', 'powertools', 'observability']) {
+  for (const s of ['meta', 'passthrough', 'protected', 'replay', 'sse', 'memory', 'growth', 'jwt', 'powertools', 'observability', 'cost', 'https']) {
     assert.ok(doc[s], `section ${s} missing:\n${log}`);
   }
   assert.equal(doc.meta.smoke, true);
@@ -84,6 +84,22 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   }
   assert.ok(doc.powertools.pgbench && 'tps' in doc.powertools.pgbench);
   assert.ok(doc.powertools.group_commit && 'claim_batches' in doc.powertools.group_commit);
+
+  // (11) CPU and upstream connections per call: read and protected, both stores, 1 and 16
+  assert.equal(doc.cost.length, 2 * 2 * 2, `cost section:\n${log}`);
+  for (const e of doc.cost) {
+    assert.ok(e.cpu_us_per_call !== undefined && 'cpu_x_read' in e && 'upstream_connections_per_1000' in e, `cost ${e.store} ${e.mode}`);
+    for (const r of e.rounds) assert.equal(r.non2xx, 0, `cost ${e.store} ${e.mode} at ${e.conns} got non-2xx answers`);
+  }
+  // (12) the https upstream answered every call, and its handshakes were counted
+  assert.equal(doc.https.length, 2 * 2 * 2, `https section:\n${log}`);
+  for (const e of doc.https) {
+    assert.equal(e.idemgw.non2xx, 0, `https ${e.scheme} ${e.mode} at ${e.conns} got non-2xx answers`);
+    assert.ok('handshakes_full_per_1000' in e && 'handshakes_resumed_per_1000' in e);
+  }
+  const tls = doc.https.filter((e) => e.scheme === 'https');
+  assert.ok(tls.some((e) => e.handshakes_full_per_1000 + e.handshakes_resumed_per_1000 > 0), 'an https upstream shakes hands');
+  assert.ok(doc.https.filter((e) => e.scheme === 'http').every((e) => e.handshakes_full_per_1000 === 0));
 
   // (10) stdio servers writes its own document (tests/integration/bench-stdio-smoke.test.mjs
   // checks its figures)
