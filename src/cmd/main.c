@@ -76,6 +76,7 @@ typedef struct server {
     size_t n_backends;
     retired_t *retired;         /* servers a reload removed, serving their last requests */
     size_t n_retired;
+    struct event *reap_retired; /* frees those done, from the loop: not inside their callbacks */
     routes_t *routes;           /* which backend a request goes to */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
     task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
@@ -525,7 +526,8 @@ static bool reload_servers(server_t *s, config_t *neu, config_t *old)
             free(reused);
             return false;
         }
-        log_info(0, "reload: server %s: %s upstream %s", view->server_name,
+        log_info(0, "reload: server %s: %s upstream %s",
+                 view->server_name ? view->server_name : "(the only one)",
                  b ? "new" : "added, with", view->upstream_url);
     }
     for (size_t i = 0; i < n; i++)
@@ -538,10 +540,10 @@ static bool reload_servers(server_t *s, config_t *neu, config_t *old)
         if (reused[j])
             continue;
         backend_t *b = s->backends[j];
+        const char *name = backend_config(b)->server_name;
         log_info(0, "reload: server %s %s: %llu requests in flight finish on it",
-                 backend_config(b)->server_name, running_backend(s, backend_config(b)) &&
-                 config_server_named(neu, backend_config(b)->server_name) ? "changed its upstream"
-                                                                        : "removed",
+                 name ? name : "(the only one)",
+                 name && config_server_named(neu, name) ? "changed its upstream" : "removed",
                  (unsigned long long)backend_exchanges(b));
         backend_drain(b);
         s->retired = xrealloc(s->retired, (s->n_retired + 1) * sizeof(*s->retired));
@@ -602,10 +604,20 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     log_info(0, "configuration reloaded from %s", path ? path : "the environment");
 }
 
+static void on_reap_retired(evutil_socket_t fd, short what, void *arg)
+{
+    reap_retired(arg);
+    server_check_drained();
+}
+
 static void exchange_ended(void *arg)
 {
-    if (server->n_retired)
-        reap_retired(server);
+    /* a removed server's last exchange ends inside its own router's callback: the backend is
+     * freed on the next turn of the loop */
+    if (server->n_retired) {
+        struct timeval now = {0, 0};
+        evtimer_add(server->reap_retired, &now);
+    }
     server_check_drained();
 }
 
@@ -631,6 +643,7 @@ static bool open_servers(server_t *s)
         .exchange_ended = exchange_ended,
     };
     s->routes = routes_new();
+    s->reap_retired = evtimer_new(s->base, on_reap_retired, s);
     size_t n = config_n_servers(s->cfg);
     s->backends = xcalloc(n, sizeof(*s->backends));
     for (size_t i = 0; i < n; i++) {
@@ -903,6 +916,8 @@ static void server_free(server_t *s)
             config_free(s->retired[i].cfg);
     }
     free(s->retired);
+    if (s->reap_retired)
+        event_free(s->reap_retired);
     routes_free(s->routes);
     task_routes_free(s->tasks);
     subject_free(s->subject);
