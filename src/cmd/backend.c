@@ -33,6 +33,7 @@ struct backend {
     catalog_watch_t *watch;      /* GET streams watched for tools/list_changed */
     idem_t *idem;                /* the protected call */
     status_tool_t *status;       /* the status tool */
+    task_routes_t *tasks;        /* the sessions of tasks stored or replayed here */
     task_poll_t *task_poll;      /* a task's poll, sent to its task's session */
     catalog_fetch_t *fetch;      /* the gateway's own tools/list in progress, or NULL */
     struct event *fetch_retry;   /* the next try after a failed one */
@@ -181,6 +182,7 @@ static void session_idle(void *arg, const char *session)
 static void wire_stages(backend_t *b)
 {
     const backend_env_t *env = b->env;
+    b->tasks = task_routes_new(); /* a task is its server's: its polls go nowhere else */
     b->catalog = catalog_new();
     catalog_set_server(b->catalog, b->cfg->server_name);
     catalog_set_policy(b->catalog, &b->cfg->policy);
@@ -208,7 +210,7 @@ static void wire_stages(backend_t *b)
         .catalog = b->catalog,
         .subject = env->subject,
         .guard = env->guard,
-        .tasks = env->tasks,
+        .tasks = b->tasks,
         .session_idle = session_idle,
         .arg = b->proxy,
     };
@@ -221,7 +223,7 @@ static void wire_stages(backend_t *b)
     };
     b->status = status_new(&sc);
     b->task_poll = task_poll_new(
-        &(task_poll_ctx_t){.base = env->base, .routes = env->tasks, .subject = env->subject});
+        &(task_poll_ctx_t){.base = env->base, .routes = b->tasks, .subject = env->subject});
     b->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed, .arg = b});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
@@ -310,6 +312,7 @@ void backend_free(backend_t *b)
     idem_free(b->idem);
     status_free(b->status);
     task_poll_free(b->task_poll);
+    task_routes_free(b->tasks);
     catalog_free(b->catalog);
     catalog_watch_free(b->watch);
     if (b->tls)

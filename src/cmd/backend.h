@@ -25,7 +25,6 @@ typedef struct backend_env {
     struct replay_cache *cache;        /* finished results, so replays skip the store */
     struct subject *subject;           /* who is calling */
     struct resume_guard *guard;        /* who may resume a session's streams */
-    struct task_routes *tasks;         /* the sessions of tasks stored or replayed here */
     struct tracer *tracer;             /* spans, or NULL */
     server_stats_t *stats;             /* this worker's counters */
     const upstream_limits_t *limits;   /* read by the upstreams at each use */

@@ -79,7 +79,6 @@ typedef struct server {
     struct event *reap_retired; /* frees those done, from the loop: not inside their callbacks */
     routes_t *routes;           /* which backend a request goes to */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
-    task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -632,7 +631,6 @@ static bool open_servers(server_t *s)
         .cache = s->cache,
         .subject = s->subject,
         .guard = s->guard,
-        .tasks = s->tasks,
         .tracer = s->tracer,
         .stats = s->stats,
         .limits = &upstream_limits,
@@ -713,7 +711,6 @@ static server_t *server_new(config_t *cfg, int worker, int n_workers, server_sta
     clamp_connections(cfg, true);
     s->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     s->guard = resume_guard_new();
-    s->tasks = task_routes_new();
     return s;
 }
 
@@ -919,7 +916,6 @@ static void server_free(server_t *s)
     if (s->reap_retired)
         event_free(s->reap_retired);
     routes_free(s->routes);
-    task_routes_free(s->tasks);
     subject_free(s->subject);
     tracer_free(s->tracer);
     replay_cache_free(s->cache);
