@@ -47,23 +47,47 @@ extern const char *const stats_store_op_names[STATS_STORE_N];
  * the last one +Inf. */
 extern const uint64_t stats_store_bucket_le_us[STATS_BUCKETS - 1];
 
-/* One tool's calls and duplicates, in a worker's slot table. Tools named by the policy or
- * listed by the server get a slot of their own (STATS_TOOLS at most); any other name, and
- * any beyond the cap, count under STATS_OTHER_TOOL: label values stay bounded. */
-#define STATS_TOOLS 64
+/* A server's name as a label value: a name of servers: (config_servers.c keeps it to 64
+ * characters of a plain word). */
+#define STATS_SERVER_NAME 65
+
+/* One tool's calls and duplicates, in a worker's slot table, keyed by server and tool. Tools
+ * named by the policy or listed by the server get a slot of their own (STATS_TOOLS - 1 over
+ * all servers); any other name counts under its server's STATS_OTHER_TOOL, and any beyond the
+ * cap under the last slot's: label values stay bounded. Without servers: the server is "" and
+ * the slots are exactly the one-upstream gateway's. */
+#define STATS_TOOLS 128
 #define STATS_TOOL_NAME 64
 #define STATS_OTHER_TOOL "_other"
 
 typedef struct stats_tool {
-    char name[STATS_TOOL_NAME]; /* written before used is set */
-    uint32_t used;              /* set (atomically) once name is in place */
-    uint32_t cls;               /* tool_class_t, as the last call was classified */
+    char name[STATS_TOOL_NAME];     /* written before used is set */
+    char server[STATS_SERVER_NAME]; /* its server under servers:; "" without */
+    uint32_t used;                  /* set (atomically) once name and server are in place */
+    uint32_t cls;                   /* tool_class_t, as the last call was classified */
     uint64_t calls[STATS_OUT_N];
     uint64_t duplicates[DUP_SOURCE_N];
 } stats_tool_t;
 
+/* Under servers:, one server's request durations by outcome and its upstream errors, in a
+ * worker's slot table. A server gets its slot when its backend opens (so its series show from
+ * the start), up to STATS_SERVERS - 1 of them; servers past the cap count under the last
+ * slot, named STATS_OTHER_SERVER. */
+#define STATS_SERVERS 32
+#define STATS_OTHER_SERVER "_other"
+
+typedef struct stats_server {
+    char name[STATS_SERVER_NAME]; /* written before used is set */
+    uint32_t used;                /* set (atomically) once name is in place */
+    /* as server_stats_t's request_*: per bucket (not cumulative), sum of milliseconds, count */
+    uint64_t request_buckets[STATS_OUT_N][STATS_BUCKETS];
+    uint64_t request_ms[STATS_OUT_N];
+    uint64_t request_count[STATS_OUT_N];
+    uint64_t upstream_errors; /* as server_stats_t's: its requests answered 5xx by the gateway */
+} stats_server_t;
+
 /* The members up to `tools` are uint64_t counters the admin endpoint adds up as arrays;
- * the tool tables are merged by name. */
+ * the tool tables are merged by server and name, the server tables by name. */
 typedef struct server_stats {
     uint64_t connections;     /* agent connections accepted */
     uint64_t requests;        /* agent requests handled */
@@ -80,7 +104,8 @@ typedef struct server_stats {
     uint64_t passthrough;     /* protected calls forwarded unprotected (store down) */
     uint64_t store_errors;    /* store calls that failed */
     uint64_t open_conns;      /* gauge: agent connections open now */
-    /* agent requests by outcome: per bucket (not cumulative), sum of milliseconds, count */
+    /* agent requests by outcome, every server's: per bucket (not cumulative), sum of
+     * milliseconds, count */
     uint64_t request_buckets[STATS_OUT_N][STATS_BUCKETS];
     uint64_t request_ms[STATS_OUT_N];
     uint64_t request_count[STATS_OUT_N];
@@ -88,10 +113,10 @@ typedef struct server_stats {
     uint64_t upstream_buckets[STATS_BUCKETS];
     uint64_t upstream_ms;
     uint64_t upstream_count;
-    uint64_t spans_exported; /* spans the OTLP endpoint took */
-    uint64_t spans_dropped;  /* spans dropped: the exporter lagged or the endpoint refused */
-    uint64_t cache_hits;     /* replay cache lookups that found a live entry */
-    uint64_t cache_misses;   /* replay cache lookups that did not */
+    uint64_t spans_exported;      /* spans the OTLP endpoint took */
+    uint64_t spans_dropped;       /* spans dropped: the exporter lagged or the endpoint refused */
+    uint64_t cache_hits;          /* replay cache lookups that found a live entry */
+    uint64_t cache_misses;        /* replay cache lookups that did not */
     uint64_t protected_in_flight; /* gauge: protected calls the upstream runs now (claimed) */
     /* store operations by stats_store_op_t: per bucket, sum of microseconds, count */
     uint64_t store_op_buckets[STATS_STORE_N][STATS_BUCKETS];
@@ -114,18 +139,29 @@ typedef struct server_stats {
     uint64_t upstream_tls_full;       /* TLS handshakes with the upstream, full */
     uint64_t upstream_tls_resumed;    /* and resumed */
     uint64_t upstream_connects;       /* connections opened to the upstream */
-    stats_tool_t tools[STATS_TOOLS]; /* the last one is STATS_OTHER_TOOL's */
+    stats_tool_t tools[STATS_TOOLS];  /* the last one is STATS_OTHER_TOOL's */
+    stats_server_t servers[STATS_SERVERS]; /* under servers: (the last is STATS_OTHER_SERVER) */
 } server_stats_t;
 
-/* The slot of tool name (known: named by the policy or listed by the server), made when new;
- * unknown names and names past the cap get STATS_OTHER_TOOL's. */
-stats_tool_t *stats_tool(server_stats_t *s, const char *name, bool known);
+/* The slot of tool name on server (NULL or "": the one upstream; known: named by the policy or
+ * listed by the server), made when new. An unknown name gets its server's STATS_OTHER_TOOL
+ * slot; names past the cap get the last slot (its server "" without servers:, else
+ * STATS_OTHER_SERVER). */
+stats_tool_t *stats_tool(server_stats_t *s, const char *server, const char *name, bool known);
+
+/* The request histograms of server name (a name of servers:), made when new; past the cap,
+ * STATS_OTHER_SERVER's. NULL for NULL or "" (the one upstream, counted in the totals only). */
+stats_server_t *stats_server(server_stats_t *s, const char *name);
 
 /* The outcome a log line's outcome text is filed under. */
 stats_outcome_t stats_outcome_of(const char *outcome);
 
-/* Files a finished request (its log line's outcome) and its duration. */
-void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms);
+/* Files a finished request (its log line's outcome) and its duration, in the totals and, for
+ * a server of servers: (server not NULL), in that server's histograms too. */
+void stats_observe_request(server_stats_t *s, const char *server, const char *outcome, uint64_t ms);
+/* Counts a request the gateway answered 502 or 504 (or another 5xx of its own), in the total
+ * and, for a server of servers: (server not NULL), in that server's count too. */
+void stats_upstream_error(server_stats_t *s, const char *server);
 /* Files one upstream exchange's duration. */
 void stats_observe_upstream(server_stats_t *s, uint64_t ms);
 /* Files one store operation's duration. */

@@ -248,6 +248,8 @@ backend_t *backend_open(const backend_env_t *env, config_t *cfg, char *msg, size
     b->env = env;
     b->cfg = cfg;
     b->name = cfg->server_name ? xasprintf("server %s: ", cfg->server_name) : xstrdup("");
+    /* its request histograms exist from now on, so /metrics shows them before its first call */
+    (void)stats_server(env->stats, cfg->server_name);
     if (!open_upstream(b, msg, msglen)) {
         backend_free(b);
         return NULL;

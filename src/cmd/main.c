@@ -84,6 +84,7 @@ typedef struct server {
     struct resume_guard *guard; /* who may resume a session's streams */
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
+    admin_server_t *admin_servers; /* the backends as /readyz and /metrics see them */
     struct ssl_ctx_st *listen_tls; /* agents' TLS (listen_tls), else NULL; mcp_site.tls */
     bool draining;                 /* SIGTERM seen: no new connections or requests */
     server_stats_t *stats;         /* this worker's counters (a slot of all_stats) */
@@ -454,11 +455,19 @@ static void set_routes(server_t *s)
     free(rt);
 }
 
-/* What /readyz probes and /metrics reports of the upstreams. */
+/* What /readyz probes and /metrics reports of the upstreams: every backend's, named as its
+ * server (the names are the running configuration's, which outlives the array). */
 static void set_admin_upstreams(server_t *s)
 {
-    admin_ctx.pool = s->n_backends ? backend_pool(s->backends[0]) : NULL;
-    admin_ctx.upstream = s->n_backends ? backend_upstream(s->backends[0]) : NULL;
+    admin_server_t *v = xcalloc(s->n_backends ? s->n_backends : 1, sizeof(*v));
+    for (size_t i = 0; i < s->n_backends; i++)
+        v[i] = (admin_server_t){.name = backend_config(s->backends[i])->server_name,
+                                .pool = backend_pool(s->backends[i]),
+                                .upstream = backend_upstream(s->backends[i])};
+    free(s->admin_servers);
+    s->admin_servers = v;
+    admin_ctx.servers = v;
+    admin_ctx.n_servers = s->n_backends;
 }
 
 /* Frees the removed backends that have served their last request, and a configuration no
@@ -904,6 +913,9 @@ static void server_free(server_t *s)
     for (size_t i = 0; i < s->n_backends; i++)
         backend_free(s->backends[i]);
     free(s->backends);
+    admin_ctx.servers = NULL;
+    admin_ctx.n_servers = 0;
+    free(s->admin_servers);
     for (size_t i = 0; i < s->n_retired; i++) {
         backend_free(s->retired[i].backend);
         bool later = false; /* a configuration several removed backends read is freed once */

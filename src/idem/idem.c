@@ -398,7 +398,8 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
     dup_source_t src = dup_source(&f, &t);
     const char *tool = msg_of(c)->tool;
     catalog_t *cat = c->idem->ctx.catalog;
-    stats_tool(c->idem->ctx.stats, tool, cat && catalog_known(cat, tool))->duplicates[src]++;
+    stats_tool(c->idem->ctx.stats, cfg->server_name, tool, cat && catalog_known(cat, tool))
+        ->duplicates[src]++;
     snprintf(c->dup_fields, sizeof(c->dup_fields),
              ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu"
              ",\"first_state\":\"%s\"",

@@ -13,11 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One server's part of a readiness probe. */
+typedef struct ready_server {
+    struct ready_probe *probe;
+    char *name; /* a copy (a reload may free the configuration first); NULL: the one upstream */
+    bool up;    /* its upstream's probe connected (a stdio server is always up) */
+} ready_server_t;
+
 typedef struct ready_probe {
     const admin_ctx_t *ctx;
     http_conn_t *conn; /* NULL once the agent has gone */
     bool keep_alive;
-    bool upstream_ok; /* the upstream probe's verdict, while the store is probed */
+    ready_server_t *servers; /* as ctx->servers was when the probe began */
+    size_t n;
+    size_t waiting; /* upstream probes still out, and one for the start */
 } ready_probe_t;
 
 /* The key the store probe reads: no key has this form (keys have three ':'-separated parts). */
@@ -28,57 +37,133 @@ static void probe_gone(void *arg)
     ((ready_probe_t *)arg)->conn = NULL;
 }
 
-static void probe_answer(ready_probe_t *p, bool ok, bool store_ok)
+static void probe_free(ready_probe_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->servers[i].name);
+    free(p->servers);
+    free(p);
+}
+
+/* Under servers: each server's state and the names of those down:
+ * "servers":{NAME:"up"|"down",...},"servers_down":[NAME,...], */
+static void servers_status(struct evbuffer *b, const ready_probe_t *p)
+{
+    json_t *all = json_object(), *down = json_array();
+    for (size_t i = 0; i < p->n; i++) {
+        const ready_server_t *rs = &p->servers[i];
+        json_object_set_new(all, rs->name, json_string(rs->up ? "up" : "down"));
+        if (!rs->up)
+            json_array_append_new(down, json_string(rs->name));
+    }
+    char *a = json_dumps(all, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *d = json_dumps(down, JSON_COMPACT);
+    evbuffer_add_printf(b, "\"servers\":%s,\"servers_down\":%s,", a ? a : "{}", d ? d : "[]");
+    free(a);
+    free(d);
+    json_decref(all);
+    json_decref(down);
+}
+
+static void probe_answer(ready_probe_t *p, bool store_ok)
 {
     const admin_ctx_t *ctx = p->ctx;
     bool draining = ctx->draining && *ctx->draining;
+    bool named = p->n > 0 && p->servers[0].name;
+    size_t up = 0;
+    for (size_t i = 0; i < p->n; i++)
+        up += p->servers[i].up;
+    /* one upstream: it must be up; under servers: one server up serves its calls */
+    bool upstream_ok = named ? up > 0 : up == p->n;
     if (p->conn) {
-        char body[1400], why[1000] = "";
-        bool ready = ok && store_ok && !draining;
+        char why[1000] = "";
+        bool ready = upstream_ok && store_ok && !draining;
         if (!store_ok)
             store_down_reason(ctx->store, why, sizeof(why));
         /* the reason names a path: escaped as JSON (left out when it is not UTF-8) */
         json_t *why_str = why[0] ? json_string(why) : NULL;
         char *why_json = why_str ? json_dumps(why_str, JSON_ENCODE_ANY) : NULL;
         json_decref(why_str);
-        snprintf(body, sizeof(body),
-                 "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\",%s%s%s\"draining\":%s}\n",
-                 ready ? "true" : "false", ok ? "true" : "false",
-                 !ctx->store && ctx->store_missing ? "not configured, but the policy needs one"
-                 : !ctx->store                     ? "not configured"
-                 : store_ok                        ? "up"
-                                                   : "down",
-                 why_json ? "\"store_reason\":" : "", why_json ? why_json : "", why_json ? "," : "",
-                 draining ? "true" : "false");
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add_printf(b, "{\"ready\":%s,\"upstream\":%s,\"store\":\"%s\",",
+                            ready ? "true" : "false", up == p->n ? "true" : "false",
+                            !ctx->store && ctx->store_missing
+                                ? "not configured, but the policy needs one"
+                            : !ctx->store ? "not configured"
+                            : store_ok    ? "up"
+                                          : "down");
+        if (why_json)
+            evbuffer_add_printf(b, "\"store_reason\":%s,", why_json);
+        if (named)
+            servers_status(b, p);
+        evbuffer_add_printf(b, "\"draining\":%s}\n", draining ? "true" : "false");
         free(why_json);
         int status = ready ? 200 : 503;
         http_conn_set_observer(p->conn, NULL, NULL, NULL);
-        http_conn_respond(p->conn, status, "application/json", body, strlen(body), NULL,
-                          p->keep_alive);
+        http_conn_respond(p->conn, status, "application/json", (const char *)evbuffer_pullup(b, -1),
+                          evbuffer_get_length(b), NULL, p->keep_alive);
+        evbuffer_free(b);
     }
-    free(p);
+    probe_free(p);
 }
 
 static void probe_store_done(store_status_t st, const store_row_t *row, void *arg)
 {
     (void)row;
-    ready_probe_t *p = arg;
-    probe_answer(p, p->upstream_ok, st == STORE_OK);
+    probe_answer(arg, st == STORE_OK);
 }
 
 /* The store is ready when a read of the key table answers within the store's deadline: a
  * connected store whose table is locked, or whose server stalls, is not. */
-static void probe_done(bool ok, void *arg)
+static void probe_store(ready_probe_t *p)
 {
-    ready_probe_t *p = arg;
     store_t *store = p->ctx->store;
     if (!store) {
-        probe_answer(p, ok, !p->ctx->store_missing);
+        probe_answer(p, !p->ctx->store_missing);
         return;
     }
-    p->upstream_ok = ok;
     if (!store_ready(store) || store_get(store, READY_PROBE_KEY, probe_store_done, p) != STORE_OK)
-        probe_answer(p, ok, false);
+        probe_answer(p, false);
+}
+
+/* One upstream's probe is in (or the start is done): the store is read once all are. */
+static void upstream_probed(ready_probe_t *p)
+{
+    if (--p->waiting == 0)
+        probe_store(p);
+}
+
+static void server_probed(bool ok, void *arg)
+{
+    ready_server_t *rs = arg;
+    rs->up = ok;
+    upstream_probed(rs->probe);
+}
+
+/* Probes every HTTP upstream at once (a TCP connect, and the TLS handshake for https), then
+ * reads the store, then answers. */
+static void ready_start(const admin_ctx_t *ctx, http_conn_t *conn, bool keep_alive)
+{
+    ready_probe_t *p = xcalloc(1, sizeof(*p));
+    p->ctx = ctx;
+    p->conn = conn;
+    p->keep_alive = keep_alive;
+    p->n = ctx->n_servers;
+    p->servers = xcalloc(p->n ? p->n : 1, sizeof(*p->servers));
+    p->waiting = 1; /* the start's own: no answer before every probe has begun */
+    http_conn_set_observer(conn, NULL, probe_gone, p);
+    for (size_t i = 0; i < p->n; i++) {
+        const admin_server_t *sv = &ctx->servers[i];
+        ready_server_t *rs = &p->servers[i];
+        rs->probe = p;
+        rs->name = sv->name ? xstrdup(sv->name) : NULL;
+        rs->up = true; /* a stdio server: nothing to connect to */
+        if (sv->pool) {
+            p->waiting++;
+            upstream_probe(sv->pool, server_probed, rs);
+        }
+    }
+    upstream_probed(p);
 }
 
 /* One Prometheus histogram series: cumulative buckets in seconds, the sum, the count. labels
@@ -111,21 +196,42 @@ static void histogram(struct evbuffer *b, const char *name, const char *labels,
     histogram_in(b, name, labels, stats_bucket_le_ms, 1e3, buckets, sum_ms, count);
 }
 
-/* Adds a worker's tool table to the sum's, by name. */
+/* Adds a worker's tool table to the sum's, by server and name. */
 static void merge_tools(server_stats_t *sum, const server_stats_t *w)
 {
     for (int i = 0; i < STATS_TOOLS; i++) {
         const stats_tool_t *from = &w->tools[i];
         if (!__atomic_load_n(&from->used, __ATOMIC_ACQUIRE))
             continue;
-        char name[STATS_TOOL_NAME];
+        char name[STATS_TOOL_NAME], server[STATS_SERVER_NAME];
         snprintf(name, sizeof(name), "%s", from->name);
-        stats_tool_t *to = stats_tool(sum, name, strcmp(name, STATS_OTHER_TOOL) != 0);
+        snprintf(server, sizeof(server), "%s", from->server);
+        stats_tool_t *to = stats_tool(sum, server, name, strcmp(name, STATS_OTHER_TOOL) != 0);
         to->cls = from->cls;
         for (int o = 0; o < STATS_OUT_N; o++)
             to->calls[o] += from->calls[o];
         for (int d = 0; d < DUP_SOURCE_N; d++)
             to->duplicates[d] += from->duplicates[d];
+    }
+}
+
+/* Adds a worker's per-server request histograms to the sum's, by name. */
+static void merge_servers(server_stats_t *sum, const server_stats_t *w)
+{
+    for (int i = 0; i < STATS_SERVERS; i++) {
+        const stats_server_t *from = &w->servers[i];
+        if (!__atomic_load_n(&from->used, __ATOMIC_ACQUIRE))
+            continue;
+        char name[STATS_SERVER_NAME];
+        snprintf(name, sizeof(name), "%s", from->name);
+        stats_server_t *to = stats_server(sum, name);
+        for (int o = 0; o < STATS_OUT_N; o++) {
+            for (int b = 0; b < STATS_BUCKETS; b++)
+                to->request_buckets[o][b] += from->request_buckets[o][b];
+            to->request_ms[o] += from->request_ms[o];
+            to->request_count[o] += from->request_count[o];
+        }
+        to->upstream_errors += from->upstream_errors;
     }
 }
 
@@ -146,39 +252,129 @@ static void label_value(char *out, size_t outlen, const char *v)
     out[o] = '\0';
 }
 
-/* Per tool: calls by class and outcome, duplicates by source (only the series with counts). */
+/* The server label of a series ("server=\"NAME\"," under servers:, else ""), into out. */
+static void server_label(char *out, size_t outlen, const char *server)
+{
+    char v[2 * STATS_SERVER_NAME];
+    label_value(v, sizeof(v), server ? server : "");
+    snprintf(out, outlen, "%s%s%s", v[0] ? "server=\"" : "", v, v[0] ? "\"," : "");
+}
+
+/* Per tool: calls by class and outcome, duplicates by source (only the series with counts);
+ * under servers: by server too. */
 static void tool_series(struct evbuffer *b, const server_stats_t *s)
 {
-    evbuffer_add_printf(b, "# HELP idemgw_tool_calls_total Tool calls by tool (the policy's and "
-                           "the server's; others as _other), class and outcome.\n"
+    evbuffer_add_printf(b, "# HELP idemgw_tool_calls_total Tool calls by server (under "
+                           "servers:), tool (the policy's and the server's; others as _other), "
+                           "class and outcome.\n"
                            "# TYPE idemgw_tool_calls_total counter\n");
     for (int i = 0; i < STATS_TOOLS; i++) {
         const stats_tool_t *t = &s->tools[i];
-        char name[2 * STATS_TOOL_NAME];
+        char name[2 * STATS_TOOL_NAME], server[2 * STATS_SERVER_NAME + 16];
         label_value(name, sizeof(name), t->name);
+        server_label(server, sizeof(server), t->server);
         for (int o = 0; t->used && o < STATS_OUT_N; o++)
             if (t->calls[o])
                 evbuffer_add_printf(b,
-                                    "idemgw_tool_calls_total{tool=\"%s\",class=\"%s\","
+                                    "idemgw_tool_calls_total{%stool=\"%s\",class=\"%s\","
                                     "outcome=\"%s\"} %llu\n",
-                                    name,
+                                    server, name,
                                     strcmp(t->name, STATS_OTHER_TOOL) == 0
                                         ? "mixed"
                                         : tool_class_name((tool_class_t)t->cls),
                                     stats_outcome_names[o], (unsigned long long)t->calls[o]);
     }
     evbuffer_add_printf(b, "# HELP idemgw_duplicates_total Duplicate protected calls (replayed, "
-                           "answered in progress or unknown), by tool and the layer that most "
-                           "likely retried.\n# TYPE idemgw_duplicates_total counter\n");
+                           "answered in progress or unknown), by server (under servers:), tool "
+                           "and the layer that most likely retried.\n"
+                           "# TYPE idemgw_duplicates_total counter\n");
     for (int i = 0; i < STATS_TOOLS; i++) {
         const stats_tool_t *t = &s->tools[i];
-        char name[2 * STATS_TOOL_NAME];
+        char name[2 * STATS_TOOL_NAME], server[2 * STATS_SERVER_NAME + 16];
         label_value(name, sizeof(name), t->name);
+        server_label(server, sizeof(server), t->server);
         for (int d = 0; t->used && d < DUP_SOURCE_N; d++)
             if (t->duplicates[d])
-                evbuffer_add_printf(b, "idemgw_duplicates_total{tool=\"%s\",source=\"%s\"} %llu\n",
-                                    name, dup_source_name((dup_source_t)d),
-                                    (unsigned long long)t->duplicates[d]);
+                evbuffer_add_printf(
+                    b, "idemgw_duplicates_total{%stool=\"%s\",source=\"%s\"} %llu\n", server, name,
+                    dup_source_name((dup_source_t)d), (unsigned long long)t->duplicates[d]);
+    }
+}
+
+/* Agent requests' durations by outcome; under servers: by server and outcome, a series set
+ * per server (each server's slot is made when its backend opens), never beside the totals,
+ * which a sum over the label would then count twice. */
+static void request_series(struct evbuffer *b, const server_stats_t *s)
+{
+    evbuffer_add_printf(b, "# HELP idemgw_request_duration_seconds Agent requests, from the "
+                           "request's arrival to its end, by server (under servers:) and "
+                           "outcome.\n"
+                           "# TYPE idemgw_request_duration_seconds histogram\n");
+    bool named = false;
+    for (int i = 0; i < STATS_SERVERS; i++) {
+        const stats_server_t *v = &s->servers[i];
+        if (!v->used)
+            continue;
+        named = true;
+        char server[2 * STATS_SERVER_NAME + 16];
+        server_label(server, sizeof(server), v->name);
+        for (int o = 0; o < STATS_OUT_N; o++) {
+            char labels[3 * STATS_SERVER_NAME];
+            snprintf(labels, sizeof(labels), "%soutcome=\"%s\",", server, stats_outcome_names[o]);
+            histogram(b, "idemgw_request_duration_seconds", labels, v->request_buckets[o],
+                      v->request_ms[o], v->request_count[o]);
+        }
+    }
+    for (int o = 0; !named && o < STATS_OUT_N; o++) {
+        char labels[64];
+        snprintf(labels, sizeof(labels), "outcome=\"%s\",", stats_outcome_names[o]);
+        histogram(b, "idemgw_request_duration_seconds", labels, s->request_buckets[o],
+                  s->request_ms[o], s->request_count[o]);
+    }
+}
+
+/* Requests answered 502 or 504: one series, or under servers: one per server (as the request
+ * histograms, never beside the total). */
+static void upstream_error_series(struct evbuffer *b, const server_stats_t *s)
+{
+    evbuffer_add_printf(b, "# HELP idemgw_upstream_errors_total Requests answered 502 or 504, by "
+                           "server (under servers:).\n"
+                           "# TYPE idemgw_upstream_errors_total counter\n");
+    bool named = false;
+    for (int i = 0; i < STATS_SERVERS; i++) {
+        const stats_server_t *v = &s->servers[i];
+        if (!v->used)
+            continue;
+        named = true;
+        char server[2 * STATS_SERVER_NAME + 16];
+        server_label(server, sizeof(server), v->name);
+        evbuffer_add_printf(b, "idemgw_upstream_errors_total{%.*s} %llu\n", (int)strlen(server) - 1,
+                            server, (unsigned long long)v->upstream_errors);
+    }
+    if (!named)
+        evbuffer_add_printf(b, "idemgw_upstream_errors_total %llu\n",
+                            (unsigned long long)s->upstream_errors);
+}
+
+/* The stdio servers' children: one series without servers:, one per stdio server under it. */
+static void children_series(struct evbuffer *b, const admin_ctx_t *ctx)
+{
+    bool first = true;
+    for (size_t i = 0; i < ctx->n_servers; i++) {
+        const admin_server_t *sv = &ctx->servers[i];
+        if (!sv->upstream || strcmp(sv->upstream->ops->name, "stdio") != 0)
+            continue;
+        if (first)
+            evbuffer_add_printf(b, "# HELP idemgw_upstream_children Stdio server processes "
+                                   "running (spawned and not yet reaped), by server (under "
+                                   "servers:).\n# TYPE idemgw_upstream_children gauge\n");
+        first = false;
+        char server[2 * STATS_SERVER_NAME + 16];
+        server_label(server, sizeof(server), sv->name);
+        size_t l = strlen(server);
+        evbuffer_add_printf(b, "idemgw_upstream_children%s%.*s%s %d\n", l ? "{" : "",
+                            (int)(l ? l - 1 : 0), server, l ? "}" : "",
+                            upstream_stdio_children(sv->upstream));
     }
 }
 
@@ -265,6 +461,7 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
         for (size_t i = 0; i < offsetof(server_stats_t, tools) / sizeof(uint64_t); i++)
             to[i] += from[i];
         merge_tools(sum, &ctx->all_stats[w]);
+        merge_servers(sum, &ctx->all_stats[w]);
     }
     const server_stats_t *s = sum;
     struct evbuffer *b = evbuffer_new();
@@ -276,7 +473,6 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
     COUNTER("connections_total", "Agent connections accepted.", s->connections);
     COUNTER("requests_total", "Agent requests handled.", s->requests);
     COUNTER("forwarded_total", "Requests sent to the upstream.", s->forwarded);
-    COUNTER("upstream_errors_total", "Requests answered 502 or 504.", s->upstream_errors);
     COUNTER("bad_requests_total", "Requests refused with a 4xx by the gateway.", s->bad_requests);
     COUNTER("protected_calls_total", "Non-idempotent tool calls seen.", s->protected_calls);
     COUNTER("executions_total", "Protected calls the upstream answered with a result.",
@@ -304,12 +500,7 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
                         "# TYPE idemgw_open_connections gauge\nidemgw_open_connections %llu\n",
                         (unsigned long long)s->open_conns);
     store_series(b, s);
-    if (ctx->upstream && strcmp(ctx->upstream->ops->name, "stdio") == 0)
-        evbuffer_add_printf(b,
-                            "# HELP idemgw_upstream_children Stdio server processes running "
-                            "(spawned and not yet reaped).\n# TYPE idemgw_upstream_children "
-                            "gauge\nidemgw_upstream_children %d\n",
-                            upstream_stdio_children(ctx->upstream));
+    children_series(b, ctx);
     evbuffer_add_printf(b,
                         "# HELP idemgw_upstream_tls_handshakes_total TLS handshakes with an "
                         "https upstream, by whether a session from an earlier connection was "
@@ -326,15 +517,8 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
     if (counted)
         evbuffer_add_printf(b, "idemgw_unknown_keys %lld\n", (long long)unknown_keys);
     tool_series(b, s);
-    evbuffer_add_printf(b, "# HELP idemgw_request_duration_seconds Agent requests, from the "
-                           "request's arrival to its end, by outcome.\n"
-                           "# TYPE idemgw_request_duration_seconds histogram\n");
-    for (int o = 0; o < STATS_OUT_N; o++) {
-        char labels[64];
-        snprintf(labels, sizeof(labels), "outcome=\"%s\",", stats_outcome_names[o]);
-        histogram(b, "idemgw_request_duration_seconds", labels, s->request_buckets[o],
-                  s->request_ms[o], s->request_count[o]);
-    }
+    request_series(b, s);
+    upstream_error_series(b, s);
     evbuffer_add_printf(b, "# HELP idemgw_upstream_duration_seconds Requests to the upstream, "
                            "from sending to the end of its answer.\n"
                            "# TYPE idemgw_upstream_duration_seconds histogram\n");
@@ -391,15 +575,7 @@ void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)
         const char *b = "{\"status\":\"ok\"}\n";
         http_conn_respond(conn, 200, "application/json", b, strlen(b), NULL, keep);
     } else if (tlen == 7 && strncmp(t, "/readyz", 7) == 0) {
-        ready_probe_t *p = xcalloc(1, sizeof(*p));
-        p->ctx = ctx;
-        p->conn = conn;
-        p->keep_alive = keep;
-        http_conn_set_observer(conn, NULL, probe_gone, p);
-        if (ctx->pool)
-            upstream_probe(ctx->pool, probe_done, p);
-        else
-            probe_done(true, p); /* a stdio upstream: nothing to connect to */
+        ready_start(ctx, conn, keep);
     } else if (tlen == 8 && strncmp(t, "/metrics", 8) == 0) {
         metrics(ctx, conn, req);
     } else {

@@ -51,12 +51,27 @@ stats_outcome_t stats_outcome_of(const char *outcome)
     return STATS_OUT_OTHER;
 }
 
-void stats_observe_request(server_stats_t *s, const char *outcome, uint64_t ms)
+void stats_observe_request(server_stats_t *s, const char *server, const char *outcome, uint64_t ms)
 {
     stats_outcome_t o = stats_outcome_of(outcome);
-    s->request_buckets[o][bucket(ms)]++;
+    int b = bucket(ms);
+    s->request_buckets[o][b]++;
     s->request_ms[o] += ms;
     s->request_count[o]++;
+    stats_server_t *v = stats_server(s, server);
+    if (v) {
+        v->request_buckets[o][b]++;
+        v->request_ms[o] += ms;
+        v->request_count[o]++;
+    }
+}
+
+void stats_upstream_error(server_stats_t *s, const char *server)
+{
+    s->upstream_errors++;
+    stats_server_t *v = stats_server(s, server);
+    if (v)
+        v->upstream_errors++;
 }
 
 void stats_observe_upstream(server_stats_t *s, uint64_t ms)
@@ -86,24 +101,60 @@ void stats_observe_store_since(server_stats_t *s, stats_store_op_t op, uint64_t 
     stats_observe_store(s, op, end > start_us ? end - start_us : 0);
 }
 
-static stats_tool_t *claim_slot(stats_tool_t *t, const char *name)
+static stats_tool_t *claim_slot(stats_tool_t *t, const char *server, const char *name)
 {
     snprintf(t->name, sizeof(t->name), "%s", name);
+    snprintf(t->server, sizeof(t->server), "%s", server);
     __atomic_store_n(&t->used, 1, __ATOMIC_RELEASE);
     return t;
 }
 
-stats_tool_t *stats_tool(server_stats_t *s, const char *name, bool known)
+/* The last slot: every name past the cap, under one label whatever its server. */
+static stats_tool_t *tool_overflow(server_stats_t *s, const char *server)
 {
-    stats_tool_t *other = &s->tools[STATS_TOOLS - 1];
-    if (!known || !name || strlen(name) >= STATS_TOOL_NAME)
-        return other->used ? other : claim_slot(other, STATS_OTHER_TOOL);
+    stats_tool_t *t = &s->tools[STATS_TOOLS - 1];
+    return t->used ? t : claim_slot(t, *server ? STATS_OTHER_SERVER : "", STATS_OTHER_TOOL);
+}
+
+stats_tool_t *stats_tool(server_stats_t *s, const char *server, const char *name, bool known)
+{
+    const char *sv = server ? server : "";
+    if (strlen(sv) >= STATS_SERVER_NAME)
+        return tool_overflow(s, STATS_OTHER_SERVER);
+    if (!known || !name || strlen(name) >= STATS_TOOL_NAME) {
+        if (!*sv)
+            return tool_overflow(s, sv); /* the one upstream's others: the last slot, as ever */
+        name = STATS_OTHER_TOOL;         /* a server's others: a slot of its own */
+    }
     for (int i = 0; i < STATS_TOOLS - 1; i++) {
         stats_tool_t *t = &s->tools[i];
         if (!t->used)
-            return claim_slot(t, name);
-        if (strcmp(t->name, name) == 0)
+            return claim_slot(t, sv, name);
+        if (strcmp(t->name, name) == 0 && strcmp(t->server, sv) == 0)
             return t;
     }
-    return other->used ? other : claim_slot(other, STATS_OTHER_TOOL);
+    return tool_overflow(s, sv);
+}
+
+static stats_server_t *claim_server(stats_server_t *v, const char *name)
+{
+    snprintf(v->name, sizeof(v->name), "%s", name);
+    __atomic_store_n(&v->used, 1, __ATOMIC_RELEASE);
+    return v;
+}
+
+stats_server_t *stats_server(server_stats_t *s, const char *name)
+{
+    if (!name || !*name)
+        return NULL;
+    bool fits = strlen(name) < STATS_SERVER_NAME;
+    for (int i = 0; fits && i < STATS_SERVERS - 1; i++) {
+        stats_server_t *v = &s->servers[i];
+        if (!v->used)
+            return claim_server(v, name);
+        if (strcmp(v->name, name) == 0)
+            return v;
+    }
+    stats_server_t *last = &s->servers[STATS_SERVERS - 1];
+    return last->used ? last : claim_server(last, STATS_OTHER_SERVER);
 }

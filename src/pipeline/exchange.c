@@ -283,6 +283,8 @@ static void trace_record(exchange_t *ex, int kind)
         {"idemgw.duplicate_source",
          kind == SPAN_SERVER ? log_field(ex, "duplicate_source", source, sizeof(source)) : NULL},
         {"idemgw.code", kind == SPAN_SERVER ? log_field(ex, "code", code, sizeof(code)) : NULL},
+        /* which server of servers: the request was for (none with one upstream) */
+        {"idemgw.server", ex->proxy->ctx.cfg->server_name},
     };
     span_t s = {
         .name = name,
@@ -308,8 +310,8 @@ static void exchange_close(exchange_t *ex)
     log_exchange(ex);
     if (ex->traced)
         trace_record(ex, SPAN_SERVER);
-    stats_observe_request(p->ctx.stats, ex->outcome ? ex->outcome : "forwarded",
-                          util_now_ms() - ex->start_ms);
+    stats_observe_request(p->ctx.stats, p->ctx.cfg->server_name,
+                          ex->outcome ? ex->outcome : "forwarded", util_now_ms() - ex->start_ms);
     if (p->on_closed)
         p->on_closed(ex); /* the router's count of the call, by tool, class and outcome */
     if (!ex->ending)
@@ -451,7 +453,7 @@ static void respond_error(exchange_t *ex, int status, int code, const char *mess
                           const char *extra)
 {
     if (status >= 500)
-        ex->proxy->ctx.stats->upstream_errors++;
+        stats_upstream_error(ex->proxy->ctx.stats, ex->proxy->ctx.cfg->server_name);
     else
         ex->proxy->ctx.stats->bad_requests++;
     char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, code, message);

@@ -169,7 +169,8 @@ static void count_tool_call(const exchange_t *ex)
     if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
         return;
     const char *tool = ex->msg.tool;
-    stats_tool_t *t = stats_tool(p->ctx.stats, tool, catalog_known(p->ctx.catalog, tool));
+    stats_tool_t *t = stats_tool(p->ctx.stats, p->ctx.cfg->server_name, tool,
+                                 catalog_known(p->ctx.catalog, tool));
     t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
     stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
     t->calls[o]++;

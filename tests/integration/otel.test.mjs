@@ -1,7 +1,7 @@
 // OpenTelemetry traces: a SERVER span per agent request and a CLIENT span per call to the
 // upstream, in the MCP semantic conventions, sent as OTLP/HTTP JSON to a receiver fixture; the
 // agent's traceparent (header or params._meta) is continued and passed on; a replay has no
-// CLIENT span.
+// CLIENT span. Under servers: both spans name the server the request was for.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -67,6 +67,7 @@ test('spans for a protected call and its replay, continuing the agent\'s trace',
   assert.equal(attr(first, 'idemgw.outcome'), 'executed');
   assert.equal(attr(first, 'idemgw.class'), 'non_idempotent');
   assert.match(attr(first, 'idemgw.key_hash'), /^[0-9a-f]{16}$/);
+  assert.equal(attr(first, 'idemgw.server'), undefined, 'one upstream: no server named');
   assert.ok(BigInt(first.endTimeUnixNano) >= BigInt(first.startTimeUnixNano));
 
   const client = otlp.spans.find((x) => x.kind === 3 && x.parentSpanId === first.spanId);
@@ -130,4 +131,32 @@ test('otlp_sample_ratio: traces the gateway starts are sampled by ratio; an agen
   assert.match(ledger[0].traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/, 'the upstream is told it is not sampled');
   assert.match(ledger[1].traceparent, new RegExp(`^00-${trace}-[0-9a-f]{16}-00$`));
   assert.match(ledger[2].traceparent, new RegExp(`^00-${trace}-[0-9a-f]{16}-01$`));
+});
+
+test('servers: each span names the server its request was for', async (t) => {
+  const otlp = await receiver(t);
+  const billing = await startRefundServer(t);
+  const payments = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    databaseUrl: await createDatabase(),
+    config: {
+      subject: { static: 's' }, otlp_endpoint: otlp.url, tools: { issue_refund: { class: 'non_idempotent' } },
+      servers: { billing: { path: '/billing/mcp', upstream: billing.url }, payments: { path: '/payments/mcp', upstream: payments.url } },
+    },
+  });
+  const args = { order_id: 'ord-span', amount_cents: 3 };
+  for (const name of ['billing', 'payments']) {
+    const s = await rawSession(t, `http://127.0.0.1:${gw.port}/${name}/mcp`);
+    await s.call('issue_refund', args, { id: `${name}-1` });
+  }
+  const server = (id) => otlp.spans.find((x) => x.kind === 2 && attr(x, 'jsonrpc.request.id') === id);
+  await waitFor(() => server('billing-1') && server('payments-1'), { what: 'the spans to reach the receiver' });
+  for (const name of ['billing', 'payments']) {
+    const span = server(`${name}-1`);
+    assert.equal(attr(span, 'idemgw.server'), name);
+    assert.equal(attr(span, 'idemgw.outcome'), 'executed', `${name} ran its own call`);
+    const client = otlp.spans.find((x) => x.kind === 3 && x.parentSpanId === span.spanId);
+    assert.ok(client, `${name}: a CLIENT span`);
+    assert.equal(attr(client, 'idemgw.server'), name, 'the upstream call names its server too');
+  }
 });

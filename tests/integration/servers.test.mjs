@@ -2,6 +2,8 @@
 // same tool name on each. Three servers (two Streamable HTTP, one stdio) must behave as three
 // gateways would: a call runs once per server and replays its own server's answer, one
 // server down leaves the others serving, a reload adds and removes servers while calls run.
+// Their figures are apart too: /metrics labels each server's series, /readyz names the
+// servers that are down.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
@@ -10,6 +12,24 @@ import {
   IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, pollingCall, postgresOnly, rawSession, readLedger, replayMarker, run, startGateway,
   startRefundServer, tempDir, toYaml, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
+
+/** /metrics: its text, and a map of 'name{labels}' (or 'name') to its value. */
+async function scrape(gw) {
+  const text = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  const series = new Map();
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const i = line.lastIndexOf(' ');
+    series.set(line.slice(0, i), Number(line.slice(i + 1)));
+  }
+  return { text, series };
+}
+
+/** GET /readyz: {status, body}. */
+async function readyz(gw) {
+  const res = await fetch(`${gw.adminUrl}/readyz`);
+  return { status: res.status, body: await res.json() };
+}
 
 const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
 const TOOLS = { issue_refund: { class: 'non_idempotent' }, slow_refund: { class: 'non_idempotent' } };
@@ -95,6 +115,80 @@ test('servers: one server\'s upstream down fails its calls only', async (t) => {
   }
 });
 
+test('servers: /metrics labels each server\'s series, the same tool on two servers apart', async (t) => {
+  const { gw, url } = await threeServers(t);
+  const args = { order_id: 'ord-figures', amount_cents: 9 };
+  const billing = await rawSession(t, url('billing'));
+  await billing.call('issue_refund', args, { id: 'b1' });
+  await billing.call('issue_refund', args, { id: 'b2' }); // a duplicate: replayed
+  const payments = await rawSession(t, url('payments'));
+  await payments.call('issue_refund', args, { id: 'p1' });
+  const ledger = await mcpClient(t, url('ledger'));
+  await ledger.callTool({ name: 'issue_refund', arguments: args });
+  const calls = (server, outcome) =>
+    `idemgw_tool_calls_total{server="${server}",tool="issue_refund",class="non_idempotent",outcome="${outcome}"}`;
+  // counted as each exchange ends, which may come just after its answer
+  const { text, series } = await waitFor(async () => {
+    const m = await scrape(gw);
+    return m.series.get(calls('ledger', 'executed')) === 1 && m.series.get(calls('billing', 'replay')) === 1 ? m : null;
+  }, { what: 'the calls to be counted' });
+  assert.equal(series.get(calls('billing', 'executed')), 1);
+  assert.equal(series.get(calls('payments', 'executed')), 1);
+  assert.equal(series.get(calls('payments', 'replay')), undefined, 'the replay was billing\'s alone');
+  const dups = [...series].filter(([k]) => k.startsWith('idemgw_duplicates_total{'));
+  assert.equal(dups.length, 1, `one duplicate series: ${JSON.stringify(dups)}`);
+  assert.match(dups[0][0], /^idemgw_duplicates_total\{server="billing",tool="issue_refund",source="[a-z_]+"\}$/);
+  assert.equal(dups[0][1], 1);
+  // the request histogram per server (a server with no request yet among them), never the
+  // unlabelled totals beside them: a sum over the label would count them twice
+  assert.equal(series.get('idemgw_request_duration_seconds_count{server="billing",outcome="replay"}'), 1);
+  assert.equal(series.get('idemgw_request_duration_seconds_count{server="payments",outcome="replay"}'), 0);
+  assert.ok(series.get('idemgw_request_duration_seconds_count{server="payments",outcome="executed"}') >= 1);
+  assert.doesNotMatch(text, /^idemgw_request_duration_seconds_\w+\{(outcome|le)=/m);
+  assert.doesNotMatch(text, /^idemgw_(tool_calls|duplicates)_total\{tool=/m);
+  // the stdio server's children, by server
+  assert.ok(series.get('idemgw_upstream_children{server="ledger"}') >= 1, 'the ledger session\'s child');
+  assert.doesNotMatch(text, /^idemgw_upstream_children /m);
+  // and Prometheus reads it
+  const dir = await tempDir(t, 'idemgw-servers-prom-');
+  await fs.writeFile(path.join(dir, 'metrics.txt'), text);
+  const lint = await run('sh', ['-c', `promtool check metrics < ${path.join(dir, 'metrics.txt')}`]);
+  assert.equal(lint.code, 0, `${lint.stdout}${lint.stderr}`);
+});
+
+test('servers: /readyz names the servers whose upstream is down and stays ready for the others', async (t) => {
+  const { gw, billing, payments, url } = await threeServers(t);
+  const before = await readyz(gw);
+  assert.equal(before.status, 200);
+  assert.deepEqual(before.body, {
+    ready: true, upstream: true, store: 'up',
+    servers: { billing: 'up', payments: 'up', ledger: 'up' }, servers_down: [], draining: false,
+  });
+  billing.proc.kill('SIGKILL');
+  await billing.exited;
+  const one = await readyz(gw);
+  assert.equal(one.status, 200, 'the other servers still serve: ready');
+  assert.deepEqual(one.body, {
+    ready: true, upstream: false, store: 'up',
+    servers: { billing: 'down', payments: 'up', ledger: 'up' }, servers_down: ['billing'], draining: false,
+  });
+  // its calls fail, counted as its upstream's errors alone
+  const failed = await rawSession(t, url('billing')).catch((e) => e);
+  assert.ok(failed instanceof Error && /HTTP 50[24]/.test(failed.message), `billing is down: ${failed}`);
+  const { series } = await waitFor(async () => {
+    const m = await scrape(gw);
+    return m.series.get('idemgw_upstream_errors_total{server="billing"}') >= 1 ? m : null;
+  }, { what: 'billing\'s upstream error to be counted' });
+  assert.equal(series.get('idemgw_upstream_errors_total{server="payments"}'), 0);
+  assert.equal(series.get('idemgw_upstream_errors_total'), undefined, 'no unlabelled total beside them');
+  payments.proc.kill('SIGKILL');
+  await payments.exited;
+  const two = await readyz(gw);
+  assert.equal(two.status, 200, 'the stdio server has nothing to connect to: it serves');
+  assert.deepEqual(two.body.servers_down, ['billing', 'payments']);
+  assert.equal(two.body.ready, true);
+});
+
 test('servers: the OAuth metadata of a server is reached through its path', async (t) => {
   const port0 = await import('./lib/harness.mjs').then((h) => h.freePort());
   const resource = `http://127.0.0.1:${port0}/billing/mcp`;
@@ -142,6 +236,8 @@ test('servers: a reload that removes a server lets its call in flight finish, th
   // the other servers kept serving through the reload
   const c = await mcpClient(t, url('payments'));
   assert.ok(!(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'after-reload', amount_cents: 1 } })).isError);
+  // /readyz probes the servers of the new configuration
+  assert.deepEqual((await readyz(gw)).body.servers, { payments: 'up', ledger: 'up' });
 });
 
 test('servers: a reload adds a server and moves one to a new upstream; the others keep their sessions and children', async (t) => {

@@ -1,7 +1,8 @@
 /* The admin endpoints on a real event loop: a scraper or probe on a socketpair through a real
  * http_conn, an upstream listening on loopback for the readiness probe's connect, and a fake
  * store (store_from_ops) whose answers the test sets. Covers /healthz, the refusals (method,
- * path), every reason /readyz gives for not ready, and /metrics summing the workers. */
+ * path), every reason /readyz gives for not ready, the servers it names down under servers:,
+ * and /metrics summing the workers, with and without a server label. */
 #include "admin.h"
 #include "http_conn.h"
 #include "policy.h"
@@ -32,6 +33,7 @@ static struct evconnlistener *up_listener; /* the upstream: accepting is all the
 static int up_port;
 static upstream_limits_t up_limits = {1000, 2000, 2000, 1};
 static upstream_pool_t *pool;
+static admin_server_t one_upstream[1]; /* without servers: */
 static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
 static server_stats_t conn_stats;
 static http_context_t conns;
@@ -136,8 +138,12 @@ static int setup(void **state)
     memset(&fs, 0, sizeof(fs));
     memset(workers, 0, sizeof(workers));
     draining = false;
-    admin =
-        (admin_ctx_t){.pool = pool, .all_stats = workers, .n_workers = 2, .draining = &draining};
+    one_upstream[0] = (admin_server_t){.pool = pool};
+    admin = (admin_ctx_t){.servers = one_upstream,
+                          .n_servers = 1,
+                          .all_stats = workers,
+                          .n_workers = 2,
+                          .draining = &draining};
     conns = (http_context_t){.base = base, .limits = &limits, .stats = &conn_stats};
     site = (http_site_t){.ctx = &conns, .handler = admin_handle, .arg = &admin, .name = "admin"};
     return 0;
@@ -299,6 +305,117 @@ static void a_probe_whose_caller_left(void **state)
     assert_int_equal(conns.open, 0);
 }
 
+/* --- /readyz under servers: --- */
+
+/* A pool to a loopback port nothing listens on: its probe is refused. */
+static upstream_pool_t *pool_to_nowhere(void)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    socklen_t sl = sizeof(sin);
+    getsockname(fd, (struct sockaddr *)&sin, &sl);
+    close(fd);
+    upstream_opts_t uo = {
+        .base = base, .host = "127.0.0.1", .port = ntohs(sin.sin_port), .limits = &up_limits};
+    char msg[200];
+    upstream_pool_t *p = upstream_pool_new(&uo, msg, sizeof(msg));
+    assert_non_null(p);
+    return p;
+}
+
+/* One server down fails its own calls only: the gateway stays ready and names it. */
+static void readyz_names_the_servers_down(void **state)
+{
+    upstream_pool_t *gone = pool_to_nowhere();
+    admin_server_t servers[] = {
+        {.name = "billing", .pool = pool},
+        {.name = "crm", .pool = gone},
+        {.name = "files"}, /* a stdio server: nothing to connect to */
+    };
+    admin.servers = servers;
+    admin.n_servers = 3;
+    expect(request("GET", "/readyz"), "HTTP/1.1 200",
+           "{\"ready\":true,\"upstream\":false,\"store\":\"not configured\",\"servers\":{"
+           "\"billing\":\"up\",\"crm\":\"down\",\"files\":\"up\"},\"servers_down\":[\"crm\"],"
+           "\"draining\":false}\n");
+
+    admin.n_servers = 1; /* billing alone, up */
+    expect(request("GET", "/readyz"), "HTTP/1.1 200",
+           "{\"ready\":true,\"upstream\":true,\"store\":\"not configured\",\"servers\":{"
+           "\"billing\":\"up\"},\"servers_down\":[],\"draining\":false}\n");
+
+    /* every server down: no call can be served */
+    servers[0].pool = gone;
+    admin.n_servers = 2;
+    expect(request("GET", "/readyz"), "HTTP/1.1 503",
+           "{\"ready\":false,\"upstream\":false,\"store\":\"not configured\",\"servers\":{"
+           "\"billing\":\"down\",\"crm\":\"down\"},\"servers_down\":[\"billing\",\"crm\"],"
+           "\"draining\":false}\n");
+
+    /* a server up, but the store down or the process draining: not ready */
+    servers[0].pool = pool;
+    with_store(false);
+    expect(request("GET", "/readyz"), "HTTP/1.1 503",
+           "{\"ready\":false,\"upstream\":false,\"store\":\"down\",\"servers\":{"
+           "\"billing\":\"up\",\"crm\":\"down\"},\"servers_down\":[\"crm\"],"
+           "\"draining\":false}\n");
+    fs.ready = true;
+    draining = true;
+    expect(request("GET", "/readyz"), "HTTP/1.1 503",
+           "{\"ready\":false,\"upstream\":false,\"store\":\"up\",\"servers\":{"
+           "\"billing\":\"up\",\"crm\":\"down\"},\"servers_down\":[\"crm\"],"
+           "\"draining\":true}\n");
+    upstream_pool_free(gone);
+}
+
+/* A reload replaces the servers while a probe waits for the store: the answer names the
+ * servers the probe began with, from copies of its own. */
+static void readyz_outlives_a_reload(void **state)
+{
+    with_store(true);
+    admin_server_t *servers = xcalloc(2, sizeof(*servers));
+    servers[0] = (admin_server_t){.name = xstrdup("billing"), .pool = pool};
+    servers[1] = (admin_server_t){.name = xstrdup("files")};
+    admin.servers = servers;
+    admin.n_servers = 2;
+    int fds[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
+    evutil_make_socket_nonblocking(fds[0]);
+    http_conn_accept(NULL, fds[0], NULL, 0, &site);
+    static const char req[] = "GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n";
+    assert_int_equal(write(fds[1], req, sizeof(req) - 1), (ssize_t)(sizeof(req) - 1));
+    for (int i = 0; i < 1000 && fs.gets == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    assert_int_equal(fs.gets, 1); /* the upstreams have answered; the store is being read */
+    for (size_t i = 0; i < 2; i++)
+        free((char *)servers[i].name);
+    free(servers);
+    admin.servers = one_upstream;
+    admin.n_servers = 1;
+    for (int i = 0; i < 1000 && fs.answered == 0; i++)
+        event_base_loop(base, EVLOOP_ONCE);
+    char got[1024];
+    size_t n = 0;
+    for (int i = 0; i < 1000; i++) {
+        ssize_t r = read(fds[1], got + n, sizeof(got) - 1 - n);
+        if (r == 0)
+            break;
+        if (r > 0)
+            n += (size_t)r;
+        else
+            event_base_loop(base, EVLOOP_ONCE);
+    }
+    got[n] = '\0';
+    close(fds[1]);
+    const char *body = strstr(got, "\r\n\r\n");
+    assert_non_null(body);
+    assert_string_equal(body + 4, "{\"ready\":true,\"upstream\":true,\"store\":\"up\",\"servers\":{"
+                                  "\"billing\":\"up\",\"files\":\"up\"},\"servers_down\":[],"
+                                  "\"draining\":false}\n");
+}
+
 /* --- /metrics --- */
 
 /* The line of text that starts with prefix, as a string (freed by the caller), or NULL. */
@@ -326,6 +443,8 @@ static void metrics_add_up_the_workers(void **state)
     workers[0].requests = 3;
     workers[1].requests = 4;
     workers[1].spans_dropped = 2;
+    stats_upstream_error(&workers[0], NULL);
+    stats_upstream_error(&workers[1], NULL);
     workers[0].store_present = workers[1].store_present = 1;
     workers[0].store_up = workers[1].store_up = 1;
     workers[0].upstream_buckets[0] = 2;
@@ -334,14 +453,14 @@ static void metrics_add_up_the_workers(void **state)
     workers[1].upstream_count = 3;
     workers[0].upstream_ms = 1;
     workers[1].upstream_ms = 1500;
-    stats_tool_t *a = stats_tool(&workers[0], "refund", true);
+    stats_tool_t *a = stats_tool(&workers[0], NULL, "refund", true);
     a->cls = TOOL_CLASS_NON_IDEMPOTENT;
     a->calls[STATS_OUT_EXECUTED] = 1;
-    stats_tool_t *b = stats_tool(&workers[1], "refund", true);
+    stats_tool_t *b = stats_tool(&workers[1], NULL, "refund", true);
     b->cls = TOOL_CLASS_NON_IDEMPOTENT;
     b->calls[STATS_OUT_EXECUTED] = 2;
     b->duplicates[0] = 4;
-    stats_tool_t *odd = stats_tool(&workers[1], "we\"ird\\", true);
+    stats_tool_t *odd = stats_tool(&workers[1], NULL, "we\"ird\\", true);
     odd->cls = TOOL_CLASS_READ;
     odd->calls[STATS_OUT_FORWARDED] = 1;
 
@@ -350,6 +469,7 @@ static void metrics_add_up_the_workers(void **state)
     assert_non_null(strstr(r, "Content-Type: text/plain; version=0.0.4\r\n"));
     expect_line(r, "idemgw_requests_total 7");
     expect_line(r, "idemgw_spans_dropped_total 2");
+    expect_line(r, "idemgw_upstream_errors_total 2");
     expect_line(r, "idemgw_store_up 1");
     expect_line(r, "idemgw_unknown_keys 9");
     char want[256];
@@ -372,6 +492,9 @@ static void metrics_add_up_the_workers(void **state)
     expect_line(r, "idemgw_upstream_duration_seconds_bucket{le=\"+Inf\"} 5");
     expect_line(r, "idemgw_upstream_duration_seconds_sum 1.501000");
     expect_line(r, "idemgw_upstream_duration_seconds_count 5");
+    /* one upstream: no server label anywhere */
+    expect_line(r, "idemgw_request_duration_seconds_count{outcome=\"replay\"} 0");
+    assert_null(strstr(r, "server=\""));
     free(r);
     assert_int_equal(fs.counts, 1);
 
@@ -379,6 +502,77 @@ static void metrics_add_up_the_workers(void **state)
     workers[1].store_up = 0;
     r = request("GET", "/metrics");
     expect_line(r, "idemgw_store_up 0");
+    free(r);
+}
+
+/* Under servers: the same tool on two servers is two series, told apart by the server label;
+ * the request histograms and the upstream errors are per server (never the unlabelled totals
+ * beside them), a server with no request yet among them. */
+static void metrics_by_server(void **state)
+{
+    admin_server_t servers[] = {{.name = "billing", .pool = pool}, {.name = "crm", .pool = pool}};
+    admin.servers = servers;
+    admin.n_servers = 2;
+    stats_server(&workers[0], "billing");
+    stats_server(&workers[0], "crm");
+    stats_server(&workers[1], "crm");
+    stats_server(&workers[1], "billing");
+    stats_server(&workers[1], "idle");
+    stats_tool_t *a = stats_tool(&workers[0], "billing", "refund", true);
+    a->cls = TOOL_CLASS_NON_IDEMPOTENT;
+    a->calls[STATS_OUT_EXECUTED] = 1;
+    stats_tool_t *b = stats_tool(&workers[1], "billing", "refund", true);
+    b->cls = TOOL_CLASS_NON_IDEMPOTENT;
+    b->calls[STATS_OUT_EXECUTED] = 2;
+    stats_tool_t *c = stats_tool(&workers[1], "crm", "refund", true);
+    c->cls = TOOL_CLASS_NON_IDEMPOTENT;
+    c->calls[STATS_OUT_REPLAY] = 1;
+    c->duplicates[0] = 1;
+    stats_tool(&workers[0], "crm", "mystery", false)->calls[STATS_OUT_FORWARDED] = 1;
+    stats_observe_request(&workers[0], "billing", "executed", 3);
+    stats_observe_request(&workers[1], "billing", "executed", 30);
+    stats_observe_request(&workers[1], "crm", "replay", 1);
+    stats_upstream_error(&workers[0], "crm");
+    stats_upstream_error(&workers[1], "crm");
+
+    char *r = request("GET", "/metrics");
+    const char *ni = tool_class_name(TOOL_CLASS_NON_IDEMPOTENT);
+    char want[256];
+    snprintf(want, sizeof(want),
+             "idemgw_tool_calls_total{server=\"billing\",tool=\"refund\",class=\"%s\","
+             "outcome=\"executed\"} 3",
+             ni);
+    expect_line(r, want);
+    snprintf(want, sizeof(want),
+             "idemgw_tool_calls_total{server=\"crm\",tool=\"refund\",class=\"%s\","
+             "outcome=\"replay\"} 1",
+             ni);
+    expect_line(r, want);
+    snprintf(want, sizeof(want),
+             "idemgw_duplicates_total{server=\"crm\",tool=\"refund\",source=\"%s\"} 1",
+             dup_source_name((dup_source_t)0));
+    expect_line(r, want);
+    assert_null(strstr(r, "idemgw_duplicates_total{server=\"billing\""));
+    /* a name the server does not list: its own server's _other */
+    expect_line(r, "idemgw_tool_calls_total{server=\"crm\",tool=\"_other\",class=\"mixed\","
+                   "outcome=\"forwarded\"} 1");
+    expect_line(r,
+                "idemgw_request_duration_seconds_count{server=\"billing\",outcome=\"executed\"} 2");
+    expect_line(r, "idemgw_request_duration_seconds_sum{server=\"billing\",outcome=\"executed\"} "
+                   "0.033000");
+    snprintf(want, sizeof(want),
+             "idemgw_request_duration_seconds_bucket{server=\"billing\",outcome=\"executed\","
+             "le=\"%g\"} 1",
+             (double)stats_bucket_le_ms[0] / 1e3);
+    expect_line(r, want);
+    expect_line(r, "idemgw_request_duration_seconds_count{server=\"crm\",outcome=\"replay\"} 1");
+    expect_line(r, "idemgw_request_duration_seconds_count{server=\"idle\",outcome=\"replay\"} 0");
+    assert_null(strstr(r, "idemgw_request_duration_seconds_count{outcome="));
+    /* which server's upstream fails */
+    expect_line(r, "idemgw_upstream_errors_total{server=\"crm\"} 2");
+    expect_line(r, "idemgw_upstream_errors_total{server=\"billing\"} 0");
+    assert_null(strstr(r, "\nidemgw_upstream_errors_total "));
+    assert_null(strstr(r, "idemgw_tool_calls_total{tool="));
     free(r);
 }
 
@@ -413,7 +607,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(not_ready_for_each_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(the_store_is_read_to_be_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(a_probe_whose_caller_left, setup, teardown),
+        cmocka_unit_test_setup_teardown(readyz_names_the_servers_down, setup, teardown),
+        cmocka_unit_test_setup_teardown(readyz_outlives_a_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(metrics_add_up_the_workers, setup, teardown),
+        cmocka_unit_test_setup_teardown(metrics_by_server, setup, teardown),
         cmocka_unit_test_setup_teardown(metrics_without_the_stores_count, setup, teardown),
     };
     return cmocka_run_group_tests_name("admin", tests, NULL, NULL);
