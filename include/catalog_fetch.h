@@ -43,11 +43,12 @@ int catalog_fetch_now(const struct config *cfg, const char *headers, catalog_t *
                       char *err, size_t errlen);
 
 /* The options of the commands that read a catalogue (idemgw tools, idemgw policy):
- * -c FILE, --upstream URL (when the command takes it), -H 'Name: value' (repeatable, checked:
- * one header on one line), -h. */
+ * -c FILE, --upstream URL (when the command takes it), --server NAME, -H 'Name: value'
+ * (repeatable, checked: one header on one line), -h. */
 typedef struct catalog_cli {
     const char *config;   /* -c, or NULL */
     const char *upstream; /* --upstream, or NULL */
+    const char *server;   /* --server: a server of the config's servers:, or NULL */
     char headers[8192];   /* the -H headers as request header lines */
 } catalog_cli_t;
 

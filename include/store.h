@@ -252,9 +252,11 @@ typedef struct store_report {
 
 /* report is NULL unless st == STORE_OK; valid only during the callback. */
 typedef void (*store_report_cb)(store_status_t st, const store_report_t *report, void *arg);
-/* The rows updated in the last since_ms (0: all), and up to top keys. */
-store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb,
-                            void *arg) MUST_CHECK;
+/* The rows updated in the last since_ms (0: all), and up to top keys; with tool_prefix (NULL or
+ * "": every row), only the rows whose tool starts with it, compared byte for byte: "billing/"
+ * is one server's rows (key_scoped_tool), whatever its name holds (no LIKE wildcards). */
+store_status_t store_report(store_t *s, uint64_t since_ms, int top, const char *tool_prefix,
+                            store_report_cb cb, void *arg) MUST_CHECK;
 
 /* Whichever callback an operation was given: what the backends and the timing wrapper keep. */
 typedef union store_cb {
@@ -325,7 +327,8 @@ typedef struct store_ops {
     store_status_t (*release)(void *impl, const char *key, store_release_cb cb, void *arg);
     store_status_t (*forget)(void *impl, const char *key, store_get_cb cb, void *arg);
     store_status_t (*count_unknown)(void *impl, store_count_cb cb, void *arg); /* may be NULL */
-    store_status_t (*report)(void *impl, uint64_t since_ms, int top, store_report_cb cb, void *arg);
+    store_status_t (*report)(void *impl, uint64_t since_ms, int top, const char *tool_prefix,
+                             store_report_cb cb, void *arg);
     bool (*ready)(const void *impl);
     /* may be NULL: why the store is not ready, into buf ("" when it is) */
     void (*down_reason)(const void *impl, char *buf, size_t len);

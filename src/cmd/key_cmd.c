@@ -6,6 +6,7 @@
 #include "key.h"
 #include "log.h"
 #include "policy.h"
+#include "server_arg.h"
 #include "store.h"
 #include "store_cli.h"
 #include "util.h"
@@ -32,22 +33,26 @@ typedef enum {
 typedef struct key_cmd_opts {
     const char *subject;
     const char *tool;
+    const char *server; /* --server: the server of the config's servers: the call was made on */
     const char *args;
     const char *header_key;
     const char *config;
     const char *database_url; /* --database-url: the store, over the config's */
-    bool hash;               /* also print the key_hash of log lines */
-    bool text;               /* --text: the row for people */
-    key_cmd_action_t action; /* at most one of --show, --release, --forget */
+    bool hash;                /* also print the key_hash of log lines */
+    bool text;                /* --text: the row for people */
+    key_cmd_action_t action;  /* at most one of --show, --release, --forget */
 } key_cmd_opts_t;
 
 static void usage(FILE *f)
 {
     fputs("usage: idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
-          "                  [--database-url URL] [--hash] [--show | --release | --forget]\n"
-          "                  [--text]\n"
+          "                  [--server NAME] [--database-url URL] [--hash]\n"
+          "                  [--show | --release | --forget] [--text]\n"
           "  prints the idempotency key for a tools/call of T with arguments JSON by S;\n"
           "  -c FILE applies the tool's exclude_args and key_arg from the config\n"
+          "  --server   the server of the config's servers: the call was made on (required\n"
+          "             when it has servers:, refused when it has none): its policy applies\n"
+          "             and the key names it (SUBJECT:SERVER/TOOL:...), as the gateway's does\n"
           "  --hash     also prints the key's key_hash, as the gateway's log lines show it\n"
           "  --show     also prints the key's row in the store as one JSON line (with key_hash),\n"
           "             its duplicates by answer and by source, and the last 16 of them\n"
@@ -70,6 +75,7 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
     enum {
         OPT_SUBJECT = 256,
         OPT_TOOL,
+        OPT_SERVER,
         OPT_ARGS,
         OPT_HEADER_KEY,
         OPT_HASH,
@@ -82,6 +88,7 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
     static const struct option longopts[] = {
         {"subject", required_argument, NULL, OPT_SUBJECT},
         {"tool", required_argument, NULL, OPT_TOOL},
+        {"server", required_argument, NULL, OPT_SERVER},
         {"args", required_argument, NULL, OPT_ARGS},
         {"header-key", required_argument, NULL, OPT_HEADER_KEY},
         {"config", required_argument, NULL, 'c'},
@@ -104,6 +111,9 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
             break;
         case OPT_TOOL:
             o->tool = optarg;
+            break;
+        case OPT_SERVER:
+            o->server = optarg;
             break;
         case OPT_ARGS:
             o->args = optarg;
@@ -152,6 +162,11 @@ static int parse_opts(int argc, char **argv, key_cmd_opts_t *o)
     if (!*o->subject || !*o->tool) {
         /* an empty subject would key every caller alike */
         fprintf(stderr, "idemgw key: --subject and --tool must not be empty\n");
+        return -1;
+    }
+    if (o->server && (!*o->server || strchr(o->server, '/'))) {
+        /* the key's SERVER/TOOL must split at the first '/' as the gateway's does */
+        fprintf(stderr, "idemgw key: --server '%s' is not a server name\n", o->server);
         return -1;
     }
     if (actions > 1) {
@@ -420,6 +435,7 @@ int key_cmd_main(int argc, char **argv)
     jcs_value_t *args = NULL;
     key_result_t kr = {0};
     const policy_tool_t *pt = NULL;
+    const char *server = o.server; /* without -c, as given */
     char err[256];
 
     if (o.config) {
@@ -434,7 +450,11 @@ int key_cmd_main(int argc, char **argv)
             goto out;
         }
         config_errors_free(&errs);
-        pt = policy_lookup(&cfg->policy, o.tool);
+        config_t *view;
+        if (server_arg_pick("idemgw key", cfg, o.server, false, &view) != 0)
+            goto out;
+        pt = policy_lookup(&view->policy, o.tool);
+        server = view->server_name;
     }
     jcs_status_t js = jcs_parse(o.args, strlen(o.args), &args, err, sizeof err);
     if (js != JCS_OK) {
@@ -442,6 +462,7 @@ int key_cmd_main(int argc, char **argv)
         goto out;
     }
     key_call_t call = {.subject = o.subject,
+                       .server = server,
                        .tool = o.tool,
                        .arguments = args,
                        .header_key = o.header_key,

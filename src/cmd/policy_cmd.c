@@ -5,6 +5,7 @@
 #include "catalog_fetch.h"
 #include "config.h"
 #include "log.h"
+#include "server_arg.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -20,12 +21,15 @@
 static void usage(FILE *f)
 {
     fputs("usage: idemgw policy init --upstream URL [-H 'Name: value']...\n"
-          "       idemgw policy diff [-c FILE] [-H 'Name: value']...\n"
+          "       idemgw policy init -c FILE --server NAME [-H 'Name: value']...\n"
+          "       idemgw policy diff [-c FILE] [--server NAME] [-H 'Name: value']...\n"
           "  init  prints a starter config: every tool the server lists, with the class its\n"
-          "        annotations suggest and its description as a comment\n"
+          "        annotations suggest and its description as a comment; with --server, the\n"
+          "        tools: of that server of FILE's servers:, indented to go under its entry\n"
           "  diff  tools in the policy but not on the server, on the server but not in the\n"
           "        policy, and classes the server's annotations contradict (exit 1 if any);\n"
-          "        classes stricter than the annotations are said too (exit 0)\n"
+          "        classes stricter than the annotations are said too (exit 0); with\n"
+          "        servers:, of the server --server names, against its policy\n"
           "  -H    a header for the upstream, e.g. 'Authorization: Bearer ...' (repeatable)\n",
           f);
 }
@@ -101,7 +105,103 @@ static void hints_text(const json_t *ann, char *out, size_t outlen)
         snprintf(out, outlen, "none (MCP reads that as: may write, may destroy, not idempotent)");
 }
 
-static int init(const char *url, const char *headers)
+/* Prints the tools: block of a starter policy, each line after ind (the snippet of a server
+ * goes under its entry of servers:). */
+static void print_tools(const json_t *tools, catalog_t *catalog, const char *ind)
+{
+    printf("%stools:\n", ind);
+    size_t i;
+    json_t *t;
+    size_t listed = 0;
+    json_array_foreach(tools, i, t)
+    {
+        const char *name = json_string_value(json_object_get(t, "name"));
+        if (!name || !*name)
+            continue;
+        class_source_t src;
+        tool_class_t cls = catalog_classify(catalog, name, &src);
+        char key[400], desc[600], hints[300], shown[200];
+        yaml_key(name, key, sizeof(key));
+        comment_text(json_string_value(json_object_get(t, "description")), desc, sizeof(desc),
+                     DESCRIPTION_MAX);
+        hints_text(json_object_get(t, "annotations"), hints, sizeof(hints));
+        comment_text(name, shown, sizeof(shown), 100);
+        bool usable = strlen(name) <= 256 && !strpbrk(name, " \t\r\n");
+        if (desc[0])
+            printf("%s  # %s\n", ind, desc);
+        printf("%s  # annotations: %s\n", ind, hints);
+        if (!usable) {
+            printf("%s  # (\"%s\" cannot be named in a policy: a tool name has no spaces)\n\n", ind,
+                   shown);
+            continue;
+        }
+        printf("%s  %s:\n%s    class: %s\n\n", ind, key, ind, tool_class_name(cls));
+        listed++;
+    }
+    if (listed == 0)
+        printf("%s  {}\n", ind);
+}
+
+/* Reads cfg's upstream's tools and prints a starter policy for them: a whole config (url, the
+ * upstream as given), or with server (a view of path's servers:) the tools: of its entry. The
+ * classes are what the annotations suggest under the built-in defaults, as for a new config. */
+static int init(const config_t *cfg, const char *url, const char *path, const char *server,
+                const char *headers)
+{
+    pages_t pages = {.tools = json_array()};
+    catalog_t *catalog = catalog_new();
+    policy_t fresh = {0}; /* no tools of the config's: the annotations speak */
+    policy_defaults_init(&fresh.defaults);
+    catalog_set_policy(catalog, server ? &fresh : &cfg->policy);
+    char err[300];
+    int rc = EXIT_FOUND;
+    if (catalog_fetch_now(cfg, headers, catalog, keep_page, &pages, err, sizeof(err)) < 0) {
+        fprintf(stderr, "idemgw policy init: %s%s%s%s: %s\n", server ? "server " : "",
+                server ? server : "", server ? ", " : "", url, err);
+        goto out;
+    }
+    char when[32];
+    time_t now = time(NULL);
+    strftime(when, sizeof(when), "%Y-%m-%d", gmtime(&now));
+    if (server) {
+        printf(
+            "# idemgw policy for server %s (%s), from its tools/list\n"
+            "# (idemgw policy init --server %s, %s). These lines go under servers: %s: in\n"
+            "#   %s\n"
+            "# in place of the entry's tools: (they are indented for it). Each class below is\n"
+            "# what the tool's annotations suggest. Review every one: a tool with a side effect\n"
+            "# that must not happen twice (a payment, a message, an append) belongs in\n"
+            "# non_idempotent, whatever the server says. A tool not listed gets the entry's\n"
+            "# defaults: (else the top level's). Check the file: idemgw --check-config -c FILE\n",
+            server, url, server, when, server, path);
+        print_tools(pages.tools, catalog, "    ");
+    } else {
+        printf(
+            "# idemgw policy for %s, from its tools/list (idemgw policy init, %s).\n"
+            "# Each class below is what the tool's annotations suggest. Review every one: a tool\n"
+            "# with a side effect that must not happen twice (a payment, a message, an append)\n"
+            "# belongs in non_idempotent, whatever the server says. The full reference of every\n"
+            "# setting is conf/idemgw.yaml; check this file with: idemgw --check-config -c FILE\n"
+            "upstream: %s\n"
+            "\n"
+            "defaults:\n"
+            "  # A tool not listed below: non_idempotent, unless its annotations say otherwise.\n"
+            "  class: non_idempotent\n"
+            "  window: 10m\n"
+            "\n",
+            url, when, url);
+        print_tools(pages.tools, catalog, "");
+    }
+    rc = fflush(stdout) == 0 ? 0 : EXIT_FOUND;
+out:
+    json_decref(pages.tools);
+    catalog_free(catalog);
+    policy_free(&fresh);
+    return rc;
+}
+
+/* init --upstream URL: a config of that upstream alone. */
+static int init_upstream(const char *url, const char *headers)
 {
     json_t *u = json_string(url);
     char *quoted = u ? json_dumps(u, JSON_ENCODE_ANY) : NULL;
@@ -118,67 +218,38 @@ static int init(const char *url, const char *headers)
         return EXIT_USAGE;
     }
     config_errors_free(&errs);
+    int rc = init(cfg, url, NULL, NULL, headers);
+    config_free(cfg);
+    return rc;
+}
 
-    pages_t pages = {.tools = json_array()};
-    catalog_t *catalog = catalog_new();
-    catalog_set_policy(catalog, &cfg->policy);
-    char err[300];
-    int rc = EXIT_FOUND;
-    if (catalog_fetch_now(cfg, headers, catalog, keep_page, &pages, err, sizeof(err)) < 0) {
-        fprintf(stderr, "idemgw policy init: %s: %s\n", url, err);
+/* Loads path (NULL: the environment's), reporting its errors; NULL when it does not load. */
+static config_t *load(const char *path)
+{
+    config_errors_t errs = {0};
+    config_t *cfg = config_load(path, &errs);
+    for (size_t i = 0; !cfg && i < errs.n; i++)
+        fprintf(stderr, "%s\n", errs.msgs[i]);
+    config_errors_free(&errs);
+    return cfg;
+}
+
+/* init -c FILE --server NAME: the tools: of that server's entry. */
+static int init_server(const char *path, const char *name, const char *headers)
+{
+    config_t *cfg = load(path), *view;
+    if (!cfg)
+        return EXIT_USAGE;
+    int rc = EXIT_USAGE;
+    if (server_arg_pick("idemgw policy init", cfg, name, false, &view) != 0)
+        goto out;
+    if (!view->server_name) {
+        fprintf(stderr, "idemgw policy init: needs --upstream URL, or -c FILE --server NAME for "
+                        "a server of its servers:\n");
         goto out;
     }
-    char when[32];
-    time_t now = time(NULL);
-    strftime(when, sizeof(when), "%Y-%m-%d", gmtime(&now));
-    printf("# idemgw policy for %s, from its tools/list (idemgw policy init, %s).\n"
-           "# Each class below is what the tool's annotations suggest. Review every one: a tool\n"
-           "# with a side effect that must not happen twice (a payment, a message, an append)\n"
-           "# belongs in non_idempotent, whatever the server says. The full reference of every\n"
-           "# setting is conf/idemgw.yaml; check this file with: idemgw --check-config -c FILE\n"
-           "upstream: %s\n"
-           "\n"
-           "defaults:\n"
-           "  # A tool not listed below: non_idempotent, unless its annotations say otherwise.\n"
-           "  class: non_idempotent\n"
-           "  window: 10m\n"
-           "\n"
-           "tools:\n",
-           url, when, url);
-    size_t i;
-    json_t *t;
-    size_t listed = 0;
-    json_array_foreach(pages.tools, i, t)
-    {
-        const char *name = json_string_value(json_object_get(t, "name"));
-        if (!name || !*name)
-            continue;
-        class_source_t src;
-        tool_class_t cls = catalog_classify(catalog, name, &src);
-        char key[400], desc[600], hints[300], shown[200];
-        yaml_key(name, key, sizeof(key));
-        comment_text(json_string_value(json_object_get(t, "description")), desc, sizeof(desc),
-                     DESCRIPTION_MAX);
-        hints_text(json_object_get(t, "annotations"), hints, sizeof(hints));
-        comment_text(name, shown, sizeof(shown), 100);
-        bool usable = strlen(name) <= 256 && !strpbrk(name, " \t\r\n");
-        if (desc[0])
-            printf("  # %s\n", desc);
-        printf("  # annotations: %s\n", hints);
-        if (!usable) {
-            printf("  # (\"%s\" cannot be named in a policy: a tool name has no spaces)\n\n",
-                   shown);
-            continue;
-        }
-        printf("  %s:\n    class: %s\n\n", key, tool_class_name(cls));
-        listed++;
-    }
-    if (listed == 0)
-        printf("  {}\n");
-    rc = fflush(stdout) == 0 ? 0 : EXIT_FOUND;
+    rc = init(view, view->upstream_url, path, view->server_name, headers);
 out:
-    json_decref(pages.tools);
-    catalog_free(catalog);
     config_free(cfg);
     return rc;
 }
@@ -201,23 +272,22 @@ static void stricter(const policy_tool_t *t, const catalog_tool_t *k)
                t->name, says);
 }
 
-static int diff(const char *path, const char *headers)
+static int diff(const char *path, const char *server, const char *headers)
 {
-    config_errors_t errs = {0};
-    config_t *cfg = config_load(path, &errs);
-    if (!cfg) {
-        for (size_t i = 0; i < errs.n; i++)
-            fprintf(stderr, "%s\n", errs.msgs[i]);
-        config_errors_free(&errs);
+    config_t *top = load(path), *cfg; /* cfg: the server compared, a view of top's servers: */
+    if (!top)
+        return EXIT_USAGE;
+    if (server_arg_pick("idemgw policy diff", top, server, false, &cfg) != 0) {
+        config_free(top);
         return EXIT_USAGE;
     }
-    config_errors_free(&errs);
     catalog_t *catalog = catalog_new();
     catalog_set_policy(catalog, &cfg->policy);
     char err[300];
     int found = 0;
     if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, err, sizeof(err)) < 0) {
-        fprintf(stderr, "idemgw policy diff: %s: %s\n", cfg->upstream_url, err);
+        fprintf(stderr, "idemgw policy diff: %s%s%s%s: %s\n", server ? "server " : "",
+                server ? server : "", server ? ", " : "", cfg->upstream_url, err);
         found = 1;
         goto out;
     }
@@ -259,7 +329,7 @@ static int diff(const char *path, const char *headers)
     }
 out:
     catalog_free(catalog);
-    config_free(cfg);
+    config_free(top);
     if (fflush(stdout) != 0)
         return EXIT_FOUND;
     return found ? EXIT_FOUND : 0;
@@ -279,11 +349,15 @@ int policy_cmd_main(int argc, char **argv)
                           is_init, usage, &o);
     if (r != 0)
         return r > 0 ? 0 : EXIT_USAGE;
-    if (is_init && (!o.upstream || o.config)) {
-        fprintf(stderr, "idemgw policy init: needs --upstream URL (and no -c)\n");
+    if (is_init && (o.upstream ? o.config || o.server : !o.config)) {
+        fprintf(stderr, "idemgw policy init: needs --upstream URL (and no -c or --server), or "
+                        "-c FILE --server NAME for a server of its servers:\n");
         usage(stderr);
         return EXIT_USAGE;
     }
     log_threshold = LOG_OFF; /* the output is the answer */
-    return is_init ? init(o.upstream, o.headers) : diff(o.config, o.headers);
+    if (is_init)
+        return o.upstream ? init_upstream(o.upstream, o.headers)
+                          : init_server(o.config, o.server, o.headers);
+    return diff(o.config, o.server, o.headers);
 }

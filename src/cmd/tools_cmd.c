@@ -5,6 +5,7 @@
 #include "catalog_fetch.h"
 #include "config.h"
 #include "log.h"
+#include "server_arg.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,11 +16,13 @@
 
 static void usage(FILE *f)
 {
-    fputs("usage: idemgw tools [-c FILE] [-H 'Name: value']...\n"
+    fputs("usage: idemgw tools [-c FILE] [--server NAME] [-H 'Name: value']...\n"
           "  asks the upstream for its tools and prints how the gateway classifies each:\n"
           "  class, where it comes from (policy, annotation, default), window, the server's\n"
           "  hints; then the policy's tools the server does not list\n"
           "  -c FILE   the config (else IDEMGW_UPSTREAM and the other IDEMGW_* variables)\n"
+          "  --server NAME  which of the config's servers: (required when it has them): that\n"
+          "            server's upstream, classified by that server's policy\n"
           "  -H HEADER a header for the upstream, e.g. 'Authorization: Bearer ...' (repeatable)\n",
           f);
 }
@@ -97,19 +100,26 @@ int tools_cmd_main(int argc, char **argv)
         return TOOLS_EXIT_USAGE;
     }
     config_errors_free(&errs);
+    config_t *view; /* the server asked about: its upstream and its policy */
+    if (server_arg_pick("idemgw tools", cfg, o.server, false, &view) != 0) {
+        config_free(cfg);
+        return TOOLS_EXIT_USAGE;
+    }
     log_threshold = LOG_OFF; /* the table is the output */
 
     int rc = TOOLS_EXIT_FAILED;
     char msg[300] = "";
     catalog_t *catalog = catalog_new();
-    catalog_set_policy(catalog, &cfg->policy);
-    if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, msg, sizeof(msg)) < 0)
+    catalog_set_policy(catalog, &view->policy);
+    if (catalog_fetch_now(view, headers, catalog, NULL, NULL, msg, sizeof(msg)) < 0)
         goto out;
-    print_table(catalog, cfg);
+    print_table(catalog, view);
     rc = fflush(stdout) == 0 ? 0 : TOOLS_EXIT_FAILED;
 out:
     if (rc != 0 && msg[0])
-        fprintf(stderr, "idemgw tools: %s: %s\n", cfg->upstream_url, msg);
+        fprintf(stderr, "idemgw tools: %s%s%s%s: %s\n", view->server_name ? "server " : "",
+                view->server_name ? view->server_name : "", view->server_name ? ", " : "",
+                view->upstream_url, msg);
     catalog_free(catalog);
     config_free(cfg);
     return rc;

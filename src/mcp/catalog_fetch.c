@@ -389,6 +389,7 @@ int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstrea
         {"upstream", required_argument, NULL, 'u'},
         {"config", required_argument, NULL, 'c'},
         {"header", required_argument, NULL, 'H'},
+        {"server", required_argument, NULL, 's'}, /* long only */
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -402,6 +403,8 @@ int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstrea
             out->upstream = optarg;
         } else if (opt == 'c') {
             out->config = optarg;
+        } else if (opt == 's') {
+            out->server = optarg;
         } else if (opt == 'H') {
             if (!add_header(out->headers, sizeof(out->headers), optarg)) {
                 fprintf(stderr, "%s: -H %s: expected 'Name: value' on one line\n", cmd, optarg);

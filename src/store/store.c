@@ -251,9 +251,10 @@ store_status_t store_note_duplicate(store_t *s, const char *key, store_finish_cb
     return store_record_duplicate(s, &d, cb, arg);
 }
 
-store_status_t store_report(store_t *s, uint64_t since_ms, int top, store_report_cb cb, void *arg)
+store_status_t store_report(store_t *s, uint64_t since_ms, int top, const char *tool_prefix,
+                            store_report_cb cb, void *arg)
 {
-    return s->ops->report(s->impl, since_ms, top, cb, arg);
+    return s->ops->report(s->impl, since_ms, top, tool_prefix ? tool_prefix : "", cb, arg);
 }
 
 int store_pending_duplicates(const store_t *s, const char *key)

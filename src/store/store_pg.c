@@ -1268,12 +1268,13 @@ static store_status_t pg_forget(store_pg_t *s, const char *key, store_get_cb cb,
     return submit(s, op);
 }
 
-static store_status_t pg_report(store_pg_t *s, uint64_t since_ms, int top, store_report_cb cb,
-                                void *arg)
+static store_status_t pg_report(store_pg_t *s, uint64_t since_ms, int top, const char *tool_prefix,
+                                store_report_cb cb, void *arg)
 {
     store_op_t *op = op_new(STORE_OP_REPORT);
     op_int(op, clamp_ms(since_ms));
     op_int(op, top);
+    op_text(op, tool_prefix);
     op->cb.report = cb;
     op->arg = arg;
     return submit(s, op);
@@ -1351,10 +1352,10 @@ static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg
     return pg_count_unknown(impl, cb, arg);
 }
 
-static store_status_t ops_report(void *impl, uint64_t since_ms, int top, store_report_cb cb,
-                                 void *arg)
+static store_status_t ops_report(void *impl, uint64_t since_ms, int top, const char *tool_prefix,
+                                 store_report_cb cb, void *arg)
 {
-    return pg_report(impl, since_ms, top, cb, arg);
+    return pg_report(impl, since_ms, top, tool_prefix, cb, arg);
 }
 
 static bool ops_ready(const void *impl)

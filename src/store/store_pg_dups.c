@@ -34,9 +34,11 @@ const char store_pg_dup_sql[] =
     " FROM d JOIN l ON l.key = d.key WHERE k.key = d.key";
 /* clang-format on */
 
-/* The rows updated in the last $1 ms (0: all): one tuple per tool (kind 0), then up to $2
- * keys with the most calls (kind 1). Columns: kind, tool, key, rows, attempts, the duplicates
- * by answer (3) and by source (5), rows by state (4), the key's state, created_at, now. */
+/* The rows updated in the last $1 ms (0: all) whose tool starts with $3 ("": every row; left()
+ * compares bytes, where LIKE would read a '_' of a server's name as a wildcard): one tuple per
+ * tool (kind 0), then up to $2 keys with the most calls (kind 1). Columns: kind, tool, key,
+ * rows, attempts, the duplicates by answer (3) and by source (5), rows by state (4), the key's
+ * state, created_at, now. */
 #define ISO(col) "to_char(" col " AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 #define STATE_COUNT(st) "count(*) FILTER (WHERE k.state = '" st "')"
 /* clang-format off */
@@ -44,7 +46,8 @@ const char store_pg_report_sql[] =
     "WITH r AS MATERIALIZED (SELECT k.key, k.tool, k.state, k.attempts, k.created_at,"
     "  k.dup_replay, k.dup_in_progress, k.dup_unknown, k.dup_reconnect, k.dup_transport,"
     "  k.dup_harness, k.dup_model, k.dup_late FROM idem_keys k"
-    "  WHERE $1::bigint <= 0 OR k.updated_at >= now() - $1::bigint * interval '1 millisecond')"
+    "  WHERE ($1::bigint <= 0 OR k.updated_at >= now() - $1::bigint * interval '1 millisecond')"
+    "  AND left(k.tool, length($3::text)) = $3::text)"
     " SELECT 0, k.tool, NULL::text, count(*), sum(k.attempts), sum(k.dup_replay),"
     "  sum(k.dup_in_progress), sum(k.dup_unknown), sum(k.dup_reconnect), sum(k.dup_transport),"
     "  sum(k.dup_harness), sum(k.dup_model), sum(k.dup_late), " STATE_COUNT("in_progress") ", "

@@ -243,17 +243,19 @@ static const char *const stmt_sql[STMT_COUNT_] = {
                            " AND expires_at > ?1",
     [STMT_DUPS] = "SELECT dup_replay, dup_in_progress, dup_unknown, dup_reconnect, dup_transport,"
                   " dup_harness, dup_model, dup_late, dup_history FROM idem_keys WHERE key = ?1",
-    /* `idemgw report`: the rows updated since ?2 (?1 <= 0: all), per tool; then the keys with
-     * the most calls, up to ?3 */
+    /* `idemgw report`: the rows updated since ?2 (?1 <= 0: all) whose tool starts with ?4 ("":
+     * every row), per tool; then the keys with the most calls, up to ?3 */
     [STMT_REPORT_TOOLS] = "SELECT tool, count(*), sum(attempts), sum(dup_replay),"
                           " sum(dup_in_progress), sum(dup_unknown), sum(dup_reconnect),"
                           " sum(dup_transport), sum(dup_harness), sum(dup_model), sum(dup_late),"
                           " sum(state = 'in_progress'), sum(state = 'succeeded'),"
                           " sum(state = 'failed'), sum(state = 'unknown') FROM idem_keys"
-                          " WHERE ?1 <= 0 OR updated_at >= ?2 GROUP BY tool ORDER BY tool",
+                          " WHERE (?1 <= 0 OR updated_at >= ?2)"
+                          " AND substr(tool, 1, length(?4)) = ?4 GROUP BY tool ORDER BY tool",
     [STMT_REPORT_TOP] = "SELECT tool, key, attempts, dup_replay + dup_in_progress + dup_unknown,"
                         " state, created_at, attempts + dup_in_progress + dup_unknown"
-                        " FROM idem_keys WHERE ?1 <= 0 OR updated_at >= ?2"
+                        " FROM idem_keys WHERE (?1 <= 0 OR updated_at >= ?2)"
+                        " AND substr(tool, 1, length(?4)) = ?4"
                         " ORDER BY attempts + dup_in_progress + dup_unknown DESC, key LIMIT ?3",
 };
 
@@ -536,6 +538,7 @@ static store_status_t exec_report(store_sqlite_t *s, sq_op_t *op, int64_t now)
     sqlite3_stmt *st = s->stmts[STMT_REPORT_TOOLS];
     sqlite3_bind_int64(st, 1, op->since_ms);
     sqlite3_bind_int64(st, 2, now - op->since_ms);
+    bind_text(st, 4, op->tool);
     size_t cap = 0;
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -566,6 +569,7 @@ static store_status_t exec_report(store_sqlite_t *s, sq_op_t *op, int64_t now)
     sqlite3_bind_int64(st, 1, op->since_ms);
     sqlite3_bind_int64(st, 2, now - op->since_ms);
     sqlite3_bind_int(st, 3, op->top > 0 ? op->top : 0);
+    bind_text(st, 4, op->tool);
     cap = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (op->n_rep_top == cap) {
@@ -1490,10 +1494,11 @@ static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg
     return submit(impl, op);
 }
 
-static store_status_t ops_report(void *impl, uint64_t since_ms, int top, store_report_cb cb,
-                                 void *arg)
+static store_status_t ops_report(void *impl, uint64_t since_ms, int top, const char *tool_prefix,
+                                 store_report_cb cb, void *arg)
 {
     sq_op_t *op = op_new(SQ_REPORT, NULL);
+    op->tool = xstrdup(tool_prefix); /* the rows' tool prefix ("": every row) */
     op->since_ms = clamp_ms(since_ms);
     op->top = top;
     op->cb.report = cb;

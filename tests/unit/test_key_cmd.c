@@ -108,6 +108,79 @@ static void test_key_cmd_config(void **state)
     assert_true(strlen(last_err) > 0);
 }
 
+/* A temp file holding yaml; its path in path (a mkstemp template). */
+static void write_config(char *path, const char *yaml)
+{
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, yaml, strlen(yaml)), (ssize_t)strlen(yaml));
+    close(fd);
+}
+
+/* servers: --server picks the server's policy and puts its name in the key, as the gateway
+ * keys a call on that server; missing, unknown or (without servers:) given, exit 2. */
+static void test_key_cmd_server(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/idemgw-key-cmd-XXXXXX";
+    write_config(path, "subject:\n"
+                       "  static: test\n"
+                       "servers:\n"
+                       "  billing:\n"
+                       "    path: /billing/mcp\n"
+                       "    upstream: http://127.0.0.1:3001/mcp\n"
+                       "    tools:\n"
+                       "      issue_refund:\n"
+                       "        exclude_args: [note, meta.client_ts]\n"
+                       "  payments:\n"
+                       "    path: /payments/mcp\n"
+                       "    upstream: http://127.0.0.1:3002/mcp\n");
+    static const char args[] = "{\"a\":1,\"note\":\"x\",\"meta\":{\"client_ts\":5}}";
+    char out[512];
+    /* billing excludes what the one-upstream case of test_key_cmd_config does: the same hash */
+    assert_int_equal(run_cmd(out, sizeof out, 11, "key", "-c", path, "--server", "billing",
+                             "--subject", "s", "--tool", "issue_refund", "--args", args),
+                     0);
+    assert_string_equal(out, "s:billing/issue_refund:h:d1f7cd1de58772ef9ed7b045ed305b88\n");
+    /* payments excludes nothing */
+    assert_int_equal(run_cmd(out, sizeof out, 10, "key", "-c", path, "--server=payments",
+                             "--subject", "s", "--tool", "issue_refund", "--args",
+                             "{\"a\":1,\"note\":\"x\"}"),
+                     0);
+    assert_string_equal(out, "s:payments/issue_refund:h:039966606d9ae85415622010c89e79b2\n");
+    /* without -c the name is taken as given, and no policy applies */
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--server", "payments", "--subject", "s",
+                             "--tool", "issue_refund", "--args", "{\"a\":1,\"note\":\"x\"}"),
+                     0);
+    assert_string_equal(out, "s:payments/issue_refund:h:039966606d9ae85415622010c89e79b2\n");
+
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "-c", path, "--subject", "s", "--tool",
+                             "issue_refund", "--args", "{}"),
+                     2);
+    assert_string_equal(out, "");
+    assert_non_null(
+        strstr(last_err, "has servers:, name one with --server NAME: billing, payments"));
+    assert_int_equal(run_cmd(out, sizeof out, 11, "key", "-c", path, "--server", "ledger",
+                             "--subject", "s", "--tool", "issue_refund", "--args", "{}"),
+                     2);
+    assert_non_null(strstr(last_err, "--server ledger: "));
+    assert_non_null(strstr(last_err, "has no server of that name; its servers: billing, payments"));
+    assert_int_equal(run_cmd(out, sizeof out, 9, "key", "--server", "a/b", "--subject", "s",
+                             "--tool", "t", "--args", "{}"),
+                     2);
+    assert_non_null(strstr(last_err, "--server 'a/b' is not a server name"));
+    unlink(path);
+
+    char one[] = "/tmp/idemgw-key-cmd-XXXXXX";
+    write_config(one, "upstream: http://127.0.0.1:3001/mcp\n");
+    assert_int_equal(run_cmd(out, sizeof out, 11, "key", "-c", one, "--server", "billing",
+                             "--subject", "s", "--tool", "t", "--args", "{}"),
+                     2);
+    assert_string_equal(out, "");
+    assert_non_null(strstr(last_err, "has no servers: (one upstream"));
+    unlink(one);
+}
+
 /* Usage errors name what is wrong and exit 2; --name=value and --name value both work. */
 static void test_key_cmd_usage(void **state)
 {
@@ -222,11 +295,9 @@ static void test_key_cmd_no_database(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_key_cmd),
-        cmocka_unit_test(test_key_cmd_usage),
-        cmocka_unit_test(test_key_cmd_config),
-        cmocka_unit_test(test_key_cmd_hash),
-        cmocka_unit_test(test_key_cmd_no_database),
+        cmocka_unit_test(test_key_cmd),        cmocka_unit_test(test_key_cmd_usage),
+        cmocka_unit_test(test_key_cmd_config), cmocka_unit_test(test_key_cmd_server),
+        cmocka_unit_test(test_key_cmd_hash),   cmocka_unit_test(test_key_cmd_no_database),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,9 +93,13 @@ static void test_usage_errors(void **state)
     assert_int_equal(run_report(3, "report", "-c", "/nonexistent/idemgw.yaml"), 2);
     assert_string_equal(out_buf, "");
     assert_true(strlen(err_buf) > 0);
+    assert_int_equal(run_report(3, "report", "--server", "a/b"), 2);
+    assert_non_null(strstr(err_buf, "--server 'a/b' is not a server name"));
+    assert_int_equal(run_report(3, "report", "--server", ""), 2);
     assert_int_equal(run_report(2, "report", "--help"), 0);
     assert_non_null(strstr(out_buf, "usage: idemgw report"));
     assert_non_null(strstr(out_buf, "--since"));
+    assert_non_null(strstr(out_buf, "--server NAME"));
 }
 
 /* No store: database_url none, or an embedded store file that does not exist (never made, nor

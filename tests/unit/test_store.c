@@ -1248,8 +1248,10 @@ typedef struct {
     store_report_tool_t tool; /* the tool asked for; tool.tool NULL when absent */
     char key0[64];            /* the first of the top keys */
     int key0_attempts, key0_dups;
-    size_t n_top;
+    size_t n_top, n_tools;
     const char *want_tool;
+    const char *prefix; /* the report's tool_prefix: every tool and top key must start with it */
+    bool off_prefix;    /* one did not */
 } report_out_t;
 
 static void report_cb(store_status_t st, const store_report_t *rep, void *arg)
@@ -1259,7 +1261,14 @@ static void report_cb(store_status_t st, const store_report_t *rep, void *arg)
     o->st = st;
     if (!rep)
         return;
-    assert_non_null(rep->now);
+    if (rep->n_tools) /* Postgres reads its clock off the rows: none, no clock */
+        assert_non_null(rep->now);
+    size_t plen = o->prefix ? strlen(o->prefix) : 0;
+    for (size_t i = 0; i < rep->n_tools; i++)
+        o->off_prefix |= strncmp(rep->tools[i].tool, o->prefix ? o->prefix : "", plen) != 0;
+    for (size_t i = 0; i < rep->n_top; i++)
+        o->off_prefix |= strncmp(rep->top[i].tool, o->prefix ? o->prefix : "", plen) != 0;
+    o->n_tools = rep->n_tools;
     for (size_t i = 0; i < rep->n_tools; i++) {
         if (strcmp(rep->tools[i].tool, o->want_tool) == 0) {
             o->tool = rep->tools[i];
@@ -1302,7 +1311,7 @@ static void test_report(void **state)
     assert_true(wait_for(attempts_are, w, 10000));
     /* the in-progress answers are written by the same statement as b's replays */
     report_out_t o = {.want_tool = "report_tool"};
-    assert_int_equal(store_report(st_main, 3600 * 1000, 100, report_cb, &o), STORE_OK);
+    assert_int_equal(store_report(st_main, 3600 * 1000, 100, NULL, report_cb, &o), STORE_OK);
     assert_false(o.done);
     assert_true(wait_for(flag_set, &o.done, 10000));
     assert_int_equal(o.st, STORE_OK);
@@ -1320,11 +1329,37 @@ static void test_report(void **state)
     assert_int_equal(o.tool.states[STORE_STATE_IN_PROGRESS], 1);
     /* earlier cases' rows have more attempts; b has 5 calls, the most of this case's keys */
     report_out_t top = {.want_tool = "report_tool"};
-    assert_int_equal(store_report(st_main, 0, 1, report_cb, &top), STORE_OK);
+    assert_int_equal(store_report(st_main, 0, 1, NULL, report_cb, &top), STORE_OK);
     assert_true(wait_for(flag_set, &top.done, 10000));
     assert_int_equal(top.st, STORE_OK);
     assert_int_equal(top.n_top, 1);
     assert_true(top.key0_attempts + top.key0_dups >= 5);
+
+    /* a tool prefix (one server's rows, key_scoped_tool) is compared byte for byte: '_' is no
+     * wildcard, so a_b/ is not axb/ */
+    const char *scoped[][2] = {{"t:a_b/rep:h:a", "a_b/report_tool"},
+                               {"t:axb/rep:h:a", "axb/report_tool"}};
+    for (int k = 0; k < 2; k++) {
+        store_claim_req_t req = req_for(scoped[k][0], "d1");
+        req.tool = scoped[k][1];
+        claim_out_t c = do_claim(st_main, &req);
+        assert_true(do_finish(st_main, scoped[k][0], c.fence, STORE_STATE_SUCCEEDED, "{}", 600000));
+    }
+    report_out_t one = {.want_tool = "a_b/report_tool", .prefix = "a_b/"};
+    assert_int_equal(store_report(st_main, 0, 100, "a_b/", report_cb, &one), STORE_OK);
+    assert_true(wait_for(flag_set, &one.done, 10000));
+    assert_int_equal(one.st, STORE_OK);
+    assert_int_equal(one.n_tools, 1);
+    assert_int_equal(one.tool.keys, 1);
+    assert_int_equal(one.n_top, 1);
+    assert_string_equal(one.key0, scoped[0][0]);
+    assert_false(one.off_prefix);
+    report_out_t none = {.want_tool = "report_tool", .prefix = "nobody/"};
+    assert_int_equal(store_report(st_main, 0, 100, "nobody/", report_cb, &none), STORE_OK);
+    assert_true(wait_for(flag_set, &none.done, 10000));
+    assert_int_equal(none.st, STORE_OK);
+    assert_int_equal(none.n_tools, 0);
+    assert_int_equal(none.n_top, 0);
 }
 
 #define CONCURRENT 50
