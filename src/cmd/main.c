@@ -6,6 +6,7 @@
 #include "config.h"
 #include "http_conn.h"
 #include "idem.h"
+#include "call_ids.h"
 #include "handoff.h"
 #include "health_cmd.h"
 #include "key_cmd.h"
@@ -74,6 +75,7 @@ typedef struct server {
     bool catalog_fetched;       /* the upstream's tools/list was read once */
     bool fetch_again;           /* the tools changed while a fetch ran */
     struct idem *idem;          /* the idempotency stage */
+    call_ids_t *call_ids;       /* the ids protected calls go upstream with */
     status_tool_t *status;      /* the status tool: earlier calls' outcomes, from the store */
     task_routes_t *tasks;       /* the sessions of tasks stored or replayed here */
     task_poll_t *task_poll;     /* a task's poll, sent to its task's session */
@@ -587,6 +589,7 @@ static void wire_stages(server_t *s)
         .arg = s->proxy,
     };
     s->idem = idem_new(&ic);
+    s->call_ids = call_ids_new();
     status_ctx_t sc = {
         .cfg = s->cfg,
         .store = s->store,
@@ -599,6 +602,7 @@ static void wire_stages(server_t *s)
     s->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
+        {"ids of protected calls", call_ids_offer, s->call_ids},
         {"cancel of a protected call", idem_offer_cancel, s->idem},
         {"status tool", status_offer, s->status},
         {"protected call", idem_offer_call, s->idem},
@@ -902,6 +906,7 @@ static void server_free(server_t *s)
     upstream_pool_free(s->pool);
     proxy_free(s->proxy);
     idem_free(s->idem);
+    call_ids_free(s->call_ids);
     status_free(s->status);
     task_poll_free(s->task_poll);
     task_routes_free(s->tasks);

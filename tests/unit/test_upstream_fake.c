@@ -30,7 +30,7 @@ struct upstream_call {
     char target[256];
     char body[1024];
     char extra[512];
-    bool has_body, fresh;
+    bool has_body, once;
     const upstream_cbs_t *cbs;
     void *arg;
     bool paused, abandoned, discarded;
@@ -59,7 +59,7 @@ static upstream_call_t *fake_open(void *state, const upstream_request_t *req,
         evbuffer_remove(req->body, c->body, n);
     }
     c->has_body = req->has_body;
-    c->fresh = req->fresh;
+    c->once = req->once;
     c->cbs = cbs;
     c->arg = arg;
     f->opened++;
@@ -246,7 +246,7 @@ static void head_body_and_end_reach_the_agent(void **state)
     assert_string_equal(fake.call.target, "/mcp");
     assert_string_equal(fake.call.body, LOOKUP);
     assert_true(fake.call.has_body);
-    assert_false(fake.call.fresh);
+    assert_false(fake.call.once);
     assert_string_equal(fake.call.extra, "");
     fake_head(&fake, 200, "application/json");
     fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":1,");
@@ -273,7 +273,7 @@ static void a_stage_forwards_through_the_same_interface(void **state)
                                 "\"params\":{\"name\":\"refund\",\"arguments\":{}}}");
     assert_int_equal(fake.opened, 1);
     assert_non_null(strstr(fake.call.extra, "Idempotency-Key: k1\r\n"));
-    assert_true(fake.call.fresh);
+    assert_true(fake.call.once);
     fake_head(&fake, 200, "application/json");
     fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
     fake_end(&fake, UPSTREAM_OK);
