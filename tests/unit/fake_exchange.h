@@ -20,6 +20,7 @@ struct exchange {
     mcp_msg_t msg;
     bool has_msg; /* a POST whose body parsed */
     tool_class_t cls;
+    json_t *cancel_id; /* a notifications/cancelled: the id it names (the test's) */
     bool waiting;
     struct {
         const response_observer_t *ops;
@@ -72,7 +73,7 @@ tool_class_t exchange_tool_class(const exchange_t *ex)
 }
 const json_t *exchange_cancel_id(const exchange_t *ex)
 {
-    return NULL;
+    return ex->cancel_id;
 }
 bool exchange_agent_waiting(const exchange_t *ex)
 {

@@ -57,8 +57,9 @@ static void test_request_and_cancel_rewritten(void **state)
                                "\"params\":{\"name\":\"refund\",\"arguments\":{\"id\":1}}}";
     size_t n = 0;
     char *out = rpc_id_set_request_id(call, strlen(call), ASSIGNED, &n);
-    assert_string_equal(out, "{\"jsonrpc\":\"2.0\", \"id\" : " ASSIGNED ",\"method\":\"tools/call\","
-                             "\"params\":{\"name\":\"refund\",\"arguments\":{\"id\":1}}}");
+    assert_string_equal(out,
+                        "{\"jsonrpc\":\"2.0\", \"id\" : " ASSIGNED ",\"method\":\"tools/call\","
+                        "\"params\":{\"name\":\"refund\",\"arguments\":{\"id\":1}}}");
     assert_int_equal(n, strlen(out));
     free(out);
     assert_null(rpc_id_set_request_id("{\"method\":\"x\"}", 14, ASSIGNED, &n));
@@ -82,7 +83,8 @@ static void test_messages(void **state)
     } cases[] = {
         /* the call's own answer: the caller's id, every other byte kept */
         {"{\"jsonrpc\":\"2.0\",\"id\":" ASSIGNED ",\"result\":{\"x\":\"\\u00e9\",\"n\":1.50}}",
-         RPC_MSG_MAPPED, "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"x\":\"\\u00e9\",\"n\":1.50}}"},
+         RPC_MSG_MAPPED,
+         "{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{\"x\":\"\\u00e9\",\"n\":1.50}}"},
         {"{\"error\":{\"code\":-1},\"id\": " ASSIGNED " }", RPC_MSG_MAPPED,
          "{\"error\":{\"code\":-1},\"id\": 42 }"},
         /* the same id written with an escape is the same id */
@@ -133,9 +135,9 @@ static void test_messages(void **state)
     one_t o = one("42");
     char *out = NULL;
     size_t n;
-    assert_int_equal(rpc_id_map_message("{\"id\":3,\"result\":{}}", 20, one_lookup, &o, false,
-                                        &out, &n),
-                     RPC_MSG_PASS);
+    assert_int_equal(
+        rpc_id_map_message("{\"id\":3,\"result\":{}}", 20, one_lookup, &o, false, &out, &n),
+        RPC_MSG_PASS);
     assert_null(out);
     json_decref(o.assigned);
 }
@@ -214,8 +216,8 @@ static void test_sse_answer(void **state)
         "data: {\"id\":1,\"method\":\"ping\"}\n\n";
     for (size_t step = 1; step <= sizeof(body); step++) {
         rpc_id_status_t st;
-        char *out = rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, body, strlen(body), step, "7",
-                            true, &st);
+        char *out =
+            rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, body, strlen(body), step, "7", true, &st);
         assert_int_equal(st, RPC_ID_OK);
         assert_string_equal(out, want);
         free(out);
@@ -242,16 +244,16 @@ static void test_sse_answer(void **state)
     assert_int_equal(st, RPC_ID_DESYNC);
     /* an event the stream did not end is passed as it came (a client drops it) */
     static const char unended[] = "data: {\"id\":" ASSIGNED ",\"result\":{}}\n";
-    out = rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, unended, strlen(unended), 4, "7", true,
-                  &st);
+    out =
+        rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, unended, strlen(unended), 4, "7", true, &st);
     assert_string_equal(out, unended);
     free(out);
     /* an event larger than the limit */
     char big[5000];
     memset(big, 'x', sizeof(big));
     memcpy(big, "data: ", 6);
-    assert_null(rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, big, sizeof(big), 999, "7", true,
-                        &st));
+    assert_null(
+        rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, big, sizeof(big), 999, "7", true, &st));
     assert_int_equal(st, RPC_ID_TOO_LARGE);
 }
 
