@@ -183,10 +183,13 @@ static void an_answer_on_the_get_stream_is_mapped(void **state)
     fake_exchange_free(call);
     assert_int_equal(call_ids_tracked(ids), 1); /* kept for the GET stream */
 
-    exchange_t *other = post(NULL, "S2"); /* another session's stream: nothing to map */
+    snprintf(event, sizeof(event), "data: {\"id\":%s,\"result\":{\"ok\":1}}\n\n", assigned);
+    exchange_t *other = post(NULL, "S2"); /* another session's stream: nothing of it mapped */
     other->req.method = HTTP_GET;
     call_ids_offer(ids, other);
-    assert_null(other->filter);
+    out = play(other, true, event);
+    assert_string_equal(out, event);
+    free(out);
     fake_exchange_free(other);
 
     exchange_t *get = post(NULL, "S1");
@@ -204,6 +207,26 @@ static void an_answer_on_the_get_stream_is_mapped(void **state)
     assert_int_equal(call_ids_tracked(ids), 0);
 }
 
+/* The agent's GET stream was open before the call: the answer is mapped there too. */
+static void a_get_stream_opened_before_the_call_maps_its_answer(void **state)
+{
+    exchange_t *get = post(NULL, "S1");
+    get->req.method = HTTP_GET;
+    call_ids_offer(ids, get);
+    exchange_t *call = post(REFUND("\"r\""), "S1");
+    call_ids_offer(ids, call);
+    exchange_forward(call, NULL, true);
+    char assigned[64], event[256];
+    assigned_of(call, assigned, sizeof(assigned));
+    snprintf(event, sizeof(event), "data: {\"id\":%s,\"result\":{}}\n\n", assigned);
+    char *out = play(get, true, event);
+    assert_string_equal(out, "data: {\"id\":\"r\",\"result\":{}}\n\n");
+    free(out);
+    fake_exchange_free(call);
+    fake_exchange_free(get);
+    assert_int_equal(call_ids_tracked(ids), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +236,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(a_cancel_names_the_assigned_id, setup, teardown),
         cmocka_unit_test_setup_teardown(an_answer_on_the_get_stream_is_mapped, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_get_stream_opened_before_the_call_maps_its_answer, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("call_ids", tests, NULL, NULL);
 }
