@@ -59,13 +59,10 @@ char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, si
     return splice(body, len, poff + roff, rlen, id_text, out_len);
 }
 
-/* The span's text is the JSON value v: what is replaced is what was read. */
-static bool span_is(const char *text, size_t off, size_t vlen, const json_t *v)
+/* A member's value, parsed (integers as reals: every valid number loads). */
+static json_t *value_at(const char *text, size_t off, size_t vlen)
 {
-    json_t *s = json_loadb(text + off, vlen, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
-    bool same = s && json_equal(s, v);
-    json_decref(s);
-    return same;
+    return json_loadb(text + off, vlen, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
 }
 
 static bool is_response(const json_t *m)
@@ -74,58 +71,64 @@ static bool is_response(const json_t *m)
            (json_object_get(m, "result") || json_object_get(m, "error"));
 }
 
+/* A batch never answers the one request forwarded: one holding a response is a stray. */
+static rpc_msg_verdict_t map_batch(const char *text, size_t len, bool strict)
+{
+    json_t *m = json_loadb(text, len, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
+    rpc_msg_verdict_t v = RPC_MSG_PASS;
+    size_t i;
+    json_t *el;
+    json_array_foreach(m, i, el)
+    {
+        if (strict && is_response(el))
+            v = RPC_MSG_DESYNC;
+    }
+    json_decref(m);
+    return v;
+}
+
 rpc_msg_verdict_t rpc_id_map_message(const char *text, size_t len, rpc_id_lookup_fn lookup,
                                      void *arg, bool strict, char **out, size_t *out_len)
 {
     /* a lenient map reads a GET stream, most of whose events answer no call of the gateway's:
-     * an id it assigned holds its prefix as written, so without it there is nothing to parse */
+     * an id it assigned holds its prefix as written, so without it there is nothing to read */
     if (!strict && !memmem(text, len, "\"idemgw-", 8))
         return RPC_MSG_PASS;
-    /* integers as reals: every valid text loads; the ids compared are the gateway's strings */
-    json_t *m =
-        json_loadb(text, len, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, NULL);
-    rpc_msg_verdict_t v = RPC_MSG_PASS;
-    if (!m)
-        return RPC_MSG_PASS;
-    if (json_is_array(m)) {
-        /* a batch never answers the one request forwarded; one holding a response is a stray */
-        size_t i;
-        json_t *el;
-        json_array_foreach(m, i, el)
-        {
-            if (strict && is_response(el))
-                v = RPC_MSG_DESYNC;
-        }
-        goto out;
-    }
-    if (!json_is_object(m))
-        goto out;
-    if (is_response(m)) {
-        json_t *id = json_object_get(m, "id");
+    size_t i = 0;
+    while (i < len && (text[i] == ' ' || text[i] == '\t' || text[i] == '\r' || text[i] == '\n'))
+        i++;
+    if (i < len && text[i] == '[')
+        return map_batch(text, len, strict);
+    if (i == len || text[i] != '{')
+        return RPC_MSG_PASS; /* not JSON-RPC: an error page, say */
+    /* the members are found by the scanner that finds them for the stage (an answer may be
+     * megabytes: no tree of it is built); text the agent cannot parse answers it nothing */
+    size_t off, vlen, x, y;
+    bool method = mcp_member_span(text, len, "method", &x, &y);
+    if (!method && (mcp_member_span(text, len, "result", &x, &y) ||
+                    mcp_member_span(text, len, "error", &x, &y))) {
+        json_t *id =
+            mcp_member_span(text, len, "id", &off, &vlen) ? value_at(text, off, vlen) : NULL;
         const char *caller = id ? lookup(arg, id, true) : NULL;
-        size_t off, vlen;
-        if (caller && mcp_member_span(text, len, "id", &off, &vlen) &&
-            span_is(text, off, vlen, id)) {
+        json_decref(id);
+        if (caller) {
             *out = splice(text, len, off, vlen, caller, out_len);
-            v = RPC_MSG_MAPPED;
-        } else if (strict) {
-            v = RPC_MSG_DESYNC;
+            return RPC_MSG_MAPPED;
         }
-        goto out;
+        return strict ? RPC_MSG_DESYNC : RPC_MSG_PASS;
     }
     /* a notification or request from the server naming the call (a cancel, say) */
-    json_t *rid = json_object_get(json_object_get(m, "params"), "requestId");
-    const char *caller = rid && json_object_get(m, "method") ? lookup(arg, rid, false) : NULL;
-    size_t poff, plen, roff, rlen;
-    if (caller && mcp_member_span(text, len, "params", &poff, &plen) &&
-        mcp_member_span(text + poff, plen, "requestId", &roff, &rlen) &&
-        span_is(text, poff + roff, rlen, rid)) {
-        *out = splice(text, len, poff + roff, rlen, caller, out_len);
-        v = RPC_MSG_MAPPED;
-    }
-out:
-    json_decref(m);
-    return v;
+    size_t poff, plen;
+    if (!method || !mcp_member_span(text, len, "params", &poff, &plen) ||
+        !mcp_member_span(text + poff, plen, "requestId", &off, &vlen))
+        return RPC_MSG_PASS;
+    json_t *rid = value_at(text, poff + off, vlen);
+    const char *caller = rid ? lookup(arg, rid, false) : NULL;
+    json_decref(rid);
+    if (!caller)
+        return RPC_MSG_PASS;
+    *out = splice(text, len, poff + off, vlen, caller, out_len);
+    return RPC_MSG_MAPPED;
 }
 
 /* --- the answer as it streams --- */
@@ -139,10 +142,14 @@ struct rpc_id_rewriter {
     decoder_t *decoder;
     bool unreadable;        /* the coding is not one the decoder reads */
     rpc_id_status_t failed; /* once not OK, nothing more is taken */
-    struct evbuffer *kept;  /* a JSON body so far, or the SSE event being read */
-    size_t scanned;         /* SSE: bytes of kept already split into lines */
-    bool first_event;       /* SSE: the event being read opens the stream (a BOM may lead it) */
-    bool has_data;          /* SSE: the event being read has a data line */
+    /* a JSON body so far, or the SSE event being read: a plain array, grown by doubling, so a
+     * large answer arriving in many reads is neither copied nor searched again per read */
+    char *kept;
+    size_t kept_len, kept_cap;
+    size_t scanned;   /* SSE: bytes of kept already split into lines */
+    size_t looked;    /* SSE: bytes of kept searched for the end of the line being read */
+    bool first_event; /* SSE: the event being read opens the stream (a BOM may lead it) */
+    bool has_data;    /* SSE: the event being read has a data line */
 };
 
 rpc_id_rewriter_t *rpc_id_rewriter_new(rpc_body_t kind, decode_coding_t coding, size_t limit,
@@ -154,7 +161,6 @@ rpc_id_rewriter_t *rpc_id_rewriter_new(rpc_body_t kind, decode_coding_t coding, 
     r->lookup = lookup;
     r->arg = arg;
     r->strict = strict;
-    r->kept = evbuffer_new();
     r->first_event = true;
     if (coding == DECODE_CODING_UNSUPPORTED)
         r->unreadable = true;
@@ -168,7 +174,7 @@ void rpc_id_rewriter_free(rpc_id_rewriter_t *r)
     if (!r)
         return;
     decoder_free(r->decoder);
-    evbuffer_free(r->kept);
+    free(r->kept);
     free(r);
 }
 
@@ -270,15 +276,16 @@ static rpc_id_status_t emit_event(rpc_id_rewriter_t *r, const char *ev, size_t n
 static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuffer *out)
 {
     for (;;) {
-        size_t n = evbuffer_get_length(r->kept);
+        size_t n = r->kept_len;
         if (r->scanned >= n)
             return RPC_ID_OK;
-        const char *p = (const char *)evbuffer_pullup(r->kept, -1);
-        size_t line = r->scanned, i = line;
+        const char *p = r->kept;
+        size_t line = r->scanned, i = r->looked > line ? r->looked : line;
         int t = 0;
         while (i < n && (t = eol_at(p, i, n, at_end)) == 0)
             i++;
         if (i == n || t < 0) {
+            r->looked = i; /* a lone \r at the end is looked at again with what follows */
             if (n > r->limit)
                 return RPC_ID_TOO_LARGE;
             return RPC_ID_OK; /* the line is not whole yet */
@@ -290,15 +297,14 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
         bool blank = i == content;
         if (line_is_data(p + content, i - content, &voff))
             r->has_data = true;
-        r->scanned = i + (size_t)t;
+        r->scanned = r->looked = i + (size_t)t;
         if (!blank)
             continue;
         size_t evlen = r->scanned;
-        char *ev = xmalloc(evlen);
-        evbuffer_remove(r->kept, ev, evlen);
-        rpc_id_status_t st = emit_event(r, ev, evlen, out);
-        free(ev);
-        r->scanned = 0;
+        rpc_id_status_t st = emit_event(r, r->kept, evlen, out);
+        memmove(r->kept, r->kept + evlen, r->kept_len - evlen);
+        r->kept_len -= evlen;
+        r->scanned = r->looked = 0;
         r->has_data = false;
         r->first_event = false;
         if (st != RPC_ID_OK)
@@ -310,10 +316,18 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
 static rpc_id_status_t take(rpc_id_rewriter_t *r, const char *data, size_t len,
                             struct evbuffer *out)
 {
-    evbuffer_add(r->kept, data, len);
+    if (r->kept_len + len > r->kept_cap) {
+        size_t cap = r->kept_cap ? r->kept_cap : 4096;
+        while (cap < r->kept_len + len)
+            cap *= 2;
+        r->kept = xrealloc(r->kept, cap);
+        r->kept_cap = cap;
+    }
+    memcpy(r->kept + r->kept_len, data, len);
+    r->kept_len += len;
     if (r->kind == RPC_BODY_SSE)
         return sse_scan(r, false, out);
-    return evbuffer_get_length(r->kept) > r->limit ? RPC_ID_TOO_LARGE : RPC_ID_OK;
+    return r->kept_len > r->limit ? RPC_ID_TOO_LARGE : RPC_ID_OK;
 }
 
 rpc_id_status_t rpc_id_rewriter_feed(rpc_id_rewriter_t *r, const char *data, size_t len,
@@ -350,7 +364,7 @@ rpc_id_status_t rpc_id_rewriter_finish(rpc_id_rewriter_t *r, bool complete, stru
     if (r->failed != RPC_ID_OK)
         return r->failed;
     if (!complete) {
-        evbuffer_drain(r->kept, evbuffer_get_length(r->kept));
+        r->kept_len = 0;
         return RPC_ID_OK;
     }
     if (r->unreadable) {
@@ -361,15 +375,16 @@ rpc_id_status_t rpc_id_rewriter_finish(rpc_id_rewriter_t *r, bool complete, stru
         r->failed = RPC_ID_UNREADABLE;
         return r->failed;
     }
-    size_t n = evbuffer_get_length(r->kept);
+    size_t n = r->kept_len;
     if (r->kind == RPC_BODY_SSE) {
         r->failed = sse_scan(r, true, out);
         /* an event the stream did not end: a client drops it, so it is passed as it came */
         if (r->failed == RPC_ID_OK)
-            evbuffer_add_buffer(out, r->kept);
+            evbuffer_add(out, r->kept, r->kept_len);
+        r->kept_len = 0;
         return r->failed;
     }
-    const char *text = n ? (const char *)evbuffer_pullup(r->kept, -1) : "";
+    const char *text = n ? r->kept : "";
     char *mapped = NULL;
     size_t mlen = 0;
     rpc_msg_verdict_t v = rpc_id_map_message(text, n, r->lookup, r->arg, r->strict, &mapped, &mlen);
@@ -380,9 +395,9 @@ rpc_id_status_t rpc_id_rewriter_finish(rpc_id_rewriter_t *r, bool complete, stru
     if (v == RPC_MSG_MAPPED) {
         evbuffer_add(out, mapped, mlen);
         free(mapped);
-        evbuffer_drain(r->kept, n);
     } else {
-        evbuffer_add_buffer(out, r->kept);
+        evbuffer_add(out, r->kept, n);
     }
+    r->kept_len = 0;
     return RPC_ID_OK;
 }
