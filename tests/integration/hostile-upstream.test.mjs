@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
   NODE, TESTS, createDatabase, idemStatus, rawSession, replayMarker, startGateway, startProcess, toolText,
-  waitForLog,
+  waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 /** The misbehaving upstream in one mode. count() answers its per-tool execution counts. */
@@ -20,14 +20,14 @@ async function startBadUpstream(t, mode) {
   return { ...h, port, url: `http://127.0.0.1:${port}/mcp`, count };
 }
 
-async function setup(t, mode) {
+async function setup(t, mode, charge = {}) {
   const upstream = await startBadUpstream(t, mode);
   const gw = await startGateway(t, {
     upstream: upstream.url,
     databaseUrl: await createDatabase(),
     config: {
       subject: { header: 'X-Subject' },
-      tools: { lookup: { class: 'read' }, charge: { class: 'non_idempotent' } },
+      tools: { lookup: { class: 'read' }, charge: { class: 'non_idempotent', ...charge } },
     },
   });
   return { upstream, gw };
@@ -217,6 +217,28 @@ test('a late answer with another id on a kept-alive connection never reaches a p
   const { executions, calls } = await upstream.count();
   assert.equal(calls.charge, 1, 'sent once');
   assert.equal(executions.charge, 1);
+});
+
+test('a cancel of a protected call reaches the server with the id the call went up with', async (t) => {
+  const { upstream, gw } = await setup(t, 'slow', { on_cancel: 'forward' });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const first = s.call('charge', { order: 'o-cancel' }, { id: 'call-1' });
+  await waitFor(async () => (await upstream.count()).calls.charge === 1, { what: 'the call to reach the server' });
+  const cancel = await fetch(gw.url, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': 'payer',
+      'MCP-Protocol-Version': '2025-11-25', ...(s.sessionId ? { 'Mcp-Session-Id': s.sessionId } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'call-1', reason: 'client timeout' } }),
+  });
+  assert.equal(cancel.status, 202);
+  await cancel.arrayBuffer();
+  await first;
+  const { callIds, cancels } = await upstream.count();
+  assert.equal(callIds.length, 1);
+  assert.match(String(callIds[0]), /^idemgw-[0-9a-f]{16}-\d+$/, 'the call went up with an id of the gateway\'s');
+  assert.deepEqual(cancels, callIds, 'the cancel names the id the server knows the call by');
 });
 
 test('an HTTP/1.0 answer delimited by the close is recorded and replayed', async (t) => {
