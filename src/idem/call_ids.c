@@ -108,7 +108,8 @@ static bool same_session(const char *a, const char *b)
     return (!a && !b) || (a && b && strcmp(a, b) == 0);
 }
 
-/* Pending entries past their time, and the oldest beyond the most kept. */
+/* Pending entries answered (on a GET stream) or past their time, and the oldest beyond the
+ * most kept. Never from inside a lookup: the caller's id it returned is still in use. */
 static void expire(call_ids_t *ids)
 {
     if (ids->n_pending == 0)
@@ -120,7 +121,7 @@ static void expire(call_ids_t *ids)
     size_t over = ids->n_pending > PENDING_MAX ? ids->n_pending - PENDING_MAX : 0;
     for (entry_t *e = last; e;) {
         entry_t *prev = e->prev;
-        if (!e->live && (over > 0 || e->expires_ms <= now)) {
+        if (!e->live && (e->answered || over > 0 || e->expires_ms <= now)) {
             if (over > 0)
                 over--;
             entry_free(e);
@@ -324,13 +325,7 @@ static bool tap_end(void *arg, bool complete, struct evbuffer *out)
 static void tap_detach(void *arg)
 {
     tap_t *t = arg;
-    call_ids_t *ids = t->ids;
-    for (entry_t *e = ids->entries; e;) {
-        entry_t *next = e->next;
-        if (!e->live && e->answered)
-            entry_free(e);
-        e = next;
-    }
+    expire(t->ids); /* the calls it answered */
     rpc_id_rewriter_free(t->rw);
     http_headers_free(&t->headers);
     free(t->session);
