@@ -797,7 +797,7 @@ static void on_up_end(void *arg, upstream_result_t res)
         stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
     if (ex->traced && ex->forward_ns)
         trace_record(ex, SPAN_CLIENT);
-    if (res != UPSTREAM_OK && !ex->cut)
+    if (res != UPSTREAM_OK && !ex->cut && !ex->desync) /* a desync was logged as such */
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
     if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
