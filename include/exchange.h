@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct evbuffer;
+
 typedef struct exchange exchange_t;
 
 typedef enum {
@@ -63,6 +65,31 @@ typedef struct response_observer {
     void (*detach)(void *arg);
 } response_observer_t;
 
+/* A filter rewrites the upstream's answer before anything else reads it: the observers, the
+ * streams kept for resumption and the agent see what it gives out (the protected call's
+ * assigned JSON-RPC id mapped back to the caller's, call_ids.h). An exchange has at most one;
+ * it is set by a handler before the request is forwarded. Each callback returning false says
+ * the answer is not the request's (or cannot be read to tell): the exchange then relays nothing
+ * more of it, closes the upstream connection, and ends the call as UPSTREAM_ERR_PROTOCOL with
+ * exchange_upstream_desync true. The headers a filter gives out (its own copy, or the ones it
+ * got) and every byte it appends to out are read during the callback only.
+ * - on_forward: the request goes upstream now; the filter may call exchange_replace_body.
+ * - on_end: the upstream ended (complete: the whole answer arrived); the filter appends what
+ *   it kept back.
+ * - detach: the exchange has ended; the last call, from which nothing of it may be used. */
+typedef struct response_filter {
+    void (*on_forward)(void *arg, exchange_t *ex);
+    bool (*on_head)(void *arg, int status, const http_headers_t *in, const http_headers_t **out);
+    bool (*on_body)(void *arg, const char *data, size_t len, struct evbuffer *out);
+    bool (*on_end)(void *arg, bool complete, struct evbuffer *out);
+    void (*detach)(void *arg);
+} response_filter_t;
+
+/* Sets ex's filter; a second one is a bug of the wiring and aborts. */
+void exchange_set_filter(exchange_t *ex, const response_filter_t *ops, void *arg);
+/* The filter found the upstream's answer out of step with the request (see above). */
+bool exchange_upstream_desync(const exchange_t *ex);
+
 const http_request_t *exchange_request(const exchange_t *ex);
 /* The parsed JSON-RPC body of a POST (NULL for other methods). */
 const mcp_msg_t *exchange_msg(const exchange_t *ex);
@@ -78,9 +105,10 @@ bool exchange_agent_waiting(const exchange_t *ex);
  * the wiring and aborts. */
 void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void *arg);
 
-/* A stage's request goes upstream, with extra_headers ("Name: v\r\n"..., may be NULL); fresh:
- * on a new upstream connection, so no earlier response can reach it. */
-void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh);
+/* A stage's request goes upstream, with extra_headers ("Name: v\r\n"..., may be NULL); once:
+ * it is never sent a second time (a non_idempotent tool's call), not even when a kept-alive
+ * connection closes before any byte of its answer. */
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool once);
 /* Removes every copy of a request header before forwarding. */
 void exchange_drop_request_header(exchange_t *ex, const char *name);
 /* Forwards body instead of the request's own (the parsed message stays as it was). */

@@ -36,7 +36,7 @@ typedef struct proxy_hooks {
 } proxy_hooks_t;
 
 /* How many handlers a router asks at most. */
-#define PROXY_MAX_HANDLERS 8
+#define PROXY_MAX_HANDLERS 12
 
 typedef struct proxy_ctx {
     struct event_base *base;

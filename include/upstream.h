@@ -62,7 +62,9 @@ typedef struct upstream_request {
     const char *client_ip;         /* the agent's address, or NULL */
     struct evbuffer *body;         /* drained by upstream_open; NULL: none */
     bool has_body;                 /* a body is sent, if empty (POST); false: no body at all */
-    bool fresh; /* must not share a channel with an earlier request's answer (a resent call) */
+    /* never sent twice (a non_idempotent tool's call): a transport that sends a request again
+     * when a kept-alive channel closed before any byte of its answer must not send this one */
+    bool once;
 } upstream_request_t;
 
 /* One request in flight: the implementation's, opaque to the owner. */

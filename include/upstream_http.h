@@ -60,9 +60,12 @@ void upstream_pool_free(upstream_pool_t *pool);
 /* Closes idle connections (drain, reload). */
 void upstream_pool_close_idle(upstream_pool_t *pool);
 
-/* Sends request (moved out of the buffer) on a pooled connection that is provably clean, or on
- * a new one. fresh: always a new connection, one no earlier request's response can reach. */
-upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool fresh,
+/* Sends request (moved out of the buffer) on a pooled connection that is provably clean (no
+ * byte and no end of stream arrived on it since its last answer), or on a new one. A request
+ * on a pooled connection that the server closes before any byte of the answer is sent once
+ * more on a new connection, unless once: a request that must never be sent twice (a
+ * non_idempotent tool's call) then ends as UPSTREAM_ERR_CLOSED. */
+upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool once,
                                     const upstream_cbs_t *cbs, void *arg);
 /* Stops or resumes reading the response (backpressure from a slow agent). */
 void upstream_http_pause(upstream_conn_t *up, bool paused);

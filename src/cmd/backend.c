@@ -1,6 +1,7 @@
 /* One MCP server behind the gateway: its upstream, catalogue, router and stages (backend.h). */
 #include "backend.h"
 
+#include "call_ids.h"
 #include "catalog.h"
 #include "catalog_fetch.h"
 #include "catalog_watch.h"
@@ -32,6 +33,7 @@ struct backend {
     catalog_t *catalog;          /* the server's tools and their annotations */
     catalog_watch_t *watch;      /* GET streams watched for tools/list_changed */
     idem_t *idem;                /* the protected call */
+    call_ids_t *call_ids;        /* the ids its protected calls go upstream with */
     status_tool_t *status;       /* the status tool */
     task_routes_t *tasks;        /* the sessions of tasks stored or replayed here */
     task_poll_t *task_poll;      /* a task's poll, sent to its task's session */
@@ -215,6 +217,7 @@ static void wire_stages(backend_t *b)
         .arg = b->proxy,
     };
     b->idem = idem_new(&ic);
+    b->call_ids = call_ids_new();
     status_ctx_t sc = {
         .cfg = b->cfg,
         .store = env->store,
@@ -227,6 +230,7 @@ static void wire_stages(backend_t *b)
     b->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed, .arg = b});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
+        {"ids of protected calls", call_ids_offer, b->call_ids},
         {"cancel of a protected call", idem_offer_cancel, b->idem},
         {"status tool", status_offer, b->status},
         {"protected call", idem_offer_call, b->idem},
@@ -312,6 +316,7 @@ void backend_free(backend_t *b)
     upstream_pool_free(b->pool);
     proxy_free(b->proxy);
     idem_free(b->idem);
+    call_ids_free(b->call_ids);
     status_free(b->status);
     task_poll_free(b->task_poll);
     task_routes_free(b->tasks);

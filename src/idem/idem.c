@@ -313,8 +313,8 @@ static void answer_store_down(call_t *c)
         char extra[100] = "";
         key_header(c, extra, sizeof(extra));
         strip_advertised_key(c);
-        /* unprotected, yet a call of a non_idempotent tool: on a connection of its own, so
-         * it is never sent a second time after a kept-alive connection closed under it */
+        /* unprotected, yet a call of a non_idempotent tool: never sent a second time after a
+         * kept-alive connection closed under it */
         exchange_forward(c->ex, *extra ? extra : NULL, true);
         return;
     }
@@ -1129,6 +1129,9 @@ static observe_t call_end(void *arg, upstream_result_t res)
         if (ds != DECODE_OK)
             decode_failed(c, ds);
     }
+    /* an answer with another id than the one the call went up with (call_ids.h) */
+    if (res == UPSTREAM_ERR_PROTOCOL && exchange_upstream_desync(c->ex))
+        c->foreign = true;
     if (c->capture_json && res == UPSTREAM_OK && c->json_body && !c->foreign && !c->undecodable) {
         read_json_answer(c);
     } else if (c->capture_json && res == UPSTREAM_OK && c->too_large) {

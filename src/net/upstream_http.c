@@ -54,7 +54,8 @@ struct upstream_conn {
     bool head_only; /* the request is a HEAD: its response has no body, whatever it says */
     /* A request sent on a kept-alive connection, kept until its answer begins: a server that
      * closes that connection before any byte of an answer (its keep-alive ending as the request
-     * arrived) has it sent once more on a new connection. Never a fresh (protected) request. */
+     * arrived) has it sent once more on a new connection. Never a request sent with once (a
+     * protected call): it may have run, and must not run twice. */
     struct evbuffer *resend;
     bool got_bytes; /* some of the answer arrived */
 };
@@ -464,8 +465,8 @@ static void timer_cb(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A session ticket (TLS 1.3) or session (TLS 1.2) the upstream sent on one of the pool's
- * connections: kept to resume a later handshake with, so a connection opened per protected
- * call costs a resumption rather than a certificate check and key exchange. The pool is the
+ * connections: kept to resume a later handshake with, so a new connection costs a resumption
+ * rather than a certificate check and key exchange. The pool is the
  * connection's, which outlives its SSL's callbacks; a probe's SSL has no connection and keeps
  * nothing. Sessions come only after the certificate was verified (SSL_VERIFY_PEER). */
 static int remember_session(SSL *ssl, SSL_SESSION *sess)
@@ -557,15 +558,17 @@ static upstream_conn_t *take_idle(upstream_pool_t *pool)
     return NULL;
 }
 
-upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool fresh,
+upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool once,
                                     const upstream_cbs_t *cbs, void *arg)
 {
-    upstream_conn_t *up = fresh ? NULL : take_idle(pool);
+    upstream_conn_t *up = take_idle(pool);
     if (up) {
         up->state = UP_WAIT_HEAD;
         up->got_bytes = false;
-        up->resend = evbuffer_new();
-        evbuffer_add(up->resend, evbuffer_pullup(request, -1), evbuffer_get_length(request));
+        if (!once) {
+            up->resend = evbuffer_new();
+            evbuffer_add(up->resend, evbuffer_pullup(request, -1), evbuffer_get_length(request));
+        }
         arm(up, up->pool->limits->timeout_ms);
     } else {
         up = xcalloc(1, sizeof(*up));
@@ -754,7 +757,7 @@ static upstream_call_t *http_open(void *state, const upstream_request_t *req,
                             req->has_body || blen > 0 ? (long long)blen : -1, req->extra_headers);
     if (req->body)
         evbuffer_add_buffer(out, req->body);
-    upstream_conn_t *up = upstream_http_send(hu->pool, out, req->fresh, cbs, arg);
+    upstream_conn_t *up = upstream_http_send(hu->pool, out, req->once, cbs, arg);
     evbuffer_free(out);
     http_headers_free(&none);
     return (upstream_call_t *)up;

@@ -153,6 +153,30 @@ void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void 
     ex->n_obs++;
 }
 
+void exchange_set_filter(exchange_t *ex, const response_filter_t *ops, void *arg)
+{
+    if (ex->filter) {
+        /* one concern rewrites an answer; two would have to know of each other */
+        log_error(ex->conn_id, "a second filter of one exchange");
+        abort();
+    }
+    ex->filter = ops;
+    ex->filter_arg = arg;
+}
+
+bool exchange_upstream_desync(const exchange_t *ex)
+{
+    return ex->desync;
+}
+
+static void detach_filter(exchange_t *ex)
+{
+    const response_filter_t *f = ex->filter;
+    ex->filter = NULL;
+    if (f && f->detach)
+        f->detach(ex->filter_arg);
+}
+
 /* Each observer's last call. The list is emptied first, so a round of callbacks under way
  * stops at the next observer. */
 static void detach_observers(exchange_t *ex)
@@ -316,6 +340,9 @@ static void exchange_close(exchange_t *ex)
         p->on_closed(ex); /* the router's count of the call, by tool, class and outcome */
     if (!ex->ending)
         detach_observers(ex); /* else once every on_end has been called (on_up_end) */
+    detach_filter(ex);
+    if (ex->desync_ev)
+        event_del(ex->desync_ev);
     if (ex->client)
         http_conn_set_observer(ex->client, NULL, NULL, NULL);
     ex->client = NULL;
@@ -335,6 +362,8 @@ static void exchange_free(exchange_t *ex)
     json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
+    if (ex->desync_ev)
+        event_free(ex->desync_ev);
     free(ex->log_fields);
     http_request_free(ex->req);
     free(ex);
@@ -623,9 +652,43 @@ static void observe(exchange_t *ex, observe_t verdict)
         set_state(ex, EX_HOLDING);
 }
 
+static void on_up_end(void *arg, upstream_result_t res);
+
+/* The upstream call is out of step: ended as a protocol error once the loop is out of its
+ * callbacks (upstream.h: a call is abandoned from another event). */
+static void desync_cb(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    exchange_t *ex = arg;
+    if (!ex->up || !upstream_running(ex))
+        return;
+    upstream_abandon(ex->proxy->ctx.upstream, ex->up); /* its connection is closed */
+    ex->up = NULL;
+    on_up_end(ex, UPSTREAM_ERR_PROTOCOL);
+}
+
+static void filter_failed(exchange_t *ex)
+{
+    if (ex->desync)
+        return;
+    ex->desync = true;
+    log_warn(ex->conn_id, "upstream answer out of step with the request it was sent with: the "
+                          "connection is closed, the call ends as a protocol error");
+    if (!ex->desync_ev)
+        ex->desync_ev = event_new(ex->proxy->ctx.base, -1, 0, desync_cb, ex);
+    event_active(ex->desync_ev, EV_TIMEOUT, 0);
+}
+
 static void on_up_head(void *arg, int status, const http_headers_t *headers)
 {
     exchange_t *ex = arg;
+    if (ex->filter) {
+        const http_headers_t *out = headers;
+        if (!ex->filter->on_head(ex->filter_arg, status, headers, &out))
+            filter_failed(ex);
+        headers = out;
+    }
     ex->status = status;
     const char *ct = http_headers_get(headers, "content-type");
     ex->resp_sse = ct && strncasecmp(ct, "text/event-stream", 17) == 0;
@@ -661,9 +724,9 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     ex->head_sent = true;
 }
 
-static void on_up_body(void *arg, const char *data, size_t len)
+/* Bytes of the answer, as the filter gave them out, to the observers and the agent. */
+static void relay_body(exchange_t *ex, const char *data, size_t len)
 {
-    exchange_t *ex = arg;
     for (int i = 0; i < ex->n_obs; i++)
         if (ex->obs[i].ops->on_body)
             observe(ex, ex->obs[i].ops->on_body(ex->obs[i].arg, data, len));
@@ -681,6 +744,32 @@ static void on_up_body(void *arg, const char *data, size_t len)
     }
 }
 
+/* Relays a filter's output (drained). */
+static void relay_out(exchange_t *ex, struct evbuffer *out)
+{
+    size_t n = evbuffer_get_length(out);
+    if (n > 0)
+        relay_body(ex, (const char *)evbuffer_pullup(out, -1), n);
+    evbuffer_drain(out, n);
+}
+
+static void on_up_body(void *arg, const char *data, size_t len)
+{
+    exchange_t *ex = arg;
+    if (ex->desync)
+        return; /* nothing more of an answer that is not the request's */
+    if (!ex->filter) {
+        relay_body(ex, data, len);
+        return;
+    }
+    struct evbuffer *out = evbuffer_new();
+    if (ex->filter->on_body(ex->filter_arg, data, len, out))
+        relay_out(ex, out);
+    else
+        filter_failed(ex);
+    evbuffer_free(out);
+}
+
 static bool is_cancel(const exchange_t *ex)
 {
     return ex->has_msg && ex->msg.kind == MCP_KIND_NOTIFICATION && ex->msg.method &&
@@ -692,13 +781,28 @@ static void on_up_end(void *arg, upstream_result_t res)
     exchange_t *ex = arg;
     proxy_t *p = ex->proxy;
     upstream_call_t *up = ex->up;
-    ex->up = NULL;
+    ex->up = NULL; /* from here on nothing pauses the call: it is over */
+    if (ex->filter && !ex->desync) {
+        /* what the filter kept back (a JSON answer is read whole) */
+        struct evbuffer *out = evbuffer_new();
+        if (ex->filter->on_end(ex->filter_arg, res == UPSTREAM_OK, out))
+            relay_out(ex, out);
+        else
+            filter_failed(ex);
+        evbuffer_free(out);
+    }
+    if (ex->desync) {
+        /* whatever the upstream said of its end, the answer was not this request's */
+        res = UPSTREAM_ERR_PROTOCOL;
+        ex->discard_up = true;
+        event_del(ex->desync_ev);
+    }
     ex->up_result = res;
     if (ex->forward_ms)
         stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
     if (ex->traced && ex->forward_ns)
         trace_record(ex, SPAN_CLIENT);
-    if (res != UPSTREAM_OK && !ex->cut)
+    if (res != UPSTREAM_OK && !ex->cut && !ex->desync) /* a desync was logged as such */
         log_warn(ex->conn_id, "upstream: %s", upstream_result_str(res));
     /* relayed once the upstream took it: a protected call it names will get no answer */
     if (res == UPSTREAM_OK && ex->status >= 200 && ex->status < 300 && is_cancel(ex) &&
@@ -757,10 +861,12 @@ void exchange_discard_upstream(exchange_t *ex)
     ex->discard_up = true;
 }
 
-void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
+void exchange_forward(exchange_t *ex, const char *extra_headers, bool once)
 {
     proxy_t *p = ex->proxy;
     set_state(ex, EX_FORWARDING);
+    if (ex->filter && ex->filter->on_forward)
+        ex->filter->on_forward(ex->filter_arg, ex);
     char *traced_extra = NULL;
     if (ex->traced) {
         /* the upstream continues the trace from the gateway's CLIENT span */
@@ -779,7 +885,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool fresh)
         .client_ip = ex->req->client_ip,
         .body = ex->req->body,
         .has_body = ex->req->method == HTTP_POST,
-        .fresh = fresh,
+        .once = once,
     };
     p->ctx.stats->forwarded++;
     ex->forward_ms = util_now_ms();

@@ -72,6 +72,10 @@ struct exchange {
         void *arg;
     } obs[EXCHANGE_MAX_OBSERVERS];
     int n_obs;
+    const response_filter_t *filter; /* rewrites the answer before anyone reads it, or NULL */
+    void *filter_arg;
+    bool desync;             /* the filter found the answer not the request's */
+    struct event *desync_ev; /* ends the upstream call from the loop, out of its callbacks */
     bool ending; /* the observers' on_end are being called: their detach waits for the round */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
      * so an agent that drops the stream can pick it up again with GET + Last-Event-ID while

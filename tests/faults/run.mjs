@@ -293,7 +293,7 @@ scenarios.slowloris = async (s) => {
 // --- misbehaving upstreams (tests/fixtures/bad-upstream.mjs), one scenario per mode ----------
 // The fixture's modes (its MODES table) that a load of protected calls meets.
 const UPSTREAM_MODES = ['normal', 'stray', 'wrong-id', 'wrong-id-sse', 'gzip', 'deflate', 'br', 'unknown-coding',
-  'http10', 'sse-bom', 'redirect'];
+  'http10', 'sse-bom', 'redirect', 'wrong-id-reused'];
 
 async function upstreamScenario(s, mode) {
   const db = await createDatabase();

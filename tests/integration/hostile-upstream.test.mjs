@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
   NODE, TESTS, createDatabase, idemStatus, rawSession, replayMarker, startGateway, startProcess, toolText,
-  waitForLog,
+  waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 /** The misbehaving upstream in one mode. count() answers its per-tool execution counts. */
@@ -20,14 +20,14 @@ async function startBadUpstream(t, mode) {
   return { ...h, port, url: `http://127.0.0.1:${port}/mcp`, count };
 }
 
-async function setup(t, mode) {
+async function setup(t, mode, charge = {}) {
   const upstream = await startBadUpstream(t, mode);
   const gw = await startGateway(t, {
     upstream: upstream.url,
     databaseUrl: await createDatabase(),
     config: {
       subject: { header: 'X-Subject' },
-      tools: { lookup: { class: 'read' }, charge: { class: 'non_idempotent' } },
+      tools: { lookup: { class: 'read' }, charge: { class: 'non_idempotent', ...charge } },
     },
   });
   return { upstream, gw };
@@ -86,16 +86,28 @@ test('a stray second response on a pooled connection never reaches a protected c
   reading = false;
   await Promise.all(readLanes);
 
+  // A protected call rides kept-alive connections too: a stray that arrives on one after the
+  // call was sent there is read as the call's answer, found to carry another id, and the call
+  // is recorded unknown (it was sent, it may have run). Never another call's answer.
   const foreign = (body) => body.includes('reader') || body.includes('STRAY');
+  const unknown = (r) => idemStatus(r.message?.result)?.code === 'outcome_unknown';
+  let own = 0;
   for (const { args, r } of firsts) {
     assert.equal(r.status, 200, r.body);
     assert.ok(!foreign(r.body), `a protected call got another call's answer: ${r.body}`);
+    if (unknown(r)) continue;
     assert.equal(toolText(r.message?.result), ranText('charge', args), r.body);
+    own++;
   }
-  // Each retry replays exactly the call's own answer, without running it again.
+  assert.ok(own > 0, 'some protected calls got their own answer');
+  // Each retry replays exactly the call's own answer (or says unknown), without running it again.
   const retries = await Promise.all(firsts.map(({ args }) => payer.call('charge', args)));
   retries.forEach((r, i) => {
     assert.ok(!foreign(r.body), `a replay carried another call's answer: ${r.body}`);
+    if (unknown(firsts[i].r)) {
+      assert.ok(unknown(r), r.body);
+      return;
+    }
     assert.equal(replayMarker(r.message?.result)?.replayed, true, r.body);
     assert.equal(toolText(r.message.result), ranText('charge', firsts[i].args));
   });
@@ -121,19 +133,22 @@ for (const mode of ['wrong-id', 'wrong-id-sse']) {
   });
 }
 
-test('an answer in a coding the gateway cannot read is recorded as run, not unknown', async (t) => {
+test('an answer in a coding the gateway cannot read: its id cannot be checked, so it is recorded unknown', async (t) => {
+  // the call went up with an id of the gateway's own on a connection that may be a kept-alive
+  // one: an answer whose id cannot be read cannot be told from one left there by another request
   const { upstream, gw } = await setup(t, 'unknown-coding');
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
   const args = { order: 'o-x' };
   const first = await postCall(gw, 'charge', args);
   assert.equal(first.res.status, 200);
-  assert.equal(first.res.headers.get('content-encoding'), 'x-reversed', 'the caller gets what the upstream sent');
-  assert.match(first.bytes.toString(), /^}}\]}/, 'the bytes as the upstream sent them');
-  await waitForLog(gw, /recorded as succeeded \(answer not decodable\)/);
+  assert.equal(first.res.headers.get('content-encoding'), null);
+  const message = JSON.parse(first.bytes.toString());
+  assert.equal(message.id, 'by-hand');
+  assert.equal(idemStatus(message.result)?.code, 'outcome_unknown', first.bytes.toString());
+  await waitForLog(gw, /recorded as unknown \(response id mismatch\)/);
 
   const retry = await s.call('charge', args);
-  assert.equal(replayMarker(retry.message?.result)?.replayed, true, retry.body);
-  assert.match(toolText(retry.message.result), /already ran successfully/);
+  assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
   assert.equal((await upstream.count()).executions.charge, 1);
 });
 
@@ -143,7 +158,8 @@ for (const mode of ['gzip', 'deflate', 'br']) {
     const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer', 'Accept-Encoding': 'gzip, deflate, br' } });
     const args = { order: `o-${mode}` };
     const first = await s.call('charge', args);
-    assert.equal(first.headers.get('content-encoding'), mode, 'the caller gets the bytes the upstream sent');
+    // decoded to map the gateway's id back to the caller's
+    assert.equal(first.headers.get('content-encoding'), null, 'the caller gets the answer decoded');
     assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
 
     const retry = await s.call('charge', args);
@@ -166,12 +182,63 @@ test('a kept-alive connection closed before any answer: a relayed request goes a
     assert.equal(toolText(r.message?.result), ranText('lookup', { q: i }), r.body);
   }
   assert.equal((await upstream.count()).executions.lookup, 5);
-  // a protected call never rides a kept-alive connection, so it is never sent twice
+  await waitForLog(gw, /closed a kept-alive connection before answering: the request goes again/);
+  // a protected call rides the kept-alive connection too, but is never sent twice: the server
+  // took it and closed, so whether it ran is unknown, and it is not sent again
+  const before = gw.logs().match(/the request goes again/g).length;
   const args = { order: 'o-close' };
   const first = await s.call('charge', args);
-  assert.equal(toolText(first.message?.result), ranText('charge', args), first.body);
-  assert.equal((await upstream.count()).calls.charge, 1);
-  await waitForLog(gw, /closed a kept-alive connection before answering: the request goes again/);
+  assert.equal(first.status, 502, first.body);
+  assert.equal(first.message?.result, undefined, first.body);
+  await waitForLog(gw, /recorded as unknown/);
+  assert.equal(gw.logs().match(/the request goes again/g).length, before, 'not sent again');
+  assert.equal((await upstream.count()).calls.charge, undefined, 'the server dropped it unread');
+  const retry = await s.call('charge', args);
+  assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
+  assert.equal((await upstream.count()).calls.charge, undefined);
+});
+
+test('a late answer with another id on a kept-alive connection never reaches a protected call', async (t) => {
+  const { upstream, gw } = await setup(t, 'wrong-id-reused');
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  // the session's initialize left a kept-alive connection: the call rides it and is answered
+  // with the id of the request answered before it there
+  const args = { order: 'o-late' };
+  const first = await s.call('charge', args, { id: 0 });
+  assert.equal(first.status, 200, first.body);
+  assert.equal(first.message?.id, 0);
+  assert.equal(idemStatus(first.message?.result)?.code, 'outcome_unknown', first.body);
+  assert.ok(!first.body.includes(ranText('charge', args)), `another request's answer reached the caller: ${first.body}`);
+  await waitForLog(gw, /out of step with the request it was sent with/);
+  await waitForLog(gw, /recorded as unknown \(response id mismatch\)/);
+  const retry = await s.call('charge', args);
+  assert.equal(idemStatus(retry.message?.result)?.code, 'outcome_unknown', retry.body);
+  assert.equal(replayMarker(retry.message?.result), undefined);
+  const { executions, calls } = await upstream.count();
+  assert.equal(calls.charge, 1, 'sent once');
+  assert.equal(executions.charge, 1);
+});
+
+test('a cancel of a protected call reaches the server with the id the call went up with', async (t) => {
+  const { upstream, gw } = await setup(t, 'slow', { on_cancel: 'forward' });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'payer' } });
+  const first = s.call('charge', { order: 'o-cancel' }, { id: 'call-1' });
+  await waitFor(async () => (await upstream.count()).calls.charge === 1, { what: 'the call to reach the server' });
+  const cancel = await fetch(gw.url, {
+    method: 'POST',
+    headers: {
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': 'payer',
+      'MCP-Protocol-Version': '2025-11-25', ...(s.sessionId ? { 'Mcp-Session-Id': s.sessionId } : {}),
+    },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'call-1', reason: 'client timeout' } }),
+  });
+  assert.equal(cancel.status, 202);
+  await cancel.arrayBuffer();
+  await first;
+  const { callIds, cancels } = await upstream.count();
+  assert.equal(callIds.length, 1);
+  assert.match(String(callIds[0]), /^idemgw-[0-9a-f]{16}-\d+$/, 'the call went up with an id of the gateway\'s');
+  assert.deepEqual(cancels, callIds, 'the cancel names the id the server knows the call by');
 });
 
 test('an HTTP/1.0 answer delimited by the close is recorded and replayed', async (t) => {

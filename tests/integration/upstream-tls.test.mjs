@@ -38,7 +38,7 @@ test('an https upstream verified with upstream_ca_file: calls stream through and
   assert.equal(ready.status, 200, 'readyz reaches the https upstream');
 });
 
-test('an https upstream: each protected call resumes the TLS session an earlier connection got', async (t) => {
+test('an https upstream: protected calls reuse kept-alive connections; a new one resumes the TLS session an earlier one got', async (t) => {
   const certs = await makeCertificates(t);
   const upstream = await startRefundServer(t, { tls: certs });
   const gw = await startGateway(t, {
@@ -53,14 +53,17 @@ test('an https upstream: each protected call resumes the TLS session an earlier 
     assert.ok(!replayMarker(r), 'each call is a first execution');
   }
   assert.equal((await readLedger(upstream.ledger)).length, calls);
-  // a protected call goes up on a connection of its own, each a handshake; those after the
-  // first resume a session (a TLS 1.3 ticket once each: this server gives two per full
-  // handshake and none on a resumed one, so at most a third are full)
+  // a protected call goes up with an id of the gateway's own, so it rides a kept-alive
+  // connection: far fewer handshakes than calls (the agent's GET stream and the gateway's own
+  // tools/list hold connections of their own); the handshakes after the first resume a session
+  // (a TLS 1.3 ticket once each: this server gives two per full handshake and none on a resumed
+  // one, so at most a third are full)
   const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
   const count = (resumed) => Number(metrics.match(
     new RegExp(`^idemgw_upstream_tls_handshakes_total\\{resumed="${resumed}"\\} (\\d+)$`, 'm'))?.[1]);
   const [resumed, full] = [count('true'), count('false')];
-  assert.ok(resumed >= calls / 2 && resumed >= 2 * (full - 1), `resumed handshakes: ${resumed}, full: ${full} (metrics)`);
+  assert.ok(full >= 1 && full + resumed <= calls - 2, `resumed handshakes: ${resumed}, full: ${full} (metrics)`);
+  assert.ok(resumed >= 2 * (full - 1) && (full + resumed === 1 || resumed >= 1), `resumed handshakes: ${resumed}, full: ${full} (metrics)`);
   // and the server saw the same: resumptions, not a certificate exchange per call
   const seen = await new Promise((resolve, reject) => {
     https.get(new URL('/tls-handshakes', upstream.url), { ca: readFileSync(certs.ca) }, (res) => {

@@ -20,6 +20,7 @@ struct exchange {
     mcp_msg_t msg;
     bool has_msg; /* a POST whose body parsed */
     tool_class_t cls;
+    json_t *cancel_id; /* a notifications/cancelled: the id it names (the test's) */
     bool waiting;
     struct {
         const response_observer_t *ops;
@@ -28,7 +29,10 @@ struct exchange {
     int n_obs;
     bool detached;
     int forwards;
-    bool fresh;
+    bool once;
+    bool desync; /* the answer was out of step (exchange_upstream_desync) */
+    const response_filter_t *filter;
+    void *filter_arg;
     char extra[256];
     int status;       /* of a response the code wrote */
     char *body;       /* that response, or the replacement answer */
@@ -47,6 +51,8 @@ static inline void fake_detach(exchange_t *ex)
     for (int i = 0; i < ex->n_obs; i++)
         if (ex->obs[i].ops->detach)
             ex->obs[i].ops->detach(ex->obs[i].arg);
+    if (ex->filter && ex->filter->detach)
+        ex->filter->detach(ex->filter_arg);
 }
 
 const http_request_t *exchange_request(const exchange_t *ex)
@@ -67,7 +73,7 @@ tool_class_t exchange_tool_class(const exchange_t *ex)
 }
 const json_t *exchange_cancel_id(const exchange_t *ex)
 {
-    return NULL;
+    return ex->cancel_id;
 }
 bool exchange_agent_waiting(const exchange_t *ex)
 {
@@ -80,10 +86,22 @@ void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void 
     ex->obs[ex->n_obs].arg = arg;
     ex->n_obs++;
 }
-void exchange_forward(exchange_t *ex, const char *extra, bool fresh)
+void exchange_set_filter(exchange_t *ex, const response_filter_t *ops, void *arg)
 {
+    assert_null(ex->filter);
+    ex->filter = ops;
+    ex->filter_arg = arg;
+}
+bool exchange_upstream_desync(const exchange_t *ex)
+{
+    return ex->desync;
+}
+void exchange_forward(exchange_t *ex, const char *extra, bool once)
+{
+    if (ex->filter && ex->filter->on_forward)
+        ex->filter->on_forward(ex->filter_arg, ex);
     ex->forwards++;
-    ex->fresh = fresh;
+    ex->once = once;
     snprintf(ex->extra, sizeof(ex->extra), "%s", extra ? extra : "");
 }
 void exchange_drop_request_header(exchange_t *ex, const char *name)

@@ -170,7 +170,7 @@ static void first_execution_forwards_once_and_records(void **state)
     deliver_acquired();
     assert_int_equal(ex->forwards, 1);
     assert_int_equal(w.stats.protected_in_flight, 1);
-    assert_true(ex->fresh);
+    assert_true(ex->once);
     assert_non_null(strstr(ex->extra, "Accept-Encoding: identity"));
     assert_int_equal(answer_json(ex, RESULT), OBSERVE_HOLD);
     assert_int_equal(fs.finishes, 1);

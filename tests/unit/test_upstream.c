@@ -9,11 +9,13 @@
 #include <cmocka.h>
 
 #include "upstream_http.h"
+#include "util.h"
 
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <stdlib.h>
 #include <event2/listener.h>
 #include <netinet/in.h>
 #include <stdio.h>
@@ -122,10 +124,11 @@ static void test_keep_alive(void **state)
 /* --- the pool on a real loop --- */
 
 typedef enum {
-    UP_ANSWER, /* a JSON answer with a length, connection kept */
-    UP_STRAY,  /* the answer, then bytes nobody asked for */
-    UP_SILENT, /* reads the request, never answers */
-    UP_STALL,  /* the head and part of the body, then nothing */
+    UP_ANSWER,       /* a JSON answer with a length, connection kept */
+    UP_STRAY,        /* the answer, then bytes nobody asked for */
+    UP_SILENT,       /* reads the request, never answers */
+    UP_STALL,        /* the head and part of the body, then nothing */
+    UP_CLOSE_REUSED, /* answers a connection's first request, closes it on the next unanswered */
 } up_mode_t;
 
 static struct event_base *base;
@@ -165,8 +168,10 @@ static const upstream_cbs_t ex_cbs = {ex_head, ex_body, ex_end};
 
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
+        free(arg);
         bufferevent_free(bev);
+    }
 }
 
 static void up_read(struct bufferevent *bev, void *arg)
@@ -176,11 +181,20 @@ static void up_read(struct bufferevent *bev, void *arg)
     if (p.pos < 0)
         return;
     requests++;
+    int *served = arg; /* requests this connection read */
+    (*served)++;
     evbuffer_drain(in, evbuffer_get_length(in));
+    if (mode == UP_CLOSE_REUSED && *served > 1) {
+        /* its keep-alive ended as the request arrived: closed before any byte of an answer */
+        free(served);
+        bufferevent_free(bev);
+        return;
+    }
     struct evbuffer *out = bufferevent_get_output(bev);
     const char *head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n";
     switch (mode) {
     case UP_ANSWER:
+    case UP_CLOSE_REUSED:
         evbuffer_add_printf(out, "%sContent-Length: 7\r\n\r\n{\"a\":1}", head);
         break;
     case UP_STRAY:
@@ -199,7 +213,7 @@ static void up_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
 {
     accepts++;
     struct bufferevent *bev = bufferevent_socket_new(base, fd, BEV_OPT_CLOSE_ON_FREE);
-    bufferevent_setcb(bev, up_read, NULL, up_event, NULL);
+    bufferevent_setcb(bev, up_read, NULL, up_event, xcalloc(1, sizeof(int)));
     bufferevent_enable(bev, EV_READ | EV_WRITE);
 }
 
@@ -240,12 +254,12 @@ static int teardown_loop(void **state)
 }
 
 /* Sends a GET and runs the loop until its exchange ends. */
-static void exchange(exchange_t *ex, bool fresh)
+static void exchange(exchange_t *ex, bool once)
 {
     *ex = (exchange_t){0};
     struct evbuffer *req = evbuffer_new();
     evbuffer_add_printf(req, "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    upstream_conn_t *up = upstream_http_send(pool, req, fresh, &ex_cbs, ex);
+    upstream_conn_t *up = upstream_http_send(pool, req, once, &ex_cbs, ex);
     assert_non_null(up);
     assert_false(ex->ended); /* never inside upstream_send */
     assert_int_equal(evbuffer_get_length(req), 0);
@@ -269,9 +283,30 @@ static void test_relayed_and_reused(void **state)
     assert_int_equal(ex.res, UPSTREAM_OK);
     assert_int_equal(requests, 2);
     assert_int_equal(accepts, 1);
-    /* fresh: a new connection even though one is pooled */
+    /* once (a protected call): the pooled connection too */
     exchange(&ex, true);
     assert_int_equal(ex.res, UPSTREAM_OK);
+    assert_int_equal(requests, 3);
+    assert_int_equal(accepts, 1);
+}
+
+/* A kept-alive connection closed before any byte of the answer: a request is sent once more on
+ * a new connection, but never one sent with once (it may have run: a non_idempotent call). */
+static void test_closed_reused_resent_unless_once(void **state)
+{
+    mode = UP_CLOSE_REUSED;
+    exchange_t ex;
+    exchange(&ex, false);
+    assert_int_equal(ex.res, UPSTREAM_OK);
+    exchange(&ex, false); /* read by the server, closed, sent again on a new connection */
+    assert_int_equal(ex.res, UPSTREAM_OK);
+    assert_int_equal(ex.seen.body_len, 7);
+    assert_int_equal(requests, 3);
+    assert_int_equal(accepts, 2);
+    exchange(&ex, true); /* on the second connection, now pooled: closed, and never resent */
+    assert_int_equal(ex.res, UPSTREAM_ERR_CLOSED);
+    assert_int_equal(ex.seen.heads, 0);
+    assert_int_equal(requests, 4);
     assert_int_equal(accepts, 2);
 }
 
@@ -343,6 +378,8 @@ int main(void)
         cmocka_unit_test(test_keep_alive),
         cmocka_unit_test_setup_teardown(test_relayed_and_reused, setup_loop, teardown_loop),
         cmocka_unit_test_setup_teardown(test_stray_bytes_not_reused, setup_loop, teardown_loop),
+        cmocka_unit_test_setup_teardown(test_closed_reused_resent_unless_once, setup_loop,
+                                        teardown_loop),
         cmocka_unit_test_setup_teardown(test_pool_limit, setup_loop, teardown_loop),
         cmocka_unit_test_setup_teardown(test_connect_refused, setup_loop, teardown_loop),
         cmocka_unit_test_setup_teardown(test_head_timeout, setup_loop, teardown_loop),

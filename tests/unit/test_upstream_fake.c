@@ -2,6 +2,7 @@
  * in this file, with no socket and no HTTP behind it, which the test drives by hand through
  * head, body and end. The agent is real (a socketpair through http_conn); the exchange must
  * relay, answer failures and let go of its call through the interface alone. */
+#include "call_ids.h"
 #include "config.h"
 #include "exchange.h"
 #include "http_conn.h"
@@ -30,7 +31,7 @@ struct upstream_call {
     char target[256];
     char body[1024];
     char extra[512];
-    bool has_body, fresh;
+    bool has_body, once;
     const upstream_cbs_t *cbs;
     void *arg;
     bool paused, abandoned, discarded;
@@ -59,7 +60,7 @@ static upstream_call_t *fake_open(void *state, const upstream_request_t *req,
         evbuffer_remove(req->body, c->body, n);
     }
     c->has_body = req->has_body;
-    c->fresh = req->fresh;
+    c->once = req->once;
     c->cbs = cbs;
     c->arg = arg;
     f->opened++;
@@ -138,6 +139,7 @@ static subject_t *subject;
 static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
 static http_context_t conns;
 static http_site_t site;
+static call_ids_t *ids; /* with setup_ids: protected calls go up with assigned ids */
 
 /* Forwards the protected calls itself, as the idempotency stage does once it has the key. */
 static handler_verdict_t stage_call(void *arg, exchange_t *ex)
@@ -172,6 +174,8 @@ static int setup(void **state)
                       .subject = subject,
                       .n_workers = 1};
     proxy = proxy_new(&pc);
+    if (ids)
+        proxy_add_handler(proxy, &(handler_t){"ids of protected calls", call_ids_offer, ids});
     proxy_add_handler(proxy, &(handler_t){"protected call", stage_call, NULL});
     conns = (http_context_t){.base = base, .limits = &limits, .stats = &stats};
     site = (http_site_t){.ctx = &conns, .handler = proxy_handle, .arg = proxy, .name = "mcp"};
@@ -184,11 +188,19 @@ static int teardown(void **state)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     assert_int_equal(proxy_exchanges(proxy), 0);
     proxy_free(proxy);
+    call_ids_free(ids); /* after the proxy: its exchanges' filters were the module's */
+    ids = NULL;
     subject_free(subject);
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
     config_free(cfg);
     return 0;
+}
+
+static int setup_ids(void **state)
+{
+    ids = call_ids_new();
+    return setup(state);
 }
 
 /* An agent sends one request; returns its end of the socketpair once the request is in. */
@@ -246,7 +258,7 @@ static void head_body_and_end_reach_the_agent(void **state)
     assert_string_equal(fake.call.target, "/mcp");
     assert_string_equal(fake.call.body, LOOKUP);
     assert_true(fake.call.has_body);
-    assert_false(fake.call.fresh);
+    assert_false(fake.call.once);
     assert_string_equal(fake.call.extra, "");
     fake_head(&fake, 200, "application/json");
     fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":1,");
@@ -273,7 +285,7 @@ static void a_stage_forwards_through_the_same_interface(void **state)
                                 "\"params\":{\"name\":\"refund\",\"arguments\":{}}}");
     assert_int_equal(fake.opened, 1);
     assert_non_null(strstr(fake.call.extra, "Idempotency-Key: k1\r\n"));
-    assert_true(fake.call.fresh);
+    assert_true(fake.call.once);
     fake_head(&fake, 200, "application/json");
     fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
     fake_end(&fake, UPSTREAM_OK);
@@ -333,6 +345,77 @@ static void an_agent_leaving_a_get_stream_abandons_the_call(void **state)
     assert_int_equal(fake.wrong_use, 0);
 }
 
+#define REFUND7                                                                                    \
+    "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\","                                     \
+    "\"params\":{\"name\":\"refund\",\"arguments\":{}}}"
+
+/* The id the protected call went up with, as JSON text. */
+static void assigned_of(char *out, size_t len)
+{
+    const char *at = strstr(fake.call.body, "\"id\":\"idemgw-");
+    assert_non_null(at);
+    at += 5;
+    const char *end = strchr(at + 1, '"');
+    snprintf(out, len, "%.*s", (int)(end + 1 - at), at);
+}
+
+static void a_protected_call_goes_up_with_an_assigned_id(void **state)
+{
+    int fd = agent_send("POST", REFUND7);
+    assert_true(fake.call.once); /* any clean connection, but never sent twice */
+    char assigned[64], answer[256];
+    assigned_of(assigned, sizeof(assigned));
+    assert_null(strstr(fake.call.body, "\"id\":7"));
+    assert_int_equal(call_ids_tracked(ids), 1);
+    fake_head(&fake, 200, "application/json");
+    snprintf(answer, sizeof(answer), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"ok\":1}}",
+             assigned);
+    fake_body(&fake, "  ");
+    fake_body(&fake, answer);
+    fake_end(&fake, UPSTREAM_OK);
+    char *r = agent_read(fd);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "  {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"ok\":1}}"));
+    assert_null(strstr(r, "idemgw-"));
+    free(r);
+    assert_false(fake.call.discarded);
+    assert_int_equal(fake.wrong_use, 0);
+    assert_int_equal(call_ids_tracked(ids), 0);
+}
+
+/* An answer with the caller's own id is another request's (it went up with the assigned one):
+ * never relayed, and its connection is not used again. */
+static void a_json_answer_with_another_id_is_a_desync(void **state)
+{
+    int fd = agent_send("POST", REFUND7);
+    fake_head(&fake, 200, "application/json");
+    fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"stray\":1}}");
+    fake_end(&fake, UPSTREAM_OK);
+    char *r = agent_read(fd);
+    assert_null(strstr(r, "stray"));
+    free(r);
+    assert_true(fake.call.discarded);
+    assert_int_equal(fake.wrong_use, 0);
+}
+
+/* In a stream: what came before goes on, the call is ended at the stray, from the loop. */
+static void an_sse_answer_with_another_id_ends_the_call(void **state)
+{
+    int fd = agent_send("POST", REFUND7);
+    fake_head(&fake, 200, "text/event-stream");
+    fake_body(&fake, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":"
+                     "\"notifications/progress\",\"params\":{\"progressToken\":1}}\n\n");
+    fake_body(&fake, "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"stray\":1}}"
+                     "\n\n");
+    assert_false(fake.call.abandoned); /* never from inside the call's own callback */
+    char *r = agent_read(fd);
+    assert_true(fake.call.abandoned);
+    assert_non_null(strstr(r, "notifications/progress"));
+    assert_null(strstr(r, "stray"));
+    free(r);
+    assert_int_equal(fake.wrong_use, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +425,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(an_end_before_any_head_is_a_502, setup, teardown),
         cmocka_unit_test_setup_teardown(a_slow_agent_pauses_the_call, setup, teardown),
         cmocka_unit_test_setup_teardown(an_agent_leaving_a_get_stream_abandons_the_call, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_protected_call_goes_up_with_an_assigned_id, setup_ids,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_json_answer_with_another_id_is_a_desync, setup_ids,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(an_sse_answer_with_another_id_ends_the_call, setup_ids,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

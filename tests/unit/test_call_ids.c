@@ -1,0 +1,243 @@
+/* The ids protected calls go upstream with: a call's body rewritten when it is forwarded and
+ * its answer mapped back, a cancel of it naming the assigned id, a GET stream of its session
+ * mapping the answer its POST stream did not carry, and nothing kept for calls that were never
+ * forwarded or were answered. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "call_ids.h"
+#include "fake_exchange.h"
+
+#define REFUND(id)                                                                                 \
+    "{\"jsonrpc\":\"2.0\",\"id\":" id ",\"method\":\"tools/call\","                                \
+    "\"params\":{\"name\":\"refund\",\"arguments\":{\"order\":1}}}"
+#define CANCEL(id)                                                                                 \
+    "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{\"requestId\":" id "}}"
+
+static call_ids_t *ids;
+
+static int setup(void **state)
+{
+    ids = call_ids_new();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    call_ids_free(ids);
+    return 0;
+}
+
+static exchange_t *post(const char *body, const char *session)
+{
+    exchange_t *ex = fake_exchange_new(body);
+    if (session)
+        fake_header(&ex->req.headers, "Mcp-Session-Id", session);
+    return ex;
+}
+
+static char *body_of(exchange_t *ex)
+{
+    size_t n = evbuffer_get_length(ex->req.body);
+    return xstrndup((const char *)evbuffer_pullup(ex->req.body, -1), n);
+}
+
+/* The assigned id in a forwarded body, as JSON text. */
+static void assigned_of(exchange_t *ex, char *out, size_t len)
+{
+    char *body = body_of(ex);
+    const char *at = strstr(body, "\"idemgw-");
+    assert_non_null(at);
+    const char *end = strchr(at + 1, '"');
+    snprintf(out, len, "%.*s", (int)(end + 1 - at), at);
+    free(body);
+}
+
+/* The filter's answer: head (SSE or JSON), then body, then the end; its output, or NULL when
+ * it found the answer out of step. */
+static char *play(exchange_t *ex, bool sse, const char *body)
+{
+    http_headers_t h;
+    http_headers_init(&h);
+    fake_header(&h, "Content-Type", sse ? "text/event-stream" : "application/json");
+    fake_header(&h, "Content-Length", "99");
+    const http_headers_t *head = &h;
+    bool ok = ex->filter->on_head(ex->filter_arg, 200, &h, &head);
+    assert_null(http_headers_get(head, "content-length")); /* the length changes */
+    assert_non_null(http_headers_get(head, "content-type"));
+    struct evbuffer *out = evbuffer_new();
+    ok = ok && ex->filter->on_body(ex->filter_arg, body, strlen(body), out);
+    ok = ok && ex->filter->on_end(ex->filter_arg, true, out);
+    http_headers_free(&h);
+    char *text = NULL;
+    if (ok)
+        text = xstrndup((const char *)evbuffer_pullup(out, -1), evbuffer_get_length(out));
+    evbuffer_free(out);
+    return text;
+}
+
+static void a_protected_call_goes_up_with_an_assigned_id(void **state)
+{
+    exchange_t *ex = post(REFUND("7"), "S1");
+    assert_int_equal(call_ids_offer(ids, ex), HANDLER_PASS);
+    assert_non_null(ex->filter);
+    char before[256];
+    snprintf(before, sizeof(before), "%s", REFUND("7"));
+    char *b = body_of(ex);
+    assert_string_equal(b, before); /* rewritten only when it goes up */
+    free(b);
+    exchange_forward(ex, NULL, true);
+    char assigned[64], answer[256];
+    assigned_of(ex, assigned, sizeof(assigned));
+    b = body_of(ex);
+    assert_null(strstr(b, "\"id\":7"));
+    assert_non_null(strstr(b, "\"arguments\":{\"order\":1}"));
+    free(b);
+    snprintf(answer, sizeof(answer), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}", assigned);
+    char *out = play(ex, false, answer);
+    assert_string_equal(out, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
+    free(out);
+    fake_exchange_free(ex);
+    assert_int_equal(call_ids_tracked(ids), 0); /* answered: nothing kept */
+
+    /* the next call gets another id */
+    exchange_t *ex2 = post(REFUND("7"), "S1");
+    call_ids_offer(ids, ex2);
+    exchange_forward(ex2, NULL, true);
+    char second[64];
+    assigned_of(ex2, second, sizeof(second));
+    assert_string_not_equal(second, assigned);
+    /* an answer with the caller's own id (a stray of an earlier request) is out of step */
+    assert_null(play(ex2, true, "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}\n\n"));
+    fake_exchange_free(ex2);
+}
+
+static void reads_and_calls_never_forwarded_leave_nothing(void **state)
+{
+    exchange_t *read = post(REFUND("1"), NULL);
+    read->cls = TOOL_CLASS_READ;
+    call_ids_offer(ids, read);
+    assert_null(read->filter);
+    fake_exchange_free(read);
+    exchange_t *replayed = post(REFUND("1"), "S1");
+    call_ids_offer(ids, replayed);
+    assert_int_equal(call_ids_tracked(ids), 1);
+    exchange_respond_json(replayed, 200, "{}", NULL); /* answered from the store */
+    assert_int_equal(call_ids_tracked(ids), 0);
+    fake_exchange_free(replayed);
+}
+
+static void a_cancel_names_the_assigned_id(void **state)
+{
+    exchange_t *call = post(REFUND("\"c-1\""), "S1");
+    call_ids_offer(ids, call);
+    exchange_forward(call, NULL, true);
+    char assigned[64], want[256];
+    assigned_of(call, assigned, sizeof(assigned));
+
+    exchange_t *cancel = post(CANCEL("\"c-1\""), "S1");
+    cancel->cancel_id = json_string("c-1");
+    assert_int_equal(call_ids_offer(ids, cancel), HANDLER_PASS);
+    assert_null(cancel->filter);
+    char *b = body_of(cancel);
+    snprintf(want, sizeof(want),
+             "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+             "\"requestId\":%s}}",
+             assigned);
+    assert_string_equal(b, want);
+    free(b);
+    json_decref(cancel->cancel_id);
+    fake_exchange_free(cancel);
+
+    /* another session's cancel, or one naming another id, is left as it is */
+    static const struct {
+        const char *session, *body, *id;
+    } others[] = {{"S2", CANCEL("\"c-1\""), "c-1"}, {"S1", CANCEL("\"c-2\""), "c-2"}};
+    for (size_t i = 0; i < 2; i++) {
+        exchange_t *c = post(others[i].body, others[i].session);
+        c->cancel_id = json_string(others[i].id);
+        call_ids_offer(ids, c);
+        b = body_of(c);
+        assert_string_equal(b, others[i].body);
+        free(b);
+        json_decref(c->cancel_id);
+        fake_exchange_free(c);
+    }
+    fake_exchange_free(call);
+}
+
+/* A POST stream that ends before the answer: the answer comes on the session's GET stream
+ * with the assigned id, and is mapped there; the stream's other answers pass as they are. */
+static void an_answer_on_the_get_stream_is_mapped(void **state)
+{
+    exchange_t *call = post(REFUND("5"), "S1");
+    call_ids_offer(ids, call);
+    exchange_forward(call, NULL, true);
+    char assigned[64], event[256];
+    assigned_of(call, assigned, sizeof(assigned));
+    char *out = play(call, true, "data: {\"method\":\"notifications/progress\"}\n\n");
+    free(out);
+    fake_exchange_free(call);
+    assert_int_equal(call_ids_tracked(ids), 1); /* kept for the GET stream */
+
+    snprintf(event, sizeof(event), "data: {\"id\":%s,\"result\":{\"ok\":1}}\n\n", assigned);
+    exchange_t *other = post(NULL, "S2"); /* another session's stream: nothing of it mapped */
+    other->req.method = HTTP_GET;
+    call_ids_offer(ids, other);
+    out = play(other, true, event);
+    assert_string_equal(out, event);
+    free(out);
+    fake_exchange_free(other);
+
+    exchange_t *get = post(NULL, "S1");
+    get->req.method = HTTP_GET;
+    call_ids_offer(ids, get);
+    assert_non_null(get->filter);
+    snprintf(event, sizeof(event),
+             "data: {\"id\":9,\"result\":{}}\n\ndata: {\"id\":%s,\"result\":{\"ok\":1}}\n\n",
+             assigned);
+    out = play(get, true, event);
+    assert_string_equal(
+        out, "data: {\"id\":9,\"result\":{}}\n\ndata: {\"id\":5,\"result\":{\"ok\":1}}\n\n");
+    free(out);
+    fake_exchange_free(get);
+    assert_int_equal(call_ids_tracked(ids), 0);
+}
+
+/* The agent's GET stream was open before the call: the answer is mapped there too. */
+static void a_get_stream_opened_before_the_call_maps_its_answer(void **state)
+{
+    exchange_t *get = post(NULL, "S1");
+    get->req.method = HTTP_GET;
+    call_ids_offer(ids, get);
+    exchange_t *call = post(REFUND("\"r\""), "S1");
+    call_ids_offer(ids, call);
+    exchange_forward(call, NULL, true);
+    char assigned[64], event[256];
+    assigned_of(call, assigned, sizeof(assigned));
+    snprintf(event, sizeof(event), "data: {\"id\":%s,\"result\":{}}\n\n", assigned);
+    char *out = play(get, true, event);
+    assert_string_equal(out, "data: {\"id\":\"r\",\"result\":{}}\n\n");
+    free(out);
+    fake_exchange_free(call);
+    fake_exchange_free(get);
+    assert_int_equal(call_ids_tracked(ids), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_protected_call_goes_up_with_an_assigned_id, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(reads_and_calls_never_forwarded_leave_nothing, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(a_cancel_names_the_assigned_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(an_answer_on_the_get_stream_is_mapped, setup, teardown),
+        cmocka_unit_test_setup_teardown(a_get_stream_opened_before_the_call_maps_its_answer, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests_name("call_ids", tests, NULL, NULL);
+}
