@@ -76,6 +76,10 @@ struct upstream_pool {
     int n_tls_sessions;
     uint64_t *tls_full, *tls_resumed; /* counters of handshakes, or NULL */
     uint64_t *connects;               /* counter of connections opened, or NULL */
+    /* the upstream once answered a request with another's answer (a stray, a late one):
+     * requests never sent twice take a connection of their own from then on, so no stray
+     * left on a kept-alive one costs a protected call its answer */
+    bool out_of_step;
 };
 
 upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_t msglen)
@@ -561,7 +565,7 @@ static upstream_conn_t *take_idle(upstream_pool_t *pool)
 upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool once,
                                     const upstream_cbs_t *cbs, void *arg)
 {
-    upstream_conn_t *up = take_idle(pool);
+    upstream_conn_t *up = once && pool->out_of_step ? NULL : take_idle(pool);
     if (up) {
         up->state = UP_WAIT_HEAD;
         up->got_bytes = false;
@@ -632,6 +636,11 @@ void upstream_http_pause(upstream_conn_t *up, bool paused)
 void upstream_http_discard(upstream_conn_t *up)
 {
     up->discard = true;
+    if (!up->pool->out_of_step)
+        log_warn(0, "upstream %s answered a request with another's answer: protected calls go up "
+                    "on connections of their own from now on",
+                 up->pool->host);
+    up->pool->out_of_step = true;
 }
 
 void upstream_http_abandon(upstream_conn_t *up)

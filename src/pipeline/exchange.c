@@ -663,6 +663,7 @@ static void desync_cb(evutil_socket_t fd, short what, void *arg)
     exchange_t *ex = arg;
     if (!ex->up || !upstream_running(ex))
         return;
+    upstream_discard(ex->proxy->ctx.upstream, ex->up); /* the upstream is known to stray */
     upstream_abandon(ex->proxy->ctx.upstream, ex->up); /* its connection is closed */
     ex->up = NULL;
     on_up_end(ex, UPSTREAM_ERR_PROTOCOL);

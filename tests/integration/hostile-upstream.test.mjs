@@ -217,6 +217,14 @@ test('a late answer with another id on a kept-alive connection never reaches a p
   const { executions, calls } = await upstream.count();
   assert.equal(calls.charge, 1, 'sent once');
   assert.equal(executions.charge, 1);
+  // an upstream known to answer out of step: later protected calls take connections of their
+  // own, so the next strays cost no call its answer
+  await waitForLog(gw, /answered a request with another's answer: protected calls go up on connections of their own/);
+  for (const order of ['o-next-1', 'o-next-2']) {
+    const next = await s.call('charge', { order });
+    assert.equal(idemStatus(next.message?.result), undefined, `answered, not refused: ${next.body}`);
+    assert.equal(toolText(next.message?.result), ranText('charge', { order }), `its own answer: ${next.body}`);
+  }
 });
 
 test('a cancel of a protected call reaches the server with the id the call went up with', async (t) => {
