@@ -325,11 +325,15 @@ static void trace_record(exchange_t *ex, int kind)
     tracer_record(ex->proxy->ctx.tracer, &s);
 }
 
-/* The exchange has ended: logged, counted, and let go by its observer, its agent connection
- * and the lists that name it. Its memory stays until the loop is out of every callback that
- * may still hold a pointer to it (exchange_reap); until then its accessors still answer. */
-static void exchange_close(exchange_t *ex)
+/* The exchange's log line, span and counts, once: when it closes, or before an answer the
+ * gateway writes itself goes out (exchange_respond_json), so that once the agent has read
+ * it, /metrics (served by any worker) and the log already include it, as they include the
+ * duplicate the stage counted before answering. */
+static void account(exchange_t *ex)
 {
+    if (ex->accounted)
+        return;
+    ex->accounted = true;
     proxy_t *p = ex->proxy;
     log_exchange(ex);
     if (ex->traced)
@@ -338,6 +342,15 @@ static void exchange_close(exchange_t *ex)
                           ex->outcome ? ex->outcome : "forwarded", util_now_ms() - ex->start_ms);
     if (p->on_closed)
         p->on_closed(ex); /* the router's count of the call, by tool, class and outcome */
+}
+
+/* The exchange has ended: logged, counted, and let go by its observer, its agent connection
+ * and the lists that name it. Its memory stays until the loop is out of every callback that
+ * may still hold a pointer to it (exchange_reap); until then its accessors still answer. */
+static void exchange_close(exchange_t *ex)
+{
+    proxy_t *p = ex->proxy;
+    account(ex);
     if (!ex->ending)
         detach_observers(ex); /* else once every on_end has been called (on_up_end) */
     detach_filter(ex);
@@ -465,6 +478,7 @@ void exchange_respond_json(exchange_t *ex, int status, const char *body, const c
         ex->client = NULL;
         char *cors = exchange_own_cors(ex);
         char *all = cors ? xasprintf("%s%s", extra ? extra : "", cors) : NULL;
+        account(ex); /* http_conn_respond writes to the socket now */
         http_conn_respond(c, status, "application/json", body, strlen(body), all ? all : extra,
                           ex->req->keep_alive);
         free(all);

@@ -62,6 +62,7 @@ struct exchange {
     bool head_sent;        /* a response head was produced for the agent (maybe held) */
     bool relayed;          /* some bytes reached the agent's output, not held */
     bool answered;         /* the agent's response is complete (or was never to be) */
+    bool accounted;        /* logged, traced and counted (exchange.c: account) */
     int status;            /* response status sent (or to send) to the agent */
     struct evbuffer *held; /* bytes kept back while a stage holds */
     int deferred_status;   /* an error answer waiting for the hold to end */

@@ -52,6 +52,10 @@ test('promtool passes /metrics and the alert rules', async (t) => {
 
 test('a real Prometheus scrapes the gateway: PromQL counts the duplicates by source', async (t) => {
   const gw = await gateway(t);
+  // A tool is counted under its own name once the policy or the server's tools/list names it.
+  // The gateway reads the tools/list itself at start, and /readyz does not wait for it: calls
+  // made before it came back would be counted under tool="_other".
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
   const dir = await tempDir(t, 'idemgw-prom-');
   const port = await freePort();
   await fs.writeFile(path.join(dir, 'prometheus.yml'),
@@ -66,21 +70,34 @@ test('a real Prometheus scrapes the gateway: PromQL counts the duplicates by sou
   await s.call('issue_refund', args, { id: 'p2' }); // harness
   await waitForLog(gw, /"rpc_id":"p2".*"duplicate_source":"harness"/);
 
-  const query = async (q) => {
-    const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?query=${encodeURIComponent(q)}`);
+  // An instant query evaluated at `time` (default: now), as a map from source to value.
+  const query = async (q, time) => {
+    const params = new URLSearchParams({ query: q, ...(time ? { time } : {}) });
+    const res = await fetch(`http://127.0.0.1:${port}/api/v1/query?${params}`);
     const body = await res.json();
     assert.equal(body.status, 'success', JSON.stringify(body));
     return Object.fromEntries(body.data.result.map((r) => [r.metric.source ?? '', Number(r.value[1])]));
   };
-  const got = await waitFor(async () => {
-    const r = await query('sum by (source) (idemgw_duplicates_total{job="idemgw"})');
-    return r.transport === 1 && r.harness === 1 ? r : null;
-  }, { timeoutMs: 20000, what: 'Prometheus to scrape the duplicates' });
+  // Every query is evaluated at the time of one scrape, the latest when asked (`up` is written
+  // by every scrape, failed ones too): all three then read that one scrape. At "now" each would
+  // read whatever scrape was latest when it ran; a scrape that failed in between (its timeout
+  // is the 1 s interval, which a slow sanitizer build under load can miss) marks every series
+  // stale, and a query after it finds none. The first scrape comes some 5 s after Prometheus
+  // starts (it applies its targets on a 5 s tick); the bound is generous.
+  const latestScrape = async () => Object.values(await query('timestamp(up{job="idemgw"})'))[0];
+  let last;
+  const { at, got } = await waitFor(async () => {
+    const at = await latestScrape();
+    if (at === undefined) return null; // not scraped yet
+    last = await query('sum by (source) (idemgw_duplicates_total{job="idemgw"})', String(at));
+    return last.transport === 1 && last.harness === 1 ? { at, got: last } : null;
+  }, { timeoutMs: 60000, what: () => `a scrape with both duplicates (the last read: ${JSON.stringify(last)})` });
   assert.deepEqual(got, { transport: 1, harness: 1 }, 'no other source had any');
-  const byTool = await query('sum by (source) (idemgw_duplicates_total{tool="issue_refund"})');
-  assert.equal(byTool.harness, 1);
-  const replays = await query('idemgw_request_duration_seconds_count{outcome="replay"}');
-  assert.equal(Object.values(replays)[0], 2);
+  const byTool = await query('sum by (source) (idemgw_duplicates_total{tool="issue_refund"})', String(at));
+  assert.deepEqual(byTool, { transport: 1, harness: 1 }, 'counted under the tool\'s name');
+  // counted in the same callback as the duplicate, so in the same scrape
+  const replays = await query('idemgw_request_duration_seconds_count{outcome="replay"}', String(at));
+  assert.deepEqual(replays, { '': 2 });
 });
 
 test('upstream connections: relayed reads and protected calls reuse kept-alive ones, answers keep the caller\'s ids', async (t) => {

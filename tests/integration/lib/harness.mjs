@@ -360,13 +360,16 @@ export function sseReader(res) {
 
 // --- idempotency tests: the refund fixture, its ledger, raw MCP calls, private clusters ------
 
-/** Polls fn() until it returns a truthy value (which is returned); rejects after timeoutMs. */
+/**
+ * Polls fn() until it returns a truthy value (which is returned); rejects after timeoutMs,
+ * saying what it waited for (`what`, or what() when a function: what was last seen).
+ */
 export async function waitFor(fn, { timeoutMs = 10000, intervalMs = 20, what = 'condition' } = {}) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const v = await fn();
     if (v) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === 'function' ? what() : what}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
