@@ -146,10 +146,17 @@ test('a timed-out call is answered only once its unknown outcome is recorded', p
       const gw = await startGateway(t, {
         upstream: upstream.url,
         databaseUrl,
-        config: { subject: { header: 'X-Subject' }, timeouts: json ? { upstream: '2s' } : { upstream_idle: '1s' } },
+        // The lock must be taken before the upstream timeout (3 s) ends the call: psql starts
+        // slowly on a loaded machine. The store's deadline (30 s) is far beyond the wait
+        // below, so only the COMMIT can let the outcome's write through.
+        config: {
+          subject: { header: 'X-Subject' },
+          store: { timeout: '30s' },
+          timeouts: json ? { upstream: '3s' } : { upstream_idle: '3s' },
+        },
       });
       const s = await rawSession(t, gw.url, { headers: SUBJECT });
-      const pending = s.call('slow_refund', { order_id: 'ord-timeout-now', amount_cents: 1, delay_ms: 6000 });
+      const pending = s.call('slow_refund', { order_id: 'ord-timeout-now', amount_cents: 1, delay_ms: 20000 });
       await waitForLedger(upstream.ledger, 1); // claimed and forwarded
 
       const locker = spawn('psql', [databaseUrl, '-qAt', '-v', 'ON_ERROR_STOP=1'], { stdio: ['pipe', 'pipe', 'inherit'] });
@@ -158,8 +165,9 @@ test('a timed-out call is answered only once its unknown outcome is recorded', p
       locker.stdout.setEncoding('utf8').on('data', (d) => { out += d; });
       locker.stdin.write("BEGIN; SELECT state FROM idem_keys FOR UPDATE;\n");
       await waitFor(() => out.includes('in_progress'), { what: 'the row lock' });
-      // Unlocked, the answer comes after 1-2 s; held for the outcome, it waits for the COMMIT.
-      const first = await Promise.race([pending.then(() => 'answered'), new Promise((r) => setTimeout(r, 5000, 'held'))]);
+      // Unlocked, the answer comes 3 s after the call went up; held for the outcome, it waits
+      // for the COMMIT.
+      const first = await Promise.race([pending.then(() => 'answered'), new Promise((r) => setTimeout(r, 8000, 'held'))]);
       locker.stdin.end('COMMIT;\n');
       await pending;
       assert.equal(first, 'held', 'the agent was answered while its outcome could not be recorded yet');
