@@ -33,6 +33,7 @@ typedef struct entry {
     bool live;     /* its exchange runs (else it waits for a GET stream, until expires_ms) */
     bool forwarded;
     bool answered; /* its final response was seen: nothing more to map */
+    int status;    /* the HTTP status of its answer, once the head came */
     uint64_t expires_ms;
     rpc_id_rewriter_t *rw;  /* the answer, once it began */
     http_headers_t headers; /* the answer's head as the filter gives it out */
@@ -183,6 +184,14 @@ static bool pass_end(rpc_id_rewriter_t *rw, bool complete, struct evbuffer *out)
 static const char *call_lookup(void *arg, const json_t *id, bool response)
 {
     entry_t *e = arg;
+    /* An HTTP refusal (4xx, 5xx) with a JSON-RPC error whose id is null is the request's own:
+     * a server that refuses a request before it reads it (an unknown session: the SDKs' 404
+     * "Session not found") has no id to give. It stays null. A success (2xx) with a null id
+     * is no answer to this request: a desync. */
+    if (response && json_is_null(id) && e->status >= 400) {
+        e->answered = true;
+        return "null";
+    }
     if (!json_equal(id, e->assigned_id))
         return NULL;
     if (response)
@@ -216,6 +225,7 @@ static void call_forward(void *arg, exchange_t *ex)
 static bool call_head(void *arg, int status, const http_headers_t *in, const http_headers_t **out)
 {
     entry_t *e = arg;
+    e->status = status;
     /* every answer of the call is read (a 4xx may carry a JSON-RPC error with its id too) */
     bool sse = is_sse(in);
     decode_coding_t coding = decode_coding_parse(http_headers_get(in, "content-encoding"));

@@ -58,14 +58,14 @@ static void assigned_of(exchange_t *ex, char *out, size_t len)
 
 /* The filter's answer: head (SSE or JSON), then body, then the end; its output, or NULL when
  * it found the answer out of step. */
-static char *play(exchange_t *ex, bool sse, const char *body)
+static char *play_status(exchange_t *ex, int status, bool sse, const char *body)
 {
     http_headers_t h;
     http_headers_init(&h);
     fake_header(&h, "Content-Type", sse ? "text/event-stream" : "application/json");
     fake_header(&h, "Content-Length", "99");
     const http_headers_t *head = &h;
-    bool ok = ex->filter->on_head(ex->filter_arg, 200, &h, &head);
+    bool ok = ex->filter->on_head(ex->filter_arg, status, &h, &head);
     assert_null(http_headers_get(head, "content-length")); /* the length changes */
     assert_non_null(http_headers_get(head, "content-type"));
     struct evbuffer *out = evbuffer_new();
@@ -77,6 +77,32 @@ static char *play(exchange_t *ex, bool sse, const char *body)
         text = xstrndup((const char *)evbuffer_pullup(out, -1), evbuffer_get_length(out));
     evbuffer_free(out);
     return text;
+}
+
+static char *play(exchange_t *ex, bool sse, const char *body)
+{
+    return play_status(ex, 200, sse, body);
+}
+
+/* A server that refuses the request before reading it (the SDKs' 404 "Session not found")
+ * answers with a null id: that refusal is the call's own. A null id on a success is not. */
+static void a_refusal_with_a_null_id_is_the_calls_own(void **state)
+{
+    const char *refusal =
+        "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32001,\"message\":\"Session not found\"}}";
+    exchange_t *ex = post(REFUND("5"), "S1");
+    call_ids_offer(ids, ex);
+    exchange_forward(ex, NULL, true);
+    char *out = play_status(ex, 404, false, refusal);
+    assert_non_null(out);
+    assert_string_equal(out, refusal);
+    free(out);
+    fake_exchange_free(ex);
+    exchange_t *ok = post(REFUND("6"), "S1");
+    call_ids_offer(ids, ok);
+    exchange_forward(ok, NULL, true);
+    assert_null(play_status(ok, 200, false, "{\"jsonrpc\":\"2.0\",\"id\":null,\"result\":{}}"));
+    fake_exchange_free(ok);
 }
 
 static void a_protected_call_goes_up_with_an_assigned_id(void **state)
@@ -230,6 +256,7 @@ static void a_get_stream_opened_before_the_call_maps_its_answer(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(a_refusal_with_a_null_id_is_the_calls_own, setup, teardown),
         cmocka_unit_test_setup_teardown(a_protected_call_goes_up_with_an_assigned_id, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(reads_and_calls_never_forwarded_leave_nothing, setup,
