@@ -602,6 +602,29 @@ fi
 metric() { # ADMIN_PORT NAME -> value (0 if absent)
     curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; f=1} END {if (!f) print 0}'
 }
+# start_variant NAME [SED-EXPRESSION...]: a gateway of its own, the bench config on ports of its
+# own with the expressions applied ($tmp/idemgw-NAME.yaml), started and ready; its port, admin
+# port and pid in v_port, v_admin, v_pid
+start_variant() {
+    local name=$1 e
+    shift
+    v_port=$(free_port)
+    v_admin=$(free_port)
+    local args=(-e "s/^listen: .*/listen: 127.0.0.1:$v_port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$v_admin/")
+    for e in "$@"; do args+=(-e "$e"); done
+    sed "${args[@]}" "$tmp/idemgw.yaml" >"$tmp/idemgw-$name.yaml"
+    "$root/$IDEMGW" -c "$tmp/idemgw-$name.yaml" >>"$tmp/idemgw-$name.log" 2>&1 &
+    v_pid=$!
+    pids+=("$v_pid")
+    wait_port "$v_port" "idemgw ($name)"
+    for _ in $(seq 1 100); do
+        curl -sf "http://127.0.0.1:$v_admin/readyz" >/dev/null && return 0
+        sleep 0.05
+    done
+    echo "bench: idemgw ($name) not ready:" >&2
+    tail -n 20 "$tmp/idemgw-$name.log" >&2
+    return 1
+}
 if want observability; then
     obs_rounds=${BENCH_OBS_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
     declare -A ob_ports ob_admins ob_pids
@@ -676,22 +699,10 @@ if want cost; then
     hz=$(getconf CLK_TCK)
     declare -A cost_port cost_admin cost_pid
     for store in sqlite postgres; do
-        cost_port[$store]=$(free_port)
-        cost_admin[$store]=$(free_port)
         db=$pg_url
         [ "$store" = sqlite ] && db="sqlite:$tmp/cost-keys.db"
-        sed -e "s/^listen: .*/listen: 127.0.0.1:${cost_port[$store]}/" \
-            -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:${cost_admin[$store]}/" \
-            -e "s/^workers: .*/workers: 1/" -e "s|^database_url: .*|database_url: $db|" \
-            "$tmp/idemgw.yaml" >"$tmp/idemgw-cost-$store.yaml"
-        "$root/$IDEMGW" -c "$tmp/idemgw-cost-$store.yaml" >>"$tmp/idemgw-cost-$store.log" 2>&1 &
-        cost_pid[$store]=$!
-        pids+=("${cost_pid[$store]}")
-        wait_port "${cost_port[$store]}" "idemgw (cost, $store)"
-        for _ in $(seq 1 100); do
-            curl -sf "http://127.0.0.1:${cost_admin[$store]}/readyz" >/dev/null && break
-            sleep 0.05
-        done
+        start_variant "cost-$store" "s/^workers: .*/workers: 1/" "s|^database_url: .*|database_url: $db|"
+        cost_port[$store]=$v_port cost_admin[$store]=$v_admin cost_pid[$store]=$v_pid
         if [ "$smoke" != 1 ]; then
             BENCH_MODE=protected BENCH_RUN=warm$RANDOM wrk -t1 -c16 -d1s -s scripts/bench/mcp.lua \
                 "http://127.0.0.1:${cost_port[$store]}/mcp" >/dev/null 2>&1 || true
@@ -760,22 +771,11 @@ if want https; then
     wait_port "$tls_port" "nginx (TLS)"
     declare -A tl_port tl_admin tl_pid
     for scheme in http https; do
-        tl_port[$scheme]=$(free_port)
-        tl_admin[$scheme]=$(free_port)
         up="http://127.0.0.1:$up_port/mcp"
         [ "$scheme" = https ] && up="https://127.0.0.1:$tls_port/mcp"
-        sed -e "s/^listen: .*/listen: 127.0.0.1:${tl_port[$scheme]}/" \
-            -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:${tl_admin[$scheme]}/" \
-            -e "s/^workers: .*/workers: 1/" -e "s|^upstream: .*|upstream: $up\nupstream_ca_file: $tmp/tls/ca.pem|" \
-            "$tmp/idemgw.yaml" >"$tmp/idemgw-tls-$scheme.yaml"
-        "$root/$IDEMGW" -c "$tmp/idemgw-tls-$scheme.yaml" >>"$tmp/idemgw-tls-$scheme.log" 2>&1 &
-        tl_pid[$scheme]=$!
-        pids+=("${tl_pid[$scheme]}")
-        wait_port "${tl_port[$scheme]}" "idemgw ($scheme upstream)"
-        for _ in $(seq 1 100); do
-            curl -sf "http://127.0.0.1:${tl_admin[$scheme]}/readyz" >/dev/null && break
-            sleep 0.05
-        done
+        start_variant "tls-$scheme" "s/^workers: .*/workers: 1/" \
+            "s|^upstream: .*|upstream: $up\nupstream_ca_file: $tmp/tls/ca.pem|"
+        tl_port[$scheme]=$v_port tl_admin[$scheme]=$v_admin tl_pid[$scheme]=$v_pid
     done
     if ! call "${tl_port[https]}" search '{"q":1}' | grep -q '"text":"ok"'; then
         echo "bench: a read through the https upstream did not answer:" >&2
