@@ -21,15 +21,26 @@ export const IDEMGW_BIN = path.resolve(REPO, process.env.IDEMGW_BIN ?? 'build/id
 export const NODE = process.execPath;
 const execFileP = promisify(execFile);
 
-/** A TCP port on 127.0.0.1 that nothing listens on right now. */
+/**
+ * A TCP port on 127.0.0.1 that nothing listens on right now, taken below Linux's ephemeral range
+ * (32768 up): a port the kernel hands out for port 0 comes from the range every outgoing
+ * connection's local port comes from too, and one of those can take it before the process the
+ * test starts binds it ("Address already in use").
+ */
 export async function freePort() {
-  const srv = net.createServer();
-  srv.listen(0, '127.0.0.1');
-  await once(srv, 'listening');
-  const { port } = srv.address();
-  srv.close();
-  await once(srv, 'close');
-  return port;
+  for (let tries = 0; tries < 100; tries++) {
+    const port = 20000 + Math.floor(Math.random() * 12000);
+    const srv = net.createServer();
+    const bound = await new Promise((resolve) => {
+      srv.once('error', () => resolve(false));
+      srv.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (!bound) continue;
+    srv.close();
+    await once(srv, 'close');
+    return port;
+  }
+  throw new Error('no free TCP port between 20000 and 32000');
 }
 
 /** A fresh temporary folder, removed when the test ends. */
