@@ -96,8 +96,23 @@ record() {
     printf '{"section":"%s",%s}\n' "$section" "$*" >>"$results"
 }
 
+# a port below the ephemeral range (32768 up), which outgoing connections' local ports come
+# from: one handed out for port 0 can be taken by one of them before the server binds it
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+    python3 -c '
+import random, socket
+for _ in range(100):
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
+'
 }
 
 wait_port() { # PORT [what]

@@ -33,8 +33,19 @@ as_pg() {
 
 free_port() {
     python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
-import socket
-s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+import random, socket
+# below the ephemeral range (32768 up), which outgoing connections' local ports come from
+for _ in range(100):
+    p = random.randrange(20000, 32000)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        print(p)
+        break
+    except OSError:
+        pass
+    finally:
+        s.close()
 PY
 }
 
