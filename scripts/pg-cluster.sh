@@ -32,21 +32,7 @@ as_pg() {
 }
 
 free_port() {
-    python3 - <<'PY' 2>/dev/null || echo $((20000 + RANDOM % 20000))
-import random, socket
-# below the ephemeral range (32768 up), which outgoing connections' local ports come from
-for _ in range(100):
-    p = random.randrange(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-PY
+    python3 "$(dirname "$0")/free-port.py" 2>/dev/null || echo $((20000 + RANDOM % 12000))
 }
 
 # The folder holding data/, the socket and the logs: DIR itself, or as root the folder

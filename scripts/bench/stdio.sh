@@ -73,23 +73,9 @@ trap 'exit 130' INT TERM
 
 log() { printf '%s bench-stdio: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# a port below the ephemeral range (32768 up), which outgoing connections' local ports come
-# from: one handed out for port 0 can be taken by one of them before the server binds it
+# a port below the ephemeral range (scripts/free-port.py)
 free_port() {
-    python3 -c '
-import random, socket
-for _ in range(100):
-    p = random.randrange(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-        print(p)
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-'
+    python3 "$root/scripts/free-port.py"
 }
 
 wait_port() { # PORT WHAT
