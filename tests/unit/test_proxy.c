@@ -1,7 +1,8 @@
 /* The proxy on a real event loop: an agent on a socketpair through a real http_conn, a real
  * upstream pool towards a small upstream listening on loopback in the same loop, and a fake
- * stage. Covers the refusals the proxy writes itself, forwarding, the hand-over of a protected
- * call to the stage, and an unreachable upstream. */
+ * stage. Covers the refusals the proxy writes itself, forwarding, observers, an answer held
+ * past the upstream's end (HOLDING, RECORDING) then released or replaced, the hand-over of a
+ * protected call to the stage, and an unreachable upstream. */
 #include "config.h"
 #include "exchange.h"
 #include "http_conn.h"
@@ -117,11 +118,16 @@ static handler_verdict_t watch_all(void *arg, exchange_t *ex)
 
 /* Observers of the responses to lookup calls, added by a handler that passes: the first
  * holds the answer and releases it from its on_end when hold is set, the others only count. */
+typedef enum { LATER_NOTHING = 0, LATER_RELEASE, LATER_REPLACE } later_t;
 typedef struct seen {
     exchange_t *ex;
     bool hold;
+    later_t later; /* with hold: answer from a timer after on_end, not from on_end itself */
+    bool agent_had_nothing; /* when the timer fired: no byte had reached the agent */
+    bool agent_waiting;     /* when the timer fired: exchange_agent_waiting */
     int heads, bodies, ends, detaches;
 } seen_t;
+static struct evbuffer *agent_got; /* what the agent has read so far, in exchange() */
 static seen_t seen[3];
 static int n_seen; /* observers the handler adds to each lookup */
 
@@ -137,11 +143,28 @@ static observe_t seen_body(void *arg, const char *data, size_t len)
     o->bodies++;
     return OBSERVE_PASS;
 }
+/* The answer a stage writes in place of the upstream's (a replay, an unknown outcome). */
+#define STAGE_ANSWER "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"from\":\"later\"}}"
+
+/* The stage's store write is done: the held answer goes out now, the upstream long ended. */
+static void seen_later(evutil_socket_t fd, short what, void *arg)
+{
+    seen_t *o = arg;
+    o->agent_had_nothing = evbuffer_get_length(agent_got) == 0;
+    o->agent_waiting = exchange_agent_waiting(o->ex);
+    if (o->later == LATER_RELEASE)
+        exchange_release(o->ex);
+    else
+        exchange_replace_answer(o->ex, STAGE_ANSWER);
+}
+
 static observe_t seen_end(void *arg, upstream_result_t res)
 {
     seen_t *o = arg;
     o->ends++;
-    if (o->hold)
+    if (o->hold && o->later != LATER_NOTHING) /* held while "recording": answered later */
+        event_base_once(base, -1, EV_TIMEOUT, seen_later, o, &(struct timeval){0, 20000});
+    else if (o->hold)
         exchange_release(o->ex); /* answered from on_end (exchange.h) */
     return OBSERVE_PASS;
 }
@@ -260,7 +283,7 @@ static char *exchange(const char *method, const char *target, const char *extra_
                  method, target, extra_headers ? extra_headers : "", body ? strlen(body) : 0,
                  body ? body : "");
     assert_int_equal(write(fds[1], req, (size_t)n), n);
-    struct evbuffer *got = evbuffer_new();
+    struct evbuffer *got = agent_got = evbuffer_new();
     for (int i = 0; i < 5000; i++) {
         char buf[4096];
         ssize_t r = read(fds[1], buf, sizeof(buf));
@@ -276,6 +299,7 @@ static char *exchange(const char *method, const char *target, const char *extra_
     size_t len = evbuffer_get_length(got);
     char *out = xstrndup((const char *)evbuffer_pullup(got, -1), len);
     evbuffer_free(got);
+    agent_got = NULL;
     return out;
 }
 
@@ -349,6 +373,46 @@ static void several_observers_each_see_the_response(void **state)
         assert_int_equal(seen[i].ends, 1);
         assert_int_equal(seen[i].detaches, 1);
     }
+}
+
+#define LOOKUP_CALL                                                                                \
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","                                     \
+    "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}"
+
+/* HOLDING then RECORDING: the upstream's whole answer arrived and its connection closed, the
+ * stage still writes it down; nothing reaches the agent until the stage releases it, and then
+ * the whole answer does. */
+static void held_answer_waits_for_the_stage_after_the_upstream_ended(void **state)
+{
+    n_seen = 2;
+    seen[0].hold = true;
+    seen[0].later = LATER_RELEASE;
+    char *r = exchange("POST", "/mcp", NULL, LOOKUP_CALL);
+    assert_true(seen[0].agent_had_nothing);
+    assert_true(seen[0].agent_waiting);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "\"from\":\"upstream\""));
+    free(r);
+    assert_int_equal(seen[1].ends, 1); /* the other observer was not held up */
+    assert_int_equal(seen[0].detaches, 1);
+    assert_int_equal(seen[1].detaches, 1);
+    assert_int_equal(up_requests, 1);
+}
+
+/* A held answer the stage replaces (the upstream's answer was not the caller's): the agent
+ * gets the stage's answer and not one byte of the upstream's. */
+static void held_answer_replaced_by_the_stage(void **state)
+{
+    n_seen = 1;
+    seen[0].hold = true;
+    seen[0].later = LATER_REPLACE;
+    char *r = exchange("POST", "/mcp", NULL, LOOKUP_CALL);
+    assert_true(seen[0].agent_had_nothing);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "\"from\":\"later\""));
+    assert_null(strstr(r, "\"from\":\"upstream\""));
+    free(r);
+    assert_int_equal(seen[0].detaches, 1);
 }
 
 static void protected_calls_go_to_the_stage(void **state)
@@ -482,6 +546,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(refusals_are_written_by_the_proxy, setup, teardown),
         cmocka_unit_test_setup_teardown(reads_are_forwarded, setup, teardown),
         cmocka_unit_test_setup_teardown(several_observers_each_see_the_response, setup, teardown),
+        cmocka_unit_test_setup_teardown(held_answer_waits_for_the_stage_after_the_upstream_ended,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(held_answer_replaced_by_the_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(protected_calls_go_to_the_stage, setup, teardown),
         cmocka_unit_test_setup_teardown(other_paths_and_methods_are_relayed, setup, teardown),
         cmocka_unit_test_setup_teardown(own_answers_carry_cors, setup, teardown),
