@@ -164,52 +164,35 @@ void cy_fn_servers(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
     cx->res.upstream_seen = upstream_seen;
 }
 
-/* A view's own fields, which config_views_refresh keeps. */
-typedef struct view_own {
-    char *upstream_url, *upstream_path, *upstream_host_header;
-    bool upstream_tls;
-    host_port_t upstream;
-    stdio_conf_t stdio;
-    policy_t policy;
-    cors_mode_t cors;
-    char *server_name, *agent_path, *agent_prefix;
-    int server_line;
-} view_own_t;
+/* A view's own fields; the rest of a view is its parent's, copied again by each refresh. */
+#define VIEW_OWN_FIELDS(X)                                                                         \
+    X(upstream_url)                                                                                \
+    X(upstream_path)                                                                               \
+    X(upstream_host_header)                                                                        \
+    X(upstream_tls)                                                                                \
+    X(upstream)                                                                                    \
+    X(stdio)                                                                                       \
+    X(policy)                                                                                      \
+    X(cors)                                                                                        \
+    X(server_name)                                                                                 \
+    X(agent_path)                                                                                  \
+    X(agent_prefix)                                                                                \
+    X(server_line)
 
 void config_views_refresh(config_t *c)
 {
     for (size_t i = 0; i < c->n_servers; i++) {
         config_t *v = c->servers[i];
-        view_own_t own = {
-            .upstream_url = v->upstream_url,
-            .upstream_path = v->upstream_path,
-            .upstream_host_header = v->upstream_host_header,
-            .upstream_tls = v->upstream_tls,
-            .upstream = v->upstream,
-            .stdio = v->stdio,
-            .policy = v->policy,
-            .cors = (int)v->cors < 0 ? c->cors : v->cors,
-            .server_name = v->server_name,
-            .agent_path = v->agent_path,
-            .agent_prefix = v->agent_prefix,
-            .server_line = v->server_line,
-        };
+        const config_t own = *v;
         *v = *c;
         v->servers = NULL;
         v->n_servers = 0;
         v->parent = c;
-        v->upstream_url = own.upstream_url;
-        v->upstream_path = own.upstream_path;
-        v->upstream_host_header = own.upstream_host_header;
-        v->upstream_tls = own.upstream_tls;
-        v->upstream = own.upstream;
-        v->stdio = own.stdio;
-        v->policy = own.policy;
-        v->cors = own.cors;
-        v->server_name = own.server_name;
-        v->agent_path = own.agent_path;
-        v->agent_prefix = own.agent_prefix;
-        v->server_line = own.server_line;
+#define KEEP_OWN(field) v->field = own.field;
+        VIEW_OWN_FIELDS(KEEP_OWN)
+#undef KEEP_OWN
+        if ((int)v->cors < 0) /* not given for the server: the top level's */
+            v->cors = c->cors;
     }
 }
 
