@@ -21,15 +21,43 @@ export const IDEMGW_BIN = path.resolve(REPO, process.env.IDEMGW_BIN ?? 'build/id
 export const NODE = process.execPath;
 const execFileP = promisify(execFile);
 
+// Ports handed out lately, one file each, shared with scripts/free-port.py: test files run
+// side by side in separate processes, and two of them picking at once would otherwise be handed
+// the same free port (the second server to bind it then fails).
+const PORT_RESERVATIONS = '/tmp/idemgw-ports';
+const PORT_HOLD_MS = 600_000;
+
+async function reservePort(port) {
+  const file = path.join(PORT_RESERVATIONS, String(port));
+  try {
+    await (await fs.open(file, 'wx')).close();
+    return true;
+  } catch (e) {
+    if (e.code !== 'EEXIST') throw e;
+  }
+  try {
+    if (Date.now() - (await fs.stat(file)).mtimeMs < PORT_HOLD_MS) return false;
+    const now = new Date();
+    await fs.utimes(file, now, now); // an old reservation: taken over
+    return true;
+  } catch (e) {
+    if (e.code === 'ENOENT') return false;
+    throw e;
+  }
+}
+
 /**
- * A TCP port on 127.0.0.1 that nothing listens on right now, taken below Linux's ephemeral range
- * (32768 up): a port the kernel hands out for port 0 comes from the range every outgoing
- * connection's local port comes from too, and one of those can take it before the process the
- * test starts binds it ("Address already in use").
+ * A TCP port on 127.0.0.1 nothing is bound to now and no other test process was handed in the
+ * last 10 minutes. Taken below Linux's ephemeral range (32768 up): a port handed out for port 0
+ * comes from the range outgoing connections' local ports come from, and one of them can take it
+ * before the server binds it.
  */
 export async function freePort() {
-  for (let tries = 0; tries < 100; tries++) {
+  await fs.mkdir(PORT_RESERVATIONS, { recursive: true });
+  await fs.chmod(PORT_RESERVATIONS, 0o1777).catch(() => {});
+  for (let tries = 0; tries < 200; tries++) {
     const port = 20000 + Math.floor(Math.random() * 12000);
+    if (!(await reservePort(port))) continue;
     const srv = net.createServer();
     const bound = await new Promise((resolve) => {
       srv.once('error', () => resolve(false));
