@@ -49,11 +49,14 @@ typedef struct catalog_cli {
     const char *config;   /* -c, or NULL */
     const char *upstream; /* --upstream, or NULL */
     const char *server;   /* --server: a server of the config's servers:, or NULL */
+    char **command;       /* after --: a stdio server's program and arguments, or NULL */
+    int n_command;
     char headers[8192];   /* the -H headers as request header lines */
 } catalog_cli_t;
 
-/* Parses argv (argv[0] is the command's name, cmd the name for messages). 0: parsed; 1: help
- * printed with usage; -1: a usage error, reported on stderr. */
+/* Parses argv (argv[0] is the command's name, cmd the name for messages); with takes_upstream,
+ * --upstream URL or, after --, a stdio server's command. 0: parsed; 1: help printed with usage;
+ * -1: a usage error, reported on stderr. */
 int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstream,
                       void (*usage)(FILE *), catalog_cli_t *out);
 

@@ -21,6 +21,7 @@
 static void usage(FILE *f)
 {
     fputs("usage: idemgw policy init --upstream URL [-H 'Name: value']...\n"
+          "       idemgw policy init -- CMD ARGS...      (a stdio server: started once)\n"
           "       idemgw policy init -c FILE --server NAME [-H 'Name: value']...\n"
           "       idemgw policy diff [-c FILE] [--server NAME] [-H 'Name: value']...\n"
           "  init  prints a starter config: every tool the server lists, with the class its\n"
@@ -142,12 +143,14 @@ static void print_tools(const json_t *tools, catalog_t *catalog, const char *ind
         printf("%s  {}\n", ind);
 }
 
-/* Reads cfg's upstream's tools and prints a starter policy for them: a whole config (url, the
- * upstream as given), or with server (a view of path's servers:) the tools: of its entry. The
- * classes are what the annotations suggest under the built-in defaults, as for a new config. */
-static int init(const config_t *cfg, const char *url, const char *path, const char *server,
-                const char *headers)
+/* Reads cfg's upstream's tools and prints a starter policy for them: a whole config (its
+ * upstream: written as upstream_yaml, the YAML after "upstream:"), or with server (a view of
+ * path's servers:) the tools: of its entry. The classes are what the annotations suggest under
+ * the built-in defaults, as for a new config. */
+static int init(const config_t *cfg, const char *upstream_yaml, const char *path,
+                const char *server, const char *headers)
 {
+    const char *url = cfg->upstream_url; /* a stdio server's: its command line */
     pages_t pages = {.tools = json_array()};
     catalog_t *catalog = catalog_new();
     policy_t fresh = {0}; /* no tools of the config's: the annotations speak */
@@ -182,14 +185,14 @@ static int init(const config_t *cfg, const char *url, const char *path, const ch
             "# with a side effect that must not happen twice (a payment, a message, an append)\n"
             "# belongs in non_idempotent, whatever the server says. The full reference of every\n"
             "# setting is conf/idemgw.yaml; check this file with: idemgw --check-config -c FILE\n"
-            "upstream: %s\n"
+            "upstream:%s\n"
             "\n"
             "defaults:\n"
             "  # A tool not listed below: non_idempotent, unless its annotations say otherwise.\n"
             "  class: non_idempotent\n"
             "  window: 10m\n"
             "\n",
-            url, when, url);
+            url, when, upstream_yaml);
         print_tools(pages.tools, catalog, "");
     }
     rc = fflush(stdout) == 0 ? 0 : EXIT_FOUND;
@@ -200,16 +203,13 @@ out:
     return rc;
 }
 
-/* init --upstream URL: a config of that upstream alone. */
-static int init_upstream(const char *url, const char *headers)
+/* init --upstream URL or -- CMD ARGS: a config of that upstream alone (upstream_yaml, what
+ * follows "upstream:"). */
+static int init_upstream(const char *what, const char *upstream_yaml, const char *headers)
 {
-    json_t *u = json_string(url);
-    char *quoted = u ? json_dumps(u, JSON_ENCODE_ANY) : NULL;
-    json_decref(u);
-    char *yaml = xasprintf("upstream: %s\n", quoted ? quoted : "\"\"");
-    free(quoted);
+    char *yaml = xasprintf("upstream:%s\n", upstream_yaml);
     config_errors_t errs = {0};
-    config_t *cfg = config_load_string("--upstream", yaml, &errs);
+    config_t *cfg = config_load_string(what, yaml, &errs);
     free(yaml);
     if (!cfg) {
         for (size_t i = 0; i < errs.n; i++)
@@ -218,8 +218,48 @@ static int init_upstream(const char *url, const char *headers)
         return EXIT_USAGE;
     }
     config_errors_free(&errs);
-    int rc = init(cfg, url, NULL, NULL, headers);
+    int rc = init(cfg, upstream_yaml, NULL, NULL, headers);
     config_free(cfg);
+    return rc;
+}
+
+/* A JSON string is a YAML double-quoted scalar: a URL or an argument written safely. */
+static char *yaml_quoted(const char *s)
+{
+    json_t *j = json_string(s);
+    char *out = j ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    return out ? out : xstrdup("\"\"");
+}
+
+static int init_url(const char *url, const char *headers)
+{
+    char *q = yaml_quoted(url);
+    char *yaml = xasprintf(" %s", q);
+    free(q);
+    int rc = init_upstream("--upstream", yaml, headers);
+    free(yaml);
+    return rc;
+}
+
+static int init_command(char **argv, int argc, const char *headers)
+{
+    if (headers[0]) {
+        fprintf(stderr, "idemgw policy init: -H is for an HTTP upstream, not a command\n");
+        return EXIT_USAGE;
+    }
+    char *yaml = xstrdup("\n  command: [");
+    for (int i = 0; i < argc; i++) {
+        char *q = yaml_quoted(argv[i]);
+        char *more = xasprintf("%s%s%s", yaml, i ? ", " : "", q);
+        free(q);
+        free(yaml);
+        yaml = more;
+    }
+    char *full = xasprintf("%s]", yaml);
+    free(yaml);
+    int rc = init_upstream("the command after --", full, headers);
+    free(full);
     return rc;
 }
 
@@ -248,7 +288,7 @@ static int init_server(const char *path, const char *name, const char *headers)
                         "a server of its servers:\n");
         goto out;
     }
-    rc = init(view, view->upstream_url, path, view->server_name, headers);
+    rc = init(view, NULL, path, view->server_name, headers);
 out:
     config_free(cfg);
     return rc;
@@ -349,15 +389,17 @@ int policy_cmd_main(int argc, char **argv)
                           is_init, usage, &o);
     if (r != 0)
         return r > 0 ? 0 : EXIT_USAGE;
-    if (is_init && (o.upstream ? o.config || o.server : !o.config)) {
-        fprintf(stderr, "idemgw policy init: needs --upstream URL (and no -c or --server), or "
-                        "-c FILE --server NAME for a server of its servers:\n");
+    bool alone = o.upstream || o.command; /* an upstream given on the command line */
+    if (is_init && ((o.upstream && o.command) || (alone ? o.config || o.server : !o.config))) {
+        fprintf(stderr, "idemgw policy init: needs --upstream URL or -- CMD ARGS (and no -c or "
+                        "--server), or -c FILE --server NAME for a server of its servers:\n");
         usage(stderr);
         return EXIT_USAGE;
     }
     log_threshold = LOG_OFF; /* the output is the answer */
     if (is_init)
-        return o.upstream ? init_upstream(o.upstream, o.headers)
-                          : init_server(o.config, o.server, o.headers);
+        return o.upstream  ? init_url(o.upstream, o.headers)
+               : o.command ? init_command(o.command, o.n_command, o.headers)
+                           : init_server(o.config, o.server, o.headers);
     return diff(o.config, o.server, o.headers);
 }

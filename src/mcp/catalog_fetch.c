@@ -40,6 +40,8 @@ struct catalog_fetch {
     int pages, tools;
     int next_id;
     struct event *later; /* ends the fetch from the loop, never inside a callback chain */
+    char refusal[200]; /* the start of a non-200 answer's body, for the error */
+    size_t refusal_len;
     char error[256];
     bool finished;
 };
@@ -97,6 +99,15 @@ static void on_head(void *arg, int status, const http_headers_t *headers)
 static void on_body(void *arg, const char *data, size_t len)
 {
     catalog_fetch_t *f = arg;
+    if (f->status != 200 && f->refusal_len < sizeof(f->refusal) - 1) {
+        size_t n = len < sizeof(f->refusal) - 1 - f->refusal_len
+                       ? len
+                       : sizeof(f->refusal) - 1 - f->refusal_len;
+        for (size_t i = 0; i < n; i++) /* one line, whatever the body held */
+            f->refusal[f->refusal_len + i] = (unsigned char)data[i] < 0x20 ? ' ' : data[i];
+        f->refusal_len += n;
+        f->refusal[f->refusal_len] = '\0';
+    }
     if (f->step == STEP_INITIALIZE || f->step == STEP_LIST)
         rpc_reader_body(&f->reader, data, len);
 }
@@ -109,7 +120,17 @@ static json_t *step_result(catalog_fetch_t *f, upstream_result_t res, const char
         return NULL;
     }
     if (f->status != 200) {
-        finish(f, "%s: HTTP %d", what, f->status);
+        /* the refusal's own words: a JSON-RPC error's message (a stdio server that could not
+         * start says why), else the start of the body */
+        json_t *body = json_loads(f->refusal, 0, NULL);
+        const char *msg = json_string_value(json_object_get(json_object_get(body, "error"), "message"));
+        if (!msg && f->refusal_len && !body)
+            msg = f->refusal;
+        if (msg)
+            finish(f, "%s: HTTP %d: %.160s", what, f->status, msg);
+        else
+            finish(f, "%s: HTTP %d", what, f->status);
+        json_decref(body);
         return NULL;
     }
     if (!rpc_reader_end(&f->reader)) {
@@ -234,6 +255,7 @@ static void send_step(catalog_fetch_t *f)
     rpc_reader_init(&f->reader, id, FETCH_MAX_ANSWER);
     json_decref(id);
     f->status = 0;
+    f->refusal_len = 0;
 
     char *session = f->session ? xasprintf("Mcp-Session-Id: %s\r\n", f->session) : NULL;
     char *version = f->protocol ? xasprintf("MCP-Protocol-Version: %s\r\n", f->protocol) : NULL;
@@ -423,6 +445,11 @@ int catalog_cli_parse(int argc, char **argv, const char *cmd, bool takes_upstrea
             usage(stderr);
             return -1;
         }
+    }
+    if (takes_upstream && optind < argc && optind > 1 && strcmp(argv[optind - 1], "--") == 0) {
+        out->command = argv + optind;
+        out->n_command = argc - optind;
+        return 0;
     }
     if (optind < argc) {
         fprintf(stderr, "%s: unexpected argument %s\n", cmd, argv[optind]);

@@ -383,3 +383,29 @@ test('third-party stdio servers from npm: server-memory, server-filesystem, serv
     });
   }
 });
+
+test('idemgw policy init -- CMD: a starter config for a stdio server, which loads and shows no drift', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-policy-');
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', path.join(BIN, 'mcp-server-memory')]);
+  assert.equal(init.code, 0, init.stderr);
+  assert.match(init.stdout, new RegExp(`^upstream:\\n  command: \\["${path.join(BIN, 'mcp-server-memory').replace(/[.\\/]/g, '\\$&')}"\\]\\n`, 'm'));
+  assert.match(init.stdout, /\n  create_entities:\n    class: non_idempotent\n/);
+  assert.match(init.stdout, /\n  read_graph:\n    class: read\n/, 'readOnlyHint gives read');
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, init.stdout);
+  const check = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.equal(check.code, 0, check.stderr);
+  const diff = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file]);
+  assert.equal(diff.code, 0, diff.stdout + diff.stderr);
+  assert.equal(diff.stdout, '', 'a fresh policy has no drift');
+
+  const missing = await run(IDEMGW_BIN, ['policy', 'init', '--', path.join(dir, 'no-such-server')]);
+  assert.equal(missing.code, 1);
+  assert.match(missing.stderr, /initialize: HTTP 503: cannot start .*no-such-server: No such file or directory/);
+  const headers = await run(IDEMGW_BIN, ['policy', 'init', '-H', 'Authorization: Bearer x', '--', path.join(BIN, 'mcp-server-memory')]);
+  assert.equal(headers.code, 2);
+  assert.match(headers.stderr, /-H is for an HTTP upstream, not a command/);
+  const both = await run(IDEMGW_BIN, ['policy', 'init', '--upstream', 'http://127.0.0.1:1/mcp', '--', 'x']);
+  assert.equal(both.code, 2);
+  assert.match(both.stderr, /needs --upstream URL or -- CMD ARGS/);
+});
