@@ -8,9 +8,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
 import {
   IDEMGW_BIN, NODE, TESTS, createDatabase, mcpClient, pollingCall, postgresOnly, rawSession, readLedger, replayMarker, run, startGateway,
-  startRefundServer, tempDir, toYaml, toolText, waitFor, waitForLedger, waitForLog,
+  startRefundServer, startV2Server, tempDir, toYaml, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
 /** /metrics: its text, and a map of 'name{labels}' (or 'name') to its value. */
@@ -307,6 +308,50 @@ test('servers with two workers: a resuming GET handed to the other worker reache
   assert.equal((await readLedger(billing.ledger)).length, 8, 'each call ran once, on billing');
   assert.equal((await readLedger(payments.ledger)).length, 0);
   t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
+});
+
+test('servers of both eras: v2 clients (auto, pinned to 2026-07-28) and a 1.x client, each call once per server', async (t) => {
+  // a @modelcontextprotocol/server 2.x server and an SDK 1.x server behind one gateway, as a
+  // new user would put them; the v2 client negotiates 2026-07-28 with the v2 server through
+  // its path and 2025-11-25 with the 1.x server through the other
+  const modern = await startV2Server(t);
+  const classic = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    databaseUrl: await createDatabase(),
+    config: {
+      subject: { static: 'team' }, tools: TOOLS,
+      servers: { modern: { path: '/modern/mcp', upstream: modern.url }, classic: { path: '/classic/mcp', upstream: classic.url } },
+    },
+  });
+  const url = (name) => `http://127.0.0.1:${gw.port}/${name}/mcp`;
+  const v2 = async (name, versionNegotiation) => {
+    const c = new V2Client({ name: `v2-${name}`, version: '1.0.0' }, { versionNegotiation });
+    await c.connect(new V2Transport(new URL(url(name))));
+    t.after(() => c.close().catch(() => {}));
+    return c;
+  };
+  const args = { order_id: 'ord-eras', amount_cents: 42 };
+  const answers = {};
+  for (const name of ['modern', 'classic']) {
+    const auto = await v2(name, { mode: 'auto' });
+    assert.equal(auto.getNegotiatedProtocolVersion(), name === 'modern' ? '2026-07-28' : '2025-11-25', `${name}: what the v2 client negotiates`);
+    const first = await auto.callTool({ name: 'issue_refund', arguments: args });
+    assert.equal(replayMarker(first), undefined, `${name}: the first call runs`);
+    const pinned = name === 'modern' ? await v2(name, { mode: { pin: '2026-07-28' } }) : null;
+    const again = await (pinned ?? auto).callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(replayMarker(again), `${name}: the repeat from a v2 client is replayed: ${JSON.stringify(again)}`);
+    assert.equal(toolText(again), toolText(first));
+    const old = await mcpClient(t, url(name));
+    const third = await old.callTool({ name: 'issue_refund', arguments: args });
+    assert.ok(replayMarker(third), `${name}: the repeat from a 1.x client is replayed`);
+    assert.equal(toolText(third), toolText(first));
+    answers[name] = toolText(first);
+  }
+  const ran = async (ledger) => (await readLedger(ledger)).filter((e) => e.tool === 'issue_refund' && e.order_id === 'ord-eras').length;
+  assert.equal(await ran(modern.ledger), 1, 'once on the v2 server');
+  assert.equal(await ran(classic.ledger), 1, 'once on the 1.x server');
+  assert.match(answers.classic, /^Refunded 42 cents on order ord-eras/);
+  assert.notEqual(answers.modern, '', 'the v2 server answered');
 });
 
 test('servers: check-config names duplicate paths and bad entries with file:line', async (t) => {
