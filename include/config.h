@@ -148,7 +148,7 @@ typedef struct config {
     int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
     bool store_group_commit;    /* Postgres: batch queued claims and finishes (off) */
-    bool store_durable_finish;  /* Postgres: finishes wait for the WAL flush too (off) */
+    bool store_durable_finish;  /* finishes wait for the disk too, either store (off) */
 
     /* timeouts */
     uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */

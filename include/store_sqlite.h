@@ -6,7 +6,9 @@
  * thread runs every operation waiting when it is free in one transaction (one fsync), and
  * hands the results back through an eventfd watched on the loop, where the callbacks run.
  * WAL with synchronous=FULL: a result, a claim above all, is delivered only after the
- * transaction carrying it committed to disk.
+ * transaction carrying it committed to disk. A batch of finishes alone commits with
+ * synchronous=NORMAL unless durable_finish (as Postgres's finish skips the WAL flush): lost in a
+ * crash of the machine, a finish leaves its claim, and the retry hears "unknown".
  *
  * One process per file: the store holds an exclusive lock (flock on PATH.lock) for its life,
  * and a second opener is refused. Several replicas need Postgres. */
@@ -31,6 +33,7 @@ typedef struct store_sqlite_options {
     const char *path; /* the database file */
     bool shared;      /* for `idemgw key`: no process lock, and the file and its schema must
                          exist (never created) */
+    bool durable_finish; /* finishes wait for the disk too; else only claims and the rest do */
 } store_sqlite_options_t;
 
 /* Opens sq->path (created when missing, unless sq->shared), takes the process lock, applies

@@ -749,6 +749,7 @@ static bool open_store(server_t *s)
         .pg = {.pool_size = cfg->store_pool,
                .group_commit = cfg->store_group_commit,
                .durable_finish = cfg->store_durable_finish},
+        .sqlite = {.durable_finish = cfg->store_durable_finish},
     };
     /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file the
      * operator named is theirs to place */

@@ -409,7 +409,7 @@ static void store_series(struct evbuffer *b, const server_stats_t *s)
         "%llu\n# HELP idemgw_store_swept_rows_total Expired keys the sweeper deleted.\n# TYPE "
         "idemgw_store_swept_rows_total counter\nidemgw_store_swept_rows_total %llu\n"
         "# HELP idemgw_store_batches_total Store statements that carried several claims or "
-        "finishes (Postgres group commit), or write transactions (SQLite, one fsync each).\n# TYPE "
+        "finishes (Postgres group commit), or write transactions (SQLite, one commit each).\n# TYPE "
         "idemgw_store_batches_total "
         "counter\nidemgw_store_batches_total %llu\n# HELP idemgw_store_batched_operations_total "
         "Calls those batches carried.\n# TYPE idemgw_store_batched_operations_total counter\n"

@@ -173,6 +173,7 @@ typedef struct store_sqlite {
     sq_op_t *done_head, *done_tail;
     bool stopping;
     uint64_t transactions, batched_ops;
+    uint64_t lazy_transactions; /* committed with synchronous=NORMAL */
 
     int efd; /* the writer wakes the loop: results are on the done list */
     struct event *done_ev;
@@ -185,6 +186,8 @@ typedef struct store_sqlite {
 
     sq_guard_t guard;       /* the files opened (store_sqlite_guard.c) */
     bool guarded;           /* not in shared mode: this process holds the lock */
+    bool durable_finish;    /* finishes wait for the disk too (store.durable_finish) */
+    bool lazy_sync;         /* writer: PRAGMA synchronous is NORMAL now, not FULL */
     struct event *guard_ev; /* every GUARD_CHECK_MS: the files, and the disk probe */
     bool probing;           /* the disk probe is queued or running (loop only) */
     /* under mu */
@@ -757,6 +760,31 @@ static void note_disk(store_sqlite_t *s, bool failed)
         log_info(0, "store: %s takes writes again", s->path);
 }
 
+/* Whether a write batch must be on disk when it commits. A claim must (the call goes out on
+ * it), and so must everything else but finishes and duplicate counts: a finish lost in a crash
+ * of the machine leaves its claim, so the retry hears the outcome is unknown and nothing runs
+ * twice, as on Postgres (store.durable_finish makes finishes wait too). The WAL is one file
+ * synced whole, so the next synchronous commit takes the finishes before it to disk. */
+static bool batch_must_sync(const store_sqlite_t *s, const sq_op_t *batch)
+{
+    for (const sq_op_t *op = batch; op; op = op->next)
+        if (s->durable_finish || (op->kind != SQ_FINISH && op->kind != SQ_DUP))
+            return true;
+    return false;
+}
+
+/* PRAGMA synchronous for the next commit: FULL (fsync at commit) or NORMAL (WAL written, synced
+ * at the next FULL commit or checkpoint). Writer thread, outside a transaction. */
+static bool set_sync(store_sqlite_t *s, bool full)
+{
+    if (s->lazy_sync == !full)
+        return true;
+    if (!sq_exec(s->db, full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"))
+        return !full; /* a finish may still commit synchronously */
+    s->lazy_sync = !full;
+    return true;
+}
+
 /* One transaction for the whole batch; every op's result is final once it committed. */
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
@@ -770,6 +798,11 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     /* reads too: the old file's rows are no longer the store's answer */
     if (!files_intact(s)) {
         batch_fail(batch, STORE_ERR_FILE_LOST);
+        return;
+    }
+    if (!read_only && !set_sync(s, batch_must_sync(s, batch))) {
+        log_warn(0, "store: sqlite: cannot set synchronous=FULL: %s", sqlite3_errmsg(s->db));
+        batch_fail(batch, STORE_ERR_UNAVAILABLE);
         return;
     }
     if (!sq_exec(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
@@ -836,6 +869,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
         note_disk(s, disk_failed);
     pthread_mutex_lock(&s->mu);
     s->transactions++;
+    s->lazy_transactions += !read_only && s->lazy_sync;
     s->batched_ops += (uint64_t)ran;
     pthread_mutex_unlock(&s->mu);
 }
@@ -1317,6 +1351,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     store_sqlite_t *s = xcalloc(1, sizeof(*s));
     s->base = base;
     s->path = xstrdup(sq->path);
+    s->durable_finish = sq->durable_finish;
     s->lock_fd = -1;
     s->efd = -1;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
@@ -1540,6 +1575,7 @@ static void ops_get_stats(const void *impl, store_stats_t *out)
     pthread_mutex_lock(&s->mu);
     out->queued = s->q_len;
     out->transactions = s->transactions;
+    out->lazy_transactions = s->lazy_transactions;
     out->batched_ops = s->batched_ops;
     pthread_mutex_unlock(&s->mu);
     out->connections_up = ops_ready(s) ? 1 : 0;

@@ -1862,6 +1862,47 @@ static void test_sqlite_lock_refuses_second(void **state)
 
 #define BATCH_CLAIMS 300
 
+/* A claim commits with an fsync; a finish alone does not (lost in a crash of the machine, it
+ * leaves the claim: "unknown", never a second run), unless durable_finish. Either way the
+ * finish is committed: another connection reads it. */
+static void test_sqlite_finish_not_synced(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_SQLITE)
+        skip();
+    for (int durable = 0; durable <= 1; durable++) {
+        char *path = xasprintf("%s/lazy-%d.db", sqlite_dir, durable);
+        store_options_t opt = {.migrate = true};
+        store_sqlite_options_t sq = {.path = path, .durable_finish = durable};
+        char msg[512] = "";
+        store_t *s = store_sqlite_new(base, &opt, &sq, msg, sizeof(msg));
+        assert_non_null(s);
+        store_stats_t st0, st1, st2;
+        store_get_stats(s, &st0);
+        store_claim_req_t req = req_for("t:lazy:h:1", "d1");
+        assert_true(do_claim(s, &req).acquired);
+        store_get_stats(s, &st1);
+        assert_int_equal(st1.lazy_transactions, st0.lazy_transactions); /* the claim synced */
+        assert_true(do_finish(s, req.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+        store_get_stats(s, &st2);
+        assert_int_equal(st2.lazy_transactions - st1.lazy_transactions, durable ? 0 : 1);
+        /* and the next claim syncs again, the finish's WAL frames with it */
+        store_claim_req_t next = req_for("t:lazy:h:2", "d1");
+        assert_true(do_claim(s, &next).acquired);
+        store_stats_t st3;
+        store_get_stats(s, &st3);
+        assert_int_equal(st3.lazy_transactions, st2.lazy_transactions);
+        store_sqlite_options_t ro = {.path = path, .shared = true};
+        store_options_t shared = {0};
+        store_t *reader = store_sqlite_new(base, &shared, &ro, msg, sizeof(msg));
+        assert_non_null(reader);
+        assert_int_equal(do_get(reader, req.key).state, STORE_STATE_SUCCEEDED);
+        store_free(reader);
+        store_free(s);
+        free(path);
+    }
+}
+
 /* Calls waiting together go in one transaction (one fsync), each with its own answer. */
 static void test_sqlite_batching(void **state)
 {
@@ -2055,6 +2096,7 @@ int main(void)
         cmocka_unit_test(test_claim_answer_lost_newer_claim_kept),
         cmocka_unit_test(test_sqlite_lock_refuses_second),
         cmocka_unit_test(test_sqlite_batching),
+        cmocka_unit_test(test_sqlite_finish_not_synced),
         cmocka_unit_test(test_sqlite_deadline_missed),
         cmocka_unit_test(test_outstanding_settles),
     };
