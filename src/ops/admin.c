@@ -301,6 +301,36 @@ static void tool_series(struct evbuffer *b, const server_stats_t *s)
     }
 }
 
+/* Calls each for every server slot in use (under servers:), with its `server="NAME",` label;
+ * false when there is none (the one-upstream form). */
+static bool each_server(struct evbuffer *b, const server_stats_t *s,
+                        void (*each)(struct evbuffer *b, const char *label,
+                                     const stats_server_t *v))
+{
+    bool named = false;
+    for (int i = 0; i < STATS_SERVERS; i++) {
+        const stats_server_t *v = &s->servers[i];
+        if (!v->used)
+            continue;
+        named = true;
+        char label[2 * STATS_SERVER_NAME + 16];
+        server_label(label, sizeof(label), v->name);
+        each(b, label, v);
+    }
+    return named;
+}
+
+static void server_request_histograms(struct evbuffer *b, const char *server,
+                                      const stats_server_t *v)
+{
+    for (int o = 0; o < STATS_OUT_N; o++) {
+        char labels[3 * STATS_SERVER_NAME];
+        snprintf(labels, sizeof(labels), "%soutcome=\"%s\",", server, stats_outcome_names[o]);
+        histogram(b, "idemgw_request_duration_seconds", labels, v->request_buckets[o],
+                  v->request_ms[o], v->request_count[o]);
+    }
+}
+
 /* Agent requests' durations by outcome; under servers: by server and outcome, a series set
  * per server (each server's slot is made when its backend opens), never beside the totals,
  * which a sum over the label would then count twice. */
@@ -310,27 +340,22 @@ static void request_series(struct evbuffer *b, const server_stats_t *s)
                            "request's arrival to its end, by server (under servers:) and "
                            "outcome.\n"
                            "# TYPE idemgw_request_duration_seconds histogram\n");
-    bool named = false;
-    for (int i = 0; i < STATS_SERVERS; i++) {
-        const stats_server_t *v = &s->servers[i];
-        if (!v->used)
-            continue;
-        named = true;
-        char server[2 * STATS_SERVER_NAME + 16];
-        server_label(server, sizeof(server), v->name);
-        for (int o = 0; o < STATS_OUT_N; o++) {
-            char labels[3 * STATS_SERVER_NAME];
-            snprintf(labels, sizeof(labels), "%soutcome=\"%s\",", server, stats_outcome_names[o]);
-            histogram(b, "idemgw_request_duration_seconds", labels, v->request_buckets[o],
-                      v->request_ms[o], v->request_count[o]);
-        }
-    }
-    for (int o = 0; !named && o < STATS_OUT_N; o++) {
+    if (each_server(b, s, server_request_histograms))
+        return;
+    for (int o = 0; o < STATS_OUT_N; o++) {
         char labels[64];
         snprintf(labels, sizeof(labels), "outcome=\"%s\",", stats_outcome_names[o]);
         histogram(b, "idemgw_request_duration_seconds", labels, s->request_buckets[o],
                   s->request_ms[o], s->request_count[o]);
     }
+}
+
+static void server_upstream_errors(struct evbuffer *b, const char *server,
+                                   const stats_server_t *v)
+{
+    /* the label without its trailing comma */
+    evbuffer_add_printf(b, "idemgw_upstream_errors_total{%.*s} %llu\n", (int)strlen(server) - 1,
+                        server, (unsigned long long)v->upstream_errors);
 }
 
 /* Requests answered 502 or 504: one series, or under servers: one per server (as the request
@@ -340,18 +365,7 @@ static void upstream_error_series(struct evbuffer *b, const server_stats_t *s)
     evbuffer_add_printf(b, "# HELP idemgw_upstream_errors_total Requests answered 502 or 504, by "
                            "server (under servers:).\n"
                            "# TYPE idemgw_upstream_errors_total counter\n");
-    bool named = false;
-    for (int i = 0; i < STATS_SERVERS; i++) {
-        const stats_server_t *v = &s->servers[i];
-        if (!v->used)
-            continue;
-        named = true;
-        char server[2 * STATS_SERVER_NAME + 16];
-        server_label(server, sizeof(server), v->name);
-        evbuffer_add_printf(b, "idemgw_upstream_errors_total{%.*s} %llu\n", (int)strlen(server) - 1,
-                            server, (unsigned long long)v->upstream_errors);
-    }
-    if (!named)
+    if (!each_server(b, s, server_upstream_errors))
         evbuffer_add_printf(b, "idemgw_upstream_errors_total %llu\n",
                             (unsigned long long)s->upstream_errors);
 }
