@@ -122,7 +122,7 @@ static void publish(evutil_socket_t fd, short what, void *arg)
     o->store_in_doubt = st.claims_in_doubt;
     o->store_in_doubt_released = st.in_doubt_released;
     /* Postgres batches claims and finishes into statements; SQLite batches every call into a
-     * transaction (one fsync) */
+     * transaction (one commit) */
     o->store_batches = st.claim_batches + st.finish_batches + st.transactions;
     o->store_batched = st.claims_batched + st.finishes_batched + st.batched_ops;
 }
