@@ -40,6 +40,10 @@ typedef struct admin_ctx {
      * on a reload (a probe in flight keeps copies of what it reports) */
     const admin_server_t *servers;
     size_t n_servers;
+    /* servers a reload removed or re-pointed, serving their last requests: their stdio
+     * children still count in idemgw_upstream_children (under their name) until freed */
+    const admin_server_t *retired;
+    size_t n_retired;
     const server_stats_t *all_stats; /* every worker's counters; /metrics sums them */
     int n_workers;
     const bool *draining; /* a draining process is not ready */

@@ -85,6 +85,7 @@ typedef struct server {
     struct evconnlistener *listener;
     struct evconnlistener *admin_listener;
     admin_server_t *admin_servers; /* the backends as /readyz and /metrics see them */
+    admin_server_t *admin_retired; /* the retired ones, for the children gauge */
     struct ssl_ctx_st *listen_tls; /* agents' TLS (listen_tls), else NULL; mcp_site.tls */
     bool draining;                 /* SIGTERM seen: no new connections or requests */
     server_stats_t *stats;         /* this worker's counters (a slot of all_stats) */
@@ -458,23 +459,36 @@ static void set_routes(server_t *s)
 
 /* What /readyz probes and /metrics reports of the upstreams: every backend's, named as its
  * server (the names are the running configuration's, which outlives the array). */
+static admin_server_t admin_server_of(const backend_t *b)
+{
+    return (admin_server_t){.name = backend_config(b)->server_name,
+                            .pool = backend_pool(b),
+                            .upstream = backend_upstream(b)};
+}
+
 static void set_admin_upstreams(server_t *s)
 {
     admin_server_t *v = xcalloc(s->n_backends ? s->n_backends : 1, sizeof(*v));
     for (size_t i = 0; i < s->n_backends; i++)
-        v[i] = (admin_server_t){.name = backend_config(s->backends[i])->server_name,
-                                .pool = backend_pool(s->backends[i]),
-                                .upstream = backend_upstream(s->backends[i])};
+        v[i] = admin_server_of(s->backends[i]);
     free(s->admin_servers);
     s->admin_servers = v;
     admin_ctx.servers = v;
     admin_ctx.n_servers = s->n_backends;
+    admin_server_t *r = xcalloc(s->n_retired ? s->n_retired : 1, sizeof(*r));
+    for (size_t i = 0; i < s->n_retired; i++)
+        r[i] = admin_server_of(s->retired[i].backend);
+    free(s->admin_retired);
+    s->admin_retired = r;
+    admin_ctx.retired = r;
+    admin_ctx.n_retired = s->n_retired;
 }
 
 /* Frees the removed backends that have served their last request, and a configuration no
  * backend reads any more. */
 static void reap_retired(server_t *s)
 {
+    size_t before = s->n_retired;
     for (size_t i = 0; i < s->n_retired;) {
         retired_t r = s->retired[i];
         if (backend_exchanges(r.backend) > 0) {
@@ -492,6 +506,8 @@ static void reap_retired(server_t *s)
         if (!still_read)
             config_free(r.cfg);
     }
+    if (s->n_retired != before)
+        set_admin_upstreams(s); /* /metrics no longer counts the freed ones' children */
 }
 
 /* The backend of the running configuration for server view neu: the one of that name, or the
@@ -917,7 +933,10 @@ static void server_free(server_t *s)
     free(s->backends);
     admin_ctx.servers = NULL;
     admin_ctx.n_servers = 0;
+    admin_ctx.retired = NULL;
+    admin_ctx.n_retired = 0;
     free(s->admin_servers);
+    free(s->admin_retired);
     for (size_t i = 0; i < s->n_retired; i++) {
         backend_free(s->retired[i].backend);
         bool later = false; /* a configuration several removed backends read is freed once */

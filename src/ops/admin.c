@@ -370,13 +370,46 @@ static void upstream_error_series(struct evbuffer *b, const server_stats_t *s)
                             (unsigned long long)s->upstream_errors);
 }
 
-/* The stdio servers' children: one series without servers:, one per stdio server under it. */
+static bool same_server(const char *a, const char *b)
+{
+    return a == b || (a && b && strcmp(a, b) == 0);
+}
+
+static bool is_stdio(const admin_server_t *sv)
+{
+    return sv->upstream && strcmp(sv->upstream->ops->name, "stdio") == 0;
+}
+
+/* A stdio server's children, its retired backends' included (a server re-pointed by a reload
+ * has both until the old one's last request ends); -1 when no backend of that name is stdio. */
+static int children_of(const admin_ctx_t *ctx, const char *name)
+{
+    int n = -1;
+    const admin_server_t *lists[2] = {ctx->servers, ctx->retired};
+    size_t counts[2] = {ctx->n_servers, ctx->n_retired};
+    for (int l = 0; l < 2; l++)
+        for (size_t i = 0; i < counts[l]; i++)
+            if (is_stdio(&lists[l][i]) && same_server(lists[l][i].name, name))
+                n = (n < 0 ? 0 : n) + upstream_stdio_children(lists[l][i].upstream);
+    return n;
+}
+
+/* The stdio servers' children: one series without servers:, one per stdio server under it, a
+ * removed server's kept until its backend is freed with its last request. */
 static void children_series(struct evbuffer *b, const admin_ctx_t *ctx)
 {
     bool first = true;
-    for (size_t i = 0; i < ctx->n_servers; i++) {
-        const admin_server_t *sv = &ctx->servers[i];
-        if (!sv->upstream || strcmp(sv->upstream->ops->name, "stdio") != 0)
+    size_t total = ctx->n_servers + ctx->n_retired;
+    for (size_t i = 0; i < total; i++) {
+        const admin_server_t *sv =
+            i < ctx->n_servers ? &ctx->servers[i] : &ctx->retired[i - ctx->n_servers];
+        bool named_before = false; /* one series per name */
+        for (size_t j = 0; j < i && !named_before; j++)
+            named_before = same_server(
+                (j < ctx->n_servers ? &ctx->servers[j] : &ctx->retired[j - ctx->n_servers])->name,
+                sv->name);
+        int n = named_before ? -1 : children_of(ctx, sv->name);
+        if (n < 0)
             continue;
         if (first)
             evbuffer_add_printf(b, "# HELP idemgw_upstream_children Stdio server processes "
@@ -387,8 +420,7 @@ static void children_series(struct evbuffer *b, const admin_ctx_t *ctx)
         server_label(server, sizeof(server), sv->name);
         size_t l = strlen(server);
         evbuffer_add_printf(b, "idemgw_upstream_children%s%.*s%s %d\n", l ? "{" : "",
-                            (int)(l ? l - 1 : 0), server, l ? "}" : "",
-                            upstream_stdio_children(sv->upstream));
+                            (int)(l ? l - 1 : 0), server, l ? "}" : "", n);
     }
 }
 

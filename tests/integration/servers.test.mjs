@@ -241,6 +241,27 @@ test('servers: a reload that removes a server lets its call in flight finish, th
   assert.deepEqual((await readyz(gw)).body.servers, { payments: 'up', ledger: 'up' });
 });
 
+test('servers: a stdio server removed by a reload: its child counts in /metrics until its last call ends, then stops', async (t) => {
+  const { gw, ledgerFile, url, cfg, db } = await threeServers(t);
+  const s = await rawSession(t, url('ledger'));
+  const inflight = s.call('slow_refund', { order_id: 'ord-stdio-gone', amount_cents: 4, delay_ms: 1500 }, { id: 'g1' });
+  const [{ pid }] = await waitForLedger(ledgerFile, 1);
+  const { ledger: _gone, ...rest } = cfg.servers;
+  await fs.writeFile(gw.configPath, toYaml({
+    listen: `127.0.0.1:${gw.port}`, admin_listen: `127.0.0.1:${gw.adminPort}`, database_url: db, ...cfg, servers: rest,
+  }));
+  gw.proc.kill('SIGHUP');
+  await waitForLog(gw, /configuration reloaded/);
+  const during = await scrape(gw);
+  assert.equal(during.series.get('idemgw_upstream_children{server="ledger"}'), 1, 'the removed server\'s child, still serving its call');
+  const r = await inflight;
+  assert.equal(r.status, 200, r.body);
+  await waitForLog(gw, /server ledger removed by a reload: its last request has ended/);
+  const after = await scrape(gw);
+  assert.equal(after.series.get('idemgw_upstream_children{server="ledger"}'), undefined, 'gone with its backend');
+  await waitFor(() => { try { process.kill(pid, 0); return null; } catch { return true; } }, { what: `child ${pid} to exit` });
+});
+
 test('servers: a reload adds a server and moves one to a new upstream; the others keep their sessions and children', async (t) => {
   const { gw, billing, payments, ledgerFile, url, cfg, db } = await threeServers(t);
   const moved = await startRefundServer(t);
