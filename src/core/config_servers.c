@@ -141,6 +141,13 @@ void cy_fn_servers(ctx_t *cx, struct fy_node *v, int line, const char *path, voi
                       path, name, SERVER_NAME_MAX);
             continue;
         }
+        if (strcmp(name, "_other") == 0) { /* stats.h's STATS_OTHER_SERVER */
+            cy_err_at(cx, kline,
+                      "%s: '_other' is reserved: /metrics counts the servers past its limit "
+                      "under it",
+                      path);
+            continue;
+        }
         config_t *sv = xcalloc(1, sizeof(*sv));
         sv->server_name = xstrdup(name);
         sv->server_line = kline;

@@ -1429,6 +1429,9 @@ static void test_servers_errors(void **state)
                      "  b: {path: /b/mcp, upstream: {command: [x]}}\n",
                      "t.yaml:2: workers: 2 with a stdio upstream in server b: a session's child "
                      "process lives in one worker; set workers: 1");
+    expect_one_error("database_url: none\nservers:\n  _other: {path: /o/mcp, upstream: \"http://h/mcp\"}\n",
+                     "t.yaml:3: servers: '_other' is reserved: /metrics counts the servers past "
+                     "its limit under it");
 }
 
 int main(void)
