@@ -258,6 +258,29 @@ static int init_command(char **argv, int argc, const char *headers)
     }
     char *full = xasprintf("%s]", yaml);
     free(yaml);
+    /* the child gets PATH and HOME only: a command that fetches its package first (npx -y,
+     * uvx) behind a proxy or a private CA would wait for a registry it cannot reach, here and
+     * in the gateway; the ones set here are named (names only: values stay in the
+     * environment) */
+    static const char *const reach[] = {
+        "HTTPS_PROXY",   "https_proxy",   "HTTP_PROXY",   "http_proxy",          "NO_PROXY",
+        "no_proxy",      "ALL_PROXY",     "all_proxy",    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
+        "SSL_CERT_DIR",  "REQUESTS_CA_BUNDLE",            "NPM_CONFIG_REGISTRY", "npm_config_registry",
+        "PIP_INDEX_URL", "UV_INDEX_URL",
+    };
+    char names[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof(reach) / sizeof(reach[0]); i++)
+        if (getenv(reach[i]) && used + strlen(reach[i]) + 3 < sizeof(names))
+            used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
+                                     reach[i]);
+    if (used) {
+        char *more = xasprintf("%s\n  # what reaching a package registry needs here: names of this "
+                               "environment's variables\n  pass_env: [%s]",
+                               full, names);
+        free(full);
+        full = more;
+    }
     int rc = init_upstream("the command after --", full, headers);
     free(full);
     return rc;

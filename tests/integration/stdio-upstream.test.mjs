@@ -386,8 +386,18 @@ test('third-party stdio servers from npm: server-memory, server-filesystem, serv
 
 test('idemgw policy init -- CMD: a starter config for a stdio server, which loads and shows no drift', async (t) => {
   const dir = await tempDir(t, 'idemgw-stdio-policy-');
-  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', path.join(BIN, 'mcp-server-memory')]);
+  // a registry reached through a proxy or a private CA: the variables' names become pass_env
+  // (npx -y would otherwise wait for a registry it cannot reach), never their values
+  const reach = /^(https?_proxy|no_proxy|all_proxy|node_extra_ca_certs|ssl_cert_(file|dir)|requests_ca_bundle|npm_config_registry|pip_index_url|uv_index_url)$/i;
+  const bare = Object.fromEntries(Object.entries(process.env).filter(([k]) => !reach.test(k)));
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', path.join(BIN, 'mcp-server-memory')], { env: bare });
   assert.equal(init.code, 0, init.stderr);
+  assert.doesNotMatch(init.stdout, /pass_env/, 'nothing to pass');
+  const behind = await run(IDEMGW_BIN, ['policy', 'init', '--', path.join(BIN, 'mcp-server-memory')],
+    { env: { ...bare, HTTPS_PROXY: 'http://proxy.invalid:3128', NODE_EXTRA_CA_CERTS: '/etc/secret-ca.pem' } });
+  assert.equal(behind.code, 0, behind.stderr);
+  assert.match(behind.stdout, /\n  pass_env: \[HTTPS_PROXY, NODE_EXTRA_CA_CERTS\]\n/);
+  assert.doesNotMatch(behind.stdout, /proxy\.invalid|secret-ca/, 'names only');
   assert.match(init.stdout, new RegExp(`^upstream:\\n  command: \\["${path.join(BIN, 'mcp-server-memory').replace(/[.\\/]/g, '\\$&')}"\\]\\n`, 'm'));
   assert.match(init.stdout, /\n  create_entities:\n    class: non_idempotent\n/);
   assert.match(init.stdout, /\n  read_graph:\n    class: read\n/, 'readOnlyHint gives read');
