@@ -379,6 +379,13 @@ fetch:;
     };
     catalog_fetch_start(&fo);
     event_base_dispatch(run.base);
+    if (run.n_tools < 0 && cfg->stdio.argv && strstr(err, "initialize: no response in time")) {
+        size_t n = strlen(err);
+        snprintf(err + n, errlen - n,
+                 " (a command that fetches its package first, as npx -y and uvx do, waits for "
+                 "a registry it cannot reach when the proxy or CA variables it needs are not "
+                 "in pass_env)");
+    }
 out:
     upstream_free(upstream);
     if (pool)

@@ -415,6 +415,12 @@ test('idemgw policy init -- CMD: a starter config for a stdio server, which load
   const headers = await run(IDEMGW_BIN, ['policy', 'init', '-H', 'Authorization: Bearer x', '--', path.join(BIN, 'mcp-server-memory')]);
   assert.equal(headers.code, 2);
   assert.match(headers.stderr, /-H is for an HTTP upstream, not a command/);
+  // a server that never answers initialize: what may be holding it up is said
+  const silent = path.join(dir, 'silent.yaml');
+  await fs.writeFile(silent, 'upstream:\n  command: [sleep, "100"]\ntimeouts: {upstream: 1s}\n');
+  const waited = await run(IDEMGW_BIN, ['tools', '-c', silent]);
+  assert.equal(waited.code, 1);
+  assert.match(waited.stderr, /initialize: no response in time \(a command that fetches its package first, as npx -y and uvx do, waits for a registry it cannot reach when the proxy or CA variables it needs are not in pass_env\)/);
   const both = await run(IDEMGW_BIN, ['policy', 'init', '--upstream', 'http://127.0.0.1:1/mcp', '--', 'x']);
   assert.equal(both.code, 2);
   assert.match(both.stderr, /needs --upstream URL or -- CMD ARGS/);
