@@ -695,6 +695,17 @@ fi
 # calls (idemgw_upstream_connections_total). BENCH_COST_ROUNDS rounds (3; smoke 1), the kinds
 # taking turns within each; the report keeps every round and the median.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Postgres's CPU: its server processes' ticks (the gateway's store connections are long-lived
+# backends, so a run's statements are counted in them)
+pg_ticks() {
+    local home=$tmp/pg pm t=0 p
+    [ -f "$tmp/pg/cluster" ] && home=$(cat "$tmp/pg/cluster") # as root: the cluster's own folder
+    pm=$(head -n 1 "$home/data/postmaster.pid" 2>/dev/null) || { echo 0; return; }
+    for p in $pm $(pgrep -P "$pm"); do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
 if want cost; then
     cost_rounds=${BENCH_COST_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
     hz=$(getconf CLK_TCK)
@@ -715,12 +726,14 @@ if want cost; then
                 for mode in read protected; do
                     pid=${cost_pid[$store]}
                     conns0=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
-                    t0=$(cpu_ticks "$pid")
+                    t0=$(cpu_ticks "$pid") p0=$(pg_ticks)
                     log "cost: round $round, $mode calls, $store store, $c connections"
                     w=$(wrk_run "$mode" "${cost_port[$store]}" "$c")
-                    t1=$(cpu_ticks "$pid")
+                    t1=$(cpu_ticks "$pid") p1=$(pg_ticks)
                     conns1=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
-                    record cost "\"store\":\"$store\",\"mode\":\"$mode\",\"conns\":$c,\"round\":$round,\"idemgw\":$w,\"cpu_ms\":$(((t1 - t0) * 1000 / hz)),\"upstream_connections\":$((conns1 - conns0))"
+                    pg_ms=null
+                    [ "$store" = postgres ] && pg_ms=$(((p1 - p0) * 1000 / hz))
+                    record cost "\"store\":\"$store\",\"mode\":\"$mode\",\"conns\":$c,\"round\":$round,\"idemgw\":$w,\"cpu_ms\":$(((t1 - t0) * 1000 / hz)),\"postgres_cpu_ms\":$pg_ms,\"upstream_connections\":$((conns1 - conns0))"
                 done
             done
         done

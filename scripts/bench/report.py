@@ -154,6 +154,8 @@ def main():
             cells.setdefault((r["store"], r["conns"], r["mode"]), []).append({
                 "round": r["round"], "requests": n, "rps": r["idemgw"].get("rps"),
                 "cpu_us_per_call": round(r["cpu_ms"] * 1000 / n, 1) if n else None,
+                "postgres_cpu_us_per_call": round(r["postgres_cpu_ms"] * 1000 / n, 1)
+                if n and r.get("postgres_cpu_ms") is not None else None,
                 "upstream_connections_per_1000": round(r["upstream_connections"] * 1000 / n, 2) if n else None,
                 "errors": r["idemgw"].get("errors"), "non2xx": r["idemgw"].get("non2xx")})
         med = lambda xs: None if not xs else sorted(xs)[len(xs) // 2]
@@ -161,6 +163,8 @@ def main():
         for (store, conns, mode), rs in sorted(cells.items()):
             cost.append({"store": store, "conns": conns, "mode": mode, "rounds": rs,
                          "cpu_us_per_call": med([x["cpu_us_per_call"] for x in rs if x["cpu_us_per_call"] is not None]),
+                         "postgres_cpu_us_per_call": med([x["postgres_cpu_us_per_call"] for x in rs
+                                                          if x["postgres_cpu_us_per_call"] is not None]),
                          "upstream_connections_per_1000": med([x["upstream_connections_per_1000"] for x in rs
                                                                if x["upstream_connections_per_1000"] is not None])})
         for e in cost:
@@ -279,12 +283,15 @@ def print_table(d):
                              f" {fmt(v['ratio_to_off'], 3):>6} {fmt(v['scrapes']):>9} {fmt(v['spans_exported']):>11} {fmt(v['spans_dropped']):>8}")
     c = d.get("cost")
     if c:
-        lines += ["", "(11) what a call costs the gateway (1 worker; CPU user+system per call; median of the rounds)",
-                  "  store     conns  calls        req/s  cpu us/call  x read  upstream conns/1000   cpu us of each round"]
+        lines += ["", "(11) what a call costs the gateway (1 worker; CPU user+system per call; median of the rounds;",
+                  "     postgres: its server processes' CPU per call in the same runs)",
+                  "  store     conns  calls        req/s  cpu us/call  x read  postgres us/call  upstream conns/1000   cpu us of each round"]
         for e in c:
             rps = sorted(x["rps"] or 0 for x in e["rounds"])[len(e["rounds"]) // 2]
+            pg = e.get("postgres_cpu_us_per_call")
             lines.append(f"  {e['store']:9s} {e['conns']:5d}  {e['mode']:10s} {fmt(rps):>8} {fmt(e['cpu_us_per_call'], 1):>12}"
-                         f" {fmt(e['cpu_x_read'], 2):>7} {fmt(e['upstream_connections_per_1000'], 2):>20}   "
+                         f" {fmt(e['cpu_x_read'], 2):>7} {(fmt(pg, 1) if pg is not None else '-'):>17}"
+                         f" {fmt(e['upstream_connections_per_1000'], 2):>20}   "
                          + " ".join(fmt(x["cpu_us_per_call"], 1) for x in e["rounds"]))
     h = d.get("https")
     if h:
