@@ -31,6 +31,7 @@ typedef struct upstream_stdio_opts {
     const upstream_limits_t *limits; /* timeout_ms: initialize; idle_timeout_ms: silence in a
                                         call's answer. Read at each use; outlives the upstream */
     size_t max_line;                 /* the longest stdout line kept (the body limit) */
+    const char *server;              /* the server's name in servers:, or NULL: in log lines */
 } upstream_stdio_opts_t;
 
 upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts);

@@ -153,6 +153,7 @@ static bool open_upstream(backend_t *b, char *msg, size_t msglen)
             .path = cfg->upstream_path,
             .limits = env->limits,
             .max_line = (size_t)cfg->max_body_bytes,
+            .server = cfg->server_name,
         };
         b->upstream = upstream_stdio_new(&so);
         return true;

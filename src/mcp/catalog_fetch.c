@@ -348,6 +348,7 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
             .path = cfg->upstream_path,
             .limits = &limits,
             .max_line = (size_t)cfg->max_body_bytes,
+            .server = cfg->server_name,
         };
         upstream = upstream_stdio_new(&so);
         goto fetch;

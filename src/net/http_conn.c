@@ -43,7 +43,8 @@ struct http_conn {
     void *obs_arg;
     bool free_scheduled;
     bool lingering;                /* answer sent and write side shut: draining input, then close */
-    bool adopted;                  /* handed over by another worker: never handed on again */
+    bool adopted; /* its request was handed over by another worker: that one is never handed on
+                     again (the agent's later requests on the connection may be) */
     bool handed_off;               /* given to another worker: close our copy, touch nothing */
     bool tls;                      /* bev is an OpenSSL bufferevent (listen_tls) */
     bool first_pending;            /* no request begun yet: the header deadline runs from accept */
@@ -655,6 +656,7 @@ void http_conn_response_done(http_conn_t *c, bool keep_alive)
     c->drained = NULL;
     c->gone = NULL;
     c->obs_arg = NULL;
+    c->adopted = false;
     if (c->free_scheduled)
         return;
     if (!keep_alive || draining(c->site->ctx)) {

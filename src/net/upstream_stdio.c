@@ -1542,7 +1542,9 @@ upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts)
     up->limits = opts->limits;
     up->max_line = opts->max_line ? opts->max_line : (4u << 20);
     const char *slash = strrchr(up->conf.argv[0], '/');
-    up->label = xstrdup(slash ? slash + 1 : up->conf.argv[0]);
+    const char *prog = slash ? slash + 1 : up->conf.argv[0];
+    /* several servers may run the same program (node, npx, uvx): the name tells them apart */
+    up->label = opts->server ? xasprintf("%s (%s)", opts->server, prog) : xstrdup(prog);
     up->sigchld = evsignal_new(up->base, SIGCHLD, on_sigchld, up);
     event_add(up->sigchld, NULL);
     upstream_t *u = xcalloc(1, sizeof(*u));

@@ -4,9 +4,12 @@
 // the refund fixture's ledger.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import path from 'node:path';
 import {
   createDatabase, findResponse, idemStatus, pollingCall, postgresOnly, rawSession, readLedger, replayMarker, sseReader,
-  startGateway, startRefundServer, toolText, waitFor, waitForLedger, waitForLog,
+  startGateway, startRefundServer, tempDir, toolText, waitFor, waitForLedger, waitForLog,
 } from './lib/harness.mjs';
 
 const ACCEPT = 'application/json, text/event-stream';
@@ -117,6 +120,70 @@ test('SSE polling with two workers: the resuming GET reaches the worker waiting 
   }));
   assert.equal((await readLedger(upstream.ledger)).length, 8, 'each call executed once');
   t.diagnostic(`GETs handed between workers: ${(gw.logs().match(/stream resume handed to worker/g) ?? []).length} of 8`);
+});
+
+/** One request on agent (false: a connection of its own): {status, body, localPort}. */
+function onSocket(agent, url, { method = 'GET', headers, body } = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, { method, agent, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (d) => { body += d; });
+      res.on('end', () => resolve({ status: res.statusCode, body, localPort: req.socket.localPort }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+test('SSE polling with two workers: one kept-alive agent connection resumes sessions held by each worker in turn', postgresOnly('two workers are two processes on one store'), async (t) => {
+  // The connection goes to the worker of the first session, then is handed to the other for the
+  // second, and must be handed back for the third: a connection handed over once is handed on
+  // again for a later request, or that resume reaches the upstream from a worker that cannot
+  // map its answer back (the agent would get the gateway's id, the key would stay in progress)
+  const { upstream, gw } = await setup(t, {}, { workers: 2 });
+  const gates = await tempDir(t, 'idemgw-gates-');
+  const held = { 1: [], 2: [] };
+  for (let i = 0; (held[1].length < 2 || held[2].length < 1) && i < 40; i++) {
+    const s = await rawSession(t, gw.url);
+    const id = `keep-${i}`;
+    const args = { order_id: `ord-keep-${i}`, amount_cents: 30 + i, wait_for: path.join(gates, id) };
+    // each call on a connection of its own, so the workers share them
+    const first = await onSocket(false, gw.url, {
+      method: 'POST',
+      headers: { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': s.sessionId, 'MCP-Protocol-Version': '2025-11-25' },
+      body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'polling_refund', arguments: args } }),
+    });
+    assert.equal(first.status, 200);
+    assert.doesNotMatch(first.body, /"result"/, 'no result on the POST stream');
+    const primingId = [...first.body.matchAll(/^id: ?(.+)$/gm)].map((m) => m[1].trim()).pop();
+    const line = await waitForLog(gw, new RegExp(`"worker":(\\d),[^\\n]*"rpc_id":"${id}"[^\\n]*"outcome":"pending"`));
+    held[line[1]].push({ s, id, args, primingId });
+  }
+  assert.ok(held[1].length >= 2 && held[2].length >= 1, 'calls held by each worker');
+  const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
+  t.after(() => agent.destroy());
+  const ports = new Set();
+  for (const c of [held[1][0], held[2][0], held[1][1]]) {
+    const get = onSocket(agent, gw.url, {
+      headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': c.s.sessionId, 'MCP-Protocol-Version': '2025-11-25', 'Last-Event-ID': c.primingId },
+    });
+    // answered once the GET waits upstream, so the answer goes out on it and ends it
+    await waitForLog(upstream, new RegExp(`GET resumes session ${c.s.sessionId} `));
+    await fs.writeFile(c.args.wait_for, '');
+    const r = await get;
+    assert.equal(r.status, 200);
+    ports.add(r.localPort);
+    const answers = [...r.body.matchAll(/^data: ?(.+)$/gm)].map((m) => JSON.parse(m[1])).filter((m) => 'result' in m || 'error' in m);
+    assert.deepEqual(answers.map((m) => m.id), [c.id], `the answer carries the agent's id: ${r.body}`);
+    assert.match(toolText(answers[0].result), new RegExp(`^Refunded ${c.args.amount_cents} cents`));
+    const retry = await c.s.call('polling_refund', c.args);
+    assert.ok(replayMarker(retry.message?.result), `the key finished from the resumed stream: ${retry.body}`);
+  }
+  assert.equal(ports.size, 1, 'the three resumes came on one connection');
+  assert.equal((gw.logs().match(/stream resume handed to worker/g) ?? []).length >= 2, true, 'handed over, then back');
+  assert.equal((await readLedger(upstream.ledger)).length, held[1].length + held[2].length, 'each call executed once');
 });
 
 test('a replay to a browser page carries no CORS headers the upstream never sent', async (t) => {
