@@ -36,6 +36,10 @@ void util_iso_utc_ms(int64_t ms, char out[UTIL_ISO_LEN + 1]);
 
 /* Lower-case hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void util_hex(const unsigned char *in, size_t n, char *out);
+/* 16 hex digits and a NUL, random per call (RAND_bytes; should it fail, the pid and the clock
+ * in nanoseconds): a prefix that tells ids a process makes from another live process's. Not a
+ * secret. */
+void util_nonce_hex(char out[17]);
 
 /* The value of one hex digit, or -1. */
 int util_hexval(char c);

@@ -9,8 +9,10 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <openssl/evp.h>
+#include <openssl/rand.h>
 
 static void oom(size_t n)
 {
@@ -109,6 +111,18 @@ void util_hex(const unsigned char *in, size_t n, char *out)
         out[2 * i + 1] = digits[in[i] & 15];
     }
     out[2 * n] = '\0';
+}
+
+void util_nonce_hex(char out[17])
+{
+    unsigned char raw[8];
+    if (RAND_bytes(raw, sizeof(raw)) != 1) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        uint64_t v = ((uint64_t)getpid() << 40) ^ ((uint64_t)ts.tv_sec * 1000000000u + ts.tv_nsec);
+        memcpy(raw, &v, sizeof(raw));
+    }
+    util_hex(raw, sizeof(raw), out);
 }
 
 int util_hexval(char c)

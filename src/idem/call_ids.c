@@ -2,17 +2,14 @@
 #include "call_ids.h"
 #include "log.h"
 #include "rpc_id.h"
-#include "trace.h"
 #include "util.h"
 
 #include <event2/buffer.h>
 #include <llhttp.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <unistd.h>
 
 /* Most bytes of a protected call's JSON answer, or of one event of its stream, once decoded:
  * the filter reads a JSON answer whole to find its id (as the stage holds it whole anyway). */
@@ -57,14 +54,8 @@ struct call_ids {
 
 call_ids_t *call_ids_new(void)
 {
-    unsigned char raw[8];
-    if (RAND_bytes(raw, sizeof(raw)) != 1) {
-        /* still unlike another live process's: the pid and the clock in nanoseconds */
-        uint64_t v = ((uint64_t)getpid() << 40) ^ trace_now_ns();
-        memcpy(raw, &v, sizeof(raw));
-    }
     call_ids_t *ids = xcalloc(1, sizeof(*ids));
-    util_hex(raw, sizeof(raw), ids->nonce);
+    util_nonce_hex(ids->nonce);
     return ids;
 }
 

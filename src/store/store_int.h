@@ -167,6 +167,8 @@ struct store_pg {
     struct event *indoubt_ev; /* the next entry falls due */
     store_stats_t stats;
     struct server_stats *timing; /* the sweeper's and the duplicates' statements, or NULL */
+    char token_prefix[17];       /* random per store: claim tokens unlike another process's */
+    uint64_t token_next;         /* ... followed by a count */
 };
 
 /* store_pg_dups.c: the duplicates' columns (sql/002_dup_history.sql) and `idemgw report` */

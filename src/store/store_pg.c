@@ -32,7 +32,6 @@
 
 #include <event2/event.h>
 #include <inttypes.h>
-#include <openssl/rand.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1062,6 +1061,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
     if (s->connect_deadline_ms < STORE_CONNECT_DEADLINE_MIN_MS)
         s->connect_deadline_ms = STORE_CONNECT_DEADLINE_MIN_MS;
     s->pg_options = session_options(s->conninfo, s->timeout_ms);
+    util_nonce_hex(s->token_prefix);
     s->migrate = opt->migrate;
     s->group_commit = pg->group_commit;
     s->durable_finish = pg->durable_finish;
@@ -1172,17 +1172,12 @@ static store_status_t pg_claim(store_pg_t *s, const store_claim_req_t *req, stor
     op_int(op, clamp_ms(req->window_ms));
     op_bool(op, req->takeover_lease_expired);
     op_text(op, NULL); /* the deadline, by the database's clock: set when sent */
-    /* the token tells this claim from any later one of the key, should its answer be lost */
-    unsigned char raw[16];
-    char token[2 * sizeof(raw) + 1];
-    if (RAND_bytes(raw, sizeof(raw)) == 1) {
-        util_hex(raw, sizeof(raw), token);
-        op_text(op, token);
-    } else {
-        log_error(0, "store: RAND_bytes failed: this claim has no token and is never released "
-                     "by itself if its answer is lost");
-        op_text(op, NULL);
-    }
+    /* the token tells this claim from any later one of the key, should its answer be lost: the
+     * store's random prefix and a count (RAND_bytes per claim cost a getpid() each) */
+    char token[sizeof(s->token_prefix) + 16];
+    snprintf(token, sizeof(token), "%s%016llx", s->token_prefix,
+             (unsigned long long)++s->token_next);
+    op_text(op, token);
     op->cb.claim = cb;
     op->arg = arg;
     return submit(s, op);
