@@ -97,18 +97,8 @@ record() {
 }
 
 # a port below the ephemeral range (scripts/free-port.py)
-free_port() {
-    python3 "$root/scripts/free-port.py"
-}
-
-wait_port() { # PORT [what]
-    for _ in $(seq 1 200); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "bench: ${2:-port $1} did not come up" >&2
-    return 1
-}
+bench_name=bench
+. "$root/scripts/bench/lib.sh"
 
 # RSS of a process and its children (the gateway's workers), in KiB.
 rss_kib() {
@@ -212,14 +202,7 @@ start_gw() {
     "$root/$IDEMGW" -c "$tmp/idemgw.yaml" >>"$tmp/idemgw.log" 2>&1 &
     gw_pid=$!
     pids+=("$gw_pid")
-    wait_port "$gw_port" idemgw
-    for _ in $(seq 1 100); do
-        curl -sf "http://127.0.0.1:$gw_admin/readyz" >/dev/null && return 0
-        sleep 0.05
-    done
-    echo "bench: idemgw not ready:" >&2
-    tail -n 20 "$tmp/idemgw.log" >&2
-    return 1
+    gw_ready "$gw_port" "$gw_admin" "$tmp/idemgw.log" idemgw
 }
 stop_gw() {
     kill "$gw_pid" 2>/dev/null || true
@@ -340,11 +323,7 @@ if want protected; then
     "$root/$IDEMGW" -c "$tmp/idemgw-sqlite.yaml" >>"$tmp/idemgw-sqlite.log" 2>&1 &
     sq_pid=$!
     pids+=("$sq_pid")
-    wait_port "$sq_port" "idemgw (sqlite)"
-    for _ in $(seq 1 100); do
-        curl -sf "http://127.0.0.1:$sq_admin/readyz" >/dev/null && break
-        sleep 0.05
-    done
+    gw_ready "$sq_port" "$sq_admin" "$tmp/idemgw-sqlite.log" "idemgw (sqlite)"
     log "protected first executions through idemgw on the embedded SQLite store, $load_conns connections"
     sq=$(wrk_run protected "$sq_port" "$load_conns")
     kill "$sq_pid" 2>/dev/null || true
@@ -511,14 +490,7 @@ if want powertools; then
         "$root/$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
         pids+=($!)
         eval "${name}_pid=$! ${name}_port=$port"
-        wait_port "$port" "$name"
-        for _ in $(seq 1 100); do
-            curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null && return 0
-            sleep 0.05
-        done
-        echo "bench: $name not ready:" >&2
-        tail -n 20 "$tmp/$name.log" >&2
-        return 1
+        gw_ready "$port" "$admin" "$tmp/$name.log" "$name"
     }
     start_pt_gw gw_pg "$pg_url" false "$pt_workers"
     start_pt_gw gw_pggc "$pg_url" true "$pt_workers"
@@ -600,9 +572,6 @@ fi
 # exported (to nginx answering {}). Protected first executions and plain proxied reads each.
 # The variants take turns, BENCH_OBS_ROUNDS rounds (3; smoke 1), and each variant's median run
 # is kept: on a shared machine the load drifts, and taking turns spreads it over all of them.
-metric() { # ADMIN_PORT NAME -> value (0 if absent)
-    curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; f=1} END {if (!f) print 0}'
-}
 # start_variant NAME [SED-EXPRESSION...]: a gateway of its own, the bench config on ports of its
 # own with the expressions applied ($tmp/idemgw-NAME.yaml), started and ready; its port, admin
 # port and pid in v_port, v_admin, v_pid
@@ -617,14 +586,7 @@ start_variant() {
     "$root/$IDEMGW" -c "$tmp/idemgw-$name.yaml" >>"$tmp/idemgw-$name.log" 2>&1 &
     v_pid=$!
     pids+=("$v_pid")
-    wait_port "$v_port" "idemgw ($name)"
-    for _ in $(seq 1 100); do
-        curl -sf "http://127.0.0.1:$v_admin/readyz" >/dev/null && return 0
-        sleep 0.05
-    done
-    echo "bench: idemgw ($name) not ready:" >&2
-    tail -n 20 "$tmp/idemgw-$name.log" >&2
-    return 1
+    gw_ready "$v_port" "$v_admin" "$tmp/idemgw-$name.log" "idemgw ($name)"
 }
 if want observability; then
     obs_rounds=${BENCH_OBS_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}
@@ -643,11 +605,7 @@ if want observability; then
         pids+=("${ob_pids[$variant]}")
         ob_ports[$variant]=$ob_port
         ob_admins[$variant]=$ob_admin
-        wait_port "$ob_port" "idemgw ($variant)"
-        for _ in $(seq 1 100); do
-            curl -sf "http://127.0.0.1:$ob_admin/readyz" >/dev/null && break
-            sleep 0.05
-        done
+        gw_ready "$ob_port" "$ob_admin" "$tmp/idemgw-ob-$variant.log" "idemgw ($variant)"
         if [ "$smoke" != 1 ]; then
             BENCH_MODE=read wrk -t2 -c"$load_conns" -d1s -s scripts/bench/mcp.lua "http://127.0.0.1:$ob_port/mcp" >/dev/null 2>&1 || true
         fi

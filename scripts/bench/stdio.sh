@@ -73,19 +73,8 @@ trap 'exit 130' INT TERM
 
 log() { printf '%s bench-stdio: %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# a port below the ephemeral range (scripts/free-port.py)
-free_port() {
-    python3 "$root/scripts/free-port.py"
-}
-
-wait_port() { # PORT WHAT
-    for _ in $(seq 1 400); do
-        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
-        sleep 0.05
-    done
-    echo "bench-stdio: $2 did not come up on port $1" >&2
-    return 1
-}
+bench_name=bench-stdio
+. "$root/scripts/bench/lib.sh"
 
 # ---- the targets ------------------------------------------------------------------------------
 declare -A port_of pid_of
@@ -117,13 +106,7 @@ EOF
     pid_of[$name]=$!
     port_of[$name]=$port
     eval "${name}_admin=$admin"
-    wait_port "$port" "$name"
-    for _ in $(seq 1 200); do
-        curl -sf "http://127.0.0.1:$admin/readyz" >/dev/null && return 0
-        sleep 0.05
-    done
-    echo "bench-stdio: $name not ready" >&2
-    return 1
+    gw_ready "$port" "$admin" "$tmp/$name.log" "$name"
 }
 
 start_supergateway() {
@@ -160,9 +143,6 @@ for t in $targets; do
     esac
 done
 
-metric() { # ADMIN_PORT NAME -> value (0 if absent)
-    curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; f=1} END {if (!f) print 0}'
-}
 
 # ---- rounds -----------------------------------------------------------------------------------
 results=$tmp/results.jsonl
