@@ -653,6 +653,8 @@ fi
 # calls (idemgw_upstream_connections_total). BENCH_COST_ROUNDS rounds (3; smoke 1), the kinds
 # taking turns within each; the report keeps every round and the median.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# the main thread alone: the event loop, without the embedded store's writer thread
+loop_ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
 # Postgres's CPU: its server processes' ticks (the gateway's store connections are long-lived
 # backends, so a run's statements are counted in them)
 pg_ticks() {
@@ -684,14 +686,15 @@ if want cost; then
                 for mode in read protected; do
                     pid=${cost_pid[$store]}
                     conns0=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
-                    t0=$(cpu_ticks "$pid") p0=$(pg_ticks)
+                    t0=$(cpu_ticks "$pid") l0=$(loop_ticks "$pid") p0=$(pg_ticks)
                     log "cost: round $round, $mode calls, $store store, $c connections"
                     w=$(wrk_run "$mode" "${cost_port[$store]}" "$c")
-                    t1=$(cpu_ticks "$pid") p1=$(pg_ticks)
+                    # the loop's window inside the process's: a loop figure never above the whole
+                    l1=$(loop_ticks "$pid") t1=$(cpu_ticks "$pid") p1=$(pg_ticks)
                     conns1=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
                     pg_ms=null
                     [ "$store" = postgres ] && pg_ms=$(((p1 - p0) * 1000 / hz))
-                    record cost "\"store\":\"$store\",\"mode\":\"$mode\",\"conns\":$c,\"round\":$round,\"idemgw\":$w,\"cpu_ms\":$(((t1 - t0) * 1000 / hz)),\"postgres_cpu_ms\":$pg_ms,\"upstream_connections\":$((conns1 - conns0))"
+                    record cost "\"store\":\"$store\",\"mode\":\"$mode\",\"conns\":$c,\"round\":$round,\"idemgw\":$w,\"cpu_ms\":$(((t1 - t0) * 1000 / hz)),\"loop_cpu_ms\":$(((l1 - l0) * 1000 / hz)),\"postgres_cpu_ms\":$pg_ms,\"upstream_connections\":$((conns1 - conns0))"
                 done
             done
         done

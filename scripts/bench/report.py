@@ -154,6 +154,8 @@ def main():
             cells.setdefault((r["store"], r["conns"], r["mode"]), []).append({
                 "round": r["round"], "requests": n, "rps": r["idemgw"].get("rps"),
                 "cpu_us_per_call": round(r["cpu_ms"] * 1000 / n, 1) if n else None,
+                "loop_cpu_us_per_call": round(r["loop_cpu_ms"] * 1000 / n, 1)
+                if n and r.get("loop_cpu_ms") is not None else None,
                 "postgres_cpu_us_per_call": round(r["postgres_cpu_ms"] * 1000 / n, 1)
                 if n and r.get("postgres_cpu_ms") is not None else None,
                 "upstream_connections_per_1000": round(r["upstream_connections"] * 1000 / n, 2) if n else None,
@@ -163,6 +165,8 @@ def main():
         for (store, conns, mode), rs in sorted(cells.items()):
             cost.append({"store": store, "conns": conns, "mode": mode, "rounds": rs,
                          "cpu_us_per_call": med([x["cpu_us_per_call"] for x in rs if x["cpu_us_per_call"] is not None]),
+                         "loop_cpu_us_per_call": med([x["loop_cpu_us_per_call"] for x in rs
+                                                      if x["loop_cpu_us_per_call"] is not None]),
                          "postgres_cpu_us_per_call": med([x["postgres_cpu_us_per_call"] for x in rs
                                                           if x["postgres_cpu_us_per_call"] is not None]),
                          "upstream_connections_per_1000": med([x["upstream_connections_per_1000"] for x in rs
@@ -170,6 +174,7 @@ def main():
         for e in cost:
             read = next((x for x in cost if x["store"] == e["store"] and x["conns"] == e["conns"] and x["mode"] == "read"), None)
             e["cpu_x_read"] = ratio(e["cpu_us_per_call"], (read or {}).get("cpu_us_per_call"))
+            e["loop_cpu_x_read"] = ratio(e["loop_cpu_us_per_call"], (read or {}).get("loop_cpu_us_per_call"))
 
     # (12) an https upstream against plain http, handshakes per 1,000 calls
     https = None
@@ -284,13 +289,15 @@ def print_table(d):
     c = d.get("cost")
     if c:
         lines += ["", "(11) what a call costs the gateway (1 worker; CPU user+system per call; median of the rounds;",
+                  "     loop: the event loop's thread alone, without the embedded store's writer thread;",
                   "     postgres: its server processes' CPU per call in the same runs)",
-                  "  store     conns  calls        req/s  cpu us/call  x read  postgres us/call  upstream conns/1000   cpu us of each round"]
+                  "  store     conns  calls        req/s  cpu us/call  x read  loop us/call  x read  postgres us/call  upstream conns/1000   cpu us of each round"]
         for e in c:
             rps = sorted(x["rps"] or 0 for x in e["rounds"])[len(e["rounds"]) // 2]
             pg = e.get("postgres_cpu_us_per_call")
             lines.append(f"  {e['store']:9s} {e['conns']:5d}  {e['mode']:10s} {fmt(rps):>8} {fmt(e['cpu_us_per_call'], 1):>12}"
-                         f" {fmt(e['cpu_x_read'], 2):>7} {(fmt(pg, 1) if pg is not None else '-'):>17}"
+                         f" {fmt(e['cpu_x_read'], 2):>7} {fmt(e['loop_cpu_us_per_call'], 1):>13} {fmt(e['loop_cpu_x_read'], 2):>7}"
+                         f" {(fmt(pg, 1) if pg is not None else '-'):>17}"
                          f" {fmt(e['upstream_connections_per_1000'], 2):>20}   "
                          + " ".join(fmt(x["cpu_us_per_call"], 1) for x in e["rounds"]))
     h = d.get("https")
