@@ -166,9 +166,17 @@ static bool hand_off_resume(exchange_t *get)
     if (!session || !http_headers_get(&get->req->headers, "last-event-id"))
         return false;
     int owner = handoff_owner(session);
-    if (owner < 0 || owner == p->ctx.worker ||
-        !http_conn_hand_off(get->client, get->req, HANDOFF_MAX_BYTES, send_to_worker, &owner))
+    if (owner < 0 || owner == p->ctx.worker)
         return false;
+    if (!http_conn_hand_off(get->client, get->req, HANDOFF_MAX_BYTES, send_to_worker, &owner)) {
+        /* a TLS connection cannot move, nor one still writing an answer */
+        log_warn(get->conn_id,
+                 "stream resume of a session worker %d reads cannot be handed there (a TLS "
+                 "connection, or one still writing): the upstream serves it from this worker, "
+                 "which cannot map back the ids of that worker's calls",
+                 owner + 1);
+        return false;
+    }
     log_info(get->conn_id, "stream resume handed to worker %d, which reads the stream", owner + 1);
     get->client = NULL;
     get->answered = true;
