@@ -689,7 +689,7 @@ if want cost; then
                     t0=$(cpu_ticks "$pid") l0=$(loop_ticks "$pid") p0=$(pg_ticks)
                     log "cost: round $round, $mode calls, $store store, $c connections"
                     w=$(wrk_run "$mode" "${cost_port[$store]}" "$c")
-                    # the loop's window inside the process's: a loop figure never above the whole
+                    # the loop's window inside the process's (each figure is rounded to ticks)
                     l1=$(loop_ticks "$pid") t1=$(cpu_ticks "$pid") p1=$(pg_ticks)
                     conns1=$(metric "${cost_admin[$store]}" idemgw_upstream_connections_total)
                     pg_ms=null
