@@ -96,7 +96,7 @@ record() {
     printf '{"section":"%s",%s}\n' "$section" "$*" >>"$results"
 }
 
-# a port below the ephemeral range (scripts/free-port.py)
+# free_port, wait_port, gw_ready and metric
 bench_name=bench
 . "$root/scripts/bench/lib.sh"
 

@@ -143,7 +143,6 @@ for t in $targets; do
     esac
 done
 
-
 # ---- rounds -----------------------------------------------------------------------------------
 results=$tmp/results.jsonl
 : >"$results"
