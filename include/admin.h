@@ -1,8 +1,9 @@
 /* The admin listener: GET /healthz (process alive), GET /readyz (the upstreams reachable and,
  * when configured, the store connected), GET /metrics (Prometheus text).
  *
- * With one upstream, /readyz is ready when that upstream is reachable, the store answers and
- * the process is not draining; its body is {"ready", "upstream", "store", ["store_reason"],
+ * With one upstream, /readyz is ready when that upstream is reachable, the store answers (and,
+ * with several workers, every other worker last published its store up) and the process is
+ * not draining; its body is {"ready", "upstream", "store", ["store_reason"],
  * "draining"}. Under servers: an upstream that is down fails only its own server's calls (the
  * router sends each call to its server's upstream alone), so taking the whole gateway out of
  * a load balancer for it would fail every other server's calls too: ready then needs at least

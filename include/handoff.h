@@ -3,10 +3,13 @@
  * worker hands the agent's socket, with the request re-serialised, to the owner over a Unix
  * socket (SCM_RIGHTS), and the owner serves the resume from the bytes it kept.
  *
- * Which worker reads a session's streams is kept in a small table in shared memory, one
- * 64-bit word a slot: the session's hash with the worker number in its low byte. A slot
- * shared by two sessions holds the last one written; a wrong or stale answer only means the
- * resume goes upstream, as it would without the table. */
+ * Which worker reads a session's streams is kept in a table in shared memory, one 64-bit word
+ * a slot: the session's hash with the worker number in its low byte. A session takes the first
+ * free slot of the few after its hash's own (open addressing), so sessions whose hashes meet
+ * keep their own owners. A session not found makes the resume go upstream from the worker it
+ * reached, which cannot map back the ids of another worker's protected calls: the answer
+ * would reach the agent under the gateway's id and the key wait out its lease. Only when
+ * every slot a session may take is held by others is one of them taken over. */
 #ifndef IDEMGW_HANDOFF_H
 #define IDEMGW_HANDOFF_H
 

@@ -15,7 +15,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define OWNER_SLOTS 4096
+#define OWNER_SLOTS 16384
+#define OWNER_PROBE 16 /* slots a session may take, from its hash's own on */
 #define WORKER_BITS 0xFFu
 
 static uint64_t *owners; /* shared: OWNER_SLOTS words */
@@ -26,10 +27,18 @@ static struct event *rx_ev;
 static handoff_adopt_fn adopt_fn;
 static void *adopt_arg;
 
-/* The session's hash with the low byte cleared, where a slot keeps the worker number. */
+/* The session's hash with the low byte cleared, where a slot keeps the worker number. FNV-1a
+ * is mixed further (a 64-bit finaliser): ids that differ in a counter at their end would
+ * otherwise land on neighbouring slots and crowd each other out. */
 static uint64_t session_hash(const char *s)
 {
-    return util_fnv1a64(s) & ~(uint64_t)WORKER_BITS;
+    uint64_t h = util_fnv1a64(s);
+    h ^= h >> 33;
+    h *= UINT64_C(0xff51afd7ed558ccd);
+    h ^= h >> 33;
+    h *= UINT64_C(0xc4ceb9fe1a85ec53);
+    h ^= h >> 33;
+    return h & ~(uint64_t)WORKER_BITS;
 }
 
 int handoff_setup(int n_workers)
@@ -103,19 +112,44 @@ void handoff_stop(void)
     rx_ev = NULL;
 }
 
+/* The i-th slot a session with hash h may take. */
+static uint64_t *slot_of(uint64_t h, unsigned i)
+{
+    return &owners[((h >> 8) + i) % OWNER_SLOTS];
+}
+
 void handoff_note_stream(const char *session, bool on)
 {
     if (!owners || self < 0 || !session)
         return;
     uint64_t h = session_hash(session);
     uint64_t mine = h | (uint64_t)(self + 1);
-    uint64_t *slot = &owners[(h >> 8) % OWNER_SLOTS];
-    if (on) {
-        __atomic_store_n(slot, mine, __ATOMIC_RELEASE);
+    if (!on) {
+        /* only a slot that still says this worker reads this session */
+        for (unsigned i = 0; i < OWNER_PROBE; i++) {
+            uint64_t expect = mine;
+            __atomic_compare_exchange_n(slot_of(h, i), &expect, 0, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED);
+        }
         return;
     }
-    /* only if the slot still says this worker reads this session */
-    __atomic_compare_exchange_n(slot, &mine, 0, false, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+    /* the session's own slot, whichever worker it names, else a free one */
+    for (unsigned i = 0; i < OWNER_PROBE; i++) {
+        uint64_t *slot = slot_of(h, i);
+        uint64_t v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+        while ((v & ~(uint64_t)WORKER_BITS) == h && v != 0)
+            if (__atomic_compare_exchange_n(slot, &v, mine, false, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                return;
+    }
+    for (unsigned i = 0; i < OWNER_PROBE; i++) {
+        uint64_t expect = 0;
+        if (__atomic_compare_exchange_n(slot_of(h, i), &expect, mine, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return;
+    }
+    /* every slot it may take is another session's: the first one is taken from it */
+    __atomic_store_n(slot_of(h, 0), mine, __ATOMIC_RELEASE);
 }
 
 int handoff_owner(const char *session)
@@ -123,11 +157,14 @@ int handoff_owner(const char *session)
     if (!owners || !session)
         return -1;
     uint64_t h = session_hash(session);
-    uint64_t v = __atomic_load_n(&owners[(h >> 8) % OWNER_SLOTS], __ATOMIC_ACQUIRE);
-    if ((v & ~(uint64_t)WORKER_BITS) != h || (v & WORKER_BITS) == 0)
-        return -1;
-    int w = (int)(v & WORKER_BITS) - 1;
-    return w < n_pairs ? w : -1;
+    for (unsigned i = 0; i < OWNER_PROBE; i++) {
+        uint64_t v = __atomic_load_n(slot_of(h, i), __ATOMIC_ACQUIRE);
+        if ((v & ~(uint64_t)WORKER_BITS) != h || (v & WORKER_BITS) == 0)
+            continue;
+        int w = (int)(v & WORKER_BITS) - 1;
+        return w < n_pairs ? w : -1;
+    }
+    return -1;
 }
 
 bool handoff_send(int w, int fd, const char *bytes, size_t len)

@@ -65,7 +65,19 @@ static void servers_status(struct evbuffer *b, const ready_probe_t *p)
     json_decref(down);
 }
 
-static void probe_answer(ready_probe_t *p, bool store_ok)
+/* With several workers each has its own store connections. The admin's worker reads its own
+ * store; another's readiness is what that worker last published (store.c). Returns the number
+ * (from 1) of a worker whose store is not up, or 0. */
+static int worker_store_down(const admin_ctx_t *ctx)
+{
+    for (int w = 1; ctx->all_stats && w < ctx->n_workers; w++)
+        if (!ctx->all_stats[w].store_present || !ctx->all_stats[w].store_up)
+            return w + 1;
+    return 0;
+}
+
+/* down_worker: 0, or the worker whose store is down while this one's answered */
+static void probe_answer(ready_probe_t *p, bool store_ok, int down_worker)
 {
     const admin_ctx_t *ctx = p->ctx;
     bool draining = ctx->draining && *ctx->draining;
@@ -78,7 +90,10 @@ static void probe_answer(ready_probe_t *p, bool store_ok)
     if (p->conn) {
         char why[1000] = "";
         bool ready = upstream_ok && store_ok && !draining;
-        if (!store_ok)
+        if (down_worker)
+            snprintf(why, sizeof(why), "worker %d of %d is not connected to the store",
+                     down_worker, ctx->n_workers);
+        else if (!store_ok)
             store_down_reason(ctx->store, why, sizeof(why));
         /* the reason names a path: escaped as JSON (left out when it is not UTF-8) */
         json_t *why_str = why[0] ? json_string(why) : NULL;
@@ -110,7 +125,9 @@ static void probe_answer(ready_probe_t *p, bool store_ok)
 static void probe_store_done(store_status_t st, const store_row_t *row, void *arg)
 {
     (void)row;
-    probe_answer(arg, st == STORE_OK);
+    ready_probe_t *p = arg;
+    int down_worker = st == STORE_OK ? worker_store_down(p->ctx) : 0;
+    probe_answer(p, st == STORE_OK && !down_worker, down_worker);
 }
 
 /* The store is ready when a read of the key table answers within the store's deadline: a
@@ -119,11 +136,11 @@ static void probe_store(ready_probe_t *p)
 {
     store_t *store = p->ctx->store;
     if (!store) {
-        probe_answer(p, !p->ctx->store_missing);
+        probe_answer(p, !p->ctx->store_missing, 0);
         return;
     }
     if (!store_ready(store) || store_get(store, READY_PROBE_KEY, probe_store_done, p) != STORE_OK)
-        probe_answer(p, false);
+        probe_answer(p, false, 0);
 }
 
 /* One upstream's probe is in (or the start is done): the store is read once all are. */

@@ -6,12 +6,15 @@
 #include <stdlib.h>
 
 #define STORE_PUBLISH_MS 1000
+/* Until the store is first up: another worker's /readyz waits on this worker's figure. */
+#define STORE_PUBLISH_START_MS 20
 
 struct store {
     const store_ops_t *ops;
     void *impl;
     server_stats_t *stats;    /* NULL: calls are not timed */
     struct event *publish_ev; /* copies the store's gauges into stats */
+    bool was_up;              /* has been ready once: published at the slower pace */
     int outstanding;          /* timed calls whose callback has not run yet */
     void (*settled_cb)(void *arg);
     void *settled_arg;
@@ -125,6 +128,11 @@ static void publish(evutil_socket_t fd, short what, void *arg)
      * transaction (one commit) */
     o->store_batches = st.claim_batches + st.finish_batches + st.transactions;
     o->store_batched = st.claims_batched + st.finishes_batched + st.batched_ops;
+    if (s->publish_ev) {
+        s->was_up = s->was_up || o->store_up;
+        struct timeval tv = util_ms_to_tv(s->was_up ? STORE_PUBLISH_MS : STORE_PUBLISH_START_MS);
+        evtimer_add(s->publish_ev, &tv);
+    }
 }
 
 int store_outstanding(const store_t *s)
@@ -143,12 +151,10 @@ void store_observe(store_t *s, server_stats_t *stats, struct event_base *base)
     s->stats = stats;
     if (s->ops->observe)
         s->ops->observe(s->impl, stats);
-    s->publish_ev = event_new(base, -1, EV_PERSIST, publish, s);
+    s->publish_ev = event_new(base, -1, 0, publish, s);
     if (!s->publish_ev)
         abort();
-    struct timeval tv = {STORE_PUBLISH_MS / 1000, (STORE_PUBLISH_MS % 1000) * 1000};
-    evtimer_add(s->publish_ev, &tv);
-    publish(-1, 0, s);
+    publish(-1, 0, s); /* and arms the next */
 }
 
 store_t *store_from_ops(const store_ops_t *ops, void *impl)

@@ -167,6 +167,9 @@ static void with_store(bool ready)
 {
     fs.ready = ready;
     admin.store = store_from_ops(&fake_ops, &fs);
+    /* the other worker's store, as that worker publishes it */
+    workers[1].store_present = 1;
+    workers[1].store_up = 1;
 }
 
 /* Sends one request (Connection: close) and returns the whole response. */
@@ -283,6 +286,27 @@ static void the_store_is_read_to_be_ready(void **state)
     expect(request("GET", "/readyz"), "HTTP/1.1 503",
            "{\"ready\":false,\"upstream\":true,\"store\":\"down\",\"draining\":false}\n");
     assert_int_equal(fs.gets, 3);
+}
+
+/* The admin's worker reads its own store; another worker whose store is not up yet (just
+ * started, or reconnecting) makes the gateway not ready, since the calls it takes would be
+ * refused. */
+static void another_workers_store_down_is_not_ready(void **state)
+{
+    with_store(true);
+    workers[1].store_up = 0;
+    expect(request("GET", "/readyz"), "HTTP/1.1 503",
+           "{\"ready\":false,\"upstream\":true,\"store\":\"down\",\"store_reason\":\"worker 2 "
+           "of 2 is not connected to the store\",\"draining\":false}\n");
+    /* not published at all yet */
+    workers[1].store_present = 0;
+    expect(request("GET", "/readyz"), "HTTP/1.1 503",
+           "{\"ready\":false,\"upstream\":true,\"store\":\"down\",\"store_reason\":\"worker 2 "
+           "of 2 is not connected to the store\",\"draining\":false}\n");
+    workers[1].store_present = 1;
+    workers[1].store_up = 1;
+    expect(request("GET", "/readyz"), "HTTP/1.1 200",
+           "{\"ready\":true,\"upstream\":true,\"store\":\"up\",\"draining\":false}\n");
 }
 
 /* A probe whose caller leaves before the store answers is dropped quietly. */
@@ -607,6 +631,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(not_ready_for_each_reason, setup, teardown),
         cmocka_unit_test_setup_teardown(the_store_is_read_to_be_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(a_probe_whose_caller_left, setup, teardown),
+        cmocka_unit_test_setup_teardown(another_workers_store_down_is_not_ready, setup, teardown),
         cmocka_unit_test_setup_teardown(readyz_names_the_servers_down, setup, teardown),
         cmocka_unit_test_setup_teardown(readyz_outlives_a_reload, setup, teardown),
         cmocka_unit_test_setup_teardown(metrics_add_up_the_workers, setup, teardown),
