@@ -150,6 +150,16 @@ enum {
     STMT_DUPS,
     STMT_REPORT_TOOLS,
     STMT_REPORT_TOP,
+    /* the transaction's own statements, run for every batch (ctl) */
+    STMT_BEGIN_READ,
+    STMT_BEGIN_WRITE,
+    STMT_COMMIT,
+    STMT_ROLLBACK,
+    STMT_SAVEPOINT,
+    STMT_ROLLBACK_TO,
+    STMT_RELEASE_SAVEPOINT,
+    STMT_SYNC_FULL,
+    STMT_SYNC_NORMAL,
     STMT_COUNT_
 };
 
@@ -260,6 +270,15 @@ static const char *const stmt_sql[STMT_COUNT_] = {
                         " FROM idem_keys WHERE (?1 <= 0 OR updated_at >= ?2)"
                         " AND substr(tool, 1, length(?4)) = ?4"
                         " ORDER BY attempts + dup_in_progress + dup_unknown DESC, key LIMIT ?3",
+    [STMT_BEGIN_READ] = "BEGIN",
+    [STMT_BEGIN_WRITE] = "BEGIN IMMEDIATE",
+    [STMT_COMMIT] = "COMMIT",
+    [STMT_ROLLBACK] = "ROLLBACK",
+    [STMT_SAVEPOINT] = "SAVEPOINT op",
+    [STMT_ROLLBACK_TO] = "ROLLBACK TO op",
+    [STMT_RELEASE_SAVEPOINT] = "RELEASE op",
+    [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
+    [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
 };
 
 static const char *const state_names[] = {
@@ -773,13 +792,26 @@ static bool batch_must_sync(const store_sqlite_t *s, const sq_op_t *batch)
     return false;
 }
 
+/* Runs one of the batch's own statements (begin, commit, savepoints, the sync pragma): they are
+ * prepared once, as parsing them anew for every batch and op cost about what an op's own
+ * statements did. The step's error stays the connection's (sqlite3_errmsg and the codes). */
+static bool ctl(store_sqlite_t *s, int stmt)
+{
+    sqlite3_stmt *st = s->stmts[stmt];
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        ;
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE;
+}
+
 /* PRAGMA synchronous for the next commit: FULL (fsync at commit) or NORMAL (WAL written, synced
  * at the next FULL commit or checkpoint). Writer thread, outside a transaction. */
 static bool set_sync(store_sqlite_t *s, bool full)
 {
     if (s->lazy_sync == !full)
         return true;
-    if (!sq_exec(s->db, full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"))
+    if (!ctl(s, full ? STMT_SYNC_FULL : STMT_SYNC_NORMAL))
         return !full; /* a finish may still commit synchronously */
     s->lazy_sync = !full;
     return true;
@@ -805,7 +837,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
         batch_fail(batch, STORE_ERR_UNAVAILABLE);
         return;
     }
-    if (!sq_exec(s->db, read_only ? "BEGIN" : "BEGIN IMMEDIATE")) {
+    if (!ctl(s, read_only ? STMT_BEGIN_READ : STMT_BEGIN_WRITE)) {
         int rc = sqlite3_extended_errcode(s->db);
         log_warn(0, "store: sqlite: cannot begin a transaction: %s", sqlite3_errmsg(s->db));
         batch_fail(batch, sq_status(rc));
@@ -821,7 +853,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             op->status = STORE_ERR_UNAVAILABLE;
             continue;
         }
-        if (!sq_exec(s->db, "SAVEPOINT op")) {
+        if (!ctl(s, STMT_SAVEPOINT)) {
             op->status = sq_status(sqlite3_extended_errcode(s->db));
             continue;
         }
@@ -844,12 +876,12 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
                 return;
             }
             op->status = sq_status(rc);
-            sq_exec(s->db, "ROLLBACK TO op");
+            ctl(s, STMT_ROLLBACK_TO);
         }
-        sq_exec(s->db, "RELEASE op");
+        ctl(s, STMT_RELEASE_SAVEPOINT);
         ran++;
     }
-    if (!sq_exec(s->db, "COMMIT")) {
+    if (!ctl(s, STMT_COMMIT)) {
         int rc = sqlite3_extended_errcode(s->db);
         if (batch->kind == SQ_PROBE && !batch->next)
             log_warn(0, "store: sqlite: the disk probe's 64 KiB write failed: %s",
@@ -858,7 +890,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             log_error(0, "store: sqlite: commit of %d operations failed: %s", ran,
                       sqlite3_errmsg(s->db));
         if (!sqlite3_get_autocommit(s->db))
-            sq_exec(s->db, "ROLLBACK");
+            ctl(s, STMT_ROLLBACK);
         batch_fail(batch,
                    sq_status(rc) == STORE_ERR_STATEMENT ? STORE_ERR_UNAVAILABLE : sq_status(rc));
         if (!read_only && (disk_failed || disk_error(rc)))
