@@ -91,8 +91,8 @@ static void probe_answer(ready_probe_t *p, bool store_ok, int down_worker)
         char why[1000] = "";
         bool ready = upstream_ok && store_ok && !draining;
         if (down_worker)
-            snprintf(why, sizeof(why), "worker %d of %d is not connected to the store",
-                     down_worker, ctx->n_workers);
+            snprintf(why, sizeof(why), "worker %d of %d is not connected to the store", down_worker,
+                     ctx->n_workers);
         else if (!store_ok)
             store_down_reason(ctx->store, why, sizeof(why));
         /* the reason names a path: escaped as JSON (left out when it is not UTF-8) */

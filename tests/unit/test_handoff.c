@@ -89,34 +89,35 @@ static void owners_are_noted_and_cleared(void **state)
     handoff_stop();
 }
 
+enum { MANY = 3000 };
+
+/* Worker w (0 or 1) notes (on) or clears each of the sessions many-N with N % 2 == w. */
+static void note_many(bool on)
+{
+    char name[32];
+    for (int w = 0; w < 2; w++) {
+        handoff_start(base, w, adopt, &adopted);
+        for (int i = w; i < MANY; i += 2) {
+            snprintf(name, sizeof(name), "many-%d", i);
+            handoff_note_stream(name, on);
+        }
+        handoff_stop();
+    }
+}
+
 /* Many sessions held at once, some of whose hashes meet in the table: each keeps its own
  * owner (a session that lost its slot to another would have its resume served by a worker
  * that cannot map the answer's id back). */
 static void many_sessions_keep_their_owners(void **state)
 {
-    enum { N = 3000 };
     char name[32];
-    for (int w = 0; w < 2; w++) {
-        handoff_start(base, w, adopt, &adopted);
-        for (int i = w; i < N; i += 2) {
-            snprintf(name, sizeof(name), "many-%d", i);
-            handoff_note_stream(name, true);
-        }
-        handoff_stop();
-    }
-    for (int i = 0; i < N; i++) {
+    note_many(true);
+    for (int i = 0; i < MANY; i++) {
         snprintf(name, sizeof(name), "many-%d", i);
         assert_int_equal(handoff_owner(name), i % 2);
     }
-    for (int w = 0; w < 2; w++) {
-        handoff_start(base, w, adopt, &adopted);
-        for (int i = w; i < N; i += 2) {
-            snprintf(name, sizeof(name), "many-%d", i);
-            handoff_note_stream(name, false);
-        }
-        handoff_stop();
-    }
-    for (int i = 0; i < N; i++) {
+    note_many(false);
+    for (int i = 0; i < MANY; i++) {
         snprintf(name, sizeof(name), "many-%d", i);
         assert_int_equal(handoff_owner(name), -1);
     }
@@ -198,9 +199,11 @@ static int group_teardown(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(before_setup_nothing_is_shared), cmocka_unit_test(setup_two_workers),
+        cmocka_unit_test(before_setup_nothing_is_shared),
+        cmocka_unit_test(setup_two_workers),
         cmocka_unit_test(owners_are_noted_and_cleared),
-        cmocka_unit_test(many_sessions_keep_their_owners),   cmocka_unit_test(a_socket_is_handed_over),
+        cmocka_unit_test(many_sessions_keep_their_owners),
+        cmocka_unit_test(a_socket_is_handed_over),
         cmocka_unit_test(sends_that_cannot_be_made_fail),
     };
     return cmocka_run_group_tests_name("handoff", tests, group_setup, group_teardown);
