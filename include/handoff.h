@@ -8,8 +8,10 @@
  * free slot of the few after its hash's own (open addressing), so sessions whose hashes meet
  * keep their own owners. A session not found makes the resume go upstream from the worker it
  * reached, which cannot map back the ids of another worker's protected calls: the answer
- * would reach the agent under the gateway's id and the key wait out its lease. Only when
- * every slot a session may take is held by others is one of them taken over. */
+ * would reach the agent under the gateway's id and the key wait out its lease. A slot is
+ * cleared when its worker sees the session idle, but a caller that leaves is never seen
+ * again, so a long-running gateway fills the table: a session that finds every slot it may
+ * take held takes the least recently noted one (each slot keeps when it was last noted). */
 #ifndef IDEMGW_HANDOFF_H
 #define IDEMGW_HANDOFF_H
 

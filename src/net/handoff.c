@@ -19,7 +19,16 @@
 #define OWNER_PROBE 16 /* slots a session may take, from its hash's own on */
 #define WORKER_BITS 0xFFu
 
-static uint64_t *owners; /* shared: OWNER_SLOTS words */
+/* shared memory: the table's words, when each slot was last noted (a count of notes, so the
+ * least recently noted can be told), and that count */
+typedef struct owner_table {
+    uint64_t owners[OWNER_SLOTS];
+    uint32_t noted_at[OWNER_SLOTS];
+    uint32_t notes;
+} owner_table_t;
+
+static owner_table_t *table;
+static uint64_t *owners; /* table->owners */
 static int (*pairs)[2];  /* per worker: [0] is written by the others, [1] read by it */
 static int n_pairs;
 static int self = -1;
@@ -43,13 +52,13 @@ static uint64_t session_hash(const char *s)
 
 int handoff_setup(int n_workers)
 {
-    owners = mmap(NULL, OWNER_SLOTS * sizeof(uint64_t), PROT_READ | PROT_WRITE,
-                  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (owners == MAP_FAILED) {
-        owners = NULL;
+    table = mmap(NULL, sizeof(*table), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (table == MAP_FAILED) {
+        table = NULL;
         fprintf(stderr, "idemgw: cannot map the stream owner table\n");
         return -1;
     }
+    owners = table->owners;
     pairs = xcalloc((size_t)n_workers, sizeof(*pairs));
     for (int w = 0; w < n_workers; w++) {
         if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, pairs[w]) != 0) {
@@ -113,9 +122,18 @@ void handoff_stop(void)
 }
 
 /* The i-th slot a session with hash h may take. */
-static uint64_t *slot_of(uint64_t h, unsigned i)
+static size_t slot_of(uint64_t h, unsigned i)
 {
-    return &owners[((h >> 8) + i) % OWNER_SLOTS];
+    return ((h >> 8) + i) % OWNER_SLOTS;
+}
+
+static bool take_slot(size_t slot, uint64_t expect, uint64_t mine, uint32_t note)
+{
+    if (!__atomic_compare_exchange_n(&owners[slot], &expect, mine, false, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_RELAXED))
+        return false;
+    __atomic_store_n(&table->noted_at[slot], note, __ATOMIC_RELAXED);
+    return true;
 }
 
 void handoff_note_stream(const char *session, bool on)
@@ -128,28 +146,37 @@ void handoff_note_stream(const char *session, bool on)
         /* only a slot that still says this worker reads this session */
         for (unsigned i = 0; i < OWNER_PROBE; i++) {
             uint64_t expect = mine;
-            __atomic_compare_exchange_n(slot_of(h, i), &expect, 0, false, __ATOMIC_ACQ_REL,
+            __atomic_compare_exchange_n(&owners[slot_of(h, i)], &expect, 0, false, __ATOMIC_ACQ_REL,
                                         __ATOMIC_RELAXED);
         }
         return;
     }
+    uint32_t note = __atomic_add_fetch(&table->notes, 1, __ATOMIC_RELAXED);
     /* the session's own slot, whichever worker it names, else a free one */
     for (unsigned i = 0; i < OWNER_PROBE; i++) {
-        uint64_t *slot = slot_of(h, i);
-        uint64_t v = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
-        while ((v & ~(uint64_t)WORKER_BITS) == h && v != 0)
-            if (__atomic_compare_exchange_n(slot, &v, mine, false, __ATOMIC_ACQ_REL,
-                                            __ATOMIC_ACQUIRE))
+        size_t slot = slot_of(h, i);
+        uint64_t v = __atomic_load_n(&owners[slot], __ATOMIC_ACQUIRE);
+        while (v != 0 && (v & ~(uint64_t)WORKER_BITS) == h) {
+            if (take_slot(slot, v, mine, note))
                 return;
+            v = __atomic_load_n(&owners[slot], __ATOMIC_ACQUIRE);
+        }
     }
-    for (unsigned i = 0; i < OWNER_PROBE; i++) {
-        uint64_t expect = 0;
-        if (__atomic_compare_exchange_n(slot_of(h, i), &expect, mine, false, __ATOMIC_ACQ_REL,
-                                        __ATOMIC_RELAXED))
+    for (unsigned i = 0; i < OWNER_PROBE; i++)
+        if (take_slot(slot_of(h, i), 0, mine, note))
             return;
+    /* every slot it may take is another session's: the least recently noted one is taken,
+     * most likely a session whose calls ended long ago (a slot is cleared only when its
+     * worker sees the session idle, and a caller that leaves is never seen again) */
+    size_t oldest = slot_of(h, 0);
+    for (unsigned i = 1; i < OWNER_PROBE; i++) {
+        size_t slot = slot_of(h, i);
+        uint32_t age = note - __atomic_load_n(&table->noted_at[slot], __ATOMIC_RELAXED);
+        if (age > note - __atomic_load_n(&table->noted_at[oldest], __ATOMIC_RELAXED))
+            oldest = slot;
     }
-    /* every slot it may take is another session's: the first one is taken from it */
-    __atomic_store_n(slot_of(h, 0), mine, __ATOMIC_RELEASE);
+    __atomic_store_n(&owners[oldest], mine, __ATOMIC_RELEASE);
+    __atomic_store_n(&table->noted_at[oldest], note, __ATOMIC_RELAXED);
 }
 
 int handoff_owner(const char *session)
@@ -158,7 +185,7 @@ int handoff_owner(const char *session)
         return -1;
     uint64_t h = session_hash(session);
     for (unsigned i = 0; i < OWNER_PROBE; i++) {
-        uint64_t v = __atomic_load_n(slot_of(h, i), __ATOMIC_ACQUIRE);
+        uint64_t v = __atomic_load_n(&owners[slot_of(h, i)], __ATOMIC_ACQUIRE);
         if ((v & ~(uint64_t)WORKER_BITS) != h || (v & WORKER_BITS) == 0)
             continue;
         int w = (int)(v & WORKER_BITS) - 1;

@@ -123,6 +123,42 @@ static void many_sessions_keep_their_owners(void **state)
     }
 }
 
+/* Worker 1 notes (on) or clears the sessions PREFIX-0 .. PREFIX-(n-1). */
+static void note_range(const char *prefix, int n, bool on)
+{
+    char name[32];
+    for (int i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "%s-%d", prefix, i);
+        handoff_note_stream(name, on);
+    }
+}
+
+/* A slot is cleared only when its worker sees the session idle, so sessions whose callers
+ * left stay: a long-running gateway fills the table. A session that finds every slot it may
+ * take held then takes the least recently noted one, not a live session's. */
+static void a_full_table_gives_up_its_oldest_slots(void **state)
+{
+    enum { OLD = 40000, LIVE = 200, NEW = 2000 };
+    char name[32];
+    handoff_start(base, 0, adopt, &adopted);
+    note_range("old", OLD, true); /* more than the table holds */
+    note_range("live", LIVE, true);
+    note_range("new", NEW, true);
+    for (int i = 0; i < LIVE; i++) {
+        snprintf(name, sizeof(name), "live-%d", i);
+        assert_int_equal(handoff_owner(name), 0);
+    }
+    for (int i = 0; i < NEW; i++) {
+        snprintf(name, sizeof(name), "new-%d", i);
+        assert_int_equal(handoff_owner(name), 0);
+    }
+    note_range("old", OLD, false);
+    note_range("live", LIVE, false);
+    note_range("new", NEW, false);
+    assert_int_equal(handoff_owner("live-0"), -1);
+    handoff_stop();
+}
+
 /* A socket handed to worker 1 arrives from its loop with the bytes read of it, and is the
  * same connection: what the new owner writes reaches the agent. */
 static void a_socket_is_handed_over(void **state)
@@ -203,6 +239,7 @@ int main(void)
         cmocka_unit_test(setup_two_workers),
         cmocka_unit_test(owners_are_noted_and_cleared),
         cmocka_unit_test(many_sessions_keep_their_owners),
+        cmocka_unit_test(a_full_table_gives_up_its_oldest_slots),
         cmocka_unit_test(a_socket_is_handed_over),
         cmocka_unit_test(sends_that_cannot_be_made_fail),
     };
