@@ -128,9 +128,18 @@ test('a page on another origin in headless Chromium calls a tool twice and reads
   const pageUrl = `http://localhost:${page.address().port}/`;
 
   const profile = await tempDir(t, 'idemgw-chromium-');
-  const browser = spawn('chromium', ['--headless=new', '--no-sandbox', '--disable-gpu', `--user-data-dir=${profile}`, pageUrl], { stdio: ['ignore', 'ignore', 'pipe'] });
-  t.after(() => browser.kill('SIGKILL'));
-  const out = await result;
+  // its own process group, ended whole before the profile folder is removed (the folder's
+  // clean-up ran first once and failed on files Chromium was still writing, and the browser
+  // left behind kept the test file from ending)
+  const browser = spawn('chromium', ['--headless=new', '--no-sandbox', '--disable-gpu', `--user-data-dir=${profile}`, pageUrl], { stdio: 'ignore', detached: true });
+  const exited = once(browser, 'exit');
+  let out;
+  try {
+    out = await result;
+  } finally {
+    try { process.kill(-browser.pid, 'SIGKILL'); } catch { /* already gone */ }
+    await exited;
+  }
   assert.equal(out.error, undefined, `the page failed: ${out.error}`);
   assert.ok(out.session, 'the page can read Mcp-Session-Id');
   assert.equal(out.first.replayed, null, 'the first call ran');

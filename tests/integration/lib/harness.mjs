@@ -74,7 +74,8 @@ export async function freePort() {
 /** A fresh temporary folder, removed when the test ends. */
 export async function tempDir(t, prefix = 'idemgw-test-') {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), prefix));
-  t.after(() => fs.rm(dir, { recursive: true, force: true }));
+  // retried: a process the test started may still be closing files in it
+  t.after(() => fs.rm(dir, { recursive: true, force: true, maxRetries: 5 }));
   return dir;
 }
 
