@@ -1,6 +1,7 @@
 #include "http_conn.h"
 #include "http_parse.h"
 #include "log.h"
+#include "sock_reader.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -29,6 +30,7 @@ struct http_conn {
     uint64_t id;
     http_conn_state_t state;
     struct bufferevent *bev;
+    sock_reader_t *rd;             /* reads bev's socket; NULL for TLS (the bufferevent reads) */
     http_parser_t parser;
     const http_site_t *site;
     http_request_t *req;    /* the request being read */
@@ -127,6 +129,7 @@ static void free_now(evutil_socket_t fd, short what, void *arg)
         c->site->ctx->all = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    sock_reader_free(c->rd);
     bufferevent_free(c->bev);
     event_free(c->timer);
     event_free(c->resume);
@@ -150,7 +153,8 @@ static void schedule_free(http_conn_t *c)
     c->free_scheduled = true;
     if (c->state != CONN_CLOSING)
         set_state(c, CONN_CLOSING);
-    bufferevent_disable(c->bev, EV_READ | EV_WRITE);
+    sock_reading(c->bev, c->rd, false);
+    bufferevent_disable(c->bev, EV_WRITE);
     evtimer_del(c->timer);
     struct timeval zero = {0, 0};
     event_base_once(c->site->ctx->base, -1, EV_TIMEOUT, free_now, c, &zero);
@@ -169,8 +173,8 @@ static void linger(http_conn_t *c)
     shutdown(bufferevent_getfd(c->bev), SHUT_WR);
     evbuffer_drain(bufferevent_get_input(c->bev),
                    evbuffer_get_length(bufferevent_get_input(c->bev)));
-    bufferevent_setwatermark(c->bev, EV_READ, 0, 0);
-    bufferevent_enable(c->bev, EV_READ);
+    sock_read_high(c->bev, c->rd, 0);
+    sock_reading(c->bev, c->rd, true);
     arm_timer(c, LINGER_MS);
 }
 
@@ -486,6 +490,7 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
         return NULL;
     }
     http_conn_t *c = xcalloc(1, sizeof(*c));
+    c->rd = tls ? NULL : sock_reader_new(bev); /* NULL: the bufferevent reads, as for TLS */
     c->id = ++ctx->next_id;
     c->site = site;
     c->state = CONN_IDLE;
@@ -497,12 +502,12 @@ static http_conn_t *conn_new(int fd, const struct sockaddr *sa, const http_site_
     http_parse_init(&c->parser, HTTP_REQUEST, &parse_cbs, c, NULL, &ctx->limits->max_header_bytes,
                     true);
     bufferevent_setcb(c->bev, read_cb, write_cb, event_cb, c);
-    bufferevent_setwatermark(c->bev, EV_READ, 0, IN_HIGH_WATERMARK);
+    sock_read_high(c->bev, c->rd, IN_HIGH_WATERMARK);
     bufferevent_setwatermark(c->bev, EV_WRITE, OUT_LOW_WATERMARK, 0);
     /* Writing is enabled only while a backlog waits for the socket: answers go out from
      * http_conn_flush at once, and EPOLLOUT is not switched on and off for each one. */
     bufferevent_disable(c->bev, EV_WRITE); /* a new bufferevent starts write-enabled */
-    bufferevent_enable(c->bev, EV_READ);
+    sock_reading(c->bev, c->rd, true);
     evbuffer_add_cb(bufferevent_get_output(c->bev), output_added, c);
     c->first_pending = true;
     c->accepted_ms = util_now_ms();

@@ -2,6 +2,7 @@
 #include "upstream_http.h"
 #include "http_parse.h"
 #include "log.h"
+#include "sock_reader.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -40,6 +41,7 @@ struct upstream_conn {
     upstream_pool_t *pool;
     up_state_t state;
     struct bufferevent *bev;
+    sock_reader_t *rd; /* reads bev's socket; NULL over TLS (the bufferevent reads) */
     http_parser_t parser;
     http_headers_t headers;
     int status;
@@ -110,6 +112,7 @@ upstream_pool_t *upstream_pool_new(const upstream_opts_t *opts, char *msg, size_
 
 static void conn_free(upstream_conn_t *up)
 {
+    sock_reader_free(up->rd);
     if (up->bev)
         bufferevent_free(up->bev);
     event_free(up->timer);
@@ -131,7 +134,8 @@ static void kill_conn(upstream_conn_t *up)
         return;
     up->state = UP_DEAD;
     up->cbs = NULL;
-    bufferevent_disable(up->bev, EV_READ | EV_WRITE);
+    sock_reading(up->bev, up->rd, false);
+    bufferevent_disable(up->bev, EV_WRITE);
     evtimer_del(up->timer);
     struct timeval zero = {0, 0};
     event_base_once(up->pool->base, -1, EV_TIMEOUT, free_cb, up, &zero);
@@ -216,7 +220,7 @@ static void finish(upstream_conn_t *up, upstream_result_t res)
     http_headers_reset(&up->headers);
     up->msg_done = false;
     up->status = 0;
-    bufferevent_enable(up->bev, EV_READ);
+    sock_reading(up->bev, up->rd, true);
     arm(up, keep);
     up->next = up->pool->idle;
     up->pool->idle = up;
@@ -338,7 +342,7 @@ static void read_cb(struct bufferevent *bev, void *arg)
         }
         if (up->state == UP_READ_BODY)
             arm(up, up->pool->limits->idle_timeout_ms);
-        if (!(bufferevent_get_enabled(bev) & EV_READ))
+        if (!sock_is_reading(bev, up->rd))
             return; /* paused by the owner: leave the rest for later */
     }
 }
@@ -352,6 +356,17 @@ static bool body_ends_at_close(upstream_conn_t *up)
 static struct bufferevent *new_bev(upstream_pool_t *pool, upstream_conn_t *up);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 
+/* The connect is under way, so the socket exists: no Nagle delay, and a reader of its own for a
+ * plain one (sock_reader.h). */
+static void connect_started(upstream_conn_t *up)
+{
+    int fd = bufferevent_getfd(up->bev), one = 1;
+    if (fd >= 0)
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (!up->pool->tls && fd >= 0)
+        up->rd = sock_reader_new(up->bev);
+}
+
 /* The kept-alive connection closed before any byte of the answer: the same request once more,
  * on a new connection, under the same handle (the owner has heard nothing yet). */
 static void send_again(upstream_conn_t *up)
@@ -361,6 +376,8 @@ static void send_again(upstream_conn_t *up)
     up->resend = NULL;
     log_info(0, "upstream closed a kept-alive connection before answering: the request goes "
                 "again on a new connection");
+    sock_reader_free(up->rd);
+    up->rd = NULL;
     bufferevent_free(up->bev);
     http_parse_reset(&up->parser);
     http_headers_reset(&up->headers);
@@ -379,12 +396,11 @@ static void send_again(upstream_conn_t *up)
         finish(up, UPSTREAM_ERR_CONNECT);
         return;
     }
-    int fd = bufferevent_getfd(up->bev), one = 1;
-    if (fd >= 0)
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    connect_started(up);
     bufferevent_write_buffer(up->bev, request);
     evbuffer_free(request);
-    bufferevent_enable(up->bev, EV_READ | EV_WRITE);
+    sock_reading(up->bev, up->rd, true);
+    bufferevent_enable(up->bev, EV_WRITE);
 }
 
 static void event_cb(struct bufferevent *bev, short what, void *arg)
@@ -595,9 +611,7 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
             evbuffer_drain(request, evbuffer_get_length(request));
             return up;
         }
-        int fd = bufferevent_getfd(up->bev), one = 1;
-        if (fd >= 0)
-            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        connect_started(up);
     }
     up->cbs = cbs;
     up->arg = arg;
@@ -613,10 +627,9 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
         (void)evbuffer_write(request, bufferevent_getfd(up->bev));
     if (evbuffer_get_length(request) > 0) {
         bufferevent_write_buffer(up->bev, request);
-        bufferevent_enable(up->bev, EV_READ | EV_WRITE);
-    } else {
-        bufferevent_enable(up->bev, EV_READ);
+        bufferevent_enable(up->bev, EV_WRITE);
     }
+    sock_reading(up->bev, up->rd, true);
     return up;
 }
 
@@ -625,9 +638,9 @@ void upstream_http_pause(upstream_conn_t *up, bool paused)
     if (up->state != UP_READ_BODY && up->state != UP_WAIT_HEAD)
         return;
     if (paused) {
-        bufferevent_disable(up->bev, EV_READ);
+        sock_reading(up->bev, up->rd, false);
     } else {
-        bufferevent_enable(up->bev, EV_READ);
+        sock_reading(up->bev, up->rd, true);
         if (evbuffer_get_length(bufferevent_get_input(up->bev)) > 0)
             read_cb(up->bev, up);
     }
