@@ -731,8 +731,9 @@ static void batch_fail(sq_op_t *batch, store_status_t st)
 }
 
 /* Whether the files at the path are still the ones opened. Once they are not, the store is
- * lost for good (said once in the log): any thread. */
-static bool files_intact(store_sqlite_t *s)
+ * lost for good (said once in the log): any thread; quick (their events first) from the writer
+ * alone. */
+static bool files_intact(store_sqlite_t *s, bool quick)
 {
     if (!s->guarded)
         return true;
@@ -740,7 +741,8 @@ static bool files_intact(store_sqlite_t *s)
     bool lost = s->lost != NULL;
     pthread_mutex_unlock(&s->mu);
     char why[600];
-    if (lost || sq_guard_check(&s->guard, why, sizeof(why)))
+    if (lost || (quick ? sq_guard_quick(&s->guard, why, sizeof(why))
+                       : sq_guard_check(&s->guard, why, sizeof(why))))
         return !lost;
     pthread_mutex_lock(&s->mu);
     bool first = s->lost == NULL;
@@ -828,7 +830,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
     for (const sq_op_t *op = batch; op; op = op->next)
         read_only = read_only && (op->kind == SQ_REPORT || op->kind == SQ_COUNT_UNKNOWN);
     /* reads too: the old file's rows are no longer the store's answer */
-    if (!files_intact(s)) {
+    if (!files_intact(s, true)) {
         batch_fail(batch, STORE_ERR_FILE_LOST);
         return;
     }
@@ -1252,7 +1254,7 @@ static void guard_tick(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     store_sqlite_t *s = arg;
-    if (s->closing || !files_intact(s))
+    if (s->closing || !files_intact(s, false))
         return;
     pthread_mutex_lock(&s->mu);
     bool failing = s->disk_failures >= DISK_FAILURES_DOWN;

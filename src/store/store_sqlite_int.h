@@ -30,7 +30,8 @@ typedef struct {
 } sq_guard_file_t;
 typedef struct {
     sq_guard_file_t files[SQ_GUARD_FILES];
-    int lock_fd; /* the held lock's descriptor */
+    int lock_fd;  /* the held lock's descriptor */
+    int watch_fd; /* inotify on the files (-1: none); read by sq_guard_quick alone */
 } sq_guard_t;
 
 /* Records which files path (the key file) and its companions are now, and the lock held. */
@@ -38,6 +39,10 @@ void sq_guard_init(sq_guard_t *g, const char *path, int lock_fd);
 /* True while every file at its path is the one recorded; else false, and why says which was
  * deleted or replaced. Only stat()s: safe from any thread. */
 bool sq_guard_check(const sq_guard_t *g, char *why, size_t len);
+/* The same answer for one system call when nothing happened to the files: their inotify events
+ * are read, and only when there are some (or no watch) are the files compared. One thread
+ * only (the writer): the events it reads are no one else's. */
+bool sq_guard_quick(sq_guard_t *g, char *why, size_t len);
 void sq_guard_free(sq_guard_t *g);
 
 #endif

@@ -1,7 +1,8 @@
 // The embedded store's files deleted or replaced under a running gateway. Its claims would
 // then live in files nobody else can open, while a second gateway started on the same path
 // makes new ones: the same call would run once on each. The gateway notices (the files at the
-// path are compared with the ones it opened, at every write and every second) and stops
+// path are compared with the ones it opened before a write when their inotify events say
+// something happened to them, and every second) and stops
 // serving protected calls until it is restarted: /readyz says not ready, calls are refused
 // store_error with nothing executed. The files at the path, and whoever locks them, are the
 // store from then on.
@@ -79,6 +80,25 @@ test('key file replaced by a copy: the gateway notices and refuses', async (t) =
   await assertLost(gw, s, 'files-4');
   assert.match(gw.logs(), /keys\.db was replaced by another file/);
   assert.deepEqual((await readLedger(upstream.ledger)).map((e) => e.order_id), ['files-1']);
+});
+
+// The writer reads the files' inotify events before each batch instead of comparing them; an
+// event that changes nothing that matters (a chmod, a touch) is compared and let pass, and the
+// next deletion is still caught before the next claim.
+test('files chmodded and touched: calls go on; a deletion after that is still caught at the next claim', async (t) => {
+  const { file, upstream, gw, s } = await setup(t);
+  for (const suffix of ['', '-wal', '-shm', '.lock']) {
+    await fs.chmod(`${file}${suffix}`, 0o600);
+    await fs.utimes(`${file}${suffix}`, new Date(), new Date());
+  }
+  const a = await s.call('issue_refund', { order_id: 'files-5', amount_cents: 3 });
+  assert.match(toolText(a.message?.result), /^Refunded 3 cents/);
+  assert.equal((await readyz(gw)).status, 200);
+  await fs.rm(`${file}-wal`);
+  const b = await s.call('issue_refund', { order_id: 'files-6', amount_cents: 3 });
+  assert.equal(idemStatus(b.message?.result)?.code, 'store_error', JSON.stringify(b.message));
+  await assertLost(gw, s, 'files-6');
+  assert.deepEqual((await readLedger(upstream.ledger)).map((e) => e.order_id), ['files-1', 'files-5']);
 });
 
 /** Fills the file system holding dir until a write fails with ENOSPC; returns the filler's path. */
