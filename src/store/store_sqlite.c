@@ -1284,7 +1284,8 @@ static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate
         }
         close(fd);
     }
-    int rc = sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    int rc = sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
+                             sq_vfs_register() ? SQ_VFS_NAME : NULL);
     if (rc != SQLITE_OK) {
         snprintf(msg, msglen, "cannot open %s: %s", s->path,
                  s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));

@@ -20,6 +20,12 @@ int sq_lock_file(const char *path, char *msg, size_t msglen);
 /* Brings db's schema up to date (only with allow), in one transaction; a newer one is refused. */
 store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
 
+/* The VFS the store opens its file with (store_sqlite_vfs.c): the unix VFS, with a -wal file's
+ * writes gathered into one per transaction. sq_vfs_register makes it known once per process;
+ * false if it cannot be (the store then opens with SQLite's default). */
+#define SQ_VFS_NAME "idemgw-unix"
+bool sq_vfs_register(void);
+
 /* The files the store opened (store_sqlite_guard.c): the key file, -wal, -shm, the lock. */
 #define SQ_GUARD_FILES 4
 typedef struct {
