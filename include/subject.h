@@ -59,4 +59,14 @@ void subject_resolve(subject_t *s, const http_request_t *req, subject_done_fn do
  * when a combined subject's certificates give the same name. */
 bool subject_same_caller(const subject_t *s, const http_request_t *a, const http_request_t *b);
 
+/* Hex characters of a caller tag. */
+#define SUBJECT_TAG_HEX 64
+
+/* A tag that names the caller of req as subject_same_caller compares callers (the subject
+ * header, Authorization, the client certificate's name): equal tags, same caller. For what
+ * one caller may reach of another's that shares a resource with it (a stdio child) without a
+ * resolve: a refreshed JWT makes a new tag. out gets SUBJECT_TAG_HEX characters and a NUL. */
+void subject_caller_tag(const subject_t *s, const http_request_t *req,
+                        char out[SUBJECT_TAG_HEX + 1]);
+
 #endif

@@ -65,6 +65,10 @@ typedef struct upstream_request {
     /* never sent twice (a non_idempotent tool's call): a transport that sends a request again
      * when a kept-alive channel closed before any byte of its answer must not send this one */
     bool once;
+    /* who sent it, as far as the gateway can tell (subject_caller_tag: a digest of what names
+     * the caller), for a transport that shares one server between callers; NULL: the gateway's
+     * own request, or a transport that did not ask (upstream_ops_t.wants_caller) */
+    const char *caller;
 } upstream_request_t;
 
 /* One request in flight: the implementation's, opaque to the owner. */
@@ -72,6 +76,8 @@ typedef struct upstream_call upstream_call_t;
 
 typedef struct upstream_ops {
     const char *name; /* for logs: "http", "stdio" */
+    /* the owner should fill upstream_request_t.caller (it costs a digest per request) */
+    bool wants_caller;
     /* Sends req; never NULL (a failure is reported through on_end from the loop). */
     upstream_call_t *(*open)(void *state, const upstream_request_t *req, const upstream_cbs_t *cbs,
                              void *arg);
@@ -96,6 +102,8 @@ upstream_call_t *upstream_open(upstream_t *u, const upstream_request_t *req,
 void upstream_pause(upstream_t *u, upstream_call_t *call, bool paused);
 void upstream_abandon(upstream_t *u, upstream_call_t *call);
 void upstream_discard(upstream_t *u, upstream_call_t *call);
+/* Whether requests to u should say who sent them (upstream_request_t.caller). */
+bool upstream_wants_caller(const upstream_t *u);
 /* Frees u and its state; NULL is fine. */
 void upstream_free(upstream_t *u);
 

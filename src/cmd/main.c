@@ -702,7 +702,7 @@ static struct evconnlistener *listen_on(const host_port_t *hp, http_site_t *site
         return NULL;
     }
     struct evconnlistener *l = evconnlistener_new_bind(server->base, on_accept, site,
-                                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE |
+                                                       LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC |
                                                            (shared ? LEV_OPT_REUSEABLE_PORT : 0),
                                                        1024, res->ai_addr, (int)res->ai_addrlen);
     freeaddrinfo(res);

@@ -305,7 +305,7 @@ int stdio_cmd_main(int argc, char **argv, serve_run_fn *run_gateway)
     }
     rc = EXIT_FAILED;
     if (w.args.log_file) {
-        log_file = fopen(w.args.log_file, "a");
+        log_file = fopen(w.args.log_file, "ae");
         if (!log_file) {
             fprintf(stderr, "idemgw stdio: %s: %s\n", w.args.log_file, strerror(errno));
             goto out;

@@ -660,7 +660,7 @@ config_t *config_load(const char *path, config_errors_t *errs)
     if (!path)
         return load(NULL, NULL, 0, errs == &local ? NULL : errs);
 
-    f = fopen(path, "rb");
+    f = fopen(path, "rbe");
     if (!f) {
         config_errors_add(errs, "%s: cannot open: %s", path, strerror(errno));
         goto out;

@@ -235,7 +235,7 @@ void util_strv_free(char **v, size_t n)
 
 char *util_read_file(const char *path, size_t max, size_t *len, char *err, size_t errlen)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     if (!f) {
         snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
         return NULL;

@@ -434,3 +434,11 @@ bool subject_same_caller(const subject_t *s, const http_request_t *a, const http
     caller_digest(conf, b, db);
     return CRYPTO_memcmp(da, db, sizeof(da)) == 0;
 }
+
+void subject_caller_tag(const subject_t *s, const http_request_t *req,
+                        char out[SUBJECT_TAG_HEX + 1])
+{
+    unsigned char d[32];
+    caller_digest(s->conf, req, d);
+    util_hex(d, sizeof(d), out);
+}

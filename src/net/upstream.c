@@ -43,6 +43,11 @@ void upstream_discard(upstream_t *u, upstream_call_t *call)
     u->ops->discard(u->state, call);
 }
 
+bool upstream_wants_caller(const upstream_t *u)
+{
+    return u && u->ops->wants_caller;
+}
+
 void upstream_free(upstream_t *u)
 {
     if (!u)

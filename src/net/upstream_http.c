@@ -356,13 +356,15 @@ static bool body_ends_at_close(upstream_conn_t *up)
 static struct bufferevent *new_bev(upstream_pool_t *pool, upstream_conn_t *up);
 static void event_cb(struct bufferevent *bev, short what, void *arg);
 
-/* The connect is under way, so the socket exists: no Nagle delay, and a reader of its own for a
- * plain one (sock_reader.h). */
+/* The connect is under way, so the socket exists: no Nagle delay, close-on-exec (libevent makes
+ * it without), and a reader of its own for a plain one (sock_reader.h). */
 static void connect_started(upstream_conn_t *up)
 {
     int fd = bufferevent_getfd(up->bev), one = 1;
-    if (fd >= 0)
+    if (fd >= 0) {
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        evutil_make_socket_closeonexec(fd);
+    }
     if (!up->pool->tls && fd >= 0)
         up->rd = sock_reader_new(up->bev);
 }

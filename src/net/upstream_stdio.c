@@ -25,101 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SESSION_BUCKETS 1024
-#define STDERR_LINE_MAX 4096
-#define OUT_HIGH_WATER (1u << 20) /* a paused call holding this much stops the child's reads */
-#define IN_HIGH_WATER (16u << 20) /* a child not reading its stdin: new requests get 503 */
-#define LONG_LINE_KEEP 128        /* ends of an over-long line kept to find its id */
-
-typedef struct stdio_up stdio_up_t;
-typedef struct child child_t;
-typedef struct session session_t;
-typedef struct pend pend_t;
-
-typedef enum { MODE_JSON, MODE_SSE, MODE_GET, MODE_FIXED } call_mode_t;
-
-struct upstream_call {
-    stdio_up_t *up;
-    session_t *sess; /* NULL: a call without a session */
-    child_t *child;  /* where its requests went, NULL when none did */
-    upstream_cbs_t cb;
-    void *arg;
-    call_mode_t mode;
-    int outstanding;                /* requests whose answers are awaited */
-    json_t *answers;                /* MODE_JSON: the answers so far */
-    bool batch;                     /* the body was an array */
-    json_t *init_id;                /* an initialize waiting for the child's answer: its own id */
-    upstream_call_t *snext, *sprev; /* in sess->calls */
-    upstream_call_t *wnext;         /* in child->init_waiters */
-    /* what the owner is yet to hear, handed over from kick */
-    int status;
-    http_headers_t headers;
-    bool head_queued, head_sent;
-    struct evbuffer *out;
-    bool end_queued;
-    upstream_result_t res;
-    bool paused, full;
-    struct event *kick, *timer;
-};
-
-struct pend {
-    uint64_t gid;          /* the id the child saw */
-    json_t *orig_id;       /* the agent's */
-    json_t *orig_token;    /* the agent's progress token, or NULL */
-    upstream_call_t *call; /* NULL: its call is gone, the answer is dropped */
-    bool init;             /* the child's initialize */
-    pend_t *next;
-};
-
-struct session {
-    char id[33];
-    stdio_up_t *up;
-    child_t *child;
-    upstream_call_t *get;   /* the GET stream, or NULL */
-    json_t *caps;           /* the client's capabilities, from its initialize */
-    upstream_call_t *calls; /* POSTs in flight */
-    struct event *idle;
-    bool registered;
-    session_t *hnext;         /* hash chain */
-    session_t *cnext, *cprev; /* in child->sessions */
-};
-
-struct child {
-    stdio_up_t *up;
-    pid_t pid;
-    struct bufferevent *in, *out, *err;
-    pend_t *pends; /* newest first */
-    uint64_t next_gid;
-    session_t *sessions;
-    bool shared;
-    bool ready;          /* requests may be written (shared: once initialized) */
-    bool initializing;   /* shared: the initialize is out */
-    json_t *init_result; /* shared: the answer every later session gets */
-    upstream_call_t *init_waiters;
-    struct evbuffer *held; /* lines waiting for ready */
-    bool stopping, exited, gone;
-    int n_full;
-    struct event *grace;
-    /* an over-long stdout line being skipped: its first and last bytes */
-    bool skipping;
-    char head[LONG_LINE_KEEP + 1], tail[LONG_LINE_KEEP + 1];
-    size_t head_len, tail_len;
-    child_t *next;
-};
-
-struct stdio_up {
-    struct event_base *base;
-    stdio_conf_t conf;
-    char *path;
-    const upstream_limits_t *limits;
-    size_t max_line;
-    char *label; /* the program's name for logs */
-    child_t *children;
-    int n_children;
-    child_t *shared; /* the child sessions share (shared mode) and sessionless calls use */
-    session_t *buckets[SESSION_BUCKETS];
-    struct event *sigchld;
-};
+#include "stdio_int.h"
 
 static void child_stop(child_t *c, const char *why);
 static void child_gone(child_t *c, const char *why);
@@ -154,7 +60,7 @@ static void queue_head(upstream_call_t *call, int status, const char *content_ty
         add_header(&call->headers, "Content-Type", content_type);
     if (content_type && strcmp(content_type, "text/event-stream") == 0)
         add_header(&call->headers, "Cache-Control", "no-cache");
-    if (call->sess)
+    if (call->sess && !call->sess->hidden)
         add_header(&call->headers, "Mcp-Session-Id", call->sess->id);
     call->head_queued = true;
     kick_now(call);
@@ -329,7 +235,7 @@ static upstream_call_t *answer_rpc_error(upstream_call_t *call, int status, json
 }
 
 /* A message for the agent on the call's stream (an event) or in its JSON answer. */
-static void call_deliver(upstream_call_t *call, json_t *msg)
+void stdio_call_deliver(upstream_call_t *call, json_t *msg)
 {
     if (call->mode == MODE_JSON) {
         if (!json_object_get(msg, "method"))
@@ -342,7 +248,20 @@ static void call_deliver(upstream_call_t *call, json_t *msg)
     if (call->mode == MODE_SSE)
         set_timer(call, call->up->limits->idle_timeout_ms);
     if (call->paused && !call->full && evbuffer_get_length(call->out) > OUT_HIGH_WATER &&
+        call->child && call->child->shared) {
+        /* one caller that stops reading must not stall the others of a shared child: its call
+         * is cut off instead (a protected one is then recorded unknown by its owner) */
+        log_warn(0,
+                 "stdio upstream %s: a client is not reading its answer (%zu bytes waiting): "
+                 "its call is cut off, the shared server goes on",
+                 call->up->label, evbuffer_get_length(call->out));
+        call_detach(call);
+        queue_end(call, UPSTREAM_ERR_CLOSED);
+        return;
+    }
+    if (call->paused && !call->full && evbuffer_get_length(call->out) > OUT_HIGH_WATER &&
         call->child) {
+        /* a child of one caller's own waits for that caller to read */
         call->full = true;
         if (call->child->n_full++ == 0 && call->child->out)
             bufferevent_disable(call->child->out, EV_READ);
@@ -376,10 +295,12 @@ static session_t **bucket(stdio_up_t *up, const char *id)
     return &up->buckets[util_fnv1a64(id) % SESSION_BUCKETS];
 }
 
-static session_t *session_find(stdio_up_t *up, const char *id)
+/* A session by its id; hidden: a sessionless caller's (by "caller:" and its tag), which no
+ * Mcp-Session-Id header can name. */
+static session_t *session_find(stdio_up_t *up, const char *id, bool hidden)
 {
     for (session_t *s = *bucket(up, id); s; s = s->hnext)
-        if (strcmp(s->id, id) == 0)
+        if (s->hidden == hidden && strcmp(s->id, id) == 0)
             return s;
     return NULL;
 }
@@ -428,6 +349,7 @@ static void session_discard(session_t *s)
         return;
     event_free(s->idle);
     json_decref(s->caps);
+    json_decref(s->subs);
     free(s);
 }
 
@@ -444,6 +366,7 @@ static void session_end(session_t *s)
         }
     child_t *c = s->child;
     if (c) {
+        stdio_sreqs_gone(c, s->id);
         if (s->cprev)
             s->cprev->cnext = s->cnext;
         else
@@ -464,6 +387,7 @@ static void session_end(session_t *s)
     }
     event_free(s->idle);
     json_decref(s->caps);
+    json_decref(s->subs);
     free(s);
     if (c && !c->shared && !c->sessions)
         child_stop(c, "its session ended");
@@ -487,7 +411,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
 
 /* ---- children: spawn, write, read, end ---- */
 
-static void child_write(child_t *c, json_t *msg)
+void stdio_child_write(child_t *c, json_t *msg)
 {
     char *s = json_dumps(msg, JSON_COMPACT);
     struct evbuffer *to = c->ready && c->in ? bufferevent_get_output(c->in) : c->held;
@@ -539,7 +463,7 @@ static void send_request(child_t *c, upstream_call_t *call, json_t *req)
         p->orig_token = json_incref(token);
         json_object_set_new(meta, "progressToken", json_integer((json_int_t)p->gid));
     }
-    child_write(c, copy);
+    stdio_child_write(c, copy);
     json_decref(copy);
     if (call)
         call->outstanding++;
@@ -550,14 +474,17 @@ static void send_cancel(child_t *c, upstream_call_t *call, json_t *note)
 {
     json_t *params = json_object_get(note, "params");
     json_t *rid = json_object_get(params, "requestId");
-    session_t *s = call->sess;
+    /* only the caller's own call: another's id (2026 clients all start at 1) names nothing */
+    char mine[SESSION_ID_MAX], theirs[SESSION_ID_MAX];
+    stdio_call_scope(call, mine);
     for (pend_t *p = c->pends; p && rid; p = p->next) {
-        if (!p->call || p->call->sess != s || !json_equal(p->orig_id, rid))
+        if (!p->call || strcmp(stdio_call_scope(p->call, theirs), mine) != 0 ||
+            !json_equal(p->orig_id, rid))
             continue;
         json_t *copy = json_deep_copy(note);
         json_object_set_new(json_object_get(copy, "params"), "requestId",
                             json_integer((json_int_t)p->gid));
-        child_write(c, copy);
+        stdio_child_write(c, copy);
         json_decref(copy);
         return;
     }
@@ -580,6 +507,7 @@ static void child_free(child_t *c)
         evbuffer_free(c->held);
     if (c->grace)
         event_free(c->grace);
+    stdio_sreqs_free(c);
     json_decref(c->init_result);
     free(c);
 }
@@ -699,12 +627,12 @@ static void child_initialized(child_t *c, json_t *msg)
 {
     json_t *result = json_object_get(msg, "result");
     if (result && json_is_object(result)) {
-        if (c->shared) {
+        if (c->own_init) {
             c->init_result = json_incref(result);
             json_t *note =
                 json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
             c->ready = true;
-            child_write(c, note);
+            stdio_child_write(c, note);
             json_decref(note);
             if (c->in && c->held)
                 evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
@@ -739,64 +667,12 @@ static void child_initialized(child_t *c, json_t *msg)
 
 /* Where a message the server sends on its own goes: the newest call of the session still
  * streaming, else the session's GET stream; NULL: nowhere (dropped). */
-static upstream_call_t *stream_of(session_t *s)
+upstream_call_t *stdio_stream_of(session_t *s)
 {
     for (upstream_call_t *call = s ? s->calls : NULL; call; call = call->snext)
         if (call->mode == MODE_SSE && !call->end_queued)
             return call;
     return s ? s->get : NULL;
-}
-
-static void route_from_server(child_t *c, json_t *msg)
-{
-    const char *method = json_string_value(json_object_get(msg, "method"));
-    bool request = json_object_get(msg, "id") != NULL;
-    if (method && strcmp(method, "notifications/progress") == 0) {
-        json_t *params = json_object_get(msg, "params");
-        json_t *token = json_object_get(params, "progressToken");
-        for (pend_t *p = c->pends; p && json_is_integer(token); p = p->next) {
-            if ((uint64_t)json_integer_value(token) != p->gid || !p->orig_token)
-                continue;
-            if (p->call && p->call->mode == MODE_SSE) {
-                json_object_set(params, "progressToken", p->orig_token);
-                call_deliver(p->call, msg);
-            }
-            return;
-        }
-        return;
-    }
-    /* A request goes with the newest request in flight whose client can answer it: the
-     * server asks while it runs a call (elicitation, sampling, roots), and a shared child
-     * does not say which. */
-    const char *needs = !request || !method                             ? NULL
-                        : strcmp(method, "elicitation/create") == 0     ? "elicitation"
-                        : strcmp(method, "sampling/createMessage") == 0 ? "sampling"
-                        : strcmp(method, "roots/list") == 0             ? "roots"
-                                                                        : NULL;
-    upstream_call_t *target = NULL;
-    for (int pass = needs ? 0 : 1; pass < 2 && !target; pass++)
-        for (pend_t *p = c->pends; p && !target; p = p->next) {
-            if (!p->call || !(p->call->mode == MODE_SSE || p->call->sess))
-                continue;
-            if (pass == 0 && !(p->call->sess && json_object_get(p->call->sess->caps, needs)))
-                continue;
-            target = p->call->mode == MODE_SSE ? p->call : stream_of(p->call->sess);
-        }
-    if (!c->shared && !target && c->sessions)
-        target = stream_of(c->sessions);
-    if (target) {
-        call_deliver(target, msg);
-        return;
-    }
-    if (!request && c->shared) {
-        for (session_t *s = c->sessions; s; s = s->cnext)
-            if (s->get)
-                call_deliver(s->get, msg);
-        return;
-    }
-    log_debug(0, "stdio upstream %s: pid %d: %s '%s' with no stream to carry it, dropped",
-              c->up->label, (int)c->pid, request ? "request" : "notification",
-              method ? method : "?");
 }
 
 static void child_message(child_t *c, json_t *msg)
@@ -809,7 +685,7 @@ static void child_message(child_t *c, json_t *msg)
         return;
     }
     if (json_object_get(msg, "method")) {
-        route_from_server(c, msg);
+        stdio_route_from_server(c, msg);
         return;
     }
     json_t *id = json_object_get(msg, "id");
@@ -823,7 +699,7 @@ static void child_message(child_t *c, json_t *msg)
         child_initialized(c, msg);
     } else if (p->call) {
         json_object_set(msg, "id", p->orig_id);
-        call_deliver(p->call, msg);
+        stdio_call_deliver(p->call, msg);
         call_answered(p->call);
     }
     pend_free(p);
@@ -1094,6 +970,10 @@ static child_t *child_spawn(stdio_up_t *up, bool shared, char *why, size_t whyle
     posix_spawn_file_actions_adddup2(&fa, in[0], 0);
     posix_spawn_file_actions_adddup2(&fa, out[1], 1);
     posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    /* The server is a third party's program: it gets its three pipes and nothing else of the
+     * gateway's (agents' sockets, the store's, other children's pipes), whether or not each
+     * was opened close-on-exec. */
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
     if (up->conf.cwd)
         posix_spawn_file_actions_addchdir_np(&fa, up->conf.cwd);
     posix_spawnattr_init(&attr);
@@ -1117,7 +997,7 @@ static child_t *child_spawn(stdio_up_t *up, bool shared, char *why, size_t whyle
     c->up = up;
     c->pid = pid;
     c->shared = shared;
-    c->ready = !shared;
+    c->ready = true;
     c->held = evbuffer_new();
     c->in = pipe_bev(up, in[1]);
     c->out = pipe_bev(up, out[0]);
@@ -1152,19 +1032,17 @@ fail:
     return NULL;
 }
 
-/* The shared child, started and initialized by the gateway itself when no session did. */
-static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, size_t whylen)
+/* A child the gateway starts and initializes itself: the shared one, or a sessionless caller's
+ * own. It is told the client can do what any client might (a client that cannot answers that
+ * request with an error), in version (the first session's) or the newest the gateway knows. */
+static child_t *own_child(stdio_up_t *up, bool shared, const char *version, char *why,
+                          size_t whylen)
 {
-    if (up->shared)
-        return up->shared;
-    child_t *c = child_spawn(up, true, why, whylen);
+    child_t *c = child_spawn(up, shared, why, whylen);
     if (!c)
         return NULL;
-    up->shared = c;
-    /* The child is initialized once for clients yet to come: it is told the client can do
-     * what any of them might (a client that cannot answers that request with an error), in
-     * the first session's protocol version. */
-    const char *version = json_string_value(json_object_get(init_params, "protocolVersion"));
+    c->own_init = true;
+    c->ready = false;
     json_t *params = json_pack("{s:s, s:{s:{s:{}}, s:{}, s:{s:b}}, s:{s:s, s:s}}",
                                "protocolVersion", version ? version : "2025-11-25", "capabilities",
                                "elicitation", "form", "sampling", "roots", "listChanged", 0,
@@ -1182,6 +1060,37 @@ static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, siz
     json_decref(req);
     c->initializing = true;
     return c;
+}
+
+/* The shared child, started when no session did yet. */
+static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, size_t whylen)
+{
+    if (up->shared)
+        return up->shared;
+    const char *version = json_string_value(json_object_get(init_params, "protocolVersion"));
+    child_t *c = own_child(up, true, version, why, whylen);
+    if (c)
+        up->shared = c;
+    return c;
+}
+
+/* A sessionless caller of a per_session server has a child of its own, as a session would:
+ * a session no header names, found by the caller's tag, reaped when idle. */
+static session_t *caller_session(stdio_up_t *up, const char *caller, char *why, size_t whylen)
+{
+    char id[SESSION_ID_MAX];
+    snprintf(id, sizeof(id), "caller:%s", caller);
+    session_t *s = session_find(up, id, true);
+    if (s)
+        return s;
+    child_t *c = own_child(up, false, NULL, why, whylen);
+    if (!c)
+        return NULL;
+    s = session_new(up);
+    s->hidden = true;
+    memcpy(s->id, id, sizeof(s->id));
+    session_register(s, c);
+    return s;
 }
 
 /* ---- requests from the agent ---- */
@@ -1236,7 +1145,7 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
             p->init = true;
             json_t *copy = json_deep_copy(req);
             json_object_set_new(copy, "id", json_integer((json_int_t)p->gid));
-            child_write(c, copy);
+            stdio_child_write(c, copy);
             json_decref(copy);
         }
     }
@@ -1290,9 +1199,14 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
     json_t *init = NULL;
     json_array_foreach(msgs, i, m)
     {
-        if (!json_is_object(m)) {
+        json_t *mv = json_is_object(m) ? json_object_get(m, "method") : NULL;
+        bool answer = json_is_object(m) && !mv && json_object_get(m, "id") &&
+                      (json_object_get(m, "result") || json_object_get(m, "error"));
+        if (!json_is_object(m) || (mv && !json_is_string(mv)) || (!mv && !answer)) {
             json_decref(msgs);
-            return answer_rpc_error(call, 400, NULL, -32600, "Invalid Request");
+            return answer_rpc_error(call, 400, NULL, -32600,
+                                    "Invalid Request: neither a request, a notification nor an "
+                                    "answer");
         }
         n_requests += is_request(m);
         const char *method = json_string_value(json_object_get(m, "method"));
@@ -1313,19 +1227,37 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
     }
     child_t *c;
     char why[300];
+    session_t *s = NULL;
     if (sid) {
-        session_t *s = session_find(up, sid);
+        s = session_find(up, sid, false);
         if (!s) {
             json_decref(msgs);
             return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
         }
+    } else if (up->conf.sessions != STDIO_SHARED) {
+        s = caller_session(up, call->caller, why, sizeof(why));
+    }
+    if (s) {
         session_touch(s);
         call_link(call, s);
         c = s->child;
-    } else if (!(c = shared_child(up, NULL, why, sizeof(why)))) {
+    } else if (sid || up->conf.sessions != STDIO_SHARED ||
+               !(c = shared_child(up, NULL, why, sizeof(why)))) {
         json_decref(msgs);
         add_header(&call->headers, "Retry-After", "5");
         return answer_rpc_error(call, 503, NULL, -32000, why);
+    }
+    /* an answer goes to the server only from the client its request went to, and only all of
+     * a POST's answers or none */
+    if (!stdio_answers_belong(c, call, msgs)) {
+        json_decref(msgs);
+        log_warn(0,
+                 "stdio upstream %s: an answer names no request the server sent this client: "
+                 "refused",
+                 up->label);
+        return answer_rpc_error(call, 400, NULL, -32600,
+                                "Invalid Request: the answer names no request the server sent "
+                                "to this client");
     }
     if (c->in && evbuffer_get_length(bufferevent_get_output(c->in)) > IN_HIGH_WATER) {
         json_decref(msgs);
@@ -1340,14 +1272,18 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
     json_array_foreach(msgs, i, m)
     {
         const char *method = json_string_value(json_object_get(m, "method"));
-        if (is_request(m))
+        if (is_request(m)) {
+            stdio_note_subscription(call->sess, m);
             send_request(c, call, m);
-        else if (method && strcmp(method, "notifications/cancelled") == 0)
+        } else if (!method) {
+            stdio_answer_to_server(c, call, m);
+        } else if (strcmp(method, "notifications/cancelled") == 0) {
             send_cancel(c, call, m);
-        else if (method && strcmp(method, "notifications/initialized") == 0 && c->shared)
-            ; /* the gateway said it once for every session */
-        else
-            child_write(c, m);
+        } else if (strcmp(method, "notifications/initialized") == 0 && c->own_init) {
+            ; /* the gateway said it when it initialized the child */
+        } else {
+            stdio_child_write(c, m);
+        }
     }
     json_decref(msgs);
     if (n_requests == 0)
@@ -1366,6 +1302,7 @@ static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,
 {
     stdio_up_t *up = state;
     upstream_call_t *call = call_new(up, cbs, arg);
+    snprintf(call->caller, sizeof(call->caller), "%s", req->caller ? req->caller : "");
     size_t plen = strcspn(req->target, "?");
     if (plen != strlen(up->path) || strncmp(req->target, up->path, plen) != 0) {
         if (req->body)
@@ -1387,7 +1324,7 @@ static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,
         return answer_rpc_error(call, 405, NULL, -32000,
                                 "Method Not Allowed: no session (send Mcp-Session-Id)");
     }
-    session_t *s = session_find(up, sid);
+    session_t *s = session_find(up, sid, false);
     if (!s)
         return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
     if (strcmp(req->method, "DELETE") == 0) {
@@ -1473,6 +1410,7 @@ static void stdio_free(void *state)
             }
             event_free(s->idle);
             json_decref(s->caps);
+            json_decref(s->subs);
             free(s);
         }
     while (up->children) {
@@ -1509,6 +1447,7 @@ static void stdio_free(void *state)
 
 static const upstream_ops_t stdio_ops = {
     .name = "stdio",
+    .wants_caller = true,
     .open = stdio_open,
     .pause = stdio_pause,
     .abandon = stdio_abandon,

@@ -902,6 +902,11 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool once)
         .has_body = ex->req->method == HTTP_POST,
         .once = once,
     };
+    char caller[SUBJECT_TAG_HEX + 1];
+    if (p->ctx.subject && upstream_wants_caller(p->ctx.upstream)) {
+        subject_caller_tag(p->ctx.subject, ex->req, caller);
+        r.caller = caller;
+    }
     p->ctx.stats->forwarded++;
     ex->forward_ms = util_now_ms();
     ex->up = upstream_open(p->ctx.upstream, &r, &up_cbs, ex);

@@ -137,7 +137,8 @@ test('progress notifications reach the call that asked for them, with its own to
   assert.deepEqual(seen.b, [1, 2, 3, 4]);
 });
 
-for (const sessions of ['per_session', 'shared']) {
+// shared: stdio-tenants.test.mjs (a question reaches a caller only when no other can be meant)
+for (const sessions of ['per_session']) {
   test(`${sessions}: elicitation inside a protected call reaches the client that made it`, async (t) => {
     const { gw, ledger } = await ledgerGateway(t, { sessions });
     const asked = [];
@@ -342,7 +343,7 @@ test('pass_env must be a list of variable names: file:line', async (t) => {
   }
 });
 
-test('2026-07-28 requests without a session use the shared child', async (t) => {
+test('2026-07-28 requests without a session use a child of their caller\'s', async (t) => {
   const { gw, ledger } = await ledgerGateway(t);
   const args = { order_id: 'ord-2026', amount_cents: 300 };
   const call = (id) => post(gw.url, { jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'issue_refund', arguments: args } },

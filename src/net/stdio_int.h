@@ -1,0 +1,166 @@
+/* The stdio upstream's objects, shared by its files: upstream_stdio.c (children, sessions,
+ * calls) and stdio_route.c (which caller a message of the server's belongs to). Private to
+ * src/net. */
+#ifndef IDEMGW_STDIO_INT_H
+#define IDEMGW_STDIO_INT_H
+
+#include "http_headers.h"
+#include "upstream.h"
+#include "upstream_stdio.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct event;
+struct evbuffer;
+struct bufferevent;
+struct event_base;
+
+#define SESSION_BUCKETS 1024
+#define STDERR_LINE_MAX 4096
+#define OUT_HIGH_WATER                                                                             \
+    (1u << 20)                    /* a paused call holding this much: its child stops being        \
+                                   * read (one caller), or the call is cut off (shared) */
+#define IN_HIGH_WATER (16u << 20) /* a child not reading its stdin: new requests get 503 */
+#define LONG_LINE_KEEP 128        /* ends of an over-long line kept to find its id */
+#define SESSION_ID_MAX 80         /* a session's id: 32 hex, or "caller:" and a caller tag */
+#define CALLER_MAX 72             /* a caller tag (upstream_request_t.caller), cut to this */
+#define SREQ_MAX 256              /* server requests awaiting their caller's answer, per child */
+
+typedef struct stdio_up stdio_up_t;
+typedef struct child child_t;
+typedef struct session session_t;
+typedef struct pend pend_t;
+typedef struct sreq sreq_t;
+
+typedef enum { MODE_JSON, MODE_SSE, MODE_GET, MODE_FIXED } call_mode_t;
+
+struct upstream_call {
+    stdio_up_t *up;
+    session_t *sess;         /* NULL: a call without a session */
+    child_t *child;          /* where its requests went, NULL when none did */
+    char caller[CALLER_MAX]; /* who sent it (upstream_request_t.caller), "" for the gateway */
+    upstream_cbs_t cb;
+    void *arg;
+    call_mode_t mode;
+    int outstanding;                /* requests whose answers are awaited */
+    json_t *answers;                /* MODE_JSON: the answers so far */
+    bool batch;                     /* the body was an array */
+    json_t *init_id;                /* an initialize waiting for the child's answer: its own id */
+    upstream_call_t *snext, *sprev; /* in sess->calls */
+    upstream_call_t *wnext;         /* in child->init_waiters */
+    /* what the owner is yet to hear, handed over from kick */
+    int status;
+    http_headers_t headers;
+    bool head_queued, head_sent;
+    struct evbuffer *out;
+    bool end_queued;
+    upstream_result_t res;
+    bool paused, full;
+    struct event *kick, *timer;
+};
+
+struct pend {
+    uint64_t gid;          /* the id the child saw */
+    json_t *orig_id;       /* the agent's */
+    json_t *orig_token;    /* the agent's progress token, or NULL */
+    upstream_call_t *call; /* NULL: its call is gone, the answer is dropped */
+    bool init;             /* the child's initialize */
+    pend_t *next;
+};
+
+/* A request the server sent, delivered to one caller under an id of the gateway's own: only
+ * an answer from that caller, naming that id, reaches the server, under the server's id. */
+struct sreq {
+    uint64_t gid;               /* the id the caller saw */
+    json_t *server_id;          /* the id the server gave it */
+    char scope[SESSION_ID_MAX]; /* the caller it went to (stdio_call_scope) */
+    sreq_t *next;
+};
+
+struct session {
+    char id[SESSION_ID_MAX];
+    bool hidden; /* a sessionless caller's own child (per_session): never named by a header */
+    stdio_up_t *up;
+    child_t *child;
+    upstream_call_t *get;   /* the GET stream, or NULL */
+    json_t *caps;           /* the client's capabilities, from its initialize */
+    json_t *subs;           /* resource URIs it subscribed to (resources/subscribe) */
+    upstream_call_t *calls; /* POSTs in flight */
+    struct event *idle;
+    bool registered;
+    session_t *hnext;         /* hash chain */
+    session_t *cnext, *cprev; /* in child->sessions */
+};
+
+struct child {
+    stdio_up_t *up;
+    pid_t pid;
+    struct bufferevent *in, *out, *err;
+    pend_t *pends; /* newest first */
+    uint64_t next_gid;
+    session_t *sessions;
+    bool shared;
+    bool own_init;       /* initialized by the gateway (shared, or a sessionless caller's) */
+    bool ready;          /* requests may be written (own_init: once initialized) */
+    bool initializing;   /* own_init: the initialize is out */
+    json_t *init_result; /* shared: the answer every later session gets */
+    upstream_call_t *init_waiters;
+    sreq_t *sreqs; /* its requests delivered to callers, newest first */
+    int n_sreqs;
+    struct evbuffer *held; /* lines waiting for ready */
+    bool stopping, exited, gone;
+    int n_full;
+    struct event *grace;
+    /* an over-long stdout line being skipped: its first and last bytes */
+    bool skipping;
+    char head[LONG_LINE_KEEP + 1], tail[LONG_LINE_KEEP + 1];
+    size_t head_len, tail_len;
+    child_t *next;
+};
+
+struct stdio_up {
+    struct event_base *base;
+    stdio_conf_t conf;
+    char *path;
+    const upstream_limits_t *limits;
+    size_t max_line;
+    char *label; /* the program's name for logs */
+    child_t *children;
+    int n_children;
+    child_t *shared;    /* the child sessions share (shared mode) and sessionless calls use */
+    uint64_t next_sreq; /* the ids server requests reach callers with */
+    uint64_t unrouted;  /* server messages no caller could be told apart for: dropped */
+    session_t *buckets[SESSION_BUCKETS];
+    struct event *sigchld;
+};
+
+/* upstream_stdio.c */
+/* A message for the agent on the call's stream (an event) or in its JSON answer. */
+void stdio_call_deliver(upstream_call_t *call, json_t *msg);
+/* One line of JSON to the child (held until it is ready). */
+void stdio_child_write(child_t *c, json_t *msg);
+/* Where a message of the session's goes outside a call: its newest streaming call, else its
+ * GET stream; NULL: nowhere. */
+upstream_call_t *stdio_stream_of(session_t *s);
+
+/* stdio_route.c */
+/* The caller a call is, for what may cross between callers of one child: its session's id,
+ * else "caller:" and its caller tag. */
+const char *stdio_call_scope(const upstream_call_t *call, char out[SESSION_ID_MAX]);
+/* A message the server sent on its own (a request or a notification), to the caller it
+ * belongs to, or to no one (a request then gets an error back). */
+void stdio_route_from_server(child_t *c, json_t *msg);
+/* Whether every response in msgs answers a request the server sent to the caller of call. */
+bool stdio_answers_belong(child_t *c, const upstream_call_t *call, json_t *msgs);
+/* A caller's answer to the server's request: rewritten to the server's id and written. */
+void stdio_answer_to_server(child_t *c, const upstream_call_t *call, json_t *msg);
+/* A session's resources/subscribe or unsubscribe, noted for resources/updated. */
+void stdio_note_subscription(session_t *s, json_t *req);
+/* The caller of scope is gone: the server's requests to it get an error. */
+void stdio_sreqs_gone(child_t *c, const char *scope);
+void stdio_sreqs_free(child_t *c);
+
+#endif
