@@ -11,7 +11,6 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { ElicitRequestSchema, LoggingMessageNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
-import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from '@modelcontextprotocol/client';
 import { Agent, fetch as undiciFetch } from 'undici';
 import {
   NODE, TESTS, createDatabase, findResponse, rawSession, readLedger, sseReader, startEverything, startGateway,
@@ -95,9 +94,9 @@ async function sdkClient(s, url, subject, { capabilities = {}, onElicit, onLog }
 
 /**
  * One 2026-07-28 request as the v2 client sends it: no session, the mirrored headers, the
- * version, clientInfo and capabilities in _meta. Returns {status, text, message}.
+ * version, clientInfo and capabilities in _meta; given up after timeoutMs. Returns {status, text, message}.
  */
-async function post2026(url, method, params, { id, subject, caps = {}, signal } = {}) {
+async function post2026(url, method, params, { id, subject, caps = {}, timeoutMs = 15000 } = {}) {
   const name = params?.name;
   const headers = {
     Accept: ACCEPT, 'Content-Type': 'application/json', 'MCP-Protocol-Version': V2026, 'Mcp-Method': method,
@@ -106,7 +105,7 @@ async function post2026(url, method, params, { id, subject, caps = {}, signal } 
   const meta = { [META_VERSION]: V2026, 'io.modelcontextprotocol/clientInfo': { name: `tenant-${subject}`, version: '1' }, 'io.modelcontextprotocol/clientCapabilities': caps };
   const body = id === undefined ? { jsonrpc: '2.0', method, params: { ...params, _meta: meta } } : { jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } };
   try {
-    const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), signal: signal ?? AbortSignal.timeout(20000) });
+    const res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body), signal: AbortSignal.timeout(timeoutMs) });
     const text = await res.text();
     let message = null;
     try {
@@ -198,11 +197,11 @@ const spawnedFds = async (s) => {
 // --- 2. a sessionless cancel naming another caller's request id ------------------------------
 async function cancelAttack(url, ledger, tl, breaches, { go, readTool }) {
   // alice: a protected call id 1 (and, on stdio, a read id 2), both held until `go` exists
-  const protectedCall = post2026(url, 'tools/call', { name: 'slow_refund', arguments: { order_id: 'alice-1', amount_cents: 7, wait_for: go } }, { id: 1, subject: 'alice' });
+  const protectedCall = post2026(url, 'tools/call', { name: 'slow_refund', arguments: { order_id: 'alice-1', amount_cents: 7, wait_for: go } }, { id: 1, subject: 'alice', timeoutMs: 10000 });
   await waitForEntry(ledger, (e) => e.tool === 'slow_refund' && e.order_id === 'alice-1', 'alice\'s slow_refund to run');
   let readCall = null;
   if (readTool) {
-    readCall = post2026(url, 'tools/call', { name: 'echo', arguments: { text: 'alice-read-2', wait_for: go } }, { id: 2, subject: 'alice' });
+    readCall = post2026(url, 'tools/call', { name: 'echo', arguments: { text: 'alice-read-2', wait_for: go } }, { id: 2, subject: 'alice', timeoutMs: 10000 });
     await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-read-2', 'alice\'s read to run');
   }
   const statuses = [];
@@ -260,73 +259,92 @@ async function foreignAnswers(post, bobId) {
   return Object.entries(statuses).map(([k, v]) => `${k}x${v}`).join(',');
 }
 
+/** A round's promises: who was asked first, and when bob may answer. */
+function newRound() {
+  const r = {};
+  r.bob = new Promise((res) => { r.onBob = res; });
+  r.alice = new Promise((res) => { r.onAlice = res; });
+  r.may = new Promise((res) => { r.allow = res; });
+  return r;
+}
+
+const within = (p, ms, value) => Promise.race([p, new Promise((r) => setTimeout(() => r(value), ms))]);
+
+/**
+ * Sessions on a shared child, two rounds: alice with a call in flight newer than bob's when
+ * the server asks (where does the question go?), then alice idle (the question goes to bob:
+ * can alice's answers decide it?).
+ */
 async function elicitationSessions(s, tl, breaches) {
   const { gw, ledger, dir } = await stdioGateway(s, { sessions: 'shared' });
-  const go = path.join(dir, 'go');
-  const goAlice = path.join(dir, 'go-alice');
-  const aliceSaw = [];
-  let bobAsked;
-  const bobAskedP = new Promise((r) => { bobAsked = r; });
-  let aliceAsked;
-  const aliceAskedP = new Promise((r) => { aliceAsked = r; });
-  let mayAnswer;
-  const bobMayAnswer = new Promise((r) => { mayAnswer = r; });
+  let round = null;
+  let aliceSaw = 0;
   const bob = await sdkClient(s, gw.url, 'bob', {
     capabilities: { elicitation: {} },
     onElicit: async (req, extra) => {
-      bobAsked(extra.requestId);
-      await bobMayAnswer;
+      const r = round;
+      r.onBob(extra.requestId);
+      await r.may;
       return { action: 'accept', content: { ok: true } };
     },
   });
   const alice = await sdkClient(s, gw.url, 'alice', {
     capabilities: { elicitation: {} },
-    onElicit: async (req) => {
-      aliceSaw.push(req.params.message);
-      aliceAsked();
+    onElicit: async () => {
+      aliceSaw++;
+      round.onAlice();
       return { action: 'decline' };
     },
   });
-  const bobCall = bob.client.callTool({ name: 'confirm_refund', arguments: { order_id: 'bob-1', amount_cents: 5, wait_for: go } }, undefined, { timeout: 30000 });
-  await waitForEntry(ledger, (e) => e.tool === 'confirm_waiting' && e.order_id === 'bob-1', 'bob\'s confirm_refund to wait');
-  // alice has a call in flight, newer than bob's, when the server asks
-  const aliceCall = alice.client.callTool({ name: 'echo', arguments: { text: 'alice-busy', wait_for: goAlice } }, undefined, { timeout: 30000 });
-  await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-busy', 'alice\'s echo to wait');
-  await fs.writeFile(go, '');
-  const first = await Promise.race([bobAskedP.then((id) => ({ who: 'bob', id })), aliceAskedP.then(() => ({ who: 'alice' }))]);
-  let answers = '-';
-  if (first.who === 'bob') {
-    const sid = alice.transport.sessionId;
-    answers = await foreignAnswers(async (msg) => {
-      const r = await fetch(gw.url, {
-        method: 'POST',
-        headers: { Accept: ACCEPT, 'Content-Type': 'application/json', 'MCP-Protocol-Version': '2025-11-25', 'Mcp-Session-Id': sid, 'X-Subject': 'alice' },
-        body: JSON.stringify(msg),
-      });
-      await r.arrayBuffer();
-      return r.status;
-    }, first.id);
+  const postAsAlice = async (msg) => {
+    const r = await fetch(gw.url, {
+      method: 'POST',
+      headers: { Accept: ACCEPT, 'Content-Type': 'application/json', 'MCP-Protocol-Version': '2025-11-25', 'Mcp-Session-Id': alice.transport.sessionId, 'X-Subject': 'alice' },
+      body: JSON.stringify(msg),
+    });
+    await r.arrayBuffer();
+    return r.status;
+  };
+  const out = [];
+  for (const busy of [true, false]) {
+    round = newRound();
+    const order = `bob-${busy ? 'busy' : 'idle'}`;
+    const go = path.join(dir, `go-${order}`);
+    const goAlice = path.join(dir, `go-alice-${order}`);
+    const bobCall = bob.client.callTool({ name: 'confirm_refund', arguments: { order_id: order, amount_cents: 5, wait_for: go } }, undefined, { timeout: 20000 })
+      .catch((err) => ({ content: [{ type: 'text', text: `error: ${err.message}` }] }));
+    await waitForEntry(ledger, (e) => e.tool === 'confirm_waiting' && e.order_id === order, `bob's confirm_refund ${order} to wait`);
+    let aliceCall = null;
+    if (busy) {
+      aliceCall = alice.client.callTool({ name: 'echo', arguments: { text: 'alice-busy', wait_for: goAlice } }, undefined, { timeout: 20000 }).catch(() => null);
+      await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-busy', 'alice\'s echo to wait');
+    }
+    await fs.writeFile(go, '');
+    const first = await within(Promise.race([round.bob.then((id) => ({ who: 'bob', id })), round.alice.then(() => ({ who: 'alice' }))]), 15000, { who: 'nobody' });
+    let posts = '-';
+    if (first.who === 'bob') posts = await foreignAnswers(postAsAlice, first.id);
+    round.allow();
+    const bobResult = await bobCall;
+    const bobOk = new RegExp(`Refunded 5 on ${order}`).test(toolText(bobResult));
+    count(tl, bobOk, bobOk ? null : 'bob_not_refunded');
+    if (!bobOk) breaches.push(`sessions, alice ${busy ? 'busy' : 'idle'}: bob's answer did not decide his call (${toolText(bobResult).slice(0, 60)})`);
+    if (aliceCall) {
+      await fs.writeFile(goAlice, '');
+      count(tl, toolText(await aliceCall) === 'alice-busy');
+    }
+    out.push(`${busy ? 'busy' : 'idle'}:asked=${first.who},alice_posts=${posts}`);
   }
-  mayAnswer();
-  const bobResult = await bobCall.catch((err) => ({ content: [{ type: 'text', text: `error: ${err.message}` }] }));
-  const bobOk = /Refunded 5 on bob-1/.test(toolText(bobResult));
-  count(tl, bobOk, bobOk ? null : 'bob_not_refunded');
-  await fs.writeFile(goAlice, '');
-  const aliceResult = await aliceCall.catch(() => null);
-  count(tl, toolText(aliceResult) === 'alice-busy');
-  if (aliceSaw.length) breaches.push(`sessions: alice was asked bob's question (${aliceSaw.length}x)`);
-  if (!bobOk) breaches.push(`sessions: bob's answer did not decide his call (${toolText(bobResult).slice(0, 80)})`);
+  if (aliceSaw) breaches.push(`sessions: alice was asked bob's question (${aliceSaw}x)`);
   const declines = await ledgerWith(ledger, (e) => e.tool === 'response_received' && e.answer?.action === 'decline');
   if (declines.length) breaches.push(`sessions: the child got alice's answers (${declines.length})`);
-  return `sessions: first_asked=${first.who} alice_posts=${answers}`;
+  return `sessions[${out.join(' ')}]`;
 }
 
+/** The same two rounds with sessionless 2026-07-28 callers of a per_session server. */
 async function elicitationSessionless(s, tl, breaches) {
   const { gw, ledger, dir } = await stdioGateway(s, { sessions: 'per_session' });
-  const go = path.join(dir, 'go');
-  const goAlice = path.join(dir, 'go-alice');
   const caps = { elicitation: { form: {} } };
-  const open = async (subject, id, params) => fetch(gw.url, {
+  const open = (subject, id, params) => fetch(gw.url, {
     method: 'POST',
     headers: {
       Accept: ACCEPT, 'Content-Type': 'application/json', 'MCP-Protocol-Version': V2026, 'Mcp-Method': 'tools/call', 'Mcp-Name': params.name,
@@ -336,6 +354,7 @@ async function elicitationSessionless(s, tl, breaches) {
       jsonrpc: '2.0', id, method: 'tools/call',
       params: { ...params, _meta: { [META_VERSION]: V2026, 'io.modelcontextprotocol/clientInfo': { name: subject, version: '1' }, 'io.modelcontextprotocol/clientCapabilities': caps } },
     }),
+    signal: AbortSignal.timeout(20000),
   });
   const answer = (subject, msg) => fetch(gw.url, {
     method: 'POST',
@@ -345,7 +364,7 @@ async function elicitationSessionless(s, tl, breaches) {
     await r.arrayBuffer();
     return r.status;
   }, () => 0);
-  /** Reads a call's stream: elicitation requests seen, and its result. */
+  /** Reads a call's stream: the elicitation requests it carries, and its result. */
   const watch = (resPromise, id) => {
     const seen = [];
     let onAsk;
@@ -369,36 +388,48 @@ async function elicitationSessionless(s, tl, breaches) {
         }
       }
       return { message: null };
-    })();
+    })().catch((err) => ({ message: null, text: err.message }));
     return { seen, asked, done };
   };
-  const bob = watch(open('bob', 'b-1', { name: 'confirm_refund', arguments: { order_id: 'bob-2', amount_cents: 6, wait_for: go } }), 'b-1');
-  await waitForEntry(ledger, (e) => e.tool === 'confirm_waiting' && e.order_id === 'bob-2', 'bob\'s sessionless confirm_refund to wait');
-  const alice = watch(open('alice', 'a-1', { name: 'echo', arguments: { text: 'alice-busy-2', wait_for: goAlice } }), 'a-1');
-  await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-busy-2', 'alice\'s sessionless echo to wait');
-  await fs.writeFile(go, '');
-  const first = await Promise.race([bob.asked.then((m) => ({ who: 'bob', m })), alice.asked.then((m) => ({ who: 'alice', m })),
-    new Promise((r) => setTimeout(() => r({ who: 'nobody' }), 15000))]);
-  let answers = '-';
-  if (first.m) {
+  const out = [];
+  let aliceSaw = 0;
+  for (const busy of [true, false]) {
+    const order = `bob-2026-${busy ? 'busy' : 'idle'}`;
+    const go = path.join(dir, `go-${order}`);
+    const goAlice = path.join(dir, `go-alice-${order}`);
+    const bob = watch(open('bob', `b-${order}`, { name: 'confirm_refund', arguments: { order_id: order, amount_cents: 6, wait_for: go } }), `b-${order}`);
+    await waitForEntry(ledger, (e) => e.tool === 'confirm_waiting' && e.order_id === order, `bob's sessionless confirm_refund ${order} to wait`);
+    let alice = null;
+    if (busy) {
+      alice = watch(open('alice', 'a-1', { name: 'echo', arguments: { text: 'alice-busy-2026', wait_for: goAlice } }), 'a-1');
+      await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-busy-2026', 'alice\'s sessionless echo to wait');
+    }
+    await fs.writeFile(go, '');
+    const first = await within(Promise.race([bob.asked.then((m) => ({ who: 'bob', m })), ...(alice ? [alice.asked.then((m) => ({ who: 'alice', m }))] : [])]),
+      15000, { who: 'nobody' });
+    let posts = '-';
     if (first.who === 'alice') {
-      answers = `${await answer('alice', { jsonrpc: '2.0', id: first.m.id, result: { action: 'decline' } })}`;
-    } else {
-      answers = await foreignAnswers((msg) => answer('alice', msg), first.m.id);
+      posts = `${await answer('alice', { jsonrpc: '2.0', id: first.m.id, result: { action: 'decline' } })}`;
+    } else if (first.who === 'bob') {
+      posts = await foreignAnswers((msg) => answer('alice', msg), first.m.id);
       await answer('bob', { jsonrpc: '2.0', id: first.m.id, result: { action: 'accept', content: { ok: true } } });
     }
+    const bobDone = await within(bob.done, 20000, { message: null, text: 'no answer' });
+    const bobOk = new RegExp(`Refunded 6 on ${order}`).test(toolText(bobDone.message?.result));
+    count(tl, bobOk, bobOk ? null : 'bob_not_refunded');
+    if (!bobOk) breaches.push(`sessionless, alice ${busy ? 'busy' : 'idle'}: bob's answer did not decide his call (${(toolText(bobDone.message?.result) || bobDone.text || JSON.stringify(bobDone.message)).slice(0, 60)})`);
+    if (alice) {
+      await fs.writeFile(goAlice, '');
+      const aliceDone = await within(alice.done, 20000, { message: null });
+      count(tl, toolText(aliceDone.message?.result) === 'alice-busy-2026');
+      aliceSaw += alice.seen.length;
+    }
+    out.push(`${busy ? 'busy' : 'idle'}:asked=${first.who},alice_posts=${posts}`);
   }
-  const bobDone = await Promise.race([bob.done, new Promise((r) => setTimeout(() => r({ message: null, timeout: true }), 20000))]);
-  const bobOk = /Refunded 6 on bob-2/.test(toolText(bobDone.message?.result));
-  count(tl, bobOk, bobOk ? null : 'bob_not_refunded');
-  await fs.writeFile(goAlice, '');
-  const aliceDone = await Promise.race([alice.done, new Promise((r) => setTimeout(() => r({ message: null }), 20000))]);
-  count(tl, toolText(aliceDone.message?.result) === 'alice-busy-2');
-  if (alice.seen.length) breaches.push(`sessionless: bob's question reached alice's stream (${alice.seen.length}x)`);
-  if (!bobOk) breaches.push(`sessionless: bob's answer did not decide his call (${bobDone.timeout ? 'no answer' : JSON.stringify(bobDone.message ?? bobDone.text ?? '').slice(0, 80)})`);
+  if (aliceSaw) breaches.push(`sessionless: bob's question reached alice's stream (${aliceSaw}x)`);
   const declines = await ledgerWith(ledger, (e) => e.tool === 'response_received' && e.answer?.action === 'decline');
   if (declines.length) breaches.push(`sessionless: the child got alice's answers (${declines.length})`);
-  return `sessionless: first_asked=${first.who} alice_posts=${answers}`;
+  return `sessionless[${out.join(' ')}]`;
 }
 
 const sharedElicitation = async (s) => {
@@ -468,18 +499,13 @@ const perCallerChildren = async (s) => {
   const breaches = [];
   const { gw } = await stdioGateway(s, { sessions: 'per_session' });
   const pids = {};
-  // each caller twice: a v2 client pinned to 2026-07-28 (no session), and a raw request
-  for (const subject of ['alice', 'bob']) {
-    const client = new V2Client({ name: `tenant-${subject}`, version: '1.0.0' }, { versionNegotiation: { mode: { pin: V2026 } } });
-    await client.connect(new V2Transport(new URL(gw.url), { requestInit: { headers: { 'X-Subject': subject } } }));
-    s.after(() => client.close().catch(() => {}));
-    const viaClient = await client.callTool({ name: 'whoami', arguments: {} }).then((r) => pidOf(toolText(r)), () => 0);
-    const raw = await post2026(gw.url, 'tools/call', { name: 'whoami', arguments: {} }, { id: 1, subject });
-    const viaRaw = pidOf(toolText(raw.message?.result));
-    for (const pid of [viaClient, viaRaw]) {
-      count(tl, pid > 0, pid > 0 ? null : 'no_pid');
-      (pids[subject] ??= new Set()).add(pid);
-    }
+  // each caller twice, as @modelcontextprotocol/client 2.x sends a 2026-07-28 request (the
+  // client itself cannot be pinned here: the stdio server offers no server/discover)
+  for (const subject of ['alice', 'bob', 'alice', 'bob']) {
+    const r = await post2026(gw.url, 'tools/call', { name: 'whoami', arguments: {} }, { id: 1, subject });
+    const pid = pidOf(toolText(r.message?.result));
+    count(tl, pid > 0, pid > 0 ? null : `http_${r.status}`);
+    (pids[subject] ??= new Set()).add(pid);
   }
   const shared = [...pids.alice].filter((p) => p && pids.bob.has(p));
   if (shared.length) breaches.push(`alice and bob were served by the same child (pid ${shared.join(',')})`);
