@@ -44,7 +44,9 @@ const counted = (fn) => (s) => {
  */
 function finish(name, tl, breaches, extra = '') {
   breachesTotal += breaches.length;
-  const what = breaches.length ? ` breach: ${[...new Set(breaches)].join('; ')}` : '';
+  const distinct = [...new Set(breaches)];
+  const more = distinct.length > 6 ? `; (+${distinct.length - 6} more)` : '';
+  const what = breaches.length ? ` breach: ${distinct.slice(0, 6).join('; ')}${more}` : '';
   return report(name, tl, { extra: `breaches=${breaches.length}${extra ? ` ${extra}` : ''}${what}`, failIf: breaches.length > 0 });
 }
 
@@ -445,7 +447,6 @@ const sharedNotifications = async (s) => {
   const tl = tally();
   const breaches = [];
   const { gw, ledger, dir } = await stdioGateway(s, { sessions: 'shared' });
-  const goAlice = path.join(dir, 'go-alice');
   const heard = { alice: 0, bob: 0 };
   const alice = await sdkClient(s, gw.url, 'alice', {
     onLog: (n) => {
@@ -474,23 +475,39 @@ const sharedNotifications = async (s) => {
       }
     })()
     : get.text().then(() => {});
-  // alice has a POST stream open while bob's call talks
-  const aliceCall = alice.client.callTool({ name: 'echo', arguments: { text: 'alice-open', wait_for: goAlice } }, undefined, { timeout: 30000 });
-  await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === 'alice-open', 'alice\'s echo to wait');
+  // alice has a POST stream open while bob's call talks: first opened before bob's call,
+  // then after it (the newest call in flight when bob's lines come)
   const LINES = 20;
-  const r = await bob.client.callTool({ name: 'chatty', arguments: { tag: 'bob-secret', lines: LINES } }, undefined, { timeout: 30000 });
-  count(tl, toolText(r) === `chatty bob-secret done after ${LINES} lines`);
-  // alice's answer comes through the child's output after bob's lines: what was sent her is in
-  await fs.writeFile(goAlice, '');
-  const ar = await aliceCall.catch(() => null);
-  count(tl, toolText(ar) === 'alice-open');
-  count(tl, toolText(await alice.client.callTool({ name: 'echo', arguments: { text: 'barrier' } })) === 'barrier');
+  const rounds = [];
+  for (const aliceNewer of [false, true]) {
+    const tag = `bob-secret-${aliceNewer ? 'b' : 'a'}`;
+    const goBob = path.join(dir, `go-${tag}`);
+    const goAlice = path.join(dir, `go-alice-${tag}`);
+    const before = heard.alice;
+    let bobCall;
+    const startBob = async () => {
+      bobCall = bob.client.callTool({ name: 'chatty', arguments: { tag, lines: LINES, wait_for: goBob } }, undefined, { timeout: 30000 }).catch(() => null);
+      await waitForEntry(ledger, (e) => e.tool === 'chatty_waiting' && e.tag === tag, `bob's chatty ${tag} to wait`);
+    };
+    if (aliceNewer) await startBob();
+    const aliceCall = alice.client.callTool({ name: 'echo', arguments: { text: `alice-${tag}`, wait_for: goAlice } }, undefined, { timeout: 30000 }).catch(() => null);
+    await waitForEntry(ledger, (e) => e.tool === 'echo_waiting' && e.text === `alice-${tag}`, 'alice\'s echo to wait');
+    if (!aliceNewer) await startBob();
+    await fs.writeFile(goBob, '');
+    count(tl, toolText(await bobCall) === `chatty ${tag} done after ${LINES} lines`);
+    // alice's answer comes through the child's output after bob's lines: what was sent her is in
+    await fs.writeFile(goAlice, '');
+    count(tl, toolText(await aliceCall) === `alice-${tag}`);
+    count(tl, toolText(await alice.client.callTool({ name: 'echo', arguments: { text: 'barrier' } })) === 'barrier');
+    rounds.push(`${aliceNewer ? 'alice_newer' : 'alice_older'}:${heard.alice - before}`);
+  }
   ac.abort();
   await getDone;
   const onRawGet = (rawGet.match(/bob-secret line/g) ?? []).length;
   if (heard.alice) breaches.push(`alice's client got ${heard.alice} of bob's log lines`);
   if (onRawGet) breaches.push(`alice's GET stream carried ${onRawGet} of bob's log lines`);
-  return finish('tenant:shared-notifications', tl, breaches, `bob_heard=${heard.bob}/${LINES} alice_heard=${heard.alice} alice_get=${onRawGet} get_status=${get.status}`);
+  return finish('tenant:shared-notifications', tl, breaches,
+    `bob_heard=${heard.bob}/${2 * LINES} alice_heard=${heard.alice} (${rounds.join(' ')}) alice_get=${onRawGet} get_status=${get.status}`);
 };
 
 // --- 5. sessionless callers of a per_session server get children of their own ---------------
@@ -542,12 +559,14 @@ const strayResponse = async (s) => {
       // not JSON
     }
     const want = `lookup:${JSON.stringify(args)}`;
-    const ok = got === want;
-    count(tl, res.status === 200 && got !== '', res.status === 200 ? null : `http_${res.status}`);
-    if (!ok && got) {
-      if (got.startsWith('STRAY')) strays++;
-      if (/"caller":"(\w+)"/.exec(got)?.[1] !== subject) foreign++;
-      breaches.push(`${subject} got an answer not its own`);
+    count(tl, res.status === 200 && got === want, res.status !== 200 ? `http_${res.status}` : got ? 'not_its_own' : 'no_answer_with_its_id');
+    // every tool text in the body, whatever its id: each must be this read's
+    const texts = [...text.matchAll(/"text":"((?:[^"\\]|\\.)*)"/g)].map((m) => JSON.parse(`"${m[1]}"`));
+    const wrong = texts.filter((t) => t !== want);
+    if (wrong.length) {
+      if (wrong.some((t) => t.startsWith('STRAY'))) strays++;
+      if (wrong.some((t) => /"caller":"(\w+)"/.exec(t)?.[1] !== subject)) foreign++;
+      breaches.push(`${subject}'s read ${n} got "${wrong[0]}"`);
     }
   };
   // concurrently: both callers, the same ids
