@@ -601,20 +601,30 @@ const slowConsumer = async (s) => {
   sock.pause();
   // the child has written the first 4 MiB of her stream (more than the sockets hold)
   await waitForEntry(ledger, (e) => e.tool === 'chatty' && e.tag === 'mallory' && e.sent >= 256, 'mallory\'s chatty call to be under way');
+  // alice calls on until one of hers goes unanswered, or the child has stalled on mallory's
+  // stream (her count stands still across three of alice's answers), or mallory's stream is all out
+  const mallorySent = async () => Math.max(0, ...(await ledgerWith(ledger, (e) => e.tool === 'chatty' && e.tag === 'mallory')).map((e) => e.sent));
   let answered = 0;
   let missed = 0;
-  for (let i = 0; i < 5; i++) {
+  let still = 0;
+  let last = -1;
+  for (let i = 0; i < 60 && !missed && still < 3; i++) {
     const tool = i % 2 ? { name: 'issue_refund', arguments: { order_id: `alice-${i}`, amount_cents: i } } : { name: 'echo', arguments: { text: `alice-${i}` } };
     const r = await alice.client.callTool(tool, undefined, { timeout: 8000 }).then((x) => x, (err) => ({ error: err.message }));
     const ok = !r.error && (i % 2 ? /Refunded \d+ on alice-/.test(toolText(r)) : toolText(r) === `alice-${i}`);
     count(tl, ok, ok ? null : 'alice_not_answered');
     if (ok) answered++;
     else missed++;
+    const sent = await mallorySent();
+    if (sent >= LINES) break;
+    still = sent === last ? still + 1 : 0;
+    last = sent;
   }
-  if (missed) breaches.push(`alice was not answered ${missed} of 5 times while mallory did not read`);
-  const sent = Math.max(0, ...(await ledgerWith(ledger, (e) => e.tool === 'chatty' && e.tag === 'mallory')).map((e) => e.sent));
+  if (missed) breaches.push(`alice was not answered within 8 s (after ${answered} answers) while mallory did not read`);
+  const sent = await mallorySent();
   sock.destroy();
-  return finish('tenant:slow-consumer', tl, breaches, `alice_answered=${answered}/5 mallory_lines_written=${sent}/${LINES}`);
+  return finish('tenant:slow-consumer', tl, breaches,
+    `alice_answered=${answered} alice_missed=${missed} mallory_lines_written=${sent}/${LINES} child_stalled_alice_served=${still >= 3 && !missed ? 'yes' : 'no'}`);
 };
 
 // --- 8. a session's stream, the status tool and tasks are their caller's only ----------------
