@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The fault suite (`make faults`): misbehaving upstreams, Postgres killed and restarted under
-# load, a locked key table, descriptors running out, slowloris connections. Loopback only,
+# load, a locked key table, descriptors running out, slowloris connections, callers on each
+# other's calls (tests/faults/tenant.mjs, scenarios tenant:*, then "tenant: breaches=N"). Loopback only,
 # bounded loops, a few minutes. One line per scenario; ends "faults: N passed, N failed".
 #   scripts/faults.sh [scenario...]                       (all when none is named)
 #   IDEMGW_BIN=build-asan/idemgw scripts/faults.sh        (against the sanitizer build)

@@ -18,6 +18,7 @@ import {
 import { callBody, rawRequest, spellings, unreadableBodies } from '../integration/lib/bypass.mjs';
 import { startStallProxy } from '../integration/lib/stall-proxy.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
+import { tenantScenarios, tenantSummary } from './tenant.mjs';
 
 const SUBJECT = { header: 'X-Subject' };
 
@@ -165,6 +166,9 @@ async function stalledStoreScenario(s, name, mode) {
 
 scenarios['store-blackhole'] = (s) => stalledStoreScenario(s, 'store-blackhole', 'stall');
 scenarios['store-handshake-stall'] = (s) => stalledStoreScenario(s, 'store-handshake-stall', 'handshake');
+
+// --- callers on each other's calls (tests/faults/tenant.mjs) ---------------------------------
+Object.assign(scenarios, tenantScenarios);
 
 // --- the embedded store's files deleted under a running gateway -----------------------------
 // It must stop serving protected calls (its keys are in files nobody else can open), and a
@@ -402,5 +406,6 @@ for (const name of names) {
   s.passed = ok; // the harness prints what a failed scenario started
   await s.close();
 }
+tenantSummary();
 console.log(`faults: ${names.length - failed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
