@@ -182,11 +182,11 @@ test('shared: what the server says during a call reaches that call\'s caller alo
     for (let ev; (ev = await aliceStream.next());) if (ev.data) heard.push(JSON.parse(ev.data));
   })();
   for (let round = 0; round < 3; round++) {
-    const res = await bob.post(callMsg(round, 'chatty', { count: 3, tag: 'bob' }));
+    const res = await bob.post(callMsg(round, 'chatty', { lines: 3, bytes: 0, tag: 'bob' }));
     const events = [];
     const r = sseReader(res);
     for (let ev; (ev = await r.next());) if (ev.data) events.push(JSON.parse(ev.data));
-    assert.deepEqual(events.filter((m) => m.method === 'notifications/message').map((m) => m.params.data.trim()), ['bob 1', 'bob 2', 'bob 3']);
+    assert.deepEqual(events.filter((m) => m.method === 'notifications/message').map((m) => m.params.data.trim()), ['bob line 1', 'bob line 2', 'bob line 3']);
   }
   // a call of alice's own, after bob's: whatever was misrouted to her stream is there by now
   const res = await alice.post(callMsg(9, 'whoami', {}));
@@ -244,7 +244,7 @@ test('shared: a caller that stops reading is cut off; the others of the child ar
   // mallory asks for a lot of progress and never reads her stream
   const sock = net.connect(gw.port, '127.0.0.1');
   await new Promise((resolve) => sock.on('connect', resolve));
-  const body = JSON.stringify(callMsg(1, 'chatty', { count: 5000, bytes: 4000, tag: 'mallory' }));
+  const body = JSON.stringify(callMsg(1, 'chatty', { lines: 5000, bytes: 4000, tag: 'mallory' }));
   const head = Object.entries({ ...mallory.headers, Host: `127.0.0.1:${gw.port}`, 'Content-Length': Buffer.byteLength(body) }).map(([k, v]) => `${k}: ${v}`).join('\r\n');
   sock.write(`POST /mcp HTTP/1.1\r\n${head}\r\n\r\n${body}`);
   sock.pause();
