@@ -272,13 +272,15 @@ void stdio_route_from_server(child_t *c, json_t *msg)
         stdio_call_deliver(to, msg);
         return;
     }
-    c->up->unrouted++;
+    uint64_t n = ++c->up->unrouted;
     const char *why = several ? "calls of several clients are in flight on this shared server, "
                                 "and the request does not say which it belongs to"
                               : "no client of this server has a stream open to carry it";
-    log_warn(0, "stdio upstream %s: pid %d: %s '%s' reaches no client: %s (%llu so far)",
-             c->up->label, (int)c->pid, id ? "request" : "notification", method, why,
-             (unsigned long long)c->up->unrouted);
+    /* a server that keeps talking to no one must not flood the log: the 1st, 2nd, 4th, ... */
+    if ((n & (n - 1)) == 0)
+        log_warn(0, "stdio upstream %s: pid %d: %s '%s' reaches no client: %s (%llu so far)",
+                 c->up->label, (int)c->pid, id ? "request" : "notification", method, why,
+                 (unsigned long long)n);
     if (id)
         refuse_request(c, id,
                        several ? "the gateway cannot tell which of its clients this request "
