@@ -65,6 +65,10 @@ typedef struct upstream_request {
     /* never sent twice (a non_idempotent tool's call): a transport that sends a request again
      * when a kept-alive channel closed before any byte of its answer must not send this one */
     bool once;
+    /* its answer cannot be told from a stray one by its JSON-RPC id (a batch, an id the gateway
+     * could not replace): a transport that keeps channels alive gives it a new one of its own
+     * and never reuses that channel afterwards */
+    bool alone;
 } upstream_request_t;
 
 /* One request in flight: the implementation's, opaque to the owner. */
