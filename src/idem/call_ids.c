@@ -33,7 +33,13 @@ typedef struct entry {
     bool live;     /* its exchange runs (else it waits for a GET stream, until expires_ms) */
     bool forwarded;
     bool answered; /* its final response was seen: nothing more to map */
-    int status;    /* the HTTP status of its answer, once the head came */
+    /* answered on a POST stream its agent had left: the agent may resume it (Last-Event-ID),
+     * and a server that replays it sends the answer with the assigned id again, so it is
+     * mapped on the session's GET streams until it expires */
+    bool resumable;
+    exchange_t *ex; /* while live and forwarded */
+    bool sse;       /* its answer is a stream */
+    int status;     /* the HTTP status of its answer, once the head came */
     uint64_t expires_ms;
     rpc_id_rewriter_t *rw;  /* the answer, once it began */
     http_headers_t headers; /* the answer's head as the filter gives it out */
@@ -118,7 +124,7 @@ static void expire(call_ids_t *ids)
     size_t over = ids->n_pending > PENDING_MAX ? ids->n_pending - PENDING_MAX : 0;
     for (entry_t *e = last; e;) {
         entry_t *prev = e->prev;
-        if (!e->live && (e->answered || over > 0 || e->expires_ms <= now)) {
+        if (!e->live && ((e->answered && !e->resumable) || over > 0 || e->expires_ms <= now)) {
             if (over > 0)
                 over--;
             entry_free(e);
@@ -218,6 +224,7 @@ static void call_forward(void *arg, exchange_t *ex)
     }
     e->assigned_id = json_loadb(e->assigned, strlen(e->assigned), JSON_DECODE_ANY, NULL);
     e->forwarded = true;
+    e->ex = ex;
 }
 
 static bool call_head(void *arg, int status, const http_headers_t *in, const http_headers_t **out)
@@ -226,6 +233,7 @@ static bool call_head(void *arg, int status, const http_headers_t *in, const htt
     e->status = status;
     /* every answer of the call is read (a 4xx may carry a JSON-RPC error with its id too) */
     bool sse = is_sse(in);
+    e->sse = sse;
     decode_coding_t coding = decode_coding_parse(http_headers_get(in, "content-encoding"));
     rpc_id_rewriter_free(e->rw);
     e->rw = rpc_id_rewriter_new(sse ? RPC_BODY_SSE : RPC_BODY_JSON, coding, CALL_IDS_MAX_ANSWER,
@@ -249,18 +257,20 @@ static bool call_body(void *arg, const char *data, size_t len, struct evbuffer *
 static bool call_end(void *arg, bool complete, struct evbuffer *out)
 {
     entry_t *e = arg;
+    e->resumable = e->sse && e->session && !exchange_agent_waiting(e->ex);
     return pass_end(e->rw, complete, out);
 }
 
-/* The exchange ended: a call still waiting for its answer keeps its ids for the session's GET
- * stream; the others are forgotten. */
+/* The exchange ended: a call still waiting for its answer, or one whose stream its agent may
+ * resume, keeps its ids for the session's GET streams; the others are forgotten. */
 static void call_detach(void *arg)
 {
     entry_t *e = arg;
     rpc_id_rewriter_free(e->rw);
     e->rw = NULL;
     e->req = NULL; /* freed with its exchange */
-    if (!e->forwarded || e->answered || !e->session) {
+    e->ex = NULL;
+    if (!e->forwarded || (e->answered && !e->resumable) || !e->session) {
         entry_free(e);
         return;
     }
@@ -280,12 +290,12 @@ static const response_filter_t call_filter = {
 
 /* --- a GET stream of a session whose calls wait for their answer --- */
 
-/* Lenient: any call of the session forwarded and not yet answered. */
+/* Lenient: any call of the session forwarded and not yet answered (or resumable). */
 static const char *tap_lookup(void *arg, const json_t *id, bool response)
 {
     tap_t *t = arg;
     for (entry_t *e = t->ids->entries; e; e = e->next) {
-        if (!e->forwarded || e->answered || !e->assigned_id ||
+        if (!e->forwarded || (e->answered && !e->resumable) || !e->assigned_id ||
             !same_session(e->session, t->session) || !json_equal(id, e->assigned_id))
             continue;
         if (response)

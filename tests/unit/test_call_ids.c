@@ -428,6 +428,42 @@ static void a_batch_goes_up_alone(void **state)
     fake_exchange_free(n);
 }
 
+/* An agent that left a read's POST stream may resume it (Last-Event-ID), and a server that
+ * replays the stream sends the answer with the id it went up with again: mapped on the
+ * session's GET stream though the call was answered. An agent that stayed has nothing to
+ * resume: nothing is kept for it. */
+static void a_stream_its_agent_left_is_mapped_when_replayed(void **state)
+{
+    exchange_t *read = post_by("alice", LOOKUP("4"), "S1");
+    read->cls = TOOL_CLASS_READ;
+    call_ids_offer(ids, read);
+    exchange_forward(read, NULL, false);
+    char assigned[64], event[256];
+    assigned_of(read, assigned, sizeof(assigned));
+    snprintf(event, sizeof(event), "id: e1\ndata: {\"id\":%s,\"result\":{}}\n\n", assigned);
+    read->waiting = false; /* the agent dropped the stream; the gateway reads it to its end */
+    free(play(read, true, event));
+    fake_exchange_free(read);
+    assert_int_equal(call_ids_tracked(ids), 1);
+
+    exchange_t *resume = post_by("alice", NULL, "S1");
+    call_ids_offer(ids, resume);
+    char *out = play(resume, true, event);
+    assert_string_equal(out, "id: e1\ndata: {\"id\":4,\"result\":{}}\n\n");
+    free(out);
+    fake_exchange_free(resume);
+
+    exchange_t *stayed = post_by("alice", LOOKUP("5"), "S1");
+    stayed->cls = TOOL_CLASS_READ;
+    call_ids_offer(ids, stayed);
+    exchange_forward(stayed, NULL, false);
+    assigned_of(stayed, assigned, sizeof(assigned));
+    snprintf(event, sizeof(event), "data: {\"id\":%s,\"result\":{}}\n\n", assigned);
+    free(play(stayed, true, event));
+    fake_exchange_free(stayed);
+    assert_int_equal(call_ids_tracked(ids), 1); /* the left one's, until it expires */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -448,6 +484,8 @@ int main(void)
                                         setup_http, teardown),
         cmocka_unit_test_setup_teardown(a_read_goes_up_with_an_assigned_id, setup_http, teardown),
         cmocka_unit_test_setup_teardown(a_batch_goes_up_alone, setup_http, teardown),
+        cmocka_unit_test_setup_teardown(a_stream_its_agent_left_is_mapped_when_replayed, setup_http,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("call_ids", tests, NULL, NULL);
 }
