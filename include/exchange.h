@@ -66,12 +66,15 @@ typedef struct response_observer {
 } response_observer_t;
 
 /* A filter rewrites the upstream's answer before anything else reads it: the observers, the
- * streams kept for resumption and the agent see what it gives out (the protected call's
- * assigned JSON-RPC id mapped back to the caller's, call_ids.h). An exchange has at most one;
+ * streams kept for resumption and the agent see what it gives out (the assigned JSON-RPC id a
+ * request went up with mapped back to the caller's, call_ids.h). An exchange has at most one;
  * it is set by a handler before the request is forwarded. Each callback returning false says
  * the answer is not the request's (or cannot be read to tell): the exchange then relays nothing
  * more of it, closes the upstream connection, and ends the call as UPSTREAM_ERR_PROTOCOL with
- * exchange_upstream_desync true. The headers a filter gives out (its own copy, or the ones it
+ * exchange_upstream_desync true. Unless an observer holds the answer (and answers it itself),
+ * the agent then gets a JSON-RPC error with its own id: the whole answer (502) when nothing of
+ * it went out yet (a JSON answer's head waits for the filter's first bytes), else a last event
+ * of its stream. The headers a filter gives out (its own copy, or the ones it
  * got) and every byte it appends to out are read during the callback only.
  * - on_forward: the request goes upstream now; the filter may call exchange_replace_body.
  * - on_end: the upstream ended (complete: the whole answer arrived); the filter appends what
@@ -111,6 +114,10 @@ void exchange_add_observer(exchange_t *ex, const response_observer_t *ops, void 
 void exchange_forward(exchange_t *ex, const char *extra_headers, bool once);
 /* Removes every copy of a request header before forwarding. */
 void exchange_drop_request_header(exchange_t *ex, const char *name);
+/* The answer cannot be told from a stray one by its JSON-RPC id (a batch, an id member the
+ * gateway cannot replace): the request goes upstream on a connection of its own, never reused
+ * (upstream.h). Before or during the forward (a filter's on_forward). */
+void exchange_upstream_alone(exchange_t *ex);
 /* Forwards body instead of the request's own (the parsed message stays as it was). */
 void exchange_replace_body(exchange_t *ex, const char *body, size_t len);
 /* Answers the agent with a complete response the gateway wrote (replays, refusals). */

@@ -69,6 +69,10 @@ typedef struct upstream_request {
      * the caller), for a transport that shares one server between callers; NULL: the gateway's
      * own request, or a transport that did not ask (upstream_ops_t.wants_caller) */
     const char *caller;
+    /* its answer cannot be told from a stray one by its JSON-RPC id (a batch, an id the gateway
+     * could not replace): a transport that keeps channels alive gives it a new one of its own
+     * and never reuses that channel afterwards */
+    bool alone;
 } upstream_request_t;
 
 /* One request in flight: the implementation's, opaque to the owner. */

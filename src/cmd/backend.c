@@ -33,7 +33,7 @@ struct backend {
     catalog_t *catalog;          /* the server's tools and their annotations */
     catalog_watch_t *watch;      /* GET streams watched for tools/list_changed */
     idem_t *idem;                /* the protected call */
-    call_ids_t *call_ids;        /* the ids its protected calls go upstream with */
+    call_ids_t *call_ids;        /* the ids its calls go upstream with */
     status_tool_t *status;       /* the status tool */
     task_routes_t *tasks;        /* the sessions of tasks stored or replayed here */
     task_poll_t *task_poll;      /* a task's poll, sent to its task's session */
@@ -218,7 +218,9 @@ static void wire_stages(backend_t *b)
         .arg = b->proxy,
     };
     b->idem = idem_new(&ic);
-    b->call_ids = call_ids_new();
+    /* an HTTP upstream (it has a pool) may leave a stray answer on a kept-alive connection */
+    b->call_ids =
+        call_ids_new(&(call_ids_ctx_t){.subject = env->subject, .every_request = b->pool != NULL});
     status_ctx_t sc = {
         .cfg = b->cfg,
         .store = env->store,
@@ -231,7 +233,7 @@ static void wire_stages(backend_t *b)
     b->watch = catalog_watch_new(&(catalog_watch_ctx_t){.tools_changed = tools_changed, .arg = b});
     /* the router's handlers, asked in this order (handler.h) */
     const handler_t handlers[] = {
-        {"ids of protected calls", call_ids_offer, b->call_ids},
+        {"ids of calls sent up", call_ids_offer, b->call_ids},
         {"cancel of a protected call", idem_offer_cancel, b->idem},
         {"status tool", status_offer, b->status},
         {"protected call", idem_offer_call, b->idem},

@@ -1,7 +1,8 @@
-/* The ids protected calls go upstream with, and their answers mapped back (call_ids.h). */
+/* The ids requests go upstream with, and their answers mapped back (call_ids.h). */
 #include "call_ids.h"
 #include "log.h"
 #include "rpc_id.h"
+#include "subject.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -11,17 +12,19 @@
 #include <string.h>
 #include <strings.h>
 
-/* Most bytes of a protected call's JSON answer, or of one event of its stream, once decoded:
- * the filter reads a JSON answer whole to find its id (as the stage holds it whole anyway). */
+/* Most bytes of a call's JSON answer, or of one event of its stream, once decoded: the filter
+ * reads a JSON answer whole to find its id (as the stage holds a protected one whole anyway). */
 #define CALL_IDS_MAX_ANSWER (64u * 1024 * 1024)
 /* How long the id of a call whose POST stream ended before its answer is kept for the
  * session's GET stream, and how many such calls at most. */
 #define PENDING_KEEP_MS (15u * 60 * 1000)
 #define PENDING_MAX 1024
 
-/* One protected call: its ids, and the filter of its exchange while that runs. */
+/* One request sent up with an assigned id (a protected call, or any request with an id when
+ * every_request): its ids, and the filter of its exchange while that runs. */
 typedef struct entry {
     call_ids_t *ids;
+    const http_request_t *req; /* its request while its exchange runs (live): whose call it is */
     char assigned[RPC_ID_TEXT_MAX]; /* the id it went up with, as JSON text */
     json_t *assigned_id;            /* the same, parsed */
     char *caller_text;              /* the caller's id, as its request wrote it */
@@ -30,7 +33,13 @@ typedef struct entry {
     bool live;     /* its exchange runs (else it waits for a GET stream, until expires_ms) */
     bool forwarded;
     bool answered; /* its final response was seen: nothing more to map */
-    int status;    /* the HTTP status of its answer, once the head came */
+    /* answered on a POST stream its agent had left: the agent may resume it (Last-Event-ID),
+     * and a server that replays it sends the answer with the assigned id again, so it is
+     * mapped on the session's GET streams until it expires */
+    bool resumable;
+    exchange_t *ex; /* while live and forwarded */
+    bool sse;       /* its answer is a stream */
+    int status;     /* the HTTP status of its answer, once the head came */
     uint64_t expires_ms;
     rpc_id_rewriter_t *rw;  /* the answer, once it began */
     http_headers_t headers; /* the answer's head as the filter gives it out */
@@ -46,15 +55,17 @@ typedef struct tap {
 } tap_t;
 
 struct call_ids {
+    call_ids_ctx_t ctx;
     char nonce[17]; /* random per process: ids unlike any another process assigns */
     uint64_t next;
     entry_t *entries; /* newest first */
     size_t n, n_pending;
 };
 
-call_ids_t *call_ids_new(void)
+call_ids_t *call_ids_new(const call_ids_ctx_t *ctx)
 {
     call_ids_t *ids = xcalloc(1, sizeof(*ids));
+    ids->ctx = *ctx;
     util_nonce_hex(ids->nonce);
     return ids;
 }
@@ -113,7 +124,7 @@ static void expire(call_ids_t *ids)
     size_t over = ids->n_pending > PENDING_MAX ? ids->n_pending - PENDING_MAX : 0;
     for (entry_t *e = last; e;) {
         entry_t *prev = e->prev;
-        if (!e->live && (e->answered || over > 0 || e->expires_ms <= now)) {
+        if (!e->live && ((e->answered && !e->resumable) || over > 0 || e->expires_ms <= now)) {
             if (over > 0)
                 over--;
             entry_free(e);
@@ -169,7 +180,7 @@ static bool pass_end(rpc_id_rewriter_t *rw, bool complete, struct evbuffer *out)
     return st == RPC_ID_OK;
 }
 
-/* --- the protected call's filter --- */
+/* --- a call's filter --- */
 
 /* Strict: the answer is this call's, so only its assigned id is known. */
 static const char *call_lookup(void *arg, const json_t *id, bool response)
@@ -200,17 +211,20 @@ static void call_forward(void *arg, exchange_t *ex)
     char *body =
         rpc_id_set_request_id((const char *)evbuffer_pullup(buf, -1), len, e->assigned, &out_len);
     if (!body) {
-        /* an id written with escapes in its member name: it goes as the caller wrote it, and
-         * only an answer with that id is the call's */
-        log_warn(exchange_conn_id(ex), "protected call forwarded with its caller's id: its id "
-                                       "member could not be rewritten");
+        /* an id written with escapes in its member name: it goes as the caller wrote it, on a
+         * connection of its own (another caller's answer may carry the same id), and only an
+         * answer with that id is the call's */
+        log_warn(exchange_conn_id(ex), "request forwarded with its caller's id, on a connection "
+                                       "of its own: its id member could not be rewritten");
         snprintf(e->assigned, sizeof(e->assigned), "%s", e->caller_text);
+        exchange_upstream_alone(ex);
     } else {
         exchange_replace_body(ex, body, out_len);
         free(body);
     }
     e->assigned_id = json_loadb(e->assigned, strlen(e->assigned), JSON_DECODE_ANY, NULL);
     e->forwarded = true;
+    e->ex = ex;
 }
 
 static bool call_head(void *arg, int status, const http_headers_t *in, const http_headers_t **out)
@@ -219,6 +233,7 @@ static bool call_head(void *arg, int status, const http_headers_t *in, const htt
     e->status = status;
     /* every answer of the call is read (a 4xx may carry a JSON-RPC error with its id too) */
     bool sse = is_sse(in);
+    e->sse = sse;
     decode_coding_t coding = decode_coding_parse(http_headers_get(in, "content-encoding"));
     rpc_id_rewriter_free(e->rw);
     e->rw = rpc_id_rewriter_new(sse ? RPC_BODY_SSE : RPC_BODY_JSON, coding, CALL_IDS_MAX_ANSWER,
@@ -226,8 +241,8 @@ static bool call_head(void *arg, int status, const http_headers_t *in, const htt
     copy_head(&e->headers, in);
     *out = &e->headers;
     if (coding == DECODE_CODING_UNSUPPORTED) {
-        log_warn(0, "protected call answered in a coding the gateway cannot read: its id is "
-                    "not known to be the call's");
+        log_warn(0, "request answered in a coding the gateway cannot read: its id is not "
+                    "known to be the request's");
         return false;
     }
     return true;
@@ -242,17 +257,20 @@ static bool call_body(void *arg, const char *data, size_t len, struct evbuffer *
 static bool call_end(void *arg, bool complete, struct evbuffer *out)
 {
     entry_t *e = arg;
+    e->resumable = e->sse && e->session && !exchange_agent_waiting(e->ex);
     return pass_end(e->rw, complete, out);
 }
 
-/* The exchange ended: a call still waiting for its answer keeps its ids for the session's GET
- * stream; the others are forgotten. */
+/* The exchange ended: a call still waiting for its answer, or one whose stream its agent may
+ * resume, keeps its ids for the session's GET streams; the others are forgotten. */
 static void call_detach(void *arg)
 {
     entry_t *e = arg;
     rpc_id_rewriter_free(e->rw);
     e->rw = NULL;
-    if (!e->forwarded || e->answered || !e->session) {
+    e->req = NULL; /* freed with its exchange */
+    e->ex = NULL;
+    if (!e->forwarded || (e->answered && !e->resumable) || !e->session) {
         entry_free(e);
         return;
     }
@@ -272,12 +290,12 @@ static const response_filter_t call_filter = {
 
 /* --- a GET stream of a session whose calls wait for their answer --- */
 
-/* Lenient: any call of the session forwarded and not yet answered. */
+/* Lenient: any call of the session forwarded and not yet answered (or resumable). */
 static const char *tap_lookup(void *arg, const json_t *id, bool response)
 {
     tap_t *t = arg;
     for (entry_t *e = t->ids->entries; e; e = e->next) {
-        if (!e->forwarded || e->answered || !e->assigned_id ||
+        if (!e->forwarded || (e->answered && !e->resumable) || !e->assigned_id ||
             !same_session(e->session, t->session) || !json_equal(id, e->assigned_id))
             continue;
         if (response)
@@ -353,6 +371,7 @@ static void offer_call(call_ids_t *ids, exchange_t *ex, const mcp_msg_t *m)
 {
     entry_t *e = xcalloc(1, sizeof(*e));
     e->ids = ids;
+    e->req = exchange_request(ex);
     e->live = true;
     e->caller_text = xstrdup(m->id_text);
     e->caller_id = json_incref(m->id);
@@ -367,23 +386,50 @@ static void offer_call(call_ids_t *ids, exchange_t *ex, const mcp_msg_t *m)
     exchange_set_filter(ex, &call_filter, e);
 }
 
-/* A cancel of a call the session sent up with an assigned id names that id instead. */
-static void offer_cancel(call_ids_t *ids, exchange_t *ex, const json_t *request_id)
+/* Whether the cancel comes from the call's caller. While the call's exchange runs, its request
+ * and the cancel's are compared (subject_same_caller): a session id alone is no proof, another
+ * caller may know it. A call waiting for its answer on a GET stream (its exchange over) has
+ * only its session, which the cancel shares. */
+static bool cancel_names(const call_ids_t *ids, const entry_t *e, const http_request_t *note,
+                         const char *session, const json_t *request_id)
+{
+    if (e->answered || !same_session(e->session, session) || !json_equal(e->caller_id, request_id))
+        return false;
+    if (!e->live)
+        return e->session != NULL;
+    return subject_same_caller(ids->ctx.subject, e->req, note);
+}
+
+/* A cancel names a call by the caller's id; the server knows it by the id it went up with.
+ * Only a call of the cancel's own caller is looked for: a cancel is never rewritten to name
+ * another caller's request. */
+static handler_verdict_t offer_cancel(call_ids_t *ids, exchange_t *ex, const json_t *request_id)
 {
     const char *session = session_of(ex);
+    const http_request_t *note = exchange_request(ex);
     for (entry_t *e = ids->entries; e; e = e->next) {
-        if (!e->forwarded || e->answered || !e->assigned_id || !same_session(e->session, session) ||
-            !json_equal(e->caller_id, request_id))
+        if (!cancel_names(ids, e, note, session, request_id))
             continue;
-        struct evbuffer *buf = exchange_request(ex)->body;
+        if (!e->forwarded || !e->assigned_id)
+            return HANDLER_PASS; /* not sent yet: the idempotency stage decides (cancel.h) */
+        struct evbuffer *buf = note->body;
         size_t len = evbuffer_get_length(buf), out_len = 0;
         char *body = rpc_id_set_cancel_id((const char *)evbuffer_pullup(buf, -1), len, e->assigned,
                                           &out_len);
         if (body)
             exchange_replace_body(ex, body, out_len);
         free(body);
-        return;
+        return HANDLER_PASS;
     }
+    if (session || !ids->ctx.every_request)
+        return HANDLER_PASS; /* the server knows a session's requests by their assigned ids */
+    /* Without a session, and every request with an id sent up with an assigned one: the id
+     * names no request of this caller at the server, and may name one another caller's
+     * request went up with (one sent alone with its own id). Nothing to cancel: a notification
+     * gets no answer, its POST gets 202. */
+    exchange_set_outcome(ex, "cancel_unmatched");
+    exchange_respond_json(ex, 202, "", NULL);
+    return HANDLER_TAKEN;
 }
 
 /* Every GET stream of a session is read: a call whose POST stream ends before its answer may
@@ -409,11 +455,20 @@ handler_verdict_t call_ids_offer(void *arg, exchange_t *ex)
     const mcp_msg_t *m = exchange_msg(ex);
     if (req->method == HTTP_GET) {
         offer_stream(ids, ex);
-    } else if (m && m->kind == MCP_KIND_REQUEST && m->tool && m->id_text && m->id &&
-               exchange_tool_class(ex) == TOOL_CLASS_NON_IDEMPOTENT) {
-        offer_call(ids, ex, m);
-    } else if (exchange_cancel_id(ex)) {
-        offer_cancel(ids, ex, exchange_cancel_id(ex));
+        return HANDLER_PASS;
     }
+    if (!m)
+        return HANDLER_PASS;
+    bool is_protected = m->tool && exchange_tool_class(ex) == TOOL_CLASS_NON_IDEMPOTENT;
+    if (m->kind == MCP_KIND_REQUEST && m->id_text && m->id &&
+        (is_protected || ids->ctx.every_request))
+        offer_call(ids, ex, m);
+    else if (exchange_cancel_id(ex))
+        return offer_cancel(ids, ex, exchange_cancel_id(ex));
+    else if (ids->ctx.every_request && (m->kind == MCP_KIND_BATCH || m->kind == MCP_KIND_OTHER))
+        /* a batch's answer holds many ids, to map one by one: batches are rare (no revision
+         * since 2025-03-26 has them), so they go alone rather than through a second mapper;
+         * and an object that is no JSON-RPC request has no id to tell its answer by */
+        exchange_upstream_alone(ex);
     return HANDLER_PASS;
 }

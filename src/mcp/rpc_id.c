@@ -107,10 +107,14 @@ rpc_msg_verdict_t rpc_id_map_message(const char *text, size_t len, rpc_id_lookup
     bool method = mcp_member_span(text, len, "method", &x, &y);
     if (!method && (mcp_member_span(text, len, "result", &x, &y) ||
                     mcp_member_span(text, len, "error", &x, &y))) {
-        json_t *id =
-            mcp_member_span(text, len, "id", &off, &vlen) ? value_at(text, off, vlen) : NULL;
+        /* a response without an id is looked up as a null one (a server that refuses a request
+         * it did not parse may leave it out): nothing to map if it is the request's */
+        bool has_id = mcp_member_span(text, len, "id", &off, &vlen);
+        json_t *id = has_id ? value_at(text, off, vlen) : json_null();
         const char *caller = id ? lookup(arg, id, true) : NULL;
         json_decref(id);
+        if (caller && !has_id)
+            return RPC_MSG_PASS;
         if (caller) {
             *out = splice(text, len, off, vlen, caller, out_len);
             return RPC_MSG_MAPPED;

@@ -52,6 +52,7 @@ struct upstream_conn {
     struct upstream_conn *next; /* in the idle list */
     bool reused;
     bool discard;   /* the owner saw a response that was not its own: never pool this one */
+    bool alone;     /* its request's answer cannot be told by its id: a connection of its own */
     bool eof;       /* the server closed or reset: nothing more can be asked on it */
     bool head_only; /* the request is a HEAD: its response has no body, whatever it says */
     /* A request sent on a kept-alive connection, kept until its answer begins: a server that
@@ -180,7 +181,7 @@ static void arm(upstream_conn_t *up, uint64_t ms)
  * body): the next request, written to the socket directly, would land inside that body. */
 static bool may_pool(upstream_conn_t *up, upstream_result_t res)
 {
-    return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->eof &&
+    return res == UPSTREAM_OK && up->msg_done && !up->discard && !up->alone && !up->eof &&
            llhttp_should_keep_alive(&up->parser.llhttp) &&
            evbuffer_get_length(bufferevent_get_input(up->bev)) == 0 &&
            evbuffer_get_length(bufferevent_get_output(up->bev)) == 0 &&
@@ -580,10 +581,13 @@ static upstream_conn_t *take_idle(upstream_pool_t *pool)
     return NULL;
 }
 
-upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool once,
-                                    const upstream_cbs_t *cbs, void *arg)
+/* alone: a request whose answer nothing but the connection tells apart (upstream.h) takes a
+ * new connection, which no later request takes: a stray left on a kept-alive one would be read
+ * as its answer, and one left after its answer as the next request's. */
+static upstream_conn_t *send_on(upstream_pool_t *pool, struct evbuffer *request, bool once,
+                                bool alone, const upstream_cbs_t *cbs, void *arg)
 {
-    upstream_conn_t *up = once && pool->out_of_step ? NULL : take_idle(pool);
+    upstream_conn_t *up = alone || (once && pool->out_of_step) ? NULL : take_idle(pool);
     if (up) {
         up->state = UP_WAIT_HEAD;
         up->got_bytes = false;
@@ -615,6 +619,7 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
         }
         connect_started(up);
     }
+    up->alone = alone;
     up->cbs = cbs;
     up->arg = arg;
     char method[5] = "";
@@ -635,6 +640,12 @@ upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *requ
     return up;
 }
 
+upstream_conn_t *upstream_http_send(upstream_pool_t *pool, struct evbuffer *request, bool once,
+                                    const upstream_cbs_t *cbs, void *arg)
+{
+    return send_on(pool, request, once, false, cbs, arg);
+}
+
 void upstream_http_pause(upstream_conn_t *up, bool paused)
 {
     if (up->state != UP_READ_BODY && up->state != UP_WAIT_HEAD)
@@ -652,8 +663,9 @@ void upstream_http_discard(upstream_conn_t *up)
 {
     up->discard = true;
     if (!up->pool->out_of_step)
-        log_warn(0, "upstream %s answered a request with another's answer: protected calls go up "
-                    "on connections of their own from now on",
+        log_warn(0,
+                 "upstream %s answered a request with another's answer: protected calls go up "
+                 "on connections of their own from now on",
                  up->pool->host);
     up->pool->out_of_step = true;
 }
@@ -781,7 +793,7 @@ static upstream_call_t *http_open(void *state, const upstream_request_t *req,
                             req->has_body || blen > 0 ? (long long)blen : -1, req->extra_headers);
     if (req->body)
         evbuffer_add_buffer(out, req->body);
-    upstream_conn_t *up = upstream_http_send(hu->pool, out, req->once, cbs, arg);
+    upstream_conn_t *up = send_on(hu->pool, out, req->once, req->alone, cbs, arg);
     evbuffer_free(out);
     http_headers_free(&none);
     return (upstream_call_t *)up;

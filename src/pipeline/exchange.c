@@ -44,6 +44,7 @@ static void on_up_body(void *arg, const char *data, size_t len);
 static void on_up_end(void *arg, upstream_result_t res);
 static const upstream_cbs_t up_cbs = {on_up_head, on_up_body, on_up_end};
 static void exchange_close(exchange_t *ex);
+static void answer_desync(exchange_t *ex);
 static void reap_cb(evutil_socket_t fd, short what, void *arg);
 
 /* --- the state machine --- */
@@ -191,6 +192,11 @@ static void detach_observers(exchange_t *ex)
 void exchange_drop_request_header(exchange_t *ex, const char *name)
 {
     http_headers_remove(&ex->req->headers, name);
+}
+
+void exchange_upstream_alone(exchange_t *ex)
+{
+    ex->alone = true;
 }
 
 void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
@@ -375,6 +381,8 @@ static void exchange_free(exchange_t *ex)
     json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
+    if (ex->head_wait)
+        evbuffer_free(ex->head_wait);
     if (ex->desync_ev)
         event_free(ex->desync_ev);
     free(ex->log_fields);
@@ -536,10 +544,13 @@ void exchange_release(exchange_t *ex)
         evbuffer_free(ex->held);
         ex->held = NULL;
     }
-    if (ex->state == EX_HOLDING)
-        set_state(ex, EX_STREAMING);
-    else
-        conclude(ex);
+    if (ex->state == EX_HOLDING) {
+        set_state(ex, EX_STREAMING); /* on_up_end, still to come, sees to a desync */
+        return;
+    }
+    if (ex->desync)
+        answer_desync(ex);
+    conclude(ex);
 }
 
 void exchange_replace_answer(exchange_t *ex, const char *body)
@@ -733,15 +744,63 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
     http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
     free(extra);
+    ex->head_sent = true;
+    if (ex->filter && !ex->resp_sse) {
+        /* a filter reads a JSON answer whole before it gives out a byte: the head waits with
+         * it, so an answer that turns out not to be the request's is replaced whole */
+        ex->head_wait = head;
+        return;
+    }
     size_t n = evbuffer_get_length(head);
     to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
     evbuffer_free(head);
-    ex->head_sent = true;
+}
+
+/* The head a filtered JSON answer kept back goes out (or into the hold) before its body. */
+static void head_out(exchange_t *ex)
+{
+    struct evbuffer *head = ex->head_wait;
+    if (!head)
+        return;
+    ex->head_wait = NULL;
+    size_t n = evbuffer_get_length(head);
+    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
+    evbuffer_free(head);
+}
+
+/* What the agent gets when its answer was not its request's: an error with its own id, never
+ * what the upstream sent. Unless the observer that holds the answer replaces it (the protected
+ * call's stage answers in its place): this runs when the upstream ends with nothing held, or
+ * when the holder releases. */
+static const char DESYNC_MESSAGE[] =
+    "the upstream MCP server answered with another request's response (one left on a "
+    "kept-alive connection); the request may have run: send it again for its own answer";
+
+static void answer_desync(exchange_t *ex)
+{
+    if (!ex->client || ex->answered)
+        return;
+    if (ex->head_wait) {
+        /* nothing of it went out: conclude answers it whole */
+        evbuffer_free(ex->head_wait);
+        ex->head_wait = NULL;
+        ex->deferred_status = 502;
+        ex->deferred_message = DESYNC_MESSAGE;
+        return;
+    }
+    if (!ex->resp_sse || !ex->chunked)
+        return; /* framing without room for an error: the close tells the agent */
+    char *body = mcp_error_body(ex->has_msg ? ex->msg.id_text : NULL, -32603, DESYNC_MESSAGE);
+    char *event = xasprintf("event: message\ndata: %s\n\n", body);
+    body_to_client(ex, event, strlen(event));
+    free(event);
+    free(body);
 }
 
 /* Bytes of the answer, as the filter gave them out, to the observers and the agent. */
 static void relay_body(exchange_t *ex, const char *data, size_t len)
 {
+    head_out(ex);
     for (int i = 0; i < ex->n_obs; i++)
         if (ex->obs[i].ops->on_body)
             observe(ex, ex->obs[i].ops->on_body(ex->obs[i].arg, data, len));
@@ -812,6 +871,8 @@ static void on_up_end(void *arg, upstream_result_t res)
         ex->discard_up = true;
         event_del(ex->desync_ev);
     }
+    if (!ex->desync)
+        head_out(ex); /* an empty body: the head alone */
     ex->up_result = res;
     if (ex->forward_ms)
         stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
@@ -837,6 +898,8 @@ static void on_up_end(void *arg, upstream_result_t res)
     }
     /* still held after the round: an observer that released from its on_end let it go */
     hold = hold || holding(ex);
+    if (ex->desync && !hold)
+        answer_desync(ex);
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
         upstream_discard(p->ctx.upstream, up);
@@ -901,6 +964,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool once)
         .body = ex->req->body,
         .has_body = ex->req->method == HTTP_POST,
         .once = once,
+        .alone = ex->alone,
     };
     char caller[SUBJECT_TAG_HEX + 1];
     if (p->ctx.subject && upstream_wants_caller(p->ctx.upstream)) {

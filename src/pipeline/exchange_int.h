@@ -75,7 +75,11 @@ struct exchange {
     int n_obs;
     const response_filter_t *filter; /* rewrites the answer before anyone reads it, or NULL */
     void *filter_arg;
-    bool desync;             /* the filter found the answer not the request's */
+    bool desync; /* the filter found the answer not the request's */
+    bool alone;  /* goes up on a connection of its own (exchange_upstream_alone) */
+    /* a filtered JSON answer's head, kept until the filter gives out its first bytes: an answer
+     * found not to be the request's is then replaced whole by an error of the gateway's */
+    struct evbuffer *head_wait;
     struct event *desync_ev; /* ends the upstream call from the loop, out of its callbacks */
     bool ending; /* the observers' on_end are being called: their detach waits for the round */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,

@@ -38,6 +38,7 @@ struct exchange {
     char *body;       /* that response, or the replacement answer */
     char rextra[128]; /* its extra headers */
     bool ended, released, replaced, discarded, cut;
+    bool alone; /* exchange_upstream_alone */
     const char *outcome;
     char fields[256];
 };
@@ -112,6 +113,10 @@ void exchange_answer_early(exchange_t *ex, const char *body)
 {
     ex->status = 200;
     ex->body = xstrdup(body);
+}
+void exchange_upstream_alone(exchange_t *ex)
+{
+    ex->alone = true;
 }
 void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
 {

@@ -31,7 +31,7 @@ struct upstream_call {
     char target[256];
     char body[1024];
     char extra[512];
-    bool has_body, once;
+    bool has_body, once, alone;
     const upstream_cbs_t *cbs;
     void *arg;
     bool paused, abandoned, discarded;
@@ -61,6 +61,7 @@ static upstream_call_t *fake_open(void *state, const upstream_request_t *req,
     }
     c->has_body = req->has_body;
     c->once = req->once;
+    c->alone = req->alone;
     c->cbs = cbs;
     c->arg = arg;
     f->opened++;
@@ -139,7 +140,8 @@ static subject_t *subject;
 static http_limits_t limits = {16384, 65536, 2000, 2000, 2000, 100};
 static http_context_t conns;
 static http_site_t site;
-static call_ids_t *ids; /* with setup_ids: protected calls go up with assigned ids */
+static call_ids_t *ids;              /* with setup_ids: protected calls go up with assigned ids */
+static bool with_ids, every_request; /* what setup makes ids for */
 
 /* Forwards the protected calls itself, as the idempotency stage does once it has the key. */
 static handler_verdict_t stage_call(void *arg, exchange_t *ex)
@@ -165,6 +167,8 @@ static int setup(void **state)
     char msg[200];
     subject = subject_new(base, &cfg->subject, msg, sizeof(msg));
     assert_non_null(subject);
+    if (with_ids)
+        ids = call_ids_new(&(call_ids_ctx_t){.subject = subject, .every_request = every_request});
     memset(&fake, 0, sizeof(fake));
     memset(&stats, 0, sizeof(stats));
     proxy_ctx_t pc = {.base = base,
@@ -190,6 +194,7 @@ static int teardown(void **state)
     proxy_free(proxy);
     call_ids_free(ids); /* after the proxy: its exchanges' filters were the module's */
     ids = NULL;
+    with_ids = every_request = false;
     subject_free(subject);
     event_base_loop(base, EVLOOP_NONBLOCK);
     event_base_free(base);
@@ -199,7 +204,14 @@ static int teardown(void **state)
 
 static int setup_ids(void **state)
 {
-    ids = call_ids_new();
+    with_ids = true;
+    return setup(state);
+}
+
+/* As for an HTTP upstream: every request with an id goes up with an assigned one. */
+static int setup_every_request(void **state)
+{
+    with_ids = every_request = true;
     return setup(state);
 }
 
@@ -393,8 +405,60 @@ static void a_json_answer_with_another_id_is_a_desync(void **state)
     fake_end(&fake, UPSTREAM_OK);
     char *r = agent_read(fd);
     assert_null(strstr(r, "stray"));
+    /* with nothing holding it, the agent gets an error of its own id in its place, whole */
+    assert_non_null(strstr(r, "HTTP/1.1 502"));
+    assert_non_null(strstr(r, "{\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32603"));
     free(r);
     assert_true(fake.call.discarded);
+    assert_int_equal(fake.wrong_use, 0);
+}
+
+/* A read goes up with an assigned id too: its own answer is mapped back; another request's
+ * answer (the same small id, another caller's) is never relayed, the agent gets an error with
+ * its own id in its place, and the connection is not used again. */
+static void a_read_answered_with_another_id_gets_its_own_error(void **state)
+{
+    int fd = agent_send("POST", LOOKUP);
+    char assigned[64], answer[256];
+    assigned_of(assigned, sizeof(assigned));
+    assert_false(fake.call.alone);
+    fake_head(&fake, 200, "application/json");
+    snprintf(answer, sizeof(answer), "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{\"own\":1}}",
+             assigned);
+    fake_body(&fake, answer);
+    fake_end(&fake, UPSTREAM_OK);
+    char *r = agent_read(fd);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    assert_non_null(strstr(r, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"own\":1}}"));
+    free(r);
+    assert_false(fake.call.discarded);
+
+    fake.opened = 0;
+    fd = agent_send("POST", LOOKUP);
+    fake_head(&fake, 200, "application/json");
+    fake_body(&fake, "{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"someone\":\"else\"}}");
+    fake_end(&fake, UPSTREAM_OK);
+    r = agent_read(fd);
+    assert_null(strstr(r, "someone"));
+    assert_non_null(strstr(r, "HTTP/1.1 502"));
+    assert_non_null(strstr(r, "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32603"));
+    free(r);
+    assert_true(fake.call.discarded);
+    assert_int_equal(fake.wrong_use, 0);
+}
+
+/* A batch's answer holds many ids: it goes up as it came, on a connection of its own. */
+static void a_batch_goes_up_alone(void **state)
+{
+    int fd = agent_send("POST", "[" LOOKUP "]");
+    assert_true(fake.call.alone);
+    assert_string_equal(fake.call.body, "[" LOOKUP "]");
+    fake_head(&fake, 200, "application/json");
+    fake_body(&fake, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]");
+    fake_end(&fake, UPSTREAM_OK);
+    char *r = agent_read(fd);
+    assert_non_null(strstr(r, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}]"));
+    free(r);
     assert_int_equal(fake.wrong_use, 0);
 }
 
@@ -412,6 +476,8 @@ static void an_sse_answer_with_another_id_ends_the_call(void **state)
     assert_true(fake.call.abandoned);
     assert_non_null(strstr(r, "notifications/progress"));
     assert_null(strstr(r, "stray"));
+    /* the stream's last event is an error with the agent's own id */
+    assert_non_null(strstr(r, "data: {\"jsonrpc\":\"2.0\",\"id\":7,\"error\":{\"code\":-32603"));
     free(r);
     assert_int_equal(fake.wrong_use, 0);
 }
@@ -432,6 +498,9 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(an_sse_answer_with_another_id_ends_the_call, setup_ids,
                                         teardown),
+        cmocka_unit_test_setup_teardown(a_read_answered_with_another_id_gets_its_own_error,
+                                        setup_every_request, teardown),
+        cmocka_unit_test_setup_teardown(a_batch_goes_up_alone, setup_every_request, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
