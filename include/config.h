@@ -105,12 +105,13 @@ typedef struct stdio_conf {
     size_t argc;
     char **env; /* "NAME=value", what the child gets besides PATH and HOME */
     size_t n_env;
-    char **pass_env; /* names of the gateway's own variables the child gets too, NULL-ended */
-    char *cwd;                /* the child's working directory; NULL: the gateway's */
-    int sessions;             /* stdio_sessions_t */
-    int max_children;         /* children alive at once (default 32) */
-    uint64_t idle_timeout_ms; /* a session without a request this long is ended (10m) */
-    uint64_t grace_ms;        /* SIGTERM to SIGKILL when a child is stopped (5s) */
+    char **pass_env;  /* names of the gateway's own variables the child gets too, NULL-ended */
+    char *cwd;        /* the child's working directory; NULL: the gateway's */
+    int sessions;     /* stdio_sessions_t */
+    int max_children; /* children alive at once (default 32) */
+    uint64_t idle_timeout_ms;  /* a session without a request this long is ended (10m) */
+    uint64_t grace_ms;         /* SIGTERM to SIGKILL when a child is stopped (5s) */
+    uint64_t start_timeout_ms; /* from a child's start to its answer to initialize (30s) */
 } stdio_conf_t;
 
 struct store_backend;
@@ -133,9 +134,9 @@ typedef struct config {
                                    upstream_url names the command and upstream_path is where
                                    agents connect (default /mcp) */
 
-    char *database_url;         /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
-                                   PG* environment when it names a database, else the default
-                                   embedded store */
+    char *database_url; /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
+                           PG* environment when it names a database, else the default
+                           embedded store */
     /* Where idempotency keys are kept, from database_url and the environment (store_choose in
      * store_open.h): NULL for none (protected calls are refused). */
     const struct store_backend *store_backend;
@@ -229,7 +230,6 @@ bool config_needs_store(const config_t *c);
 
 /* The view named name, or NULL. */
 config_t *config_server_named(const config_t *c, const char *name);
-
 
 /* Error list filled by config_load: each entry is "file:line: message" (or "env NAME: ..."). */
 typedef struct config_errors {

@@ -35,6 +35,7 @@ static void stdio_defaults(stdio_conf_t *s)
     s->max_children = 32;
     s->idle_timeout_ms = 10 * 60 * MS_S;
     s->grace_ms = 5 * MS_S;
+    s->start_timeout_ms = 30 * MS_S;
 }
 
 /* "stdio: node server.mjs --flag": how logs and errors name the server. */
@@ -122,7 +123,8 @@ bool config_stdio_same(const stdio_conf_t *a, const stdio_conf_t *b)
            strv_same(a->pass_env, b->pass_env) &&
            ((!a->cwd && !b->cwd) || (a->cwd && b->cwd && strcmp(a->cwd, b->cwd) == 0)) &&
            a->sessions == b->sessions && a->max_children == b->max_children &&
-           a->idle_timeout_ms == b->idle_timeout_ms && a->grace_ms == b->grace_ms;
+           a->idle_timeout_ms == b->idle_timeout_ms && a->grace_ms == b->grace_ms &&
+           a->start_timeout_ms == b->start_timeout_ms;
 }
 
 /* ---- upstream: {command: ...} ---- */
@@ -258,6 +260,11 @@ static const key_spec_t stdio_keys[] = {
      .min = MS_S,
      .max = 7 * MS_D},
     {.name = "grace", .kind = K_DUR, .off = W(conf.grace_ms), .min = 1, .max = 10 * 60 * MS_S},
+    {.name = "start_timeout",
+     .kind = K_DUR,
+     .off = W(conf.start_timeout_ms),
+     .min = 100,
+     .max = 10 * 60 * MS_S},
     {.name = "path", .kind = K_FN, .fn = fn_path},
 };
 #undef W
@@ -286,6 +293,7 @@ void cy_upstream_command(ctx_t *cx, struct fy_node *v, int line, const char *pat
         c->stdio.max_children = max;
         c->stdio.idle_timeout_ms = w.conf.idle_timeout_ms;
         c->stdio.grace_ms = w.conf.grace_ms;
+        c->stdio.start_timeout_ms = w.conf.start_timeout_ms;
         if (w.n_env) {
             cy_strv_push(&w.env, &w.n_env, NULL);
             c->stdio.env = w.env;

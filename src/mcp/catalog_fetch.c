@@ -40,7 +40,7 @@ struct catalog_fetch {
     int pages, tools;
     int next_id;
     struct event *later; /* ends the fetch from the loop, never inside a callback chain */
-    char refusal[200]; /* the start of a non-200 answer's body, for the error */
+    char refusal[200];   /* the start of a non-200 answer's body, for the error */
     size_t refusal_len;
     char error[256];
     bool finished;
@@ -123,7 +123,8 @@ static json_t *step_result(catalog_fetch_t *f, upstream_result_t res, const char
         /* the refusal's own words: a JSON-RPC error's message (a stdio server that could not
          * start says why), else the start of the body */
         json_t *body = json_loads(f->refusal, 0, NULL);
-        const char *msg = json_string_value(json_object_get(json_object_get(body, "error"), "message"));
+        const char *msg =
+            json_string_value(json_object_get(json_object_get(body, "error"), "message"));
         if (!msg && f->refusal_len && !body)
             msg = f->refusal;
         if (msg)
@@ -380,7 +381,9 @@ fetch:;
     };
     catalog_fetch_start(&fo);
     event_base_dispatch(run.base);
-    if (run.n_tools < 0 && cfg->stdio.argv && strstr(err, "initialize: no response in time")) {
+    if (run.n_tools < 0 && cfg->stdio.argv &&
+        (strstr(err, "initialize: no response in time") ||
+         strstr(err, "no answer to initialize within"))) {
         size_t n = strlen(err);
         snprintf(err + n, errlen - n,
                  " (a command that fetches its package first, as npx -y and uvx do, waits for "

@@ -30,7 +30,7 @@ struct http_conn {
     uint64_t id;
     http_conn_state_t state;
     struct bufferevent *bev;
-    sock_reader_t *rd;             /* reads bev's socket; NULL for TLS (the bufferevent reads) */
+    sock_reader_t *rd; /* reads bev's socket; NULL for TLS (the bufferevent reads) */
     http_parser_t parser;
     const http_site_t *site;
     http_request_t *req;    /* the request being read */
@@ -44,11 +44,11 @@ struct http_conn {
     void (*gone)(void *);
     void *obs_arg;
     bool free_scheduled;
-    bool lingering;                /* answer sent and write side shut: draining input, then close */
-    bool adopted; /* its request was handed over by another worker: that one is never handed on
-                     again (the agent's later requests on the connection may be) */
-    bool handed_off;               /* given to another worker: close our copy, touch nothing */
-    bool tls;                      /* bev is an OpenSSL bufferevent (listen_tls) */
+    bool lingering;  /* answer sent and write side shut: draining input, then close */
+    bool adopted;    /* its request was handed over by another worker: that one is never handed on
+                        again (the agent's later requests on the connection may be) */
+    bool handed_off; /* given to another worker: close our copy, touch nothing */
+    bool tls;        /* bev is an OpenSSL bufferevent (listen_tls) */
     bool first_pending;            /* no request begun yet: the header deadline runs from accept */
     uint64_t accepted_ms;          /* when the connection was accepted */
     X509 *peer_cert;               /* the verified client certificate, from the handshake */

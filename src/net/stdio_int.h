@@ -28,12 +28,16 @@ struct event_base;
 #define SESSION_ID_MAX 80         /* a session's id: 32 hex, or "caller:" and a caller tag */
 #define CALLER_MAX 72             /* a caller tag (upstream_request_t.caller), cut to this */
 #define SREQ_MAX 256              /* server requests awaiting their caller's answer, per child */
+#define ERR_TAIL_MAX 512          /* the end of a child's stderr kept to say why it failed */
+#define MARK_MAX 40               /* a child's mark (stdio_proc.c) */
+#define GONE_GRACE_MS 30000       /* a session whose agent dropped its GET stream: idle after */
 
 typedef struct stdio_up stdio_up_t;
 typedef struct child child_t;
 typedef struct session session_t;
 typedef struct pend pend_t;
 typedef struct sreq sreq_t;
+typedef struct proc_kill proc_kill_t;
 
 typedef enum { MODE_JSON, MODE_SSE, MODE_GET, MODE_FIXED } call_mode_t;
 
@@ -91,13 +95,15 @@ struct session {
     upstream_call_t *calls; /* POSTs in flight */
     struct event *idle;
     bool registered;
-    session_t *hnext;         /* hash chain */
+    uint64_t last_ms; /* its last request: the least recently used goes first at the limit */
+    session_t *hnext; /* hash chain */
     session_t *cnext, *cprev; /* in child->sessions */
 };
 
 struct child {
     stdio_up_t *up;
-    pid_t pid;
+    pid_t pid;           /* 0: not started yet (waiting for the first child to start) */
+    char mark[MARK_MAX]; /* in its environment and its helpers': IDEMGW_SERVER_MARK */
     struct bufferevent *in, *out, *err;
     pend_t *pends; /* newest first */
     uint64_t next_gid;
@@ -107,13 +113,16 @@ struct child {
     bool ready;          /* requests may be written (own_init: once initialized) */
     bool initializing;   /* own_init: the initialize is out */
     json_t *init_result; /* shared: the answer every later session gets */
+    json_t *init_req;    /* own_init: its initialize, written once it has started */
     upstream_call_t *init_waiters;
     sreq_t *sreqs; /* its requests delivered to callers, newest first */
     int n_sreqs;
     struct evbuffer *held; /* lines waiting for ready */
     bool stopping, exited, gone;
     int n_full;
-    struct event *grace;
+    struct event *start_timer;   /* from its start to its initialize's answer */
+    char err_tail[ERR_TAIL_MAX]; /* the last of what it wrote on stderr, lines joined by " | " */
+    size_t err_tail_len;
     /* an over-long stdout line being skipped: its first and last bytes */
     bool skipping;
     char head[LONG_LINE_KEEP + 1], tail[LONG_LINE_KEEP + 1];
@@ -133,6 +142,11 @@ struct stdio_up {
     child_t *shared;    /* the child sessions share (shared mode) and sessionless calls use */
     uint64_t next_sreq; /* the ids server requests reach callers with */
     uint64_t unrouted;  /* server messages no caller could be told apart for: dropped */
+    proc_kill_t *kills; /* processes to SIGKILL once their grace is out */
+    /* Until one child of the command has answered initialize, one starts at a time: several
+     * `npx -y` on an empty cache at once collide. */
+    bool proven;
+    child_t *starting;
     session_t *buckets[SESSION_BUCKETS];
     struct event *sigchld;
 };
@@ -145,6 +159,20 @@ void stdio_child_write(child_t *c, json_t *msg);
 /* Where a message of the session's goes outside a call: its newest streaming call, else its
  * GET stream; NULL: nowhere. */
 upstream_call_t *stdio_stream_of(session_t *s);
+
+/* stdio_proc.c */
+/* Starts c's program: fds get its stdin's write end, its stdout's and its stderr's read ends.
+ * false with why (logged). */
+bool stdio_proc_spawn(child_t *c, int fds[3], char *why, size_t whylen);
+/* SIGTERM to c's process group now, SIGKILL after the grace even if its leader is reaped
+ * first. */
+void stdio_proc_stop(child_t *c);
+/* c's leader was reaped: what is left of its group, and processes it started that left the
+ * group (they carry its mark), are ended. */
+void stdio_proc_leader_gone(child_t *c);
+/* The gateway leaves: every child ended within the grace, waited for, and what they started
+ * killed. */
+void stdio_proc_end_all(stdio_up_t *up);
 
 /* stdio_route.c */
 /* The caller a call is, for what may cross between callers of one child: its session's id,

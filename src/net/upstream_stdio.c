@@ -309,6 +309,7 @@ static void on_idle(evutil_socket_t fd, short what, void *arg);
 
 static void session_touch(session_t *s)
 {
+    s->last_ms = util_now_ms();
     uint64_t ms = s->up->conf.idle_timeout_ms;
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     evtimer_add(s->idle, &tv);
@@ -505,33 +506,39 @@ static void child_free(child_t *c)
     }
     if (c->held)
         evbuffer_free(c->held);
-    if (c->grace)
-        event_free(c->grace);
+    if (c->start_timer)
+        event_free(c->start_timer);
+    json_decref(c->init_req);
     stdio_sreqs_free(c);
     json_decref(c->init_result);
     free(c);
 }
 
 /* Reaps what has exited; a child is freed once reaped and its pipes are done with. */
+/* Whether c has exited, reaped now if so (its calls end, saying how it ended); not freed. */
+static bool child_wait(child_t *c)
+{
+    int status;
+    if (c->exited || c->pid <= 0 || waitpid(c->pid, &status, WNOHANG) != c->pid)
+        return c->exited;
+    c->exited = true;
+    c->up->n_children--;
+    char why[64];
+    if (WIFSIGNALED(status))
+        snprintf(why, sizeof(why), "the server was ended by signal %d", WTERMSIG(status));
+    else
+        snprintf(why, sizeof(why), "the server exited with status %d", WEXITSTATUS(status));
+    log_info(0, "stdio upstream %s: pid %d: %s", c->up->label, (int)c->pid, why);
+    stdio_proc_leader_gone(c);
+    child_gone(c, why);
+    return true;
+}
+
 static void reap(stdio_up_t *up)
 {
     for (child_t **pp = &up->children; *pp;) {
         child_t *c = *pp;
-        if (!c->exited) {
-            int status;
-            pid_t r = waitpid(c->pid, &status, WNOHANG);
-            if (r == c->pid) {
-                c->exited = true;
-                up->n_children--;
-                if (WIFSIGNALED(status))
-                    log_info(0, "stdio upstream %s: pid %d ended by signal %d", up->label,
-                             (int)c->pid, WTERMSIG(status));
-                else
-                    log_info(0, "stdio upstream %s: pid %d exited with status %d", up->label,
-                             (int)c->pid, WEXITSTATUS(status));
-                child_gone(c, "the server process exited");
-            }
-        }
+        child_wait(c);
         if (c->exited && c->gone) {
             *pp = c->next;
             child_free(c);
@@ -548,35 +555,47 @@ static void on_sigchld(evutil_socket_t fd, short what, void *arg)
     reap(arg);
 }
 
-static void on_grace(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    child_t *c = arg;
-    if (!c->exited) {
-        log_warn(0, "stdio upstream %s: pid %d still running after SIGTERM, killing it",
-                 c->up->label, (int)c->pid);
-        kill(-c->pid, SIGKILL);
-    }
-}
-
 /* Asks the child's process group to end: stdin closed, SIGTERM, SIGKILL after the grace. */
 static void child_stop(child_t *c, const char *why)
 {
     if (c->stopping || c->exited)
         return;
     c->stopping = true;
+    if (c->pid <= 0) { /* never started: nothing runs */
+        c->exited = true;
+        c->up->n_children--;
+        return;
+    }
     log_info(0, "stdio upstream %s: stopping pid %d: %s", c->up->label, (int)c->pid, why);
     if (c->in) {
         bufferevent_free(c->in);
         c->in = NULL;
     }
-    kill(-c->pid, SIGTERM);
-    uint64_t ms = c->up->conf.grace_ms;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    c->grace = evtimer_new(c->up->base, on_grace, c);
-    evtimer_add(c->grace, &tv);
+    stdio_proc_stop(c);
 }
+
+/* why, and the last the server wrote on stderr when it wrote anything (what a failed start
+ * most often needs to be understood). */
+static const char *child_why(const child_t *c, const char *why, char *out, size_t outlen)
+{
+    if (c->err_tail_len == 0)
+        return why;
+    snprintf(out, outlen, "%s; its stderr ended: %.*s", why, (int)c->err_tail_len, c->err_tail);
+    return out;
+}
+
+/* A request the child never got ends with an error for its id: nothing of it ran. */
+static void fail_unsent(upstream_call_t *call, pend_t *p, const char *why)
+{
+    json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", p->orig_id, "error",
+                          "code", -32000, "message", why);
+    stdio_call_deliver(call, e);
+    json_decref(e);
+    call_answered(call);
+}
+
+static void start_waiting(stdio_up_t *up);
+static void drain_err(child_t *c);
 
 /* The child can serve no more: its sessions end and every call waiting on it ends CLOSED (a
  * protected call among them is recorded unknown by its owner). */
@@ -588,14 +607,26 @@ static void child_gone(child_t *c, const char *why)
     stdio_up_t *up = c->up;
     if (up->shared == c)
         up->shared = NULL;
+    drain_err(c);
+    char full[ERR_TAIL_MAX + 200];
+    why = child_why(c, why, full, sizeof(full));
+    if (c->start_timer)
+        evtimer_del(c->start_timer);
+    /* what a child that never started, or never answered the gateway's initialize, holds in
+     * c->held it never read: those calls fail as not sent. The others may have run. */
+    bool unsent = c->pid <= 0 || (c->own_init && !c->ready);
     for (pend_t *p = c->pends; p; p = p->next) {
         upstream_call_t *call = p->call;
-        if (call && !call->end_queued) {
-            log_warn(0, "stdio upstream %s: pid %d: %s with a request in flight", up->label,
-                     (int)c->pid, why);
-            call_detach(call);
-            queue_end(call, UPSTREAM_ERR_CLOSED);
+        if (!call || call->end_queued)
+            continue;
+        if (unsent) {
+            fail_unsent(call, p, why);
+            continue;
         }
+        log_warn(0, "stdio upstream %s: pid %d: %s with a request in flight", up->label,
+                 (int)c->pid, why);
+        call_detach(call);
+        queue_end(call, UPSTREAM_ERR_CLOSED);
     }
     while (c->init_waiters) {
         upstream_call_t *call = c->init_waiters;
@@ -604,7 +635,8 @@ static void child_gone(child_t *c, const char *why)
         call->sess = NULL;
         session_discard(s);
         call_detach(call);
-        queue_end(call, UPSTREAM_ERR_CLOSED);
+        add_header(&call->headers, "Retry-After", "5");
+        answer_rpc_error(call, 503, call->init_id, -32000, why);
     }
     while (c->sessions)
         session_end(c->sessions);
@@ -618,6 +650,10 @@ static void child_gone(child_t *c, const char *why)
     }
     if (!c->exited)
         child_stop(c, why);
+    if (up->starting == c) {
+        up->starting = NULL;
+        start_waiting(up);
+    }
 }
 
 /* ---- what the child writes ---- */
@@ -626,6 +662,8 @@ static void child_gone(child_t *c, const char *why)
 static void child_initialized(child_t *c, json_t *msg)
 {
     json_t *result = json_object_get(msg, "result");
+    if (c->start_timer)
+        evtimer_del(c->start_timer);
     if (result && json_is_object(result)) {
         if (c->own_init) {
             c->init_result = json_incref(result);
@@ -663,6 +701,12 @@ static void child_initialized(child_t *c, json_t *msg)
         child_stop(c, "initialize refused");
     else if (!c->shared && !c->sessions)
         child_stop(c, "the initialize that started it was given up");
+    if (result && !c->up->proven) {
+        /* the command runs: those waiting to start may all start now */
+        c->up->proven = true;
+        c->up->starting = NULL;
+        start_waiting(c->up);
+    }
 }
 
 /* Where a message the server sends on its own goes: the newest call of the session still
@@ -825,9 +869,27 @@ static void on_child_out_event(struct bufferevent *bev, short what, void *arg)
     (void)bev;
     child_t *c = arg;
     if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        child_gone(c, "the server closed its output");
+        /* most often it exited: how is the better why, when it is known already */
+        if (!child_wait(c))
+            child_gone(c, "the server closed its output");
         reap(c->up);
     }
+}
+
+/* The end of what the child wrote on stderr, kept to say why it failed. */
+static void keep_err(child_t *c, const char *line, size_t n)
+{
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--;
+    if (n == 0)
+        return;
+    char add[ERR_TAIL_MAX];
+    int len = snprintf(add, sizeof(add), "%s%.*s", c->err_tail_len ? " | " : "", (int)n, line);
+    size_t a = len < 0 ? 0 : (size_t)len >= sizeof(add) ? sizeof(add) - 1 : (size_t)len;
+    size_t keep = c->err_tail_len + a > ERR_TAIL_MAX - 1 ? ERR_TAIL_MAX - 1 - a : c->err_tail_len;
+    memmove(c->err_tail, c->err_tail + c->err_tail_len - keep, keep);
+    memcpy(c->err_tail + keep, add, a);
+    c->err_tail_len = keep + a;
 }
 
 static void on_child_err(struct bufferevent *bev, void *arg)
@@ -851,7 +913,26 @@ static void on_child_err(struct bufferevent *bev, void *arg)
         char fields[96];
         snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
         LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
+        keep_err(c, line, strlen(line));
         free(line);
+    }
+}
+
+/* What the child wrote on stderr and the loop has not read yet (it exited, or went silent on
+ * its protocol channel): read now, so why it failed is at hand, an unended last line too. */
+static void drain_err(child_t *c)
+{
+    if (!c->err)
+        return;
+    struct evbuffer *in = bufferevent_get_input(c->err);
+    int fd = bufferevent_getfd(c->err);
+    for (int i = 0; i < 64 && evbuffer_read(in, fd, 4096) > 0; i++)
+        ;
+    on_child_err(c->err, c);
+    size_t n = evbuffer_get_length(in);
+    if (n > 0) {
+        keep_err(c, (const char *)evbuffer_pullup(in, (ssize_t)n), n);
+        evbuffer_drain(in, n);
     }
 }
 
@@ -859,6 +940,7 @@ static void on_child_err_event(struct bufferevent *bev, short what, void *arg)
 {
     child_t *c = arg;
     if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev) {
+        drain_err(c);
         bufferevent_free(c->err);
         c->err = NULL;
     }
@@ -874,162 +956,160 @@ static void on_child_in_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-char *upstream_stdio_resolve(const char *prog, const char *path_env)
-{
-    if (strchr(prog, '/'))
-        return xstrdup(prog);
-    const char *p = path_env;
-    while (p && *p) {
-        size_t n = strcspn(p, ":");
-        char *cand = xasprintf("%.*s/%s", (int)(n ? n : 1), n ? p : ".", prog);
-        struct stat st;
-        if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
-            return cand;
-        free(cand);
-        p += n + (p[n] == ':');
-    }
-    return NULL;
-}
-
-/* The child's environment: what the config gives, the gateway's own variables pass_env names
- * (those set, unless env gives them too), plus PATH and HOME unless given. Nothing else of
- * the gateway's own (its database password among it) reaches the server. */
-static bool env_has(char *const *env, size_t n, const char *name)
-{
-    size_t len = strlen(name);
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(env[i], name, len) == 0 && env[i][len] == '=')
-            return true;
-    return false;
-}
-
-static char **child_env(const stdio_conf_t *conf, const char **path_out)
-{
-    size_t n = conf->n_env, n_pass = 0;
-    while (conf->pass_env && conf->pass_env[n_pass])
-        n_pass++;
-    char **env = xcalloc(n + n_pass + 3, sizeof(char *));
-    for (size_t i = 0; i < n; i++)
-        env[i] = conf->env[i];
-    for (size_t i = 0; i < n_pass; i++) {
-        const char *name = conf->pass_env[i], *v = getenv(name);
-        if (v && !env_has(env, n, name))
-            env[n++] = xasprintf("%s=%s", name, v);
-    }
-    if (!env_has(env, n, "PATH")) {
-        const char *p = getenv("PATH");
-        env[n++] = xasprintf("PATH=%s", p && *p ? p : "/usr/local/bin:/usr/bin:/bin");
-    }
-    const char *home = getenv("HOME");
-    if (!env_has(env, n, "HOME") && home)
-        env[n++] = xasprintf("HOME=%s", home);
-    for (size_t i = 0; i < n; i++)
-        if (strncmp(env[i], "PATH=", 5) == 0)
-            *path_out = env[i] + 5;
-    return env;
-}
-
-static void child_env_free(const stdio_conf_t *conf, char **env)
-{
-    for (size_t i = conf->n_env; env[i]; i++)
-        free(env[i]);
-    free(env);
-}
-
 static struct bufferevent *pipe_bev(stdio_up_t *up, int fd)
 {
     evutil_make_socket_nonblocking(fd);
     return bufferevent_socket_new(up->base, fd, BEV_OPT_CLOSE_ON_FREE);
 }
 
-/* Starts a child, or returns NULL with why (errno's words) after a log line. */
-static child_t *child_spawn(stdio_up_t *up, bool shared, char *why, size_t whylen)
+/* An own_init child's initialize goes first, once the child runs. */
+static void send_init(child_t *c)
 {
-    if (up->n_children >= up->conf.max_children) {
-        snprintf(why, whylen, "max_children (%d) servers are running", up->conf.max_children);
-        log_warn(0, "stdio upstream %s: not started: %s", up->label, why);
-        return NULL;
-    }
-    int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
-    const char *path_env = NULL;
-    char **env = child_env(&up->conf, &path_env);
-    char *prog = upstream_stdio_resolve(up->conf.argv[0], path_env);
-    child_t *c = NULL;
-    int rc = 0;
-    if (!prog) {
-        rc = ENOENT;
-        goto fail;
-    }
-    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-        rc = errno;
-        goto fail;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-    /* The server is a third party's program: it gets its three pipes and nothing else of the
-     * gateway's (agents' sockets, the store's, other children's pipes), whether or not each
-     * was opened close-on-exec. */
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    if (up->conf.cwd)
-        posix_spawn_file_actions_addchdir_np(&fa, up->conf.cwd);
-    posix_spawnattr_init(&attr);
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
-    posix_spawnattr_setflags(&attr,
-                             POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    pid_t pid;
-    rc = posix_spawn(&pid, prog, &fa, &attr, up->conf.argv, env);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
-    if (rc != 0)
-        goto fail;
-    close(in[0]);
-    close(out[1]);
-    close(err[1]);
-    c = xcalloc(1, sizeof(*c));
-    c->up = up;
-    c->pid = pid;
-    c->shared = shared;
-    c->ready = true;
-    c->held = evbuffer_new();
-    c->in = pipe_bev(up, in[1]);
-    c->out = pipe_bev(up, out[0]);
-    c->err = pipe_bev(up, err[0]);
+    if (!c->init_req || !c->in)
+        return;
+    char *line = json_dumps(c->init_req, JSON_COMPACT);
+    evbuffer_add(bufferevent_get_output(c->in), line, strlen(line));
+    evbuffer_add(bufferevent_get_output(c->in), "\n", 1);
+    free(line);
+    json_decref(c->init_req);
+    c->init_req = NULL;
+}
+
+static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    child_t *c = arg;
+    char why[96];
+    snprintf(why, sizeof(why), "no answer to initialize within %llus of its start",
+             (unsigned long long)(c->up->conf.start_timeout_ms / 1000));
+    log_warn(0, "stdio upstream %s: pid %d: %s", c->up->label, (int)c->pid, why);
+    child_gone(c, why);
+    reap(c->up);
+}
+
+/* Runs c's program and wires its pipes to the loop; what waited for it goes to it. */
+static bool child_exec(child_t *c, char *why, size_t whylen)
+{
+    stdio_up_t *up = c->up;
+    int fds[3];
+    if (!stdio_proc_spawn(c, fds, why, whylen))
+        return false;
+    c->in = pipe_bev(up, fds[0]);
+    c->out = pipe_bev(up, fds[1]);
+    c->err = pipe_bev(up, fds[2]);
     bufferevent_setcb(c->in, NULL, NULL, on_child_in_event, c);
     bufferevent_setcb(c->out, on_child_out, NULL, on_child_out_event, c);
     bufferevent_setcb(c->err, on_child_err, NULL, on_child_err_event, c);
     bufferevent_enable(c->in, EV_WRITE);
     bufferevent_enable(c->out, EV_READ);
     bufferevent_enable(c->err, EV_READ);
+    uint64_t ms = up->conf.start_timeout_ms;
+    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    c->start_timer = evtimer_new(up->base, on_start_timeout, c);
+    evtimer_add(c->start_timer, &tv);
+    send_init(c);
+    if (c->ready)
+        evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
+    if (!up->proven)
+        up->starting = c;
+    log_info(0, "stdio upstream %s: started pid %d (%s)", up->label, (int)c->pid,
+             c->shared     ? "shared"
+             : c->own_init ? "one caller"
+                           : "one session");
+    return true;
+}
+
+/* Children that wait to start: all of them once one child of the command has answered
+ * initialize, else the oldest, alone. */
+static void start_waiting(stdio_up_t *up)
+{
+    while (!up->starting) {
+        child_t *next = NULL;
+        for (child_t *c = up->children; c; c = c->next)
+            if (c->pid <= 0 && !c->gone && !c->stopping)
+                next = c; /* the list is newest first: the last is the oldest */
+        if (!next)
+            return;
+        char why[300];
+        if (!child_exec(next, why, sizeof(why))) {
+            next->exited = true;
+            up->n_children--;
+            child_gone(next, why); /* freed by the next reap */
+        }
+        if (up->proven)
+            up->starting = NULL;
+    }
+}
+
+/* Children running or starting, not those being stopped. */
+static int live_children(const stdio_up_t *up)
+{
+    int n = 0;
+    for (const child_t *c = up->children; c; c = c->next)
+        n += !c->stopping && !c->exited;
+    return n;
+}
+
+/* At max_children: the session used least recently that has no call in flight on a child of
+ * its own ends (an agent that left without DELETE leaves such sessions until idle_timeout).
+ * false when every child is busy or shared. */
+static bool evict_idle(stdio_up_t *up)
+{
+    session_t *oldest = NULL;
+    for (child_t *c = up->children; c; c = c->next) {
+        session_t *s = c->sessions;
+        if (c->shared || c->stopping || c->exited || c->pid <= 0 || !s || s->cnext ||
+            c->init_waiters)
+            continue;
+        bool busy = false;
+        for (pend_t *p = c->pends; p && !busy; p = p->next)
+            busy = p->call != NULL || p->init;
+        if (!busy && (!oldest || s->last_ms < oldest->last_ms))
+            oldest = s;
+    }
+    if (!oldest)
+        return false;
+    log_info(0,
+             "stdio upstream %s: max_children (%d) reached: ending session %.8s…, idle for %llus, "
+             "the least recently used",
+             up->label, up->conf.max_children, oldest->id,
+             (unsigned long long)((util_now_ms() - oldest->last_ms) / 1000));
+    session_end(oldest);
+    return true;
+}
+
+/* A child, started now, or once the first of its command has (it then waits with what is
+ * written to it); NULL with why after a log line. */
+static child_t *child_spawn(stdio_up_t *up, bool shared, bool own_init, char *why, size_t whylen)
+{
+    if (live_children(up) >= up->conf.max_children && !evict_idle(up)) {
+        snprintf(why, whylen, "max_children (%d) servers are running, each with a call in flight",
+                 up->conf.max_children);
+        log_warn(0, "stdio upstream %s: not started: %s", up->label, why);
+        return NULL;
+    }
+    child_t *c = xcalloc(1, sizeof(*c));
+    c->up = up;
+    c->shared = shared;
+    c->own_init = own_init;
+    c->ready = !own_init;
+    c->held = evbuffer_new();
     c->next = up->children;
     up->children = c;
     up->n_children++;
-    log_info(0, "stdio upstream %s: started pid %d (%s)", up->label, (int)pid,
-             shared ? "shared" : "one session");
-    free(prog);
-    child_env_free(&up->conf, env);
-    return c;
-fail:
-    for (int i = 0; i < 2; i++) {
-        if (in[i] >= 0)
-            close(in[i]);
-        if (out[i] >= 0)
-            close(out[i]);
-        if (err[i] >= 0)
-            close(err[i]);
+    if (up->starting) {
+        log_info(0, "stdio upstream %s: waiting for pid %d, the first of this command, to start",
+                 up->label, (int)up->starting->pid);
+        return c;
     }
-    snprintf(why, whylen, "cannot start %s: %s", up->conf.argv[0], strerror(rc));
-    log_error(0, "stdio upstream %s: %s", up->label, why);
-    free(prog);
-    child_env_free(&up->conf, env);
-    return NULL;
+    if (!child_exec(c, why, whylen)) {
+        up->children = c->next;
+        up->n_children--;
+        child_free(c);
+        return NULL;
+    }
+    return c;
 }
 
 /* A child the gateway starts and initializes itself: the shared one, or a sessionless caller's
@@ -1038,11 +1118,9 @@ fail:
 static child_t *own_child(stdio_up_t *up, bool shared, const char *version, char *why,
                           size_t whylen)
 {
-    child_t *c = child_spawn(up, shared, why, whylen);
+    child_t *c = child_spawn(up, shared, true, why, whylen);
     if (!c)
         return NULL;
-    c->own_init = true;
-    c->ready = false;
     json_t *params = json_pack("{s:s, s:{s:{s:{}}, s:{}, s:{s:b}}, s:{s:s, s:s}}",
                                "protocolVersion", version ? version : "2025-11-25", "capabilities",
                                "elicitation", "form", "sampling", "roots", "listChanged", 0,
@@ -1052,12 +1130,8 @@ static child_t *own_child(stdio_up_t *up, bool shared, const char *version, char
     pend_t *p = pend_add(c, NULL, json_null());
     p->init = true;
     json_object_set_new(req, "id", json_integer((json_int_t)p->gid));
-    /* written ahead of what waits for ready */
-    char *s = json_dumps(req, JSON_COMPACT);
-    evbuffer_add(bufferevent_get_output(c->in), s, strlen(s));
-    evbuffer_add(bufferevent_get_output(c->in), "\n", 1);
-    free(s);
-    json_decref(req);
+    c->init_req = req; /* written ahead of what waits for ready */
+    send_init(c);
     c->initializing = true;
     return c;
 }
@@ -1139,7 +1213,7 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
     if (up->conf.sessions == STDIO_SHARED) {
         c = shared_child(up, json_object_get(req, "params"), why, sizeof(why));
     } else {
-        c = child_spawn(up, false, why, sizeof(why));
+        c = child_spawn(up, false, false, why, sizeof(why));
         if (c) {
             pend_t *p = pend_add(c, NULL, json_null());
             p->init = true;
@@ -1166,9 +1240,10 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
         call_answered(call);
         return call;
     }
+    /* no timer of the call's own: starting a server is not a tool call, and the child's start
+     * deadline (start_timeout) answers every initialize waiting on it */
     call->wnext = c->init_waiters;
     c->init_waiters = call;
-    set_timer(call, up->limits->timeout_ms);
     return call;
 }
 
@@ -1356,7 +1431,18 @@ static void stdio_pause(void *state, upstream_call_t *call, bool paused)
 static void stdio_abandon(void *state, upstream_call_t *call)
 {
     (void)state;
+    /* The agent dropped its session's GET stream: clients keep one open for the session's
+     * life, so unless it comes back (or a request comes) soon, the agent has left without a
+     * DELETE and its child need not wait out the whole idle_timeout. */
+    session_t *s =
+        call->mode == MODE_GET && call->sess && call->sess->get == call && !call->sess->hidden
+            ? call->sess
+            : NULL;
     call_free(call);
+    if (s && s->up->conf.idle_timeout_ms > GONE_GRACE_MS) {
+        struct timeval tv = {.tv_sec = GONE_GRACE_MS / 1000, .tv_usec = 0};
+        evtimer_add(s->idle, &tv);
+    }
 }
 
 /* Ids are the gateway's own per child: an answer cannot be another request's. Nothing to do. */
@@ -1369,37 +1455,7 @@ static void stdio_discard(void *state, upstream_call_t *call)
 static void stdio_free(void *state)
 {
     stdio_up_t *up = state;
-    /* stdin closed and SIGTERM to each group; then wait out the grace, then SIGKILL */
-    for (child_t *c = up->children; c; c = c->next)
-        if (!c->exited) {
-            if (c->in) {
-                bufferevent_free(c->in);
-                c->in = NULL;
-            }
-            kill(-c->pid, SIGTERM);
-        }
-    uint64_t deadline = util_now_ms() + up->conf.grace_ms;
-    for (;;) {
-        bool alive = false;
-        for (child_t *c = up->children; c; c = c->next)
-            if (!c->exited && waitpid(c->pid, NULL, WNOHANG) != c->pid)
-                alive = true;
-            else
-                c->exited = true;
-        if (!alive)
-            break;
-        if (util_now_ms() >= deadline) {
-            for (child_t *c = up->children; c; c = c->next)
-                if (!c->exited) {
-                    kill(-c->pid, SIGKILL);
-                    waitpid(c->pid, NULL, 0);
-                    c->exited = true;
-                }
-            break;
-        }
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    stdio_proc_end_all(up);
     for (size_t b = 0; b < SESSION_BUCKETS; b++)
         while (up->buckets[b]) {
             session_t *s = up->buckets[b];

@@ -194,17 +194,28 @@ test('a child killed mid-call: the call is recorded unknown and never run again;
   assert.equal(ran.length, 2, 'the killed call ran once, the call with other arguments once; the retry never');
 });
 
-test('a child that never answers initialize: 504, and the child is stopped', async (t) => {
+test('a child that never answers initialize: 503 with why once start_timeout is out, and the child is stopped', async (t) => {
   const gw = await startGateway(t, {
-    upstream: { command: [NODE, '-e', 'process.stdin.resume()'], grace: '1s' },
+    // what it says on stderr is the likeliest why; the call deadline is not the start's
+    upstream: { command: [NODE, '-e', 'console.error("fetching the package..."); process.stdin.resume()'], grace: '1s', start_timeout: '1s' },
     databaseUrl: await createDatabase(),
-    config: { timeouts: { upstream: '1s' } },
+    config: { timeouts: { upstream: '60s' } },
   });
   const r = await post(gw.url, initBody());
-  assert.equal(r.status, 504, r.text);
-  await waitForLog(gw, /no answer to initialize in time/);
-  await waitForLog(gw, /stopping pid \d+: no answer to initialize/);
+  assert.equal(r.status, 503, r.text);
+  assert.match(JSON.parse(r.text).error.message, /no answer to initialize within 1s of its start; its stderr ended: fetching the package\.\.\./);
+  await waitForLog(gw, /stopping pid \d+: no answer to initialize within 1s/);
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the silent child to be gone' });
+});
+
+test('a child that dies before it answers initialize: 503 with its exit and its stderr', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, '-e', 'console.error("Error: Cannot find module server.js"); process.exit(3)'] },
+    databaseUrl: await createDatabase(),
+  });
+  const r = await post(gw.url, initBody());
+  assert.equal(r.status, 503, r.text);
+  assert.match(JSON.parse(r.text).error.message, /the server (exited with status 3|closed its output); its stderr ended: Error: Cannot find module server\.js/);
 });
 
 test('stdout lines that are not JSON-RPC, and over-long ones, are logged and dropped', async (t) => {
@@ -229,30 +240,30 @@ test('a missing program: 503 for that session with why, the gateway serves on', 
   assert.equal(gw.proc.exitCode, null, 'the gateway is still running');
 });
 
-test('max_children bounds the children: 503 with Retry-After beyond it', async (t) => {
-  const gw = await startGateway(t, {
-    upstream: { command: ['/bin/sh', TINY_SERVER], max_children: 2 },
-    databaseUrl: await createDatabase(),
-  });
-  // each catalogue fetch takes a child for a moment (this server lists no tools, so it tries
-  // again after 1 s, 2 s, 4 s): run between the second and the third
-  await waitForLog(gw, /tool catalogue: .*trying again in 2000 ms/);
+test('max_children: at the limit the least recently used idle session ends; with every child busy, 503 with Retry-After', async (t) => {
+  const { gw, ledger } = await ledgerGateway(t, { upstream: { max_children: 2 } });
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the catalogue\'s child to go' });
-  const ids = [];
-  for (let i = 0; i < 2; i++) {
-    const r = await post(gw.url, initBody());
-    assert.equal(r.status, 200, r.text);
-    ids.push(r.headers.get('mcp-session-id'));
-  }
+  const go = path.join(path.dirname(ledger), 'go');
+  const a = await rawSession(t, gw.url);
+  const b = await rawSession(t, gw.url);
+  // both children busy: a third session cannot take one
+  const busyA = a.call('slow_refund', { order_id: 'ord-a', amount_cents: 1, wait_for: go });
+  const busyB = b.call('slow_refund', { order_id: 'ord-b', amount_cents: 1, wait_for: go });
+  await waitForLedger(ledger, 2);
   const third = await post(gw.url, initBody());
   assert.equal(third.status, 503);
   assert.ok(Number(third.headers.get('retry-after')) > 0);
-  assert.match(third.text, /max_children \(2\)/);
-  const del = await fetch(gw.url, { method: 'DELETE', headers: { 'Mcp-Session-Id': ids[0] } });
-  assert.equal(del.status, 200);
-  await waitFor(async () => (await children(gw.proc.pid)).length < 2, { what: 'the deleted session\'s child to be reaped' });
+  assert.match(third.text, /max_children \(2\) servers are running, each with a call in flight/);
+  await fs.writeFile(go, '');
+  await Promise.all([busyA, busyB]);
+  // b was used last: a, idle, is ended for the newcomer (agents that never DELETE)
+  await b.call('whoami', {});
   const fourth = await post(gw.url, initBody());
-  assert.equal(fourth.status, 200, 'a slot is free again once a child is reaped');
+  assert.equal(fourth.status, 200, fourth.text);
+  await waitForLog(gw, new RegExp(`max_children \\(2\\) reached: ending session ${a.sessionId.slice(0, 8)}`));
+  assert.equal((await a.call('whoami', {})).status, 404, 'the ended session is gone');
+  assert.equal((await b.call('whoami', {})).status, 200, 'the other is kept');
 });
 
 test('500 sessions opened and closed: children back to none, no zombies, memory bounded', async (t) => {
@@ -418,10 +429,10 @@ test('idemgw policy init -- CMD: a starter config for a stdio server, which load
   assert.match(headers.stderr, /-H is for an HTTP upstream, not a command/);
   // a server that never answers initialize: what may be holding it up is said
   const silent = path.join(dir, 'silent.yaml');
-  await fs.writeFile(silent, 'upstream:\n  command: [sleep, "100"]\ntimeouts: {upstream: 1s}\n');
+  await fs.writeFile(silent, 'upstream:\n  command: [sleep, "100"]\n  start_timeout: 1s\n');
   const waited = await run(IDEMGW_BIN, ['tools', '-c', silent]);
   assert.equal(waited.code, 1);
-  assert.match(waited.stderr, /initialize: no response in time \(a command that fetches its package first, as npx -y and uvx do, waits for a registry it cannot reach when the proxy or CA variables it needs are not in pass_env\)/);
+  assert.match(waited.stderr, /initialize: HTTP 503: no answer to initialize within 1s of its start \(a command that fetches its package first, as npx -y and uvx do, waits for a registry it cannot reach when the proxy or CA variables it needs are not in pass_env\)/);
   const both = await run(IDEMGW_BIN, ['policy', 'init', '--upstream', 'http://127.0.0.1:1/mcp', '--', 'x']);
   assert.equal(both.code, 2);
   assert.match(both.stderr, /needs --upstream URL or -- CMD ARGS/);
