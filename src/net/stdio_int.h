@@ -164,6 +164,12 @@ upstream_call_t *stdio_stream_of(session_t *s);
 /* Starts c's program: fds get its stdin's write end, its stdout's and its stderr's read ends.
  * false with why (logged). */
 bool stdio_proc_spawn(child_t *c, int fds[3], char *why, size_t whylen);
+/* Logs what c writes on stderr (a line at a time) and keeps its end for why it failed. */
+void stdio_proc_watch_err(child_t *c);
+/* What c wrote on stderr that the loop has not read yet, read now (it exited). */
+void stdio_proc_drain_err(child_t *c);
+/* why, with the end of c's stderr when it wrote any: out, or why itself. */
+const char *stdio_proc_why(const child_t *c, const char *why, char *out, size_t outlen);
 /* SIGTERM to c's process group now, SIGKILL after the grace even if its leader is reaped
  * first. */
 void stdio_proc_stop(child_t *c);

@@ -17,6 +17,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <fcntl.h>
@@ -174,6 +175,94 @@ fail:
     free(prog);
     child_env_free(&up->conf, env);
     return false;
+}
+
+/* --- what it says on stderr --- */
+
+/* The end of what the child wrote on stderr, kept to say why it failed. */
+static void keep_err(child_t *c, const char *line, size_t n)
+{
+    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
+        n--;
+    if (n == 0)
+        return;
+    char add[ERR_TAIL_MAX];
+    int len = snprintf(add, sizeof(add), "%s%.*s", c->err_tail_len ? " | " : "", (int)n, line);
+    size_t a = len < 0 ? 0 : (size_t)len >= sizeof(add) ? sizeof(add) - 1 : (size_t)len;
+    size_t keep = c->err_tail_len + a > ERR_TAIL_MAX - 1 ? ERR_TAIL_MAX - 1 - a : c->err_tail_len;
+    memmove(c->err_tail, c->err_tail + c->err_tail_len - keep, keep);
+    memcpy(c->err_tail + keep, add, a);
+    c->err_tail_len = keep + a;
+}
+
+static void on_child_err(struct bufferevent *bev, void *arg)
+{
+    child_t *c = arg;
+    struct evbuffer *in = bufferevent_get_input(bev);
+    for (;;) {
+        size_t n = 0;
+        char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF);
+        if (!line) {
+            size_t avail = evbuffer_get_length(in);
+            if (avail < STDERR_LINE_MAX)
+                return;
+            line = xmalloc(STDERR_LINE_MAX + 1);
+            evbuffer_remove(in, line, STDERR_LINE_MAX);
+            line[STDERR_LINE_MAX] = '\0';
+            n = STDERR_LINE_MAX;
+        }
+        if (n > STDERR_LINE_MAX)
+            line[STDERR_LINE_MAX] = '\0';
+        char fields[96];
+        snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
+        LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
+        keep_err(c, line, strlen(line));
+        free(line);
+    }
+}
+
+/* What the child wrote on stderr and the loop has not read yet (it exited, or went silent on
+ * its protocol channel): read now, so why it failed is at hand, an unended last line too. */
+void stdio_proc_drain_err(child_t *c)
+{
+    if (!c->err)
+        return;
+    struct evbuffer *in = bufferevent_get_input(c->err);
+    int fd = bufferevent_getfd(c->err);
+    for (int i = 0; i < 64 && evbuffer_read(in, fd, 4096) > 0; i++)
+        ;
+    on_child_err(c->err, c);
+    size_t n = evbuffer_get_length(in);
+    if (n > 0) {
+        keep_err(c, (const char *)evbuffer_pullup(in, (ssize_t)n), n);
+        evbuffer_drain(in, n);
+    }
+}
+
+static void on_child_err_event(struct bufferevent *bev, short what, void *arg)
+{
+    child_t *c = arg;
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev) {
+        stdio_proc_drain_err(c);
+        bufferevent_free(c->err);
+        c->err = NULL;
+    }
+}
+
+void stdio_proc_watch_err(child_t *c)
+{
+    bufferevent_setcb(c->err, on_child_err, NULL, on_child_err_event, c);
+    bufferevent_enable(c->err, EV_READ);
+}
+
+/* why, and the last the server wrote on stderr when it wrote anything (what a failed start
+ * most often needs to be understood). */
+const char *stdio_proc_why(const child_t *c, const char *why, char *out, size_t outlen)
+{
+    if (c->err_tail_len == 0)
+        return why;
+    snprintf(out, outlen, "%s; its stderr ended: %.*s", why, (int)c->err_tail_len, c->err_tail);
+    return out;
 }
 
 /* --- ending processes --- */

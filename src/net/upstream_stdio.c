@@ -574,16 +574,6 @@ static void child_stop(child_t *c, const char *why)
     stdio_proc_stop(c);
 }
 
-/* why, and the last the server wrote on stderr when it wrote anything (what a failed start
- * most often needs to be understood). */
-static const char *child_why(const child_t *c, const char *why, char *out, size_t outlen)
-{
-    if (c->err_tail_len == 0)
-        return why;
-    snprintf(out, outlen, "%s; its stderr ended: %.*s", why, (int)c->err_tail_len, c->err_tail);
-    return out;
-}
-
 /* A request the child never got ends with an error for its id: nothing of it ran. */
 static void fail_unsent(upstream_call_t *call, pend_t *p, const char *why)
 {
@@ -595,7 +585,6 @@ static void fail_unsent(upstream_call_t *call, pend_t *p, const char *why)
 }
 
 static void start_waiting(stdio_up_t *up);
-static void drain_err(child_t *c);
 
 /* The child can serve no more: its sessions end and every call waiting on it ends CLOSED (a
  * protected call among them is recorded unknown by its owner). */
@@ -607,9 +596,9 @@ static void child_gone(child_t *c, const char *why)
     stdio_up_t *up = c->up;
     if (up->shared == c)
         up->shared = NULL;
-    drain_err(c);
+    stdio_proc_drain_err(c);
     char full[ERR_TAIL_MAX + 200];
-    why = child_why(c, why, full, sizeof(full));
+    why = stdio_proc_why(c, why, full, sizeof(full));
     if (c->start_timer)
         evtimer_del(c->start_timer);
     /* what a child that never started, or never answered the gateway's initialize, holds in
@@ -876,76 +865,6 @@ static void on_child_out_event(struct bufferevent *bev, short what, void *arg)
     }
 }
 
-/* The end of what the child wrote on stderr, kept to say why it failed. */
-static void keep_err(child_t *c, const char *line, size_t n)
-{
-    while (n > 0 && (line[n - 1] == '\r' || line[n - 1] == ' '))
-        n--;
-    if (n == 0)
-        return;
-    char add[ERR_TAIL_MAX];
-    int len = snprintf(add, sizeof(add), "%s%.*s", c->err_tail_len ? " | " : "", (int)n, line);
-    size_t a = len < 0 ? 0 : (size_t)len >= sizeof(add) ? sizeof(add) - 1 : (size_t)len;
-    size_t keep = c->err_tail_len + a > ERR_TAIL_MAX - 1 ? ERR_TAIL_MAX - 1 - a : c->err_tail_len;
-    memmove(c->err_tail, c->err_tail + c->err_tail_len - keep, keep);
-    memcpy(c->err_tail + keep, add, a);
-    c->err_tail_len = keep + a;
-}
-
-static void on_child_err(struct bufferevent *bev, void *arg)
-{
-    child_t *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    for (;;) {
-        size_t n = 0;
-        char *line = evbuffer_readln(in, &n, EVBUFFER_EOL_LF);
-        if (!line) {
-            size_t avail = evbuffer_get_length(in);
-            if (avail < STDERR_LINE_MAX)
-                return;
-            line = xmalloc(STDERR_LINE_MAX + 1);
-            evbuffer_remove(in, line, STDERR_LINE_MAX);
-            line[STDERR_LINE_MAX] = '\0';
-            n = STDERR_LINE_MAX;
-        }
-        if (n > STDERR_LINE_MAX)
-            line[STDERR_LINE_MAX] = '\0';
-        char fields[96];
-        snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
-        LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
-        keep_err(c, line, strlen(line));
-        free(line);
-    }
-}
-
-/* What the child wrote on stderr and the loop has not read yet (it exited, or went silent on
- * its protocol channel): read now, so why it failed is at hand, an unended last line too. */
-static void drain_err(child_t *c)
-{
-    if (!c->err)
-        return;
-    struct evbuffer *in = bufferevent_get_input(c->err);
-    int fd = bufferevent_getfd(c->err);
-    for (int i = 0; i < 64 && evbuffer_read(in, fd, 4096) > 0; i++)
-        ;
-    on_child_err(c->err, c);
-    size_t n = evbuffer_get_length(in);
-    if (n > 0) {
-        keep_err(c, (const char *)evbuffer_pullup(in, (ssize_t)n), n);
-        evbuffer_drain(in, n);
-    }
-}
-
-static void on_child_err_event(struct bufferevent *bev, short what, void *arg)
-{
-    child_t *c = arg;
-    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev) {
-        drain_err(c);
-        bufferevent_free(c->err);
-        c->err = NULL;
-    }
-}
-
 static void on_child_in_event(struct bufferevent *bev, short what, void *arg)
 {
     child_t *c = arg;
@@ -1000,10 +919,9 @@ static bool child_exec(child_t *c, char *why, size_t whylen)
     c->err = pipe_bev(up, fds[2]);
     bufferevent_setcb(c->in, NULL, NULL, on_child_in_event, c);
     bufferevent_setcb(c->out, on_child_out, NULL, on_child_out_event, c);
-    bufferevent_setcb(c->err, on_child_err, NULL, on_child_err_event, c);
     bufferevent_enable(c->in, EV_WRITE);
     bufferevent_enable(c->out, EV_READ);
-    bufferevent_enable(c->err, EV_READ);
+    stdio_proc_watch_err(c);
     uint64_t ms = up->conf.start_timeout_ms;
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     c->start_timer = evtimer_new(up->base, on_start_timeout, c);
