@@ -301,6 +301,10 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
         if (!blank)
             continue;
         size_t evlen = r->scanned;
+        /* bounded whole as well as while it is read: an event that arrived in one read must
+         * fail as it does when its bytes come one by one and outgrow the limit unfinished */
+        if (evlen > r->limit)
+            return RPC_ID_TOO_LARGE;
         rpc_id_status_t st = emit_event(r, r->kept, evlen, out);
         memmove(r->kept, r->kept + evlen, r->kept_len - evlen);
         r->kept_len -= evlen;
