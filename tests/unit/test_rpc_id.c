@@ -258,9 +258,9 @@ static void test_sse_answer(void **state)
 }
 
 /* An SSE event near the limit (4096 bytes, its terminators included): the verdict is the
- * same whether the event arrives in one read or a byte at a time, ended or not. A complete
- * event one byte past the limit once passed when it came whole and failed when it came in
- * pieces, since only the unfinished event was measured. */
+ * same whether the event arrives in one read or a byte at a time, ended or not. An event past
+ * the limit once passed when a read ended with a whole line of it (or the event itself) and
+ * failed when a read ended inside a line, where alone the bytes kept were measured. */
 static void test_sse_limit_boundary(void **state)
 {
     (void)state;
@@ -287,6 +287,20 @@ static void test_sse_limit_boundary(void **state)
             free(out);
         }
         free(ev);
+    }
+    /* an event the stream did not end, its lines whole, past the limit: it fails as it does
+     * when a read ends in the middle of one of its lines */
+    char unended[4200];
+    for (size_t at = 0; at < sizeof(unended); at += 100) {
+        memset(unended + at, 'x', 100);
+        memcpy(unended + at, "data: ", 6);
+        unended[at + 99] = '\n';
+    }
+    for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+        rpc_id_status_t st;
+        assert_null(rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, unended, sizeof(unended),
+                            steps[i], "7", true, &st));
+        assert_int_equal(st, RPC_ID_TOO_LARGE);
     }
 }
 
