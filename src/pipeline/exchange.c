@@ -375,6 +375,8 @@ static void exchange_free(exchange_t *ex)
     json_decref(ex->cancel_id);
     if (ex->held)
         evbuffer_free(ex->held);
+    if (ex->head_wait)
+        evbuffer_free(ex->head_wait);
     if (ex->desync_ev)
         event_free(ex->desync_ev);
     free(ex->log_fields);
@@ -402,9 +404,36 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
     exchange_reap(arg);
 }
 
-/* Bytes for the agent: held while a stage holds, dropped if the agent left. */
+/* A head kept back (head_wait) is not needed any more: the gateway answers itself. */
+static void drop_head(exchange_t *ex)
+{
+    if (ex->head_wait) {
+        evbuffer_free(ex->head_wait);
+        ex->head_wait = NULL;
+    }
+}
+
+/* A head kept back goes to the agent (or, while a stage holds, where the body goes). */
+static void send_head(exchange_t *ex, bool hold)
+{
+    if (!ex->head_wait)
+        return;
+    if (hold) {
+        if (!ex->held)
+            ex->held = evbuffer_new();
+        evbuffer_add_buffer(ex->held, ex->head_wait);
+    } else if (ex->client) {
+        ex->relayed = true;
+        evbuffer_add_buffer(http_conn_output(ex->client), ex->head_wait);
+    }
+    drop_head(ex);
+}
+
+/* Bytes for the agent: held while a stage holds, dropped if the agent left; a head kept
+ * back goes first. */
 static void to_client(exchange_t *ex, const char *data, size_t len)
 {
+    send_head(ex, holding(ex));
     if (holding(ex)) {
         if (!ex->held)
             ex->held = evbuffer_new();
@@ -446,11 +475,18 @@ static void complete_client(exchange_t *ex)
 {
     if (ex->answered || !ex->head_sent)
         return;
+    send_head(ex, false); /* an answer without a body: its head is all of it */
     bool keep = ex->keep_alive;
-    if (ex->client && ex->chunked)
+    /* an answer cut short ends with no last chunk, closed, so the agent sees it broken; a
+     * complete chunked end would read as the whole answer. A GET stream has no whole: however
+     * the upstream ended it, the agent reconnects, so it ends as before. */
+    if (ex->up_result != UPSTREAM_OK && !ex->cut && !ex->last_event_given &&
+        ex->req->method != HTTP_GET)
+        keep = false;
+    else if (ex->client && ex->chunked)
         evbuffer_add(http_conn_output(ex->client), HTTP_CHUNK_LAST, strlen(HTTP_CHUNK_LAST));
     else if (ex->up_result != UPSTREAM_OK)
-        keep = false; /* a length-framed body was cut short: only closing tells the agent */
+        keep = false; /* a length-framed body ended early by the gateway: closing ends it */
     finish_client(ex, keep);
 }
 
@@ -469,6 +505,7 @@ char *exchange_own_cors(const exchange_t *ex)
 
 void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
 {
+    drop_head(ex);
     ex->status = status;
     ex->head_sent = true;
     ex->answered = true;
@@ -557,6 +594,7 @@ void exchange_replace_answer(exchange_t *ex, const char *body)
         char *event = xasprintf("event: message\ndata: %s\n\n", body);
         http_chunk_add(http_conn_output(ex->client), event, strlen(event));
         free(event);
+        ex->last_event_given = true;
     } else {
         ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
     }
@@ -577,6 +615,7 @@ void exchange_answer_early(exchange_t *ex, const char *body)
     }
     ex->answered = true;
     if (!ex->relayed) {
+        drop_head(ex);
         http_conn_set_observer(c, NULL, NULL, NULL);
         ex->client = NULL;
         char *cors = exchange_own_cors(ex);
@@ -733,9 +772,12 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
     http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
     free(extra);
-    size_t n = evbuffer_get_length(head);
-    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
-    evbuffer_free(head);
+    if (ex->req->method == HTTP_POST && !holding(ex)) {
+        ex->head_wait = head; /* goes with the body's first bytes, or at the end */
+    } else {
+        to_client(ex, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head));
+        evbuffer_free(head);
+    }
     ex->head_sent = true;
 }
 
@@ -853,6 +895,12 @@ static void on_up_end(void *arg, upstream_result_t res)
                                        ? "upstream MCP server did not answer in time"
                                        : "upstream MCP server failed to answer";
         }
+    } else if (res != UPSTREAM_OK && !ex->cut && !ex->relayed && ex->client && !ex->answered) {
+        /* cut before any of it reached the agent (its head kept back or held): an error for
+         * the request's id says so; the head and what came of the body would read as a whole,
+         * empty or partial, answer. A holder may still answer in its place. */
+        ex->deferred_status = 502;
+        ex->deferred_message = "the upstream MCP server's answer was cut off";
     }
     if (hold) {
         /* answered once the stage's write is done (exchange_release) */

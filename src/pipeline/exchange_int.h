@@ -65,7 +65,13 @@ struct exchange {
     bool accounted;        /* logged, traced and counted (exchange.c: account) */
     int status;            /* response status sent (or to send) to the agent */
     struct evbuffer *held; /* bytes kept back while a stage holds */
-    int deferred_status;   /* an error answer waiting for the hold to end */
+    /* a POST's response head, kept from the agent until the first byte of its body: an answer
+     * cut before any of it can still be an error for the request's id, not an empty 200 */
+    struct evbuffer *head_wait;
+    /* the gateway wrote the last event of the agent's stream: it ends whole, even when the
+     * upstream's was cut */
+    bool last_event_given;
+    int deferred_status; /* an error answer waiting for the hold to end */
     const char *deferred_message;
     /* the concerns watching the response, in the order they were added (exchange.h) */
     struct {
