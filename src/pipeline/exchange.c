@@ -361,6 +361,12 @@ static void exchange_close(exchange_t *ex)
     ex->client = NULL;
     resume_stop(ex);
     get_list_remove(ex);
+    if (ex->prev_live)
+        ex->prev_live->next_live = ex->next_live;
+    else
+        p->live = ex->next_live;
+    if (ex->next_live)
+        ex->next_live->prev_live = ex->prev_live;
     ex->next_closed = p->closed;
     p->closed = ex;
     if (!p->reap_ev)
@@ -395,6 +401,24 @@ void exchange_reap(proxy_t *p)
     }
     if (any && p->ctx.exchange_ended)
         p->ctx.exchange_ended(p->ctx.arg);
+}
+
+void exchange_end_all(proxy_t *p)
+{
+    /* a drain that timed out left these: nothing will end them now but the exit. Their calls
+     * stay as the store has them (a protected call's claim ends with its lease). */
+    while (p->live) {
+        exchange_t *ex = p->live;
+        if (ex->up) {
+            upstream_abandon(p->ctx.upstream, ex->up);
+            ex->up = NULL;
+        }
+        if (!ex->outcome)
+            ex->outcome = "drained";
+        ex->answered = true;
+        set_state(ex, EX_DONE); /* off the live list */
+    }
+    exchange_reap(p);
 }
 
 static void reap_cb(evutil_socket_t fd, short what, void *arg)
@@ -1011,6 +1035,10 @@ exchange_t *exchange_new(proxy_t *p, http_conn_t *conn, http_request_t *req)
     ex->req = req;
     ex->start_ms = req->start_ms;
     p->open++;
+    ex->next_live = p->live;
+    if (p->live)
+        p->live->prev_live = ex;
+    p->live = ex;
     http_conn_fill_client_ip(conn, req);
     http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
     if (p->ctx.tracer)

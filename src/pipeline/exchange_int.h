@@ -95,8 +95,9 @@ struct exchange {
     size_t sse_unheld; /* of those, bytes already passed on (not held back) */
     bool sse_tracking; /* off once the stream outgrows the resumption limit */
     exchange_t *next_tracked;
-    exchange_t *next_get, *prev_get; /* GET streams, ended by a drain */
-    exchange_t *next_closed;         /* on the proxy's list of ended exchanges */
+    exchange_t *next_get, *prev_get;   /* GET streams, ended by a drain */
+    exchange_t *next_closed;           /* on the proxy's list of ended exchanges */
+    exchange_t *next_live, *prev_live; /* on the proxy's list of exchanges in flight */
     bool in_get_list;
     const char *outcome; /* for the log line: "forwarded", "replay", ... */
     char *log_fields;    /* extra JSON members for the log line */
@@ -118,6 +119,7 @@ struct proxy {
     exchange_t *gets;    /* GET streams in flight */
     uint64_t open;       /* exchanges in flight, and ended ones not yet freed */
     exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
+    exchange_t *live;    /* not ended yet: the exit ends those a drain left */
     void (*on_closed)(const exchange_t *ex); /* the router's, as each exchange ends */
     struct event *reap_ev;
     cors_table_t cors; /* the upstream's CORS answers, mirrored on the gateway's own */
@@ -139,6 +141,9 @@ void exchange_respond_error(exchange_t *ex, int status, int code, const char *me
                             const char *extra);
 /* Frees the ended exchanges (the loop does it after their callbacks; proxy_free at the end). */
 void exchange_reap(proxy_t *p);
+/* At exit: ends every exchange still in flight (its upstream call abandoned, its observers
+ * detached), then frees them all. Nothing of the exchanges may be used afterwards. */
+void exchange_end_all(proxy_t *p);
 /* A GET stream, ended by the drain. */
 void exchange_track_get(exchange_t *ex);
 /* A GET with Last-Event-ID for a stream this process or another worker reads: served or handed
