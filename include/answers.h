@@ -11,6 +11,7 @@ typedef enum {
     ANSWER_CANCELLED,       /* detail: when the first call started */
     ANSWER_UNKNOWN,         /* detail: when the first call started */
     ANSWER_FOREIGN,         /* the upstream answered with another request's response */
+    ANSWER_CUT,             /* the call's own answer was cut off; detail: what a retry does */
     ANSWER_KEY_REUSED,
     ANSWER_STORE_DOWN,
     ANSWER_NO_STORE, /* the gateway has no store configured at all */

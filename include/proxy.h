@@ -54,6 +54,9 @@ typedef struct proxy_ctx {
 } proxy_ctx_t;
 
 proxy_t *proxy_new(const proxy_ctx_t *ctx);
+/* Ends the exchanges still in flight (a drain that timed out left them): their upstream calls
+ * abandoned, their observers and filters let go, their memory freed. So it goes before the
+ * upstream and the stages the exchanges use are freed. */
 void proxy_free(proxy_t *p);
 void proxy_set_hooks(proxy_t *p, const proxy_hooks_t *hooks);
 /* Adds a handler after those added before (handler.h); aborts past PROXY_MAX_HANDLERS. */

@@ -315,9 +315,11 @@ void backend_free(backend_t *b)
     stop_fetch(b);
     if (b->fetch_retry)
         event_free(b->fetch_retry);
+    /* the router first: the exchanges a drain left abandon their upstream calls and let their
+     * stages' observers go, while the upstream and the stages are still there */
+    proxy_free(b->proxy);
     upstream_free(b->upstream);
     upstream_pool_free(b->pool);
-    proxy_free(b->proxy);
     idem_free(b->idem);
     call_ids_free(b->call_ids);
     status_free(b->status);

@@ -45,6 +45,11 @@ static const struct {
                         "discarded. Identical calls will not be executed until the idempotency "
                         "window ends. Check whether the call took effect (for example with a read "
                         "or status tool) before doing anything else."},
+    [ANSWER_CUT] = {"outcome_unknown", "\"unknown\"", "unknown",
+                    "This call reached the upstream server, but the server's answer was cut off "
+                    "before it was complete, so whether the call executed is unknown. %s Check "
+                    "whether the call took effect (for example with a read or status tool) "
+                    "before doing anything else."},
     [ANSWER_KEY_REUSED] = {"key_reused", "false", "refused",
                            "Refused: this idempotency key was already used for a call with "
                            "different arguments. Nothing was executed. Use a new key for a "
@@ -95,7 +100,7 @@ static const struct {
 bool answer_has_later(answer_t a)
 {
     return a == ANSWER_IN_PROGRESS || a == ANSWER_UNKNOWN || a == ANSWER_CANCELLED ||
-           a == ANSWER_FOREIGN || a == ANSWER_STILL_RUNNING;
+           a == ANSWER_FOREIGN || a == ANSWER_CUT || a == ANSWER_STILL_RUNNING;
 }
 
 const char *answer_code(answer_t a)

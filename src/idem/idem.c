@@ -112,6 +112,7 @@ typedef struct call {
     store_state_t recorded;         /* the outcome being written */
     outcome_why_t why;              /* why that outcome */
     int status;                     /* the upstream's HTTP status */
+    bool cut; /* the upstream's answer began and did not end whole (closed, or gone silent) */
     /* capture of the final response */
     bool capture_json, capture_sse;
     struct evbuffer *json_body;
@@ -1038,6 +1039,23 @@ static void on_finished(store_status_t st, bool fence_matched, uint64_t window_m
         free(body);
         return;
     }
+    if (c->cut && c->why == WHY_UNKNOWN) {
+        /* what came of the answer is no answer: relayed, its head alone reads as an empty
+         * 200, its body as a partial one. The agent learns instead that the call may have
+         * run, and what a retry does. */
+        bool held = c->recorded == STORE_STATE_UNKNOWN;
+        char hint[300];
+        char *body = answer_body(
+            ANSWER_CUT, msg_of(c)->id_text, c->key_hash,
+            held ? "Do NOT retry it: identical calls will not be executed until the idempotency "
+                   "window ends."
+                 : "Repeating it will execute it again.",
+            NULL, reply_status_hint(i->ctx.cfg->status_tool, ANSWER_CUT, hint, sizeof(hint)));
+        body = fit(c, body);
+        exchange_replace_answer(c->ex, body);
+        free(body);
+        return;
+    }
     exchange_release(c->ex);
 }
 
@@ -1132,6 +1150,7 @@ static observe_t call_end(void *arg, upstream_result_t res)
     /* an answer with another id than the one the call went up with (call_ids.h) */
     if (res == UPSTREAM_ERR_PROTOCOL && exchange_upstream_desync(c->ex))
         c->foreign = true;
+    c->cut = res != UPSTREAM_OK && c->status != 0;
     if (c->capture_json && res == UPSTREAM_OK && c->json_body && !c->foreign && !c->undecodable) {
         read_json_answer(c);
     } else if (c->capture_json && res == UPSTREAM_OK && c->too_large) {

@@ -276,13 +276,15 @@ static rpc_id_status_t emit_event(rpc_id_rewriter_t *r, const char *ev, size_t n
     return RPC_ID_OK;
 }
 
-/* Splits what was kept into lines; each blank line ends an event, which goes out. */
+/* Splits what was kept into lines; each blank line ends an event, which goes out. An event is
+ * bounded by its bytes, not by where reads split them: once it ends, and while it is unended
+ * whenever the scan stops for more, whether it stopped inside a line or after a whole one. */
 static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuffer *out)
 {
     for (;;) {
         size_t n = r->kept_len;
         if (r->scanned >= n)
-            return RPC_ID_OK;
+            break;
         const char *p = r->kept;
         size_t line = r->scanned, i = r->looked > line ? r->looked : line;
         int t = 0;
@@ -290,9 +292,7 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
             i++;
         if (i == n || t < 0) {
             r->looked = i; /* a lone \r at the end is looked at again with what follows */
-            if (n > r->limit)
-                return RPC_ID_TOO_LARGE;
-            return RPC_ID_OK; /* the line is not whole yet */
+            break;         /* the line is not whole yet */
         }
         size_t content = line, voff;
         if (r->first_event && line == 0 && i - line >= 3 &&
@@ -305,6 +305,8 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
         if (!blank)
             continue;
         size_t evlen = r->scanned;
+        if (evlen > r->limit)
+            return RPC_ID_TOO_LARGE;
         rpc_id_status_t st = emit_event(r, r->kept, evlen, out);
         memmove(r->kept, r->kept + evlen, r->kept_len - evlen);
         r->kept_len -= evlen;
@@ -314,6 +316,8 @@ static rpc_id_status_t sse_scan(rpc_id_rewriter_t *r, bool at_end, struct evbuff
         if (st != RPC_ID_OK)
             return st;
     }
+    /* what is kept is the unended event (every ended one went out) */
+    return r->kept_len > r->limit ? RPC_ID_TOO_LARGE : RPC_ID_OK;
 }
 
 /* Plain (decoded) bytes of the answer. */

@@ -367,6 +367,12 @@ static void exchange_close(exchange_t *ex)
     ex->client = NULL;
     resume_stop(ex);
     get_list_remove(ex);
+    if (ex->prev_live)
+        ex->prev_live->next_live = ex->next_live;
+    else
+        p->live = ex->next_live;
+    if (ex->next_live)
+        ex->next_live->prev_live = ex->prev_live;
     ex->next_closed = p->closed;
     p->closed = ex;
     if (!p->reap_ev)
@@ -403,6 +409,24 @@ void exchange_reap(proxy_t *p)
         p->ctx.exchange_ended(p->ctx.arg);
 }
 
+void exchange_end_all(proxy_t *p)
+{
+    /* a drain that timed out left these: nothing will end them now but the exit. Their calls
+     * stay as the store has them (a protected call's claim ends with its lease). */
+    while (p->live) {
+        exchange_t *ex = p->live;
+        if (ex->up) {
+            upstream_abandon(p->ctx.upstream, ex->up);
+            ex->up = NULL;
+        }
+        if (!ex->outcome)
+            ex->outcome = "drained";
+        ex->answered = true;
+        set_state(ex, EX_DONE); /* off the live list */
+    }
+    exchange_reap(p);
+}
+
 static void reap_cb(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -410,9 +434,36 @@ static void reap_cb(evutil_socket_t fd, short what, void *arg)
     exchange_reap(arg);
 }
 
-/* Bytes for the agent: held while a stage holds, dropped if the agent left. */
+/* A head kept back (head_wait) is not needed any more: the gateway answers itself. */
+static void drop_head(exchange_t *ex)
+{
+    if (ex->head_wait) {
+        evbuffer_free(ex->head_wait);
+        ex->head_wait = NULL;
+    }
+}
+
+/* A head kept back goes to the agent (or, while a stage holds, where the body goes). */
+static void send_head(exchange_t *ex, bool hold)
+{
+    if (!ex->head_wait)
+        return;
+    if (hold) {
+        if (!ex->held)
+            ex->held = evbuffer_new();
+        evbuffer_add_buffer(ex->held, ex->head_wait);
+    } else if (ex->client) {
+        ex->relayed = true;
+        evbuffer_add_buffer(http_conn_output(ex->client), ex->head_wait);
+    }
+    drop_head(ex);
+}
+
+/* Bytes for the agent: held while a stage holds, dropped if the agent left; a head kept
+ * back goes first. */
 static void to_client(exchange_t *ex, const char *data, size_t len)
 {
+    send_head(ex, holding(ex));
     if (holding(ex)) {
         if (!ex->held)
             ex->held = evbuffer_new();
@@ -454,11 +505,18 @@ static void complete_client(exchange_t *ex)
 {
     if (ex->answered || !ex->head_sent)
         return;
+    send_head(ex, false); /* an answer without a body: its head is all of it */
     bool keep = ex->keep_alive;
-    if (ex->client && ex->chunked)
+    /* an answer cut short ends with no last chunk, closed, so the agent sees it broken; a
+     * complete chunked end would read as the whole answer. A GET stream has no whole: however
+     * the upstream ended it, the agent reconnects, so it ends as before. */
+    if (ex->up_result != UPSTREAM_OK && !ex->cut && !ex->last_event_given &&
+        ex->req->method != HTTP_GET)
+        keep = false;
+    else if (ex->client && ex->chunked)
         evbuffer_add(http_conn_output(ex->client), HTTP_CHUNK_LAST, strlen(HTTP_CHUNK_LAST));
     else if (ex->up_result != UPSTREAM_OK)
-        keep = false; /* a length-framed body was cut short: only closing tells the agent */
+        keep = false; /* a length-framed body ended early by the gateway: closing ends it */
     finish_client(ex, keep);
 }
 
@@ -477,6 +535,7 @@ char *exchange_own_cors(const exchange_t *ex)
 
 void exchange_respond_json(exchange_t *ex, int status, const char *body, const char *extra)
 {
+    drop_head(ex);
     ex->status = status;
     ex->head_sent = true;
     ex->answered = true;
@@ -568,6 +627,7 @@ void exchange_replace_answer(exchange_t *ex, const char *body)
         char *event = xasprintf("event: message\ndata: %s\n\n", body);
         http_chunk_add(http_conn_output(ex->client), event, strlen(event));
         free(event);
+        ex->last_event_given = true;
     } else {
         ex->up_result = UPSTREAM_ERR_CLOSED; /* framing without room for it: close instead */
     }
@@ -588,6 +648,7 @@ void exchange_answer_early(exchange_t *ex, const char *body)
     }
     ex->answered = true;
     if (!ex->relayed) {
+        drop_head(ex);
         http_conn_set_observer(c, NULL, NULL, NULL);
         ex->client = NULL;
         char *cors = exchange_own_cors(ex);
@@ -744,28 +805,19 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
     http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
     free(extra);
-    ex->head_sent = true;
-    if (ex->filter && !ex->resp_sse) {
-        /* a filter reads a JSON answer whole before it gives out a byte: the head waits with
-         * it, so an answer that turns out not to be the request's is replaced whole */
-        ex->head_wait = head;
-        return;
+    if (ex->req->method == HTTP_POST && !holding(ex)) {
+        ex->head_wait = head; /* goes with the body's first bytes, or at the end */
+    } else {
+        to_client(ex, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head));
+        evbuffer_free(head);
     }
-    size_t n = evbuffer_get_length(head);
-    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
-    evbuffer_free(head);
+    ex->head_sent = true;
 }
 
-/* The head a filtered JSON answer kept back goes out (or into the hold) before its body. */
+/* The head kept back goes out (or into the hold) before its body. */
 static void head_out(exchange_t *ex)
 {
-    struct evbuffer *head = ex->head_wait;
-    if (!head)
-        return;
-    ex->head_wait = NULL;
-    size_t n = evbuffer_get_length(head);
-    to_client(ex, (const char *)evbuffer_pullup(head, -1), n);
-    evbuffer_free(head);
+    send_head(ex, holding(ex));
 }
 
 /* What the agent gets when its answer was not its request's: an error with its own id, never
@@ -871,8 +923,8 @@ static void on_up_end(void *arg, upstream_result_t res)
         ex->discard_up = true;
         event_del(ex->desync_ev);
     }
-    if (!ex->desync)
-        head_out(ex); /* an empty body: the head alone */
+    if (!ex->desync && res == UPSTREAM_OK)
+        head_out(ex); /* an empty body: the head alone (a cut one is answered below) */
     ex->up_result = res;
     if (ex->forward_ms)
         stats_observe_upstream(p->ctx.stats, util_now_ms() - ex->forward_ms);
@@ -916,6 +968,12 @@ static void on_up_end(void *arg, upstream_result_t res)
                                        ? "upstream MCP server did not answer in time"
                                        : "upstream MCP server failed to answer";
         }
+    } else if (res != UPSTREAM_OK && !ex->cut && !ex->relayed && ex->client && !ex->answered) {
+        /* cut before any of it reached the agent (its head kept back or held): an error for
+         * the request's id says so; the head and what came of the body would read as a whole,
+         * empty or partial, answer. A holder may still answer in its place. */
+        ex->deferred_status = 502;
+        ex->deferred_message = "the upstream MCP server's answer was cut off";
     }
     if (hold) {
         /* answered once the stage's write is done (exchange_release) */
@@ -1032,6 +1090,10 @@ exchange_t *exchange_new(proxy_t *p, http_conn_t *conn, http_request_t *req)
     ex->req = req;
     ex->start_ms = req->start_ms;
     p->open++;
+    ex->next_live = p->live;
+    if (p->live)
+        p->live->prev_live = ex;
+    p->live = ex;
     http_conn_fill_client_ip(conn, req);
     http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
     if (p->ctx.tracer)

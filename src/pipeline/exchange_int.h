@@ -65,7 +65,14 @@ struct exchange {
     bool accounted;        /* logged, traced and counted (exchange.c: account) */
     int status;            /* response status sent (or to send) to the agent */
     struct evbuffer *held; /* bytes kept back while a stage holds */
-    int deferred_status;   /* an error answer waiting for the hold to end */
+    /* a POST's response head, kept from the agent until the first byte of its body: an answer
+     * cut before any of it, or found not to be the request's (a filtered JSON answer is given
+     * out whole), can still be an error for the request's id, not an empty 200 or another's */
+    struct evbuffer *head_wait;
+    /* the gateway wrote the last event of the agent's stream: it ends whole, even when the
+     * upstream's was cut */
+    bool last_event_given;
+    int deferred_status; /* an error answer waiting for the hold to end */
     const char *deferred_message;
     /* the concerns watching the response, in the order they were added (exchange.h) */
     struct {
@@ -77,9 +84,6 @@ struct exchange {
     void *filter_arg;
     bool desync; /* the filter found the answer not the request's */
     bool alone;  /* goes up on a connection of its own (exchange_upstream_alone) */
-    /* a filtered JSON answer's head, kept until the filter gives out its first bytes: an answer
-     * found not to be the request's is then replaced whole by an error of the gateway's */
-    struct evbuffer *head_wait;
     struct event *desync_ev; /* ends the upstream call from the loop, out of its callbacks */
     bool ending; /* the observers' on_end are being called: their detach waits for the round */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,
@@ -93,8 +97,9 @@ struct exchange {
     size_t sse_unheld; /* of those, bytes already passed on (not held back) */
     bool sse_tracking; /* off once the stream outgrows the resumption limit */
     exchange_t *next_tracked;
-    exchange_t *next_get, *prev_get; /* GET streams, ended by a drain */
-    exchange_t *next_closed;         /* on the proxy's list of ended exchanges */
+    exchange_t *next_get, *prev_get;   /* GET streams, ended by a drain */
+    exchange_t *next_closed;           /* on the proxy's list of ended exchanges */
+    exchange_t *next_live, *prev_live; /* on the proxy's list of exchanges in flight */
     bool in_get_list;
     const char *outcome; /* for the log line: "forwarded", "replay", ... */
     char *log_fields;    /* extra JSON members for the log line */
@@ -116,6 +121,7 @@ struct proxy {
     exchange_t *gets;    /* GET streams in flight */
     uint64_t open;       /* exchanges in flight, and ended ones not yet freed */
     exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
+    exchange_t *live;    /* not ended yet: the exit ends those a drain left */
     void (*on_closed)(const exchange_t *ex); /* the router's, as each exchange ends */
     struct event *reap_ev;
     cors_table_t cors; /* the upstream's CORS answers, mirrored on the gateway's own */
@@ -137,6 +143,9 @@ void exchange_respond_error(exchange_t *ex, int status, int code, const char *me
                             const char *extra);
 /* Frees the ended exchanges (the loop does it after their callbacks; proxy_free at the end). */
 void exchange_reap(proxy_t *p);
+/* At exit: ends every exchange still in flight (its upstream call abandoned, its observers
+ * detached), then frees them all. Nothing of the exchanges may be used afterwards. */
+void exchange_end_all(proxy_t *p);
 /* A GET stream, ended by the drain. */
 void exchange_track_get(exchange_t *ex);
 /* A GET with Last-Event-ID for a stream this process or another worker reads: served or handed

@@ -380,7 +380,7 @@ void proxy_free(proxy_t *p)
     if (!p)
         return;
     p->ctx.exchange_ended = NULL; /* nothing is left to tell */
-    exchange_reap(p);
+    exchange_end_all(p);
     if (p->reap_ev)
         event_free(p->reap_ev);
     cors_table_free(&p->cors);

@@ -54,11 +54,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t step = 1; step < 6; step++) {
         result_t split = run(kind, strict, data, size, step);
         size_t a = evbuffer_get_length(whole.out), b = evbuffer_get_length(split.out);
-        /* a failure ends the answer: what came out before it is not compared */
-        bool same =
-            split.st == whole.st &&
-            (whole.st != RPC_ID_OK || (a == b && memcmp(evbuffer_pullup(whole.out, -1),
-                                                        evbuffer_pullup(split.out, -1), a) == 0));
+        /* a failure ends the answer: what came out before it is not compared. An empty
+         * buffer pulls up to NULL, which memcmp must not be given even for no bytes. */
+        bool same = split.st == whole.st &&
+                    (whole.st != RPC_ID_OK ||
+                     (a == b && (a == 0 || memcmp(evbuffer_pullup(whole.out, -1),
+                                                  evbuffer_pullup(split.out, -1), a) == 0)));
         evbuffer_free(split.out);
         if (!same) {
             fprintf(stderr, "the answer differs when fed %zu bytes at a time\n", step);

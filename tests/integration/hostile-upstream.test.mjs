@@ -5,8 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import {
-  NODE, TESTS, createDatabase, idemStatus, rawSession, replayMarker, startGateway, startProcess, toolText,
-  waitFor, waitForLog,
+  NODE, TESTS, createDatabase, findResponse, idemStatus, rawSession, replayMarker, startGateway, startProcess,
+  toolText, waitFor, waitForLog,
 } from './lib/harness.mjs';
 
 /** The misbehaving upstream in one mode. count() answers its per-tool execution counts. */
@@ -290,4 +290,94 @@ test('a redirect ran nothing: the claim is released and a retry executes', async
   const { executions, calls } = await upstream.count();
   assert.equal(calls.charge, 2);
   assert.equal(executions.charge, 1);
+});
+
+/** postCall for an answer that may break off: {res, bytes} or {res, error} when its body did. */
+async function tryCall(gw, name, args) {
+  const res = await fetch(gw.url, {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream', 'X-Subject': 'payer' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 'by-hand', method: 'tools/call', params: { name, arguments: args } }),
+  });
+  try {
+    return { res, bytes: Buffer.from(await res.arrayBuffer()) };
+  } catch (error) {
+    return { res, error };
+  }
+}
+
+// The server closes after the head and part of the body: what reached the gateway is no answer.
+// A protected call gets the outcome_unknown result (recorded unknown, never run again); a
+// relayed call gets a JSON-RPC error when none of the body reached the agent, else a
+// connection that breaks: never an empty or partial body that reads as a whole answer.
+test('an answer cut off mid-body is never given as a whole one', async (t) => {
+  const { upstream, gw } = await setup(t, 'cut');
+
+  await t.test('protected call: outcome_unknown, recorded so, a retry not executed', async () => {
+    const shapes = [
+      { name: 'JSON, half the body', args: {} },
+      { name: 'JSON, chunked, none of the body', args: { chunked: true, keep: 0 } },
+      { name: 'SSE, its progress relayed, the final event cut', args: { sse: true, chunked: true } },
+      { name: 'SSE, none of the body', args: { sse: true, keep: 0 } },
+    ];
+    for (const [i, shape] of shapes.entries()) {
+      const args = { order: `o-cut-${i}`, ...shape.args };
+      const first = await tryCall(gw, 'charge', args);
+      assert.equal(first.error, undefined, `${shape.name}: the answer ends whole (${first.error})`);
+      assert.equal(first.res.status, 200, shape.name);
+      const text = first.bytes.toString();
+      const message = findResponse(first.res.headers.get('content-type'), text, 'by-hand');
+      assert.equal(message?.result?.isError, true, `${shape.name}: ${text}`);
+      assert.equal(idemStatus(message.result)?.code, 'outcome_unknown', text);
+      assert.equal(idemStatus(message.result)?.executed, 'unknown', text);
+      assert.match(toolText(message.result), /cut off/);
+      assert.match(toolText(message.result), /Do NOT retry/);
+      assert.ok(!text.includes('"idemgw-'), `${shape.name}: a part of the cut answer reached the agent: ${text}`);
+      if (shape.args.sse && shape.args.keep === undefined) {
+        assert.match(text, /notifications\/progress/, 'the progress before the cut went out live');
+      }
+
+      const retry = await tryCall(gw, 'charge', args);
+      const again = findResponse(retry.res.headers.get('content-type'), retry.bytes?.toString(), 'by-hand');
+      assert.equal(idemStatus(again?.result)?.code, 'outcome_unknown', `${shape.name}: ${retry.bytes}`);
+      assert.equal(idemStatus(again.result).executed, false);
+      assert.match(toolText(again.result), /may have executed/);
+    }
+    await waitForLog(gw, /recorded as unknown \(outcome unknown\)/);
+    assert.equal((await upstream.count()).executions.charge, shapes.length, 'no retry was executed');
+  });
+
+  await t.test('relayed call, none of the body sent: a JSON-RPC error for its id', async () => {
+    for (const args of [{ keep: 0 }, { chunked: true, keep: 0 }, { sse: true, keep: 0 }, { sse: true, chunked: true, keep: 0 }]) {
+      const r = await tryCall(gw, 'lookup', args);
+      const what = JSON.stringify(args);
+      assert.equal(r.error, undefined, `${what}: ${r.error}`);
+      assert.equal(r.res.status, 502, `${what}: ${r.bytes}`);
+      const message = JSON.parse(r.bytes.toString());
+      assert.equal(message.id, 'by-hand');
+      assert.equal(message.error?.code, -32603, r.bytes.toString());
+      assert.match(message.error.message, /cut off/);
+    }
+  });
+
+  await t.test('relayed call, part of the body sent upstream: a JSON answer (read whole for its id) is an error for its id', async () => {
+    for (const args of [{}, { chunked: true }]) {
+      const r = await tryCall(gw, 'lookup', args);
+      const what = JSON.stringify(args);
+      assert.equal(r.error, undefined, `${what}: ${r.error}`);
+      assert.equal(r.res.status, 502, `${what}: ${r.bytes}`);
+      const message = JSON.parse(r.bytes.toString());
+      assert.equal(message.id, 'by-hand');
+      assert.match(message.error.message, /cut off/);
+    }
+  });
+
+  await t.test('relayed call, part of an event stream relayed: the connection breaks', async () => {
+    for (const args of [{ sse: true, chunked: true }, { sse: true }]) {
+      const r = await tryCall(gw, 'lookup', args);
+      const what = JSON.stringify(args);
+      assert.equal(r.res.status, 200, what);
+      assert.ok(r.error, `${what}: a cut answer read as complete: ${r.bytes}`);
+    }
+  });
 });

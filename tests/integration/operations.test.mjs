@@ -3,7 +3,10 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
 import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
-import { IDEMGW_BIN, mcpClient, run, startEverything, startGateway, toYaml, waitForLog } from './lib/harness.mjs';
+import {
+  IDEMGW_BIN, createDatabase, mcpClient, rawSession, run, startEverything, startGateway, startRefundServer, toYaml,
+  waitForLedger, waitForLog,
+} from './lib/harness.mjs';
 
 const PASSTHROUGH = { defaults: { class: 'read' } };
 
@@ -94,6 +97,32 @@ test('SIGTERM drains: an in-flight call finishes, new connections are refused, e
   const { code } = await gw.exited;
   assert.equal(code, 0);
   assert.match(gw.logs(), /drained: exiting/);
+});
+
+// A drain that times out leaves calls in flight, one whose agent still waits and one whose agent
+// has gone: the process still exits 0, and frees what they held (under `make check-asan`,
+// LeakSanitizer reports whatever it did not and fails the exit).
+test('a drain that times out with protected calls in flight exits 0 and leaks nothing', async (t) => {
+  const upstream = await startRefundServer(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: { subject: { header: 'X-Subject' }, timeouts: { drain: '1s' } },
+  });
+  const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'agent-1' } });
+  const waiting = s.call('slow_refund', { order_id: 'ord-drain-1', amount_cents: 1, delay_ms: 60000 }).catch((e) => e);
+  const agent = new AbortController();
+  const left = s.call('slow_refund', { order_id: 'ord-drain-2', amount_cents: 1, delay_ms: 60000 }, { signal: agent.signal });
+  await waitForLedger(upstream.ledger, 2); // both claimed and running upstream
+  agent.abort();
+  await assert.rejects(left);
+  await waitForLog(gw, /agent disconnected before its answer/);
+  gw.proc.kill('SIGTERM');
+  const { code } = await gw.exited;
+  assert.match(gw.logs(), /drain timeout: 2 requests still in flight/);
+  assert.doesNotMatch(gw.logs(), /LeakSanitizer|AddressSanitizer/);
+  assert.equal(code, 0);
+  await waiting;
 });
 
 test('a replacement binds both ports while the old process drains; the old one is no longer ready', async (t) => {

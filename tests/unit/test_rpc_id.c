@@ -257,6 +257,53 @@ static void test_sse_answer(void **state)
     assert_int_equal(st, RPC_ID_TOO_LARGE);
 }
 
+/* An SSE event near the limit (4096 bytes, its terminators included): the verdict is the
+ * same whether the event arrives in one read or a byte at a time, ended or not. An event past
+ * the limit once passed when a read ended with a whole line of it (or the event itself) and
+ * failed when a read ended inside a line, where alone the bytes kept were measured. */
+static void test_sse_limit_boundary(void **state)
+{
+    (void)state;
+    static const size_t steps[] = {1, 2, 7, 4095, 4096, 4097, 1 << 20};
+    for (size_t over = 0; over <= 1; over++) {
+        /* "data: xxx...x\n\n", 4096 + over bytes */
+        size_t len = 4096 + over;
+        char *ev = xmalloc(len + 1);
+        memcpy(ev, "data: ", 6);
+        memset(ev + 6, 'x', len - 8);
+        memcpy(ev + len - 2, "\n\n", 2);
+        ev[len] = '\0';
+        for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+            rpc_id_status_t st;
+            char *out =
+                rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, ev, len, steps[i], "7", true, &st);
+            if (over) {
+                assert_int_equal(st, RPC_ID_TOO_LARGE);
+                assert_null(out);
+            } else {
+                assert_int_equal(st, RPC_ID_OK);
+                assert_string_equal(out, ev); /* not JSON-RPC: relayed as it came */
+            }
+            free(out);
+        }
+        free(ev);
+    }
+    /* an event the stream did not end, its lines whole, past the limit: it fails as it does
+     * when a read ends in the middle of one of its lines */
+    char unended[4200];
+    for (size_t at = 0; at < sizeof(unended); at += 100) {
+        memset(unended + at, 'x', 100);
+        memcpy(unended + at, "data: ", 6);
+        unended[at + 99] = '\n';
+    }
+    for (size_t i = 0; i < ARRAY_LEN(steps); i++) {
+        rpc_id_status_t st;
+        assert_null(rewrite(RPC_BODY_SSE, DECODE_CODING_IDENTITY, unended, sizeof(unended),
+                            steps[i], "7", true, &st));
+        assert_int_equal(st, RPC_ID_TOO_LARGE);
+    }
+}
+
 static size_t gzip(const char *in, unsigned char *out, size_t cap)
 {
     z_stream z = {0};
@@ -305,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_json_answer),
         cmocka_unit_test(test_sse_answer),
+        cmocka_unit_test(test_sse_limit_boundary),
         cmocka_unit_test(test_compressed_answers),
     };
     return cmocka_run_group_tests_name("rpc_id", tests, NULL, NULL);
