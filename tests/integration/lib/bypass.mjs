@@ -10,12 +10,18 @@ const PROTOCOL_VERSION = '2025-11-25';
 /**
  * One request written byte for byte (any target, any body bytes); {status, headers, body}. A
  * header given as null is left out; chunked sends the body as one chunk with
- * Transfer-Encoding: chunked instead of a Content-Length.
+ * Transfer-Encoding: chunked instead of a Content-Length. Rejects when the socket is idle for
+ * timeoutMs before the answer ends: a request relayed to a stream that never ends (a GET's
+ * SSE) fails the test that sent it rather than hanging it.
  */
-export function rawRequest(port, { method = 'POST', target, headers = {}, body = Buffer.alloc(0), chunked = false }) {
+export function rawRequest(port, { method = 'POST', target, headers = {}, body = Buffer.alloc(0), chunked = false, timeoutMs = 15000 }) {
   return new Promise((resolve, reject) => {
     const sock = net.connect(port, '127.0.0.1');
     const chunks = [];
+    sock.setTimeout(timeoutMs, () => {
+      sock.destroy();
+      reject(new Error(`${method} ${target}: idle ${timeoutMs} ms without a complete answer`));
+    });
     sock.on('data', (c) => chunks.push(c));
     sock.on('error', reject);
     sock.on('end', () => {
