@@ -34,8 +34,11 @@ typedef struct mcp_msg {
     const char *tool;         /* params.name of a tools/call, or NULL */
     const char **batch_tools; /* tools/call names inside a batch; owned array, borrowed names */
     size_t n_batch_tools;
-    bool batch_bad_tool; /* a tools/call in the batch has no string name */
-    char *own_method;    /* the fast path's copies behind method and tool */
+    bool batch_bad_tool;  /* a tools/call in the batch has no string name */
+    bool call_without_id; /* a tools/call with no id (or a null one), alone or in a batch: a
+                             notification, which has no answer to replay and which a lenient
+                             server runs all the same */
+    char *own_method;     /* the fast path's copies behind method and tool */
     char *own_tool;
     json_t *own_id; /* the fast path's id value */
 } mcp_msg_t;
@@ -46,12 +49,13 @@ typedef struct mcp_msg {
 mcp_status_t mcp_parse(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
 /* The jansson path alone: the reference the scanner is fuzzed against. */
 mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out) MUST_CHECK;
-/* Calls fn with the params.name of every tools/call in a body, request or notification, alone
- * or in a batch; NULL when the name is not a string. For bodies off the MCP endpoint, where
- * what a lenient server would execute matters more than what is valid. MCP_ERR_PARSE when the
- * body is not JSON. */
-mcp_status_t mcp_each_call(const char *body, size_t len, void (*fn)(void *, const char *),
-                           void *arg) MUST_CHECK;
+/* Called with a tools/call's params.name (NULL when it is not a string) and whether it has an
+ * id that is not null. */
+typedef void (*mcp_call_fn)(void *arg, const char *tool, bool has_id);
+/* Calls fn for every tools/call in a body, request or notification, alone or in a batch. For
+ * bodies off the MCP endpoint, where what a lenient server would execute matters more than
+ * what is valid. MCP_ERR_PARSE when the body is not JSON. */
+mcp_status_t mcp_each_call(const char *body, size_t len, mcp_call_fn fn, void *arg) MUST_CHECK;
 void mcp_msg_free(mcp_msg_t *m);
 
 /* Finds the raw text of a top-level member of a JSON object text, without unescaping names

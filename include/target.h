@@ -16,6 +16,7 @@ typedef enum {
     TARGET_ERR_FRAGMENT, /* a '#': a client never sends one, and servers disagree on it */
     TARGET_ERR_ESCAPE,   /* a '%' not followed by two hex digits */
     TARGET_ERR_USERINFO, /* user@ in an absolute form's authority */
+    TARGET_ERR_ENCODED_SLASH, /* %2F or %5C in the path: one server's segment, another's two */
 } target_status_t;
 
 typedef struct target {
@@ -29,6 +30,7 @@ typedef struct target {
  *     rest read as the origin form; "*" (OPTIONS) is kept as the path "*";
  *   - '\' read as '/', as WHATWG URL parsers (Node, browsers) read it in http URLs;
  *   - percent-escapes of unreserved characters (RFC 3986 2.3) decoded, others upper-cased;
+ *     an escaped '/' or '\' (%2F, %5C, any case) in the path refused, in the query kept;
  *   - "." and ".." segments resolved and empty segments dropped (RFC 3986 5.2.4), a trailing
  *     '/' kept. */
 target_status_t target_normalize(const char *raw, target_t *out) MUST_CHECK;

@@ -471,6 +471,7 @@ static int parse_fast(const char *body, size_t len, mcp_msg_t *out)
         bool has_id =
             sc.id.present && !(sc.id.len == 4 && memcmp(body + sc.id.off, "null", 4) == 0);
         out->kind = has_id ? MCP_KIND_REQUEST : MCP_KIND_NOTIFICATION;
+        out->call_without_id = !has_id && strcmp(method, "tools/call") == 0;
         if (has_id) {
             out->id_text = xstrndup(body + sc.id.off, sc.id.len);
             out->id = load(out->id_text, sc.id.len);
@@ -504,6 +505,7 @@ static void classify_object(mcp_msg_t *m, json_t *obj, const char *text, size_t 
                 m->id_text = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
         } else {
             m->kind = MCP_KIND_NOTIFICATION;
+            m->call_without_id = strcmp(m->method, "tools/call") == 0;
         }
         if (m->kind == MCP_KIND_REQUEST && strcmp(m->method, "tools/call") == 0) {
             json_t *params = json_object_get(obj, "params");
@@ -553,6 +555,7 @@ mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out)
             continue;
         mcp_msg_t one = {0};
         classify_object(&one, el, NULL, 0);
+        out->call_without_id |= one.call_without_id;
         if (one.kind == MCP_KIND_REQUEST && strcmp(one.method, "tools/call") == 0) {
             if (!one.tool) {
                 out->batch_bad_tool = true;
@@ -567,17 +570,17 @@ mcp_status_t mcp_parse_tree(const char *body, size_t len, mcp_msg_t *out)
     return MCP_OK;
 }
 
-static void each_call_in(json_t *obj, void (*fn)(void *, const char *), void *arg)
+static void each_call_in(json_t *obj, mcp_call_fn fn, void *arg)
 {
     json_t *method = json_object_get(obj, "method");
     if (!json_is_string(method) || strcmp(json_string_value(method), "tools/call") != 0)
         return;
     json_t *name = json_object_get(json_object_get(obj, "params"), "name");
-    fn(arg, json_is_string(name) ? json_string_value(name) : NULL);
+    json_t *id = json_object_get(obj, "id");
+    fn(arg, json_is_string(name) ? json_string_value(name) : NULL, id && !json_is_null(id));
 }
 
-mcp_status_t mcp_each_call(const char *body, size_t len, void (*fn)(void *, const char *),
-                           void *arg)
+mcp_status_t mcp_each_call(const char *body, size_t len, mcp_call_fn fn, void *arg)
 {
     json_t *root = load(body, len);
     if (!root)

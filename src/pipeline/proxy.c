@@ -2,6 +2,7 @@
  * and hands it to a stage or relays it. The request object it makes is exchange.c's. */
 #include "proxy.h"
 #include "exchange_int.h"
+#include "body_rules.h"
 #include "catalog.h"
 #include "cors.h"
 #include "log.h"
@@ -207,6 +208,17 @@ static void refuse_encoded(exchange_t *ex, const char *coding)
     refuse(ex, 400, -32600, msg, NULL);
 }
 
+/* A tools/call without an id is a notification: the server owes no answer, so none could be
+ * recorded or replayed, and a lenient server runs it all the same. Refused wherever it is,
+ * whatever its tool. */
+static void refuse_call_without_id(exchange_t *ex)
+{
+    refuse(ex, 400, -32600,
+           "invalid request: a tools/call needs an id (sent as a notification, alone or in a "
+           "batch, it has no answer to record or replay); nothing was executed",
+           NULL);
+}
+
 /* The POST body: JSON-RPC, headers that agree with it, no protected call inside a batch. False
  * when refused. */
 static bool body_acceptable(exchange_t *ex)
@@ -234,6 +246,10 @@ static bool body_acceptable(exchange_t *ex)
     const char *mismatch = header_mismatch(ex->req, &ex->msg, body, blen);
     if (mismatch) {
         refuse(ex, 400, -32020, mismatch, NULL);
+        return false;
+    }
+    if (ex->msg.call_without_id) {
+        refuse_call_without_id(ex);
         return false;
     }
     if (ex->msg.kind == MCP_KIND_BATCH) {
@@ -276,21 +292,52 @@ static bool looks_like_json(const http_request_t *req, const char *body, size_t 
 typedef struct call_scan {
     proxy_t *proxy;
     bool protected_inside; /* a protected tools/call, or one whose name is not a string */
+    bool without_id;       /* a tools/call sent as a notification */
 } call_scan_t;
 
-static void scan_one_call(void *arg, const char *tool)
+static void scan_one_call(void *arg, const char *tool, bool has_id)
 {
     call_scan_t *sc = arg;
     if (!tool || protected_tool(sc->proxy, tool))
         sc->protected_inside = true;
+    if (!has_id)
+        sc->without_id = true;
+}
+
+/* A body refused by one of body_rules.h's rules: 415 for what its encoding or media type
+ * makes it, 400 for a body the method may not have. */
+static void refuse_body(exchange_t *ex, body_rules_status_t st)
+{
+    char msg[400];
+    snprintf(msg, sizeof(msg), "%s: %s; nothing was forwarded",
+             st == BODY_RULES_ERR_METHOD ? "bad request" : "unsupported media type",
+             body_rules_status_str(st));
+    refuse(ex, st == BODY_RULES_ERR_METHOD ? 400 : 415, -32600, msg, NULL);
+}
+
+/* A GET, HEAD, DELETE or TRACE with a body, on the endpoint or off it: the router reads
+ * JSON-RPC only from a POST, and a framework that reads the body of any method would run what
+ * it holds. False when refused. */
+static bool method_body_acceptable(exchange_t *ex)
+{
+    const http_request_t *req = ex->req;
+    body_rules_status_t st = body_rules_method(
+        req->method, http_headers_get(&req->headers, "content-length"),
+        http_headers_get(&req->headers, "transfer-encoding"), evbuffer_get_length(req->body));
+    if (st != BODY_RULES_OK) {
+        refuse_body(ex, st);
+        return false;
+    }
+    return true;
 }
 
 /* A request the MCP rules do not apply to (another path: OAuth metadata, health, a legacy
- * SSE stream; or OPTIONS, HEAD, DELETE...): relayed as a plain reverse proxy would, but only
- * once the gateway has seen that its body holds no protected call, since some server would
- * execute one sent here (one that serves MCP on every path, the legacy HTTP+SSE transport's
- * message path). A body it cannot read (compressed, or JSON it cannot parse) is refused, and
- * so is one holding a protected tools/call: forwarding either could execute it unprotected. */
+ * SSE stream; or OPTIONS, PUT...): relayed as a plain reverse proxy would, but only once the
+ * gateway has seen that its body holds no protected call, since some server would execute one
+ * sent here (one that serves MCP on every path, the legacy HTTP+SSE transport's message
+ * path). A body it cannot read (compressed, UTF-16 or UTF-32, text that is not UTF-8, or JSON
+ * it cannot parse) is refused, and so is one holding a protected tools/call or a tools/call
+ * without an id: forwarding either could execute it unprotected. */
 static void forward_plain(exchange_t *ex)
 {
     const config_t *cfg = ex->proxy->ctx.cfg;
@@ -302,6 +349,13 @@ static void forward_plain(exchange_t *ex)
             return;
         }
         const char *body = (const char *)evbuffer_pullup(ex->req->body, -1);
+        const char *ctype = http_headers_get(&ex->req->headers, "content-type");
+        /* first what the bytes are, so the refusal names UTF-16 rather than a parse error */
+        body_rules_status_t enc = body_rules_encoding(ctype, body, blen);
+        if (enc != BODY_RULES_OK) {
+            refuse_body(ex, enc);
+            return;
+        }
         if (mcp_parse(body, blen, &ex->msg) == MCP_OK) {
             ex->has_msg = true; /* the log line and a refusal name the method, id and tool */
             classify_call(ex);
@@ -323,6 +377,16 @@ static void forward_plain(exchange_t *ex)
                      "executed",
                      cfg->upstream_path);
             refuse(ex, 400, -32600, msg, NULL);
+            return;
+        }
+        if (sc.without_id) {
+            refuse_call_without_id(ex);
+            return;
+        }
+        /* after the JSON scan, which answers a JSON body that is not UTF-8 as a parse error */
+        body_rules_status_t text = body_rules_text(ctype, body, blen);
+        if (text != BODY_RULES_OK) {
+            refuse_body(ex, text);
             return;
         }
     }
@@ -348,7 +412,8 @@ void proxy_handle(void *arg, http_conn_t *conn, http_request_t *req)
     exchange_t *ex = exchange_new(p, conn, req);
 
     bool mcp_path = false;
-    if (!normalize_target(ex, &mcp_path) || !head_acceptable(ex, mcp_path))
+    if (!normalize_target(ex, &mcp_path) || !head_acceptable(ex, mcp_path) ||
+        !method_body_acceptable(ex))
         return;
     if (!mcp_path || (req->method != HTTP_GET && req->method != HTTP_POST)) {
         forward_plain(ex);

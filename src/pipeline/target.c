@@ -12,8 +12,11 @@ static bool unreserved(unsigned char c)
 }
 
 /* The path with escapes of unreserved characters decoded, the others upper-cased, and '\'
- * read as '/'. NULL on a broken escape. */
-static char *decode_path(const char *p, size_t n)
+ * read as '/'. NULL on a broken escape, and on an escaped '/' or '\': the gateway routes on
+ * segments it sees, while a server that decodes %2F before its own routing (or a proxy in
+ * front of it) sees other segments, so /ab/..%2Fa/mcp would be server ab's path here and
+ * server a's endpoint there. No client of MCP needs one. */
+static char *decode_path(const char *p, size_t n, target_status_t *st)
 {
     static const char hex[] = "0123456789ABCDEF";
     char *out = xmalloc(n + 1), *w = out;
@@ -28,9 +31,15 @@ static char *decode_path(const char *p, size_t n)
             int lo = i + 2 < n ? util_hexval(p[i + 2]) : -1;
             if (hi < 0 || lo < 0) {
                 free(out);
+                *st = TARGET_ERR_ESCAPE;
                 return NULL;
             }
             unsigned char v = (unsigned char)(hi << 4 | lo);
+            if (v == '/' || v == '\\') {
+                free(out);
+                *st = TARGET_ERR_ENCODED_SLASH;
+                return NULL;
+            }
             if (unreserved(v)) {
                 *w++ = (char)v;
             } else {
@@ -108,9 +117,10 @@ target_status_t target_normalize(const char *raw, target_t *out)
     size_t plen = q ? (size_t)(q - rest) : strlen(rest);
     if (q)
         out->query = xstrdup(q + 1);
-    char *decoded = decode_path(plen ? rest : "/", plen ? plen : 1);
+    target_status_t st = TARGET_OK;
+    char *decoded = decode_path(plen ? rest : "/", plen ? plen : 1, &st);
     if (!decoded)
-        return TARGET_ERR_ESCAPE;
+        return st;
     if (decoded[0] != '/') {
         free(decoded);
         return TARGET_ERR_FORM;
@@ -141,6 +151,9 @@ const char *target_status_str(target_status_t st)
         return "the request target holds a '%' not followed by two hex digits";
     case TARGET_ERR_USERINFO:
         return "the request target's authority holds user information ('@')";
+    case TARGET_ERR_ENCODED_SLASH:
+        return "the request target's path holds an escaped '/' or '\\' (%2F or %5C), which servers "
+               "split into segments differently; send the path unescaped";
     }
     return "unknown";
 }

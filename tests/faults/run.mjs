@@ -15,7 +15,7 @@ import {
   IDEMGW_BIN, NODE, TESTS, createDatabase, freePort, readLedger, startGateway, startPgCluster, startProcess,
   startRefundServer, tempDir, toYaml, waitFor, waitForLog,
 } from '../integration/lib/harness.mjs';
-import { callBody, rawRequest, spellings, unreadableBodies } from '../integration/lib/bypass.mjs';
+import { callBody, rawRequest, spellings, unclassifiedRoutes, unreadableBodies } from '../integration/lib/bypass.mjs';
 import { startStallProxy } from '../integration/lib/stall-proxy.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
 import { tenantScenarios, tenantSummary } from './tenant.mjs';
@@ -331,9 +331,10 @@ async function upstreamScenario(s, mode) {
 }
 
 // --- other spellings of the endpoint and unreadable bodies, against two real frameworks -------
-// Each spelling of /mcp and each body the gateway cannot read is sent as 3 concurrent copies with
-// the same arguments: a spelling runs
-// exactly once, an unreadable body never.
+// Each spelling of /mcp, each body the gateway cannot read and each route it never classifies
+// (a body on GET/HEAD/DELETE, UTF-16/32 off the endpoint, a tools/call notification) is sent as
+// 3 concurrent copies with the same arguments: a spelling runs exactly once, the others never.
+// The Express app is the lenient one (LENIENT=1), which runs a call by each of those routes.
 async function bypassScenario(s, framework) {
   let upUrl, ledger;
   if (framework === 'sdk') {
@@ -342,7 +343,7 @@ async function bypassScenario(s, framework) {
   } else {
     ledger = path.join(await tempDir(s, 'idemgw-express-'), 'ledger.jsonl');
     const shop = await startProcess(s, NODE, [path.join(TESTS, 'fixtures/express-shop.mjs'), '0'], {
-      env: { LEDGER: ledger, JSON_RESPONSE: '1' }, readyLine: /listening on port (\d+)/, name: 'express-shop',
+      env: { LEDGER: ledger, JSON_RESPONSE: '1', LENIENT: '1' }, readyLine: /listening on port (\d+)/, name: 'express-shop',
     });
     upUrl = `http://127.0.0.1:${shop.match[1]}/mcp`;
   }
@@ -370,8 +371,15 @@ async function bypassScenario(s, framework) {
       variants.push({ tag: `body-${n}`, target, body: b.body, headers: b.headers, want: 0 });
     }
   }
+  // each route with arguments of its own, so the ledger tells its executions apart
+  for (let i = 0; i < unclassifiedRoutes(tool, {}).length; i++) {
+    const tag = `route-${++n}`;
+    variants.push({ ...unclassifiedRoutes(tool, argsFor(tag))[i], tag, want: 0 });
+  }
   for (const v of variants) {
-    const answers = await Promise.all([0, 1, 2].map(() => rawRequest(gw.port, { target: v.target, headers: { ...session, ...(v.headers ?? {}) }, body: v.body })));
+    const answers = await Promise.all([0, 1, 2].map(() => rawRequest(gw.port, {
+      method: v.method, target: v.target, headers: { ...session, ...(v.headers ?? {}) }, body: v.body, chunked: v.chunked,
+    })));
     tl.sent += answers.length;
     tl.refused += answers.filter((a) => a.status >= 400).length;
     const ran = await executionsOf(v.tag);

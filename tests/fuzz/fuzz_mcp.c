@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (sf == MCP_OK && st == MCP_OK && !raw_nul &&
         (m.kind != t.kind || !same(m.method, t.method) || !same(m.tool, t.tool) ||
-         !same(m.id_text, t.id_text))) {
+         !same(m.id_text, t.id_text) || m.call_without_id != t.call_without_id)) {
         fprintf(stderr, "scanner and tree disagree on the message\n");
         abort();
     }

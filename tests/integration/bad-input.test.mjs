@@ -241,6 +241,49 @@ test('a non-JSON body gets 400 with -32700 and is not forwarded', async (t) => {
   assert.equal(up.seen.length, 1);
 });
 
+test('a body on GET or DELETE, a tools/call notification, a body off the endpoint that is not UTF-8: refused, not forwarded; uploads and text relayed', async (t) => {
+  const up = await countingUpstream(t);
+  const gw = await startGateway(t, { upstream: up.url, config: CONFIG });
+  const lookup = { jsonrpc: '2.0', method: 'tools/call', params: { name: 'lookup', arguments: {} } };
+  const refusals = [
+    // node:http frames no body of a GET unless told its length
+    [{ method: 'GET', headers: { ...MCP_HEADERS, 'Content-Length': String(ping(1).length) }, body: ping(1) }, 400, /GET, HEAD, DELETE or TRACE request carries no body/],
+    [{ method: 'DELETE', headers: { ...MCP_HEADERS, 'Transfer-Encoding': 'chunked' }, body: ping(2) }, 400, /carries no body/],
+    [{ method: 'GET', path: '/health', headers: { ...MCP_HEADERS, 'Content-Length': '1' }, body: 'x' }, 400, /carries no body/],
+    [{ headers: MCP_HEADERS, body: JSON.stringify(lookup) }, 400, /a tools\/call needs an id/],
+    [{ path: '/other', headers: MCP_HEADERS, body: JSON.stringify(lookup) }, 400, /a tools\/call needs an id/],
+    [{ path: '/other', headers: { 'Content-Type': 'text/plain; charset=iso-8859-1' }, body: Buffer.from('caf\xe9', 'latin1') }, 415, /names another charset/],
+    [{ path: '/other', headers: { 'Content-Type': 'text/plain' }, body: Buffer.from('caf\xe9', 'latin1') }, 415, /not valid UTF-8/],
+    [{ path: '/other', headers: { 'Content-Type': 'text/plain' }, body: Buffer.from('a\0b') }, 415, /holds a NUL byte/],
+    [{ path: '/other', headers: { 'Content-Type': 'text/plain' }, body: Buffer.from('\ufeffhello', 'utf16le') }, 415, /UTF-16 or UTF-32/],
+  ];
+  for (const [req, status, says] of refusals) {
+    const res = await request(gw.port, req);
+    const what = `${req.method ?? 'POST'} ${req.path ?? '/mcp'}: ${res.status} ${res.body}`;
+    assert.equal(res.status, status, what);
+    const body = assertJsonRpcError(res, status, { code: -32600 });
+    assert.match(body.error.message, says, what);
+    assert.match(body.error.message, /nothing was (forwarded|executed)/);
+  }
+  assert.equal(up.seen.length, 0, `the upstream saw: ${JSON.stringify(up.seen.map((s) => `${s.method} ${s.url}`))}`);
+
+  // What clients send there still goes up whole: UTF-8 text, an upload, a GET and a DELETE
+  // without a body.
+  const png = Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d, 0xff, 0xfe]);
+  for (const req of [
+    { path: '/notes', headers: { 'Content-Type': 'text/plain; charset=utf-8' }, body: 'caf\u00e9' },
+    { path: '/upload', headers: { 'Content-Type': 'image/png' }, body: png },
+    { method: 'GET', path: '/health' },
+    { method: 'DELETE', path: '/mcp', headers: { 'Content-Length': '0' } },
+  ]) {
+    const res = await request(gw.port, req);
+    // the upstream's own answer: it takes only JSON, and says so
+    if (res.status !== 200) assert.match(res.body, /upstream saw a parse error/, `${req.method ?? 'POST'} ${req.path}: ${res.status} ${res.body}`);
+  }
+  assert.deepEqual(up.seen.map((s) => `${s.method} ${s.url}`), ['POST /notes', 'POST /upload', 'GET /health', 'DELETE /mcp']);
+  assert.equal(Number(up.seen[1].headers['content-length']), png.length, 'the upload went up whole');
+});
+
 for (const method of ['PUT', 'PATCH']) {
   test(`method ${method} is the upstream's to judge, but a protected call in it is refused`, async (t) => {
     const up = await countingUpstream(t);

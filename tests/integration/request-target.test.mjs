@@ -9,6 +9,9 @@
 // Every spelling is sent three times with the same arguments: at most one execution each, and
 // each refusal is a 400/403 that says why. Bodies the gateway cannot parse are refused on the
 // endpoint and off it, and nothing runs.
+// A lenient Express app (express-shop.mjs with LENIENT=1) runs a call from any method's body,
+// from UTF-16 and UTF-32 bodies, from a notification, and from a path whose %2F it decodes:
+// each of those routes is refused, with a message that says why, and nothing runs.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import http from 'node:http';
@@ -17,7 +20,7 @@ import { once } from 'node:events';
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { z } from 'zod';
-import { answerOf, callBody, rawRequest, spellings, unreadableBodies } from './lib/bypass.mjs';
+import { answerOf, callBody, rawRequest, spellings, unclassifiedRoutes, unreadableBodies } from './lib/bypass.mjs';
 import {
   NODE, TESTS, createDatabase, rawSession, readLedger, replayMarker, startGateway,
   startProcess, startRefundServer, tempDir, waitForLog,
@@ -42,6 +45,7 @@ async function checkSpellings(port, session, tool, argsFor, executions) {
       } else {
         assert.equal(res.status, sp.expect, `${sp.target} #${i}: ${res.body.slice(0, 300)}`);
         assert.match(res.body, /"error"/, `${sp.target}: a JSON-RPC error says why`);
+        if (sp.says) assert.match(JSON.parse(res.body).error.message, sp.says, sp.target);
       }
     }
     const ran = (await executions()) - before;
@@ -165,4 +169,92 @@ test('a server that answers MCP on every path: a protected call off the endpoint
     if (i > 0) assert.ok(replayMarker(answerOf(res, id)?.result), res.body);
   }
   assert.equal(charges, 2, 'the endpoint spelled /./MCP/ ran once');
+});
+
+/** express-shop.mjs with LENIENT=1: {port, executions()}. */
+async function startLenientShop(t) {
+  const ledger = path.join(await tempDir(t, 'idemgw-lenient-'), 'ledger.jsonl');
+  const shop = await startProcess(t, NODE, [path.join(TESTS, 'fixtures/express-shop.mjs'), '0'], {
+    env: { LEDGER: ledger, JSON_RESPONSE: '1', LENIENT: '1' },
+    readyLine: /listening on port (\d+)/,
+    name: 'express-shop',
+  });
+  return { port: Number(shop.match[1]), executions: async () => (await readLedger(ledger)).length };
+}
+
+const send = (port, r, headers = {}) =>
+  rawRequest(port, { method: r.method, target: r.target, headers: { ...headers, ...(r.headers ?? {}) }, body: r.body, chunked: r.chunked });
+
+test('a lenient Express app: a body on GET/HEAD/DELETE, UTF-16/32 off the endpoint, a tools/call notification are refused, nothing runs', async (t) => {
+  const shop = await startLenientShop(t);
+  const routes = unclassifiedRoutes('place_order', { item: 'lamp', quantity: 1 });
+
+  // Directly, the app runs the call by every one of these routes: the holes the gateway closes.
+  for (const r of routes) {
+    const res = await send(shop.port, r);
+    assert.equal(res.status, 200, `${r.name}, directly: ${res.body.slice(0, 200)}`);
+  }
+  assert.equal(await shop.executions(), routes.length, 'the lenient app runs a call by each route');
+
+  const gw = await startGateway(t, { upstream: `http://127.0.0.1:${shop.port}/mcp`, databaseUrl: await createDatabase() });
+  await waitForLog(gw, /tool catalogue: 2 tools listed by the upstream/);
+  const s = await rawSession(t, gw.url);
+  const before = await shop.executions();
+  for (const r of routes) {
+    for (let i = 0; i < 3; i++) {
+      const res = await send(gw.port, r, sessionHeaders(s));
+      assert.equal(res.status, r.status, `${r.name} #${i}: ${res.body.slice(0, 300)}`);
+      if (r.method !== 'HEAD') {
+        const msg = JSON.parse(res.body);
+        assert.equal(msg.error?.code, -32600, `${r.name}: ${res.body}`);
+        assert.match(msg.error.message, r.says, r.name);
+        assert.match(msg.error.message, /nothing was (forwarded|executed)/, r.name);
+      }
+    }
+    assert.equal((await shop.executions()) - before, 0, `${r.name}: nothing ran`);
+  }
+
+  // What a client sends still goes through: a protected call runs once and is replayed, a GET
+  // stream and a DELETE without a body reach the app, an upload relays as bytes.
+  for (let i = 0; i < 2; i++) {
+    const id = `ok-${i}`;
+    const res = await rawRequest(gw.port, { target: '/mcp', headers: sessionHeaders(s), body: Buffer.from(callBody(id, 'place_order', { item: 'desk', quantity: 2 })) });
+    assert.equal(res.status, 200, res.body);
+    if (i > 0) assert.ok(replayMarker(answerOf(res, id)?.result), res.body);
+  }
+  assert.equal((await shop.executions()) - before, 1, 'the protected call ran once');
+  const upload = await rawRequest(gw.port, { target: '/upload', headers: { 'Content-Type': 'image/png' }, body: Buffer.from([0x89, 0x50, 0x4e, 0x47, 0, 0, 0xff, 0xfe]) });
+  assert.equal(upload.status, 404, `an upload is relayed (the app has no /upload): ${upload.body}`);
+  const del = await rawRequest(gw.port, { method: 'DELETE', target: '/mcp', headers: sessionHeaders(s) });
+  assert.ok(del.status === 200 || del.status === 204, `DELETE without a body: ${del.status} ${del.body}`);
+});
+
+test('servers: an escaped / in the path cannot carry a call from one server\'s folder to another\'s endpoint', async (t) => {
+  const shop = await startLenientShop(t);
+  const up = `http://127.0.0.1:${shop.port}`;
+  const call = (id) => Buffer.from(callBody(id, 'place_order', { item: 'sofa', quantity: 1 }));
+
+  // Directly, the app decodes %2F and routes /ab/..%2Fa/mcp to /a/mcp, server a's endpoint.
+  const direct = await rawRequest(shop.port, { target: '/ab/..%2Fa/mcp', body: call('d') });
+  assert.equal(direct.status, 200, direct.body);
+  assert.equal(await shop.executions(), 1);
+
+  // ab's policy lets place_order through unprotected; a's protects it.
+  const gw = await startGateway(t, {
+    databaseUrl: await createDatabase(),
+    config: {
+      servers: {
+        a: { path: '/a/mcp', upstream: `${up}/a/mcp` },
+        ab: { path: '/ab/mcp', upstream: `${up}/ab/mcp`, tools: { place_order: { class: 'idempotent' } } },
+      },
+    },
+  });
+  for (const target of ['/ab/..%2Fa/mcp', '/ab/..%2fa/mcp', '/ab/..%5Ca/mcp', '/ab/x%2F..%2F..%2Fa/mcp']) {
+    for (let i = 0; i < 3; i++) {
+      const res = await rawRequest(gw.port, { target, body: call(`e-${i}`) });
+      assert.equal(res.status, 400, `${target} #${i}: ${res.body}`);
+      assert.match(JSON.parse(res.body).error.message, /escaped '\/' or '\\' \(%2F or %5C\)/, target);
+    }
+  }
+  assert.equal(await shop.executions(), 1, 'nothing ran through the gateway');
 });

@@ -89,6 +89,67 @@ static void test_batch(void **state)
     mcp_msg_free(&m);
 }
 
+/* A tools/call without an id (or with a null one) is marked, alone or anywhere in a batch: the
+ * router refuses it, since a notification has no answer to replay and a lenient server runs it
+ * all the same. Other notifications and calls with an id are not marked. */
+static void test_call_without_id(void **state)
+{
+    static const struct {
+        const char *body;
+        bool marked;
+    } cases[] = {
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}", true},
+        {"{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"tools/call\",\"params\":{}}", true},
+        {"{\"method\":\"tools\\/call\",\"params\":{\"name\":\"a\"}}", true},
+        {"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+         "{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}]",
+         true},
+        {"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+         false},
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}", false},
+        {"[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}},"
+         "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\"}]",
+         false},
+        {"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        mcp_msg_t m = parse_ok(cases[i].body);
+        if (m.call_without_id != cases[i].marked)
+            fail_msg("%s: call_without_id %d", cases[i].body, m.call_without_id);
+        if (cases[i].marked)
+            assert_null(m.tool); /* no call to protect: the router refuses it instead */
+        mcp_msg_free(&m);
+    }
+}
+
+typedef struct seen_calls {
+    int n, with_id;
+    const char *last;
+} seen_calls_t;
+
+static void count_call(void *arg, const char *tool, bool has_id)
+{
+    seen_calls_t *s = arg;
+    s->n++;
+    s->with_id += has_id;
+    s->last = tool;
+}
+
+/* The scan off the endpoint sees notifications too, and says which had an id. */
+static void test_each_call(void **state)
+{
+    const char *body = "[{\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}},"
+                       "{\"id\":null,\"method\":\"tools/call\",\"params\":{\"name\":\"b\"}},"
+                       "{\"method\":\"tools/call\",\"params\":{\"name\":[\"c\"]}},"
+                       "{\"method\":\"ping\",\"id\":2}]";
+    seen_calls_t s = {0};
+    assert_int_equal(mcp_each_call(body, strlen(body), count_call, &s), MCP_OK);
+    assert_int_equal(s.n, 3);
+    assert_int_equal(s.with_id, 1);
+    assert_null(s.last);
+    assert_int_equal(mcp_each_call("{", 1, count_call, &s), MCP_ERR_PARSE);
+}
+
 static void test_bad_bodies(void **state)
 {
     static const char *const parse_errors[] = {"", "{", "not json", "{\"a\":}", "[1,]", "{} x"};
@@ -253,6 +314,8 @@ static void test_fast_path_matches_tree(void **state)
         "{\"method\":\"m\",\"method\":\"tools/call\",\"id\":3,\"params\":{\"name\":\"b\"}}",
         "{\"method\":5,\"result\":null}",
         "{\"id\":null,\"method\":\"n\"}",
+        "{\"id\":null,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+        "{\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
         "{\"m\\u0065thod\":\"tools/call\",\"id\":1}",
         "{\"method\":\"tools\\/call\",\"id\":1,\"params\":{\"name\":\"t\"}}",
         "{\"a\":\"\\ud83d\\ude02\",\"b\":[1,-0.5e+3,true,false,null,{}],\"method\":\"x\"}",
@@ -279,6 +342,7 @@ static void test_fast_path_matches_tree(void **state)
         if (sf != MCP_OK)
             continue;
         assert_int_equal(f.kind, t.kind);
+        assert_int_equal(f.call_without_id, t.call_without_id);
         if (t.method)
             assert_string_equal(f.method, t.method);
         else
@@ -302,6 +366,8 @@ int main(void)
         cmocka_unit_test(test_request_kinds),
         cmocka_unit_test(test_tools_call),
         cmocka_unit_test(test_batch),
+        cmocka_unit_test(test_call_without_id),
+        cmocka_unit_test(test_each_call),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_member_span),
         cmocka_unit_test(test_without_argument),

@@ -303,9 +303,17 @@ static char *exchange(const char *method, const char *target, const char *extra_
     return out;
 }
 
+#define LOOKUP_CALL                                                                                \
+    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","                                     \
+    "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}"
+
 #define REFUND_CALL                                                                                \
     "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","                                     \
     "\"params\":{\"name\":\"refund\",\"arguments\":{}}}"
+
+#define LOOKUP_NOTIFICATION                                                                        \
+    "{\"jsonrpc\":\"2.0\",\"method\":\"tools/call\","                                              \
+    "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}"
 
 static void refusals_are_written_by_the_proxy(void **state)
 {
@@ -341,6 +349,47 @@ static void refusals_are_written_by_the_proxy(void **state)
     assert_int_equal(stage_calls, 0);
 }
 
+/* Routes a lenient server would run a call by, which the router never classified: a body on a
+ * method that has none, a tools/call without an id (whatever its tool, on the endpoint and off
+ * it, alone or in a batch), an escaped '/' in the path. Each refused, none sent upstream. */
+static void unclassified_routes_are_refused(void **state)
+{
+    static const struct {
+        const char *method, *target, *body, *status, *says;
+    } cases[] = {
+        {"GET", "/mcp", LOOKUP_CALL, "HTTP/1.1 400", "carries no body"},
+        {"GET", "/MCP/", REFUND_CALL, "HTTP/1.1 400", "carries no body"},
+        {"DELETE", "/mcp", REFUND_CALL, "HTTP/1.1 400", "carries no body"},
+        {"GET", "/health", LOOKUP_CALL, "HTTP/1.1 400", "carries no body"},
+        {"DELETE", "/other", "x", "HTTP/1.1 400", "carries no body"},
+        {"HEAD", "/health", "x", "HTTP/1.1 400", NULL},
+        {"POST", "/mcp", LOOKUP_NOTIFICATION, "HTTP/1.1 400", "a tools/call needs an id"},
+        {"POST", "/mcp", "[" LOOKUP_CALL "," LOOKUP_NOTIFICATION "]", "HTTP/1.1 400",
+         "a tools/call needs an id"},
+        {"POST", "/other", LOOKUP_NOTIFICATION, "HTTP/1.1 400", "a tools/call needs an id"},
+        {"PUT", "/mcp", LOOKUP_NOTIFICATION, "HTTP/1.1 400", "a tools/call needs an id"},
+        {"POST", "/x/..%2Fmcp", LOOKUP_CALL, "HTTP/1.1 400", "%2F or %5C"},
+        {"POST", "/x/..%5cmcp", LOOKUP_CALL, "HTTP/1.1 400", "%2F or %5C"},
+    };
+    for (size_t i = 0; i < ARRAY_LEN(cases); i++) {
+        char *r = exchange(cases[i].method, cases[i].target, NULL, cases[i].body);
+        if (strncmp(r, cases[i].status, strlen(cases[i].status)) != 0 ||
+            (cases[i].says && !strstr(r, cases[i].says)))
+            fail_msg("%s %s: %s", cases[i].method, cases[i].target, r);
+        free(r);
+    }
+    assert_int_equal(up_requests, 0);
+    assert_int_equal(stage_calls, 0);
+    /* without a body those methods go up as before */
+    char *r = exchange("GET", "/health", NULL, NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    r = exchange("DELETE", "/mcp", NULL, NULL);
+    assert_non_null(strstr(r, "HTTP/1.1 200"));
+    free(r);
+    assert_int_equal(up_requests, 2);
+}
+
 static void reads_are_forwarded(void **state)
 {
     char *r = exchange("POST", "/mcp", NULL,
@@ -374,10 +423,6 @@ static void several_observers_each_see_the_response(void **state)
         assert_int_equal(seen[i].detaches, 1);
     }
 }
-
-#define LOOKUP_CALL                                                                                \
-    "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\","                                     \
-    "\"params\":{\"name\":\"lookup\",\"arguments\":{}}}"
 
 /* HOLDING then RECORDING: the upstream's whole answer arrived and its connection closed, the
  * stage still writes it down; nothing reaches the agent until the stage releases it, and then
@@ -544,6 +589,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(refusals_are_written_by_the_proxy, setup, teardown),
+        cmocka_unit_test_setup_teardown(unclassified_routes_are_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(reads_are_forwarded, setup, teardown),
         cmocka_unit_test_setup_teardown(several_observers_each_see_the_response, setup, teardown),
         cmocka_unit_test_setup_teardown(held_answer_waits_for_the_stage_after_the_upstream_ended,

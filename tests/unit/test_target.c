@@ -36,7 +36,15 @@ static const norm_case_t norm_cases[] = {
     {"/%6dcp", TARGET_OK, "/mcp", NULL, NULL},
     {"/%2e/mcp", TARGET_OK, "/mcp", NULL, NULL},
     {"/x/%2E%2E/mcp", TARGET_OK, "/mcp", NULL, NULL},
-    {"/m%2fcp", TARGET_OK, "/m%2Fcp", NULL, NULL},
+    /* an escaped separator: a server that decodes it first sees other segments */
+    {"/m%2fcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"/ab/..%2Fa/mcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"/ab/..%2fa/mcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"/ab/..%5Ca/mcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"/ab/..%5ca/mcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"http://h/x%2F..%2Fmcp", TARGET_ERR_ENCODED_SLASH, NULL, NULL, NULL},
+    {"/mcp?next=%2Fa%5Cb", TARGET_OK, "/mcp", "next=%2Fa%5Cb", NULL},
+    {"/a%252Fb", TARGET_OK, "/a%252Fb", NULL, NULL},
     {"/a%20b", TARGET_OK, "/a%20b", NULL, NULL},
     {"\\mcp", TARGET_OK, "/mcp", NULL, NULL},
     {"/x\\..\\mcp", TARGET_OK, "/mcp", NULL, NULL},
@@ -132,7 +140,7 @@ static void test_origin_form(void **state)
 static void test_status_strings(void **state)
 {
     (void)state;
-    for (int st = TARGET_OK; st <= TARGET_ERR_USERINFO; st++)
+    for (int st = TARGET_OK; st <= TARGET_ERR_ENCODED_SLASH; st++)
         assert_string_not_equal(target_status_str((target_status_t)st), "unknown");
 }
 
