@@ -79,13 +79,17 @@ typedef struct response_observer {
  * - on_forward: the request goes upstream now; the filter may call exchange_replace_body.
  * - on_end: the upstream ended (complete: the whole answer arrived); the filter appends what
  *   it kept back.
- * - detach: the exchange has ended; the last call, from which nothing of it may be used. */
+ * - detach: the exchange has ended; the last call, from which nothing of it may be used.
+ * - answered: asked after on_end, before detach. */
 typedef struct response_filter {
     void (*on_forward)(void *arg, exchange_t *ex);
     bool (*on_head)(void *arg, int status, const http_headers_t *in, const http_headers_t **out);
     bool (*on_body)(void *arg, const char *data, size_t len, struct evbuffer *out);
     bool (*on_end)(void *arg, bool complete, struct evbuffer *out);
     void (*detach)(void *arg);
+    /* optional: the request's own answer has gone through (an event stream cut after it needs
+     * no error of the gateway's for the request) */
+    bool (*answered)(void *arg);
 } response_filter_t;
 
 /* Sets ex's filter; a second one is a bug of the wiring and aborts. */

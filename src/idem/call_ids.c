@@ -280,12 +280,19 @@ static void call_detach(void *arg)
     expire(e->ids);
 }
 
+static bool call_answered(void *arg)
+{
+    const entry_t *e = arg;
+    return e->answered;
+}
+
 static const response_filter_t call_filter = {
     .on_forward = call_forward,
     .on_head = call_head,
     .on_body = call_body,
     .on_end = call_end,
     .detach = call_detach,
+    .answered = call_answered,
 };
 
 /* --- a GET stream of a session whose calls wait for their answer --- */

@@ -828,6 +828,27 @@ static const char DESYNC_MESSAGE[] =
     "the upstream MCP server answered with another request's response (one left on a "
     "kept-alive connection); the request may have run: send it again for its own answer";
 
+/* A relayed event stream cut before the request's own answer came through: an error event
+ * for its id ends the stream whole, so the agent's client fails the request now rather than
+ * wait on a broken stream for an answer that will not come (a protected call's stage answers
+ * in its place and holds it: not this). */
+static void answer_cut_stream(exchange_t *ex)
+{
+    if (ex->cut || ex->desync || !ex->client || ex->answered || ex->last_event_given ||
+        !ex->relayed || !ex->resp_sse || !ex->chunked || ex->req->method != HTTP_POST ||
+        !ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.id_text || !ex->filter ||
+        !ex->filter->answered || ex->filter->answered(ex->filter_arg))
+        return;
+    char *body = mcp_error_body(ex->msg.id_text, -32603,
+                                "the upstream MCP server's answer was cut off before it was "
+                                "complete; the request may have run");
+    char *event = xasprintf("event: message\ndata: %s\n\n", body);
+    body_to_client(ex, event, strlen(event));
+    free(event);
+    free(body);
+    ex->last_event_given = true;
+}
+
 static void answer_desync(exchange_t *ex)
 {
     if (!ex->client || ex->answered)
@@ -952,6 +973,8 @@ static void on_up_end(void *arg, upstream_result_t res)
     hold = hold || holding(ex);
     if (ex->desync && !hold)
         answer_desync(ex);
+    if (res != UPSTREAM_OK && !hold)
+        answer_cut_stream(ex);
     if (up && ex->discard_up) {
         log_warn(ex->conn_id, "upstream answered with another request's response: closing it");
         upstream_discard(p->ctx.upstream, up);
