@@ -270,3 +270,23 @@ test('one upstream: --server is refused, and the commands print what they always
   assert.match(table.stdout, /^KEY_HASH\s+TOOL\s+CALLS/m);
   assert.match(table.stdout, /^issue_refund\s+1\s+1\s+1\s+0\s/m);
 });
+
+test('--check-config with servers: the tools of each server\'s policy, its own and the top level\'s', async (t) => {
+  const dir = await tempDir(t, 'idemgw-servers-check-');
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, toYaml({
+    database_url: 'none',
+    tools: { get_ledger: { class: 'read' } },
+    servers: {
+      billing: {
+        path: '/billing/mcp', upstream: 'http://127.0.0.1:9/mcp',
+        tools: { issue_refund: { class: 'non_idempotent' }, get_ledger: { class: 'read' } },
+      },
+      memory: { path: '/memory/mcp', upstream: { command: [NODE, LEDGER_SERVER] } },
+    },
+  }));
+  const check = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.equal(check.code, 0, check.stderr);
+  // the top level names one tool of its own and no server's: "(1 tools)" would say nothing
+  assert.equal(check.stdout, `${file}: configuration ok (2 servers; tools in each server's policy, its own and the top level's: billing 2, memory 1)\n`);
+});
