@@ -37,7 +37,8 @@ void catalog_fetch_cancel(catalog_fetch_t *f);
 struct config;
 /* For the command line: reads cfg's upstream's catalogue into catalog (with its own event
  * loop, TLS as the gateway would), headers as in the options. Returns the tools read, or -1
- * with the reason in err. */
+ * with the reason in err; for a stdio server, on further lines, its last stderr lines and what
+ * its environment holds (err of a couple of KiB holds them). */
 int catalog_fetch_now(const struct config *cfg, const char *headers, catalog_t *catalog,
                       void (*on_page)(void *arg, const char *result, size_t len), void *arg,
                       char *err, size_t errlen);

@@ -156,7 +156,7 @@ static int init(const config_t *cfg, const char *upstream_yaml, const char *path
     policy_t fresh = {0}; /* no tools of the config's: the annotations speak */
     policy_defaults_init(&fresh.defaults);
     catalog_set_policy(catalog, server ? &fresh : &cfg->policy);
-    char err[300];
+    char err[2048]; /* a stdio server's stderr lines too */
     int rc = EXIT_FOUND;
     if (catalog_fetch_now(cfg, headers, catalog, keep_page, &pages, err, sizeof(err)) < 0) {
         fprintf(stderr, "idemgw policy init: %s%s%s%s: %s\n", server ? "server " : "",
@@ -402,7 +402,7 @@ static int diff(const char *path, const char *server, const char *headers)
     }
     catalog_t *catalog = catalog_new();
     catalog_set_policy(catalog, &cfg->policy);
-    char err[300];
+    char err[2048]; /* a stdio server's stderr lines too */
     int found = 0;
     if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, err, sizeof(err)) < 0) {
         fprintf(stderr, "idemgw policy diff: %s%s%s%s: %s\n", server ? "server " : "",

@@ -294,7 +294,7 @@ test('--check-config with servers: the tools of each server\'s policy, its own a
 test('policy init --server of a stdio server: the proxy and CA variables set here that its pass_env lacks are named', async (t) => {
   const dir = await tempDir(t, 'idemgw-servers-passenv-');
   const file = path.join(dir, 'idemgw.yaml');
-  const entry = `servers:\n  ledger:\n    path: /ledger/mcp\n    upstream:\n      command: [${JSON.stringify(NODE)}, ${JSON.stringify(LEDGER_SERVER)}]\n      pass_env: [NO_PROXY]\n`;
+  const entry = `servers:\n  ledger:\n    path: /ledger/mcp\n    upstream:\n      command: [${JSON.stringify(NODE)}, ${JSON.stringify(LEDGER_SERVER)}]\n      env: {LEDGER: ${JSON.stringify(path.join(dir, 'ledger.jsonl'))}}\n      pass_env: [NO_PROXY]\n`;
   await fs.writeFile(file, `database_url: none\n${entry}`);
   const reach = /^(https?_proxy|no_proxy|all_proxy|node_extra_ca_certs|ssl_cert_(file|dir)|requests_ca_bundle|npm_config_registry|pip_index_url|uv_index_url)$/i;
   const bare = Object.fromEntries(Object.entries(process.env).filter(([k]) => !reach.test(k)));

@@ -385,6 +385,37 @@ test('third-party stdio servers from npm: server-memory, server-filesystem, serv
   }
 });
 
+test('idemgw policy init and tools on a server that fails: its stderr\'s last lines, and what its environment holds', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-fails-');
+  // a server missing its configuration says so on stderr, then refuses initialize
+  const server = path.join(dir, 'unconfigured.sh');
+  await fs.writeFile(server, [
+    '#!/bin/sh',
+    'read -r line',
+    'i=0',
+    'while [ $i -lt 12 ]; do echo "starting, step $i" >&2; i=$((i + 1)); done',
+    'echo "Error: FOO_API_KEY is not set" >&2',
+    'printf \'%s\\n\' \'{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"not configured"}}\'',
+    'read -r line',
+    '',
+  ].join('\n'), { mode: 0o755 });
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', server]);
+  assert.equal(init.code, 1);
+  assert.equal(init.stdout, '');
+  assert.match(init.stderr, /initialize: the server answered with an error: .*not configured/);
+  // the last lines, in order, the newest last; not the first ones of a long stderr
+  assert.match(init.stderr, /\n {2}the server's stderr, its last lines:\n(?: {4}starting, step \d+\n)+ {4}Error: FOO_API_KEY is not set\n/);
+  assert.match(init.stderr, / {4}starting, step 11\n/);
+  assert.doesNotMatch(init.stderr, /step 0\n/);
+  assert.match(init.stderr, /the server gets PATH, HOME, its upstream's env and the variables its pass_env names: no other variable of this environment reaches it/);
+  // idemgw tools reads a catalogue the same way
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, `upstream:\n  command: [${JSON.stringify(server)}]\n`);
+  const tools = await run(IDEMGW_BIN, ['tools', '-c', file]);
+  assert.equal(tools.code, 1);
+  assert.match(tools.stderr, / {4}Error: FOO_API_KEY is not set\n/);
+});
+
 test('idemgw policy init -- CMD: a starter config for a stdio server, which loads and shows no drift', async (t) => {
   const dir = await tempDir(t, 'idemgw-stdio-policy-');
   // a registry reached through a proxy or a private CA: the variables' names become pass_env
