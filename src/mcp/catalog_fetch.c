@@ -29,7 +29,7 @@ typedef enum { STEP_INITIALIZE, STEP_INITIALIZED, STEP_LIST, STEP_DELETE } step_
 
 struct catalog_fetch {
     catalog_fetch_opts_t o; /* its strings point to the copies below */
-    char *target, *headers;
+    char *target, *headers, *capabilities;
     step_t step;
     upstream_call_t *up;
     rpc_reader_t reader;
@@ -221,9 +221,9 @@ static void send_step(catalog_fetch_t *f)
     case STEP_INITIALIZE:
         snprintf(body, sizeof(body),
                  "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"initialize\",\"params\":{"
-                 "\"protocolVersion\":\"" FETCH_PROTOCOL "\",\"capabilities\":{},"
+                 "\"protocolVersion\":\"" FETCH_PROTOCOL "\",\"capabilities\":%s,"
                  "\"clientInfo\":{\"name\":\"idemgw\",\"version\":\"catalogue\"}}}",
-                 ++f->next_id);
+                 ++f->next_id, f->capabilities ? f->capabilities : "{}");
         break;
     case STEP_INITIALIZED:
         snprintf(body, sizeof(body),
@@ -286,6 +286,13 @@ catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
     /* the caller's strings may go before the fetch ends (a reload frees the old config) */
     f->o.target = f->target = xstrdup(opts->target);
     f->o.headers = f->headers = opts->headers ? xstrdup(opts->headers) : NULL;
+    /* only an object that fits the initialize body: else none, rather than a broken request */
+    json_t *caps = opts->capabilities ? json_loads(opts->capabilities, 0, NULL) : NULL;
+    if (json_is_object(caps) && strlen(opts->capabilities) < 600)
+        f->o.capabilities = f->capabilities = json_dumps(caps, JSON_COMPACT);
+    else
+        f->o.capabilities = NULL;
+    json_decref(caps);
     f->later = evtimer_new(opts->base, finish_cb, f);
     f->step = STEP_INITIALIZE;
     send_step(f);
@@ -305,6 +312,7 @@ void catalog_fetch_cancel(catalog_fetch_t *f)
     free(f->cursor);
     free(f->target);
     free(f->headers);
+    free(f->capabilities);
     free(f);
 }
 
@@ -418,6 +426,9 @@ fetch:;
         .page_arg = arg,
         .done = run_done,
         .arg = &run,
+        /* as a desktop agent's client does (2025-06-18 forms): a server that offers some tools
+         * only to clients able to answer its questions shows them to the policy too */
+        .capabilities = "{\"elicitation\":{},\"sampling\":{},\"roots\":{\"listChanged\":false}}",
     };
     if (cfg->stdio.argv) {
         /* the stderr lines are logged at info: seen by the tap, written only as before */

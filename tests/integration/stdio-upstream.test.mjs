@@ -416,6 +416,45 @@ test('idemgw policy init and tools on a server that fails: its stderr\'s last li
   assert.match(tools.stderr, / {4}Error: FOO_API_KEY is not set\n/);
 });
 
+test('idemgw policy init lists the tools a server offers only to clients that can answer its questions', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-caps-');
+  // a server that offers confirm_payment (which asks the user through elicitation) only to a
+  // client that declared it can answer, as servers built on that do
+  const server = path.join(dir, 'asks.mjs');
+  await fs.writeFile(server, `
+import readline from 'node:readline';
+let caps = {};
+const send = (m) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\\n');
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') {
+    caps = m.params.capabilities || {};
+    send({ id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'asks', version: '1' } } });
+  } else if (m.method === 'tools/list') {
+    const tools = [{ name: 'list_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } }];
+    if (caps.elicitation) tools.push({ name: 'confirm_payment', inputSchema: { type: 'object' }, annotations: { destructiveHint: true } });
+    if (caps.sampling) tools.push({ name: 'summarise_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } });
+    if (caps.roots) tools.push({ name: 'export_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: false } });
+    send({ id: m.id, result: { tools } });
+  } else if (m.id !== undefined && m.method) {
+    send({ id: m.id, result: {} });
+  }
+});
+`);
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', NODE, server]);
+  assert.equal(init.code, 0, init.stderr);
+  assert.match(init.stdout, /\n  list_payments:\n    class: read\n/);
+  assert.match(init.stdout, /\n  confirm_payment:\n    class: non_idempotent\n/, 'elicitation declared');
+  assert.match(init.stdout, /\n  summarise_payments:\n/, 'sampling declared');
+  assert.match(init.stdout, /\n  export_payments:\n/, 'roots declared');
+  // policy diff reads the same tools: a fresh policy has no drift
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, init.stdout);
+  const diff = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file]);
+  assert.equal(diff.code, 0, diff.stdout + diff.stderr);
+  assert.equal(diff.stdout, '');
+});
+
 test('idemgw policy init -- CMD: a starter config for a stdio server, which loads and shows no drift', async (t) => {
   const dir = await tempDir(t, 'idemgw-stdio-policy-');
   // a registry reached through a proxy or a private CA: the variables' names become pass_env
