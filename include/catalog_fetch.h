@@ -28,6 +28,9 @@ typedef struct catalog_fetch_opts {
     void *page_arg;
     catalog_fetch_done_fn done;
     void *arg;
+    /* the client capabilities initialize declares, a JSON object's text (copied); NULL: none.
+     * A server may list some tools only to a client that can answer its questions. */
+    const char *capabilities;
 } catalog_fetch_opts_t;
 
 catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts);
@@ -36,8 +39,10 @@ void catalog_fetch_cancel(catalog_fetch_t *f);
 
 struct config;
 /* For the command line: reads cfg's upstream's catalogue into catalog (with its own event
- * loop, TLS as the gateway would), headers as in the options. Returns the tools read, or -1
- * with the reason in err. */
+ * loop, TLS as the gateway would), headers as in the options, declaring what an agent's client
+ * can do (elicitation, sampling, roots), so the tools are those an agent is shown. Returns the
+ * tools read, or -1 with the reason in err; for a stdio server, on further lines, its last stderr
+ * lines and what its environment holds (err of a couple of KiB holds them). */
 int catalog_fetch_now(const struct config *cfg, const char *headers, catalog_t *catalog,
                       void (*on_page)(void *arg, const char *result, size_t len), void *arg,
                       char *err, size_t errlen);

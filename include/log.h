@@ -39,6 +39,15 @@ void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *
 #define log_warn(conn, ...) LOG_AT(LOG_WARN, conn, NULL, __VA_ARGS__)
 #define log_error(conn, ...) LOG_AT(LOG_ERROR, conn, NULL, __VA_ARGS__)
 
+/* A tap sees each line that reaches log_emit (its level at or above log_threshold): the level,
+ * the fields fragment (may be NULL) and the formatted message, valid during the call. While a
+ * tap is set only lines at write_level or above are written too. For a command whose output is
+ * its answer and which logs nothing, yet wants what led to a failure (a stdio server's stderr
+ * lines): it lowers log_threshold, sets a tap and keeps write_level at the threshold it had.
+ * fn NULL removes the tap. */
+typedef void (*log_tap_fn)(void *arg, log_level_t level, const char *fields, const char *msg);
+void log_set_tap(log_tap_fn fn, void *arg, log_level_t write_level);
+
 /* Appends a JSON string literal (with quotes) of s to a caller buffer; used to build fields. */
 void log_json_string(char *out, size_t outlen, const char *s);
 

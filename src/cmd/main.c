@@ -1131,6 +1131,26 @@ int serve_front_run(config_t *cfg, const char *path, const serve_front_t *f)
     return rc;
 }
 
+/* --check-config's line for a config that loads: the tools of each server's policy (its own
+ * and those it takes from the top level), since with servers: the top level's alone say little
+ * (none at all when every server names its own). */
+static void print_check(const config_t *cfg, const char *path)
+{
+    const char *what = path ? path : "environment";
+    if (!cfg->n_servers) {
+        printf("%s: configuration ok (%zu tools)\n", what, cfg->policy.n_tools);
+        return;
+    }
+    printf("%s: configuration ok (%zu server%s; tools in each server's policy, its own and the "
+           "top level's:",
+           what, cfg->n_servers, cfg->n_servers == 1 ? "" : "s");
+    for (size_t i = 0; i < cfg->n_servers; i++) {
+        const config_t *sv = config_server(cfg, i);
+        printf("%s %s %zu", i ? "," : "", sv->server_name, sv->policy.n_tools);
+    }
+    printf(")\n");
+}
+
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
@@ -1184,8 +1204,7 @@ int main(int argc, char **argv)
         config_t *cfg = load_config(path);
         if (!cfg)
             return 1;
-        printf("%s: configuration ok (%zu tools)\n", path ? path : "environment",
-               cfg->policy.n_tools);
+        print_check(cfg, path);
         config_free(cfg);
         return 0;
     }

@@ -148,7 +148,7 @@ static void print_tools(const json_t *tools, catalog_t *catalog, const char *ind
  * path's servers:) the tools: of its entry. The classes are what the annotations suggest under
  * the built-in defaults, as for a new config. */
 static int init(const config_t *cfg, const char *upstream_yaml, const char *path,
-                const char *server, const char *headers)
+                const char *server, const char *headers, const char *add_pass_env)
 {
     const char *url = cfg->upstream_url; /* a stdio server's: its command line */
     pages_t pages = {.tools = json_array()};
@@ -156,7 +156,7 @@ static int init(const config_t *cfg, const char *upstream_yaml, const char *path
     policy_t fresh = {0}; /* no tools of the config's: the annotations speak */
     policy_defaults_init(&fresh.defaults);
     catalog_set_policy(catalog, server ? &fresh : &cfg->policy);
-    char err[300];
+    char err[2048]; /* a stdio server's stderr lines too */
     int rc = EXIT_FOUND;
     if (catalog_fetch_now(cfg, headers, catalog, keep_page, &pages, err, sizeof(err)) < 0) {
         fprintf(stderr, "idemgw policy init: %s%s%s%s: %s\n", server ? "server " : "",
@@ -177,6 +177,14 @@ static int init(const config_t *cfg, const char *upstream_yaml, const char *path
             "# non_idempotent, whatever the server says. A tool not listed gets the entry's\n"
             "# defaults: (else the top level's). Check the file: idemgw --check-config -c FILE\n",
             server, url, server, when, server, path);
+        if (add_pass_env)
+            printf(
+                "    # The entry's upstream does not pass these variables of this environment on;\n"
+                "    # a command that fetches its package first (npx -y, uvx) needs them to\n"
+                "    # reach its registry, as it did for the tools below. Add them to its\n"
+                "    # upstream's pass_env (names only: the values stay in the environment):\n"
+                "    #   pass_env: [%s]\n",
+                add_pass_env);
         print_tools(pages.tools, catalog, "    ");
     } else {
         printf(
@@ -218,7 +226,7 @@ static int init_upstream(const char *what, const char *upstream_yaml, const char
         return EXIT_USAGE;
     }
     config_errors_free(&errs);
-    int rc = init(cfg, upstream_yaml, NULL, NULL, headers);
+    int rc = init(cfg, upstream_yaml, NULL, NULL, headers, NULL);
     config_free(cfg);
     return rc;
 }
@@ -242,6 +250,42 @@ static int init_url(const char *url, const char *headers)
     return rc;
 }
 
+/* The child gets PATH and HOME only: a command that fetches its package first (npx -y, uvx)
+ * behind a proxy or a private CA would wait for a registry it cannot reach, here and in the
+ * gateway. The variables for that which are set here and not in have (a pass_env list, may be
+ * NULL), as "A, B" in names (names only: values stay in the environment); false when none. */
+static bool reach_names(char *const *have, char *names, size_t size)
+{
+    static const char *const reach[] = {
+        "HTTPS_PROXY",
+        "https_proxy",
+        "HTTP_PROXY",
+        "http_proxy",
+        "NO_PROXY",
+        "no_proxy",
+        "ALL_PROXY",
+        "all_proxy",
+        "NODE_EXTRA_CA_CERTS",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "NPM_CONFIG_REGISTRY",
+        "npm_config_registry",
+        "PIP_INDEX_URL",
+        "UV_INDEX_URL",
+    };
+    size_t used = 0;
+    names[0] = '\0';
+    for (size_t i = 0; i < ARRAY_LEN(reach); i++) {
+        bool had = false;
+        for (char *const *h = have; h && *h && !had; h++)
+            had = strcmp(*h, reach[i]) == 0;
+        if (!had && getenv(reach[i]) && used + strlen(reach[i]) + 3 < size)
+            used += (size_t)snprintf(names + used, size - used, "%s%s", used ? ", " : "", reach[i]);
+    }
+    return used > 0;
+}
+
 static int init_command(char **argv, int argc, const char *headers)
 {
     if (headers[0]) {
@@ -258,23 +302,8 @@ static int init_command(char **argv, int argc, const char *headers)
     }
     char *full = xasprintf("%s]", yaml);
     free(yaml);
-    /* the child gets PATH and HOME only: a command that fetches its package first (npx -y,
-     * uvx) behind a proxy or a private CA would wait for a registry it cannot reach, here and
-     * in the gateway; the ones set here are named (names only: values stay in the
-     * environment) */
-    static const char *const reach[] = {
-        "HTTPS_PROXY",   "https_proxy",   "HTTP_PROXY",   "http_proxy",          "NO_PROXY",
-        "no_proxy",      "ALL_PROXY",     "all_proxy",    "NODE_EXTRA_CA_CERTS", "SSL_CERT_FILE",
-        "SSL_CERT_DIR",  "REQUESTS_CA_BUNDLE",            "NPM_CONFIG_REGISTRY", "npm_config_registry",
-        "PIP_INDEX_URL", "UV_INDEX_URL",
-    };
-    char names[512] = "";
-    size_t used = 0;
-    for (size_t i = 0; i < sizeof(reach) / sizeof(reach[0]); i++)
-        if (getenv(reach[i]) && used + strlen(reach[i]) + 3 < sizeof(names))
-            used += (size_t)snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "",
-                                     reach[i]);
-    if (used) {
+    char names[512];
+    if (reach_names(NULL, names, sizeof(names))) {
         char *more = xasprintf("%s\n  # what reaching a package registry needs here: names of this "
                                "environment's variables\n  pass_env: [%s]",
                                full, names);
@@ -297,6 +326,22 @@ static config_t *load(const char *path)
     return cfg;
 }
 
+/* Adds the names of list ("A, B") to conf's pass_env. */
+static void add_pass_env(stdio_conf_t *conf, const char *list)
+{
+    size_t n = 0;
+    while (conf->pass_env && conf->pass_env[n])
+        n++;
+    char *copy = xstrdup(list);
+    char *save = NULL;
+    for (char *name = strtok_r(copy, ", ", &save); name; name = strtok_r(NULL, ", ", &save)) {
+        conf->pass_env = xrealloc(conf->pass_env, (n + 2) * sizeof(char *));
+        conf->pass_env[n++] = xstrdup(name);
+        conf->pass_env[n] = NULL;
+    }
+    free(copy);
+}
+
 /* init -c FILE --server NAME: the tools: of that server's entry. */
 static int init_server(const char *path, const char *name, const char *headers)
 {
@@ -311,7 +356,18 @@ static int init_server(const char *path, const char *name, const char *headers)
                         "a server of its servers:\n");
         goto out;
     }
-    rc = init(view, NULL, path, view->server_name, headers);
+    /* what init -- CMD writes into a new config: here the entry's upstream exists, so the
+     * snippet says what to add, and the fetch passes them as the gateway then will */
+    char names[512];
+    bool missing = view->stdio.argv && reach_names(view->stdio.pass_env, names, sizeof(names));
+    if (missing) {
+        fprintf(stderr,
+                "idemgw policy init: server %s: its upstream's pass_env lacks %s, set here: "
+                "they were passed to read its tools; the snippet says where they go\n",
+                view->server_name, names);
+        add_pass_env(&view->stdio, names);
+    }
+    rc = init(view, NULL, path, view->server_name, headers, missing ? names : NULL);
 out:
     config_free(cfg);
     return rc;
@@ -346,7 +402,7 @@ static int diff(const char *path, const char *server, const char *headers)
     }
     catalog_t *catalog = catalog_new();
     catalog_set_policy(catalog, &cfg->policy);
-    char err[300];
+    char err[2048]; /* a stdio server's stderr lines too */
     int found = 0;
     if (catalog_fetch_now(cfg, headers, catalog, NULL, NULL, err, sizeof(err)) < 0) {
         fprintf(stderr, "idemgw policy diff: %s%s%s%s: %s\n", server ? "server " : "",

@@ -108,7 +108,7 @@ int tools_cmd_main(int argc, char **argv)
     log_threshold = LOG_OFF; /* the table is the output */
 
     int rc = TOOLS_EXIT_FAILED;
-    char msg[300] = "";
+    char msg[2048] = ""; /* a stdio server's stderr lines too */
     catalog_t *catalog = catalog_new();
     catalog_set_policy(catalog, &view->policy);
     if (catalog_fetch_now(view, headers, catalog, NULL, NULL, msg, sizeof(msg)) < 0)

@@ -622,8 +622,10 @@ static config_t *load(const char *name, const char *text, size_t len, config_err
         char where[300];
         snprintf(where, sizeof(where), "%s:%d", name ? name : "env", yr.workers_line);
         config_errors_add(errs,
-                          "%s: workers: %d with a stdio upstream%s%s: a session's child process "
-                          "lives in one worker; set workers: 1",
+                          "%s: workers: %d with a stdio upstream%s%s: each worker is a process "
+                          "with children of its own, and the kernel gives a session's next "
+                          "connection to any worker, which would not have that session's child; "
+                          "set workers: 1",
                           name && yr.workers_line > 0 ? where : (name ? name : "env"), c->workers,
                           sv->server_name ? " in server " : "",
                           sv->server_name ? sv->server_name : "");

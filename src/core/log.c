@@ -11,6 +11,10 @@ log_level_t log_threshold = LOG_INFO;
 int log_worker;
 FILE *log_stream;
 
+static log_tap_fn tap;
+static void *tap_arg;
+static log_level_t tap_write_level;
+
 static const char *const level_names[] = {"debug", "info", "warn", "error", "off"};
 
 const char *log_level_name(log_level_t level)
@@ -51,6 +55,13 @@ void log_json_string(char *out, size_t outlen, const char *s)
     out[o] = '\0';
 }
 
+void log_set_tap(log_tap_fn fn, void *arg, log_level_t write_level)
+{
+    tap = fn;
+    tap_arg = arg;
+    tap_write_level = write_level;
+}
+
 void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *fmt, ...)
 {
     char msg[1024], esc[2100], ts[UTIL_ISO_LEN + 1];
@@ -58,6 +69,11 @@ void log_emit(log_level_t level, uint64_t conn, const char *fields, const char *
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
+    if (tap) {
+        tap(tap_arg, level, fields, msg);
+        if (level < tap_write_level)
+            return;
+    }
     log_json_string(esc, sizeof(esc), msg);
 
     util_iso_utc_ms((int64_t)util_wall_ms(), ts);

@@ -29,7 +29,7 @@ typedef enum { STEP_INITIALIZE, STEP_INITIALIZED, STEP_LIST, STEP_DELETE } step_
 
 struct catalog_fetch {
     catalog_fetch_opts_t o; /* its strings point to the copies below */
-    char *target, *headers;
+    char *target, *headers, *capabilities;
     step_t step;
     upstream_call_t *up;
     rpc_reader_t reader;
@@ -222,9 +222,9 @@ static void send_step(catalog_fetch_t *f)
     case STEP_INITIALIZE:
         snprintf(body, sizeof(body),
                  "{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"initialize\",\"params\":{"
-                 "\"protocolVersion\":\"" FETCH_PROTOCOL "\",\"capabilities\":{},"
+                 "\"protocolVersion\":\"" FETCH_PROTOCOL "\",\"capabilities\":%s,"
                  "\"clientInfo\":{\"name\":\"idemgw\",\"version\":\"catalogue\"}}}",
-                 ++f->next_id);
+                 ++f->next_id, f->capabilities ? f->capabilities : "{}");
         break;
     case STEP_INITIALIZED:
         snprintf(body, sizeof(body),
@@ -287,6 +287,13 @@ catalog_fetch_t *catalog_fetch_start(const catalog_fetch_opts_t *opts)
     /* the caller's strings may go before the fetch ends (a reload frees the old config) */
     f->o.target = f->target = xstrdup(opts->target);
     f->o.headers = f->headers = opts->headers ? xstrdup(opts->headers) : NULL;
+    /* only an object that fits the initialize body: else none, rather than a broken request */
+    json_t *caps = opts->capabilities ? json_loads(opts->capabilities, 0, NULL) : NULL;
+    if (json_is_object(caps) && strlen(opts->capabilities) < 600)
+        f->o.capabilities = f->capabilities = json_dumps(caps, JSON_COMPACT);
+    else
+        f->o.capabilities = NULL;
+    json_decref(caps);
     f->later = evtimer_new(opts->base, finish_cb, f);
     f->step = STEP_INITIALIZE;
     send_step(f);
@@ -306,10 +313,50 @@ void catalog_fetch_cancel(catalog_fetch_t *f)
     free(f->cursor);
     free(f->target);
     free(f->headers);
+    free(f->capabilities);
     free(f);
 }
 
 /* --- from the command line --- */
+
+#define TAIL_LINES 8  /* the stdio server's last stderr lines kept, for a failure */
+#define TAIL_LINE 200 /* bytes of each */
+
+/* The last stderr lines of a stdio server, from the lines the stdio upstream logs for them
+ * (those carrying "server_pid"): a command logs nothing, yet a server that fails to start
+ * mostly says why there (a missing variable, a bad argument). */
+typedef struct stderr_tail {
+    char lines[TAIL_LINES][TAIL_LINE];
+    unsigned n; /* lines seen; the newest is lines[(n - 1) % TAIL_LINES] */
+} stderr_tail_t;
+
+static void keep_stderr(void *arg, log_level_t level, const char *fields, const char *msg)
+{
+    (void)level;
+    stderr_tail_t *t = arg;
+    static const char mark[] = " stderr: ";
+    const char *line = strstr(msg, mark);
+    if (!fields || !strstr(fields, "\"server_pid\"") || !line)
+        return;
+    snprintf(t->lines[t->n++ % TAIL_LINES], TAIL_LINE, "%s", line + sizeof(mark) - 1);
+}
+
+/* Appends to err what a failed stdio server leaves to go on: its stderr's last lines, and the
+ * environment it had, which is not this shell's. */
+static void explain_stdio(const stderr_tail_t *t, char *err, size_t errlen)
+{
+    size_t n = strlen(err);
+    unsigned first = t->n > TAIL_LINES ? t->n - TAIL_LINES : 0;
+    if (t->n && n < errlen)
+        n += (size_t)snprintf(err + n, errlen - n,
+                              "\n  the server's stderr%s:", first ? ", its last lines" : "");
+    for (unsigned i = first; i < t->n && n < errlen; i++)
+        n += (size_t)snprintf(err + n, errlen - n, "\n    %s", t->lines[i % TAIL_LINES]);
+    if (n < errlen)
+        snprintf(err + n, errlen - n,
+                 "\n  (the server gets PATH, HOME, its upstream's env and the variables its "
+                 "pass_env names: no other variable of this environment reaches it)");
+}
 
 typedef struct fetch_run {
     struct event_base *base;
@@ -332,6 +379,8 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
                       char *err, size_t errlen)
 {
     fetch_run_t run = {.base = event_base_new(), .n_tools = -1, .err = err, .errlen = errlen};
+    stderr_tail_t tail = {.n = 0};
+    log_level_t threshold = log_threshold;
     snprintf(err, errlen, "no answer");
     struct ssl_ctx_st *tls = NULL;
     upstream_pool_t *pool = NULL;
@@ -378,9 +427,22 @@ fetch:;
         .page_arg = arg,
         .done = run_done,
         .arg = &run,
+        /* as a desktop agent's client does (2025-06-18 forms): a server that offers some tools
+         * only to clients able to answer its questions shows them to the policy too */
+        .capabilities = "{\"elicitation\":{},\"sampling\":{},\"roots\":{\"listChanged\":false}}",
     };
+    if (cfg->stdio.argv) {
+        /* the stderr lines are logged at info: seen by the tap, written only as before */
+        if (log_threshold > LOG_INFO)
+            log_threshold = LOG_INFO;
+        log_set_tap(keep_stderr, &tail, threshold);
+    }
     catalog_fetch_start(&fo);
     event_base_dispatch(run.base);
+    /* the fetch's end breaks the loop at once: stderr a failed server wrote before its stdout
+     * closed may wait, read, on the loop still */
+    for (int i = 0; cfg->stdio.argv && run.n_tools < 0 && i < 4; i++)
+        event_base_loop(run.base, EVLOOP_NONBLOCK);
     if (run.n_tools < 0 && cfg->stdio.argv &&
         (strstr(err, "initialize: no response in time") ||
          strstr(err, "no answer to initialize within"))) {
@@ -395,6 +457,13 @@ out:
     if (pool)
         upstream_pool_free(pool);
     event_base_loop(run.base, EVLOOP_NONBLOCK);
+    if (cfg->stdio.argv) {
+        /* after the child is gone: its last words are in */
+        log_set_tap(NULL, NULL, LOG_DEBUG);
+        log_threshold = threshold;
+        if (run.n_tools < 0)
+            explain_stdio(&tail, err, errlen);
+    }
     event_base_free(run.base);
     if (tls)
         SSL_CTX_free(tls);

@@ -702,6 +702,73 @@ static void send_line(stdio_front_t *f, const char *line, size_t len)
     }
 }
 
+/* Why m is no JSON-RPC message a client may send (NULL: it is one): a request or notification
+ * (a string method; an id, if any, a string, a number or null) or an answer to the server's
+ * request (an id that is a string or a number, with result or error). The gateway's upstream
+ * may not check this itself: a server behind HTTP can drop `{}` without a word, and an id that
+ * is an object would come back as given, where JSON-RPC says the answer's id is null. */
+static const char *message_invalid(const json_t *m)
+{
+    if (!json_is_object(m))
+        return "a message is a JSON object";
+    const json_t *id = json_object_get(m, "id");
+    const json_t *method = json_object_get(m, "method");
+    if (id && !json_is_string(id) && !json_is_number(id) && !json_is_null(id))
+        return "an id is a string or a number";
+    if (method)
+        return json_is_string(method) ? NULL : "a method is a string";
+    if (!id || json_is_null(id))
+        return "neither a request, a notification nor an answer";
+    if (!json_object_get(m, "result") && !json_object_get(m, "error"))
+        return "an answer has a result or an error";
+    return NULL;
+}
+
+/* The id an invalid request's error names: its own when it is a valid one, else null. */
+static const json_t *usable_id(const json_t *m)
+{
+    const json_t *id = json_is_object(m) ? json_object_get(m, "id") : NULL;
+    return json_is_string(id) || json_is_number(id) ? id : NULL;
+}
+
+/* Answers a message (an object or an array) that is not a valid JSON-RPC message or batch
+ * with Invalid Request errors, and says true: nothing of it goes to the gateway. In a batch with
+ * an invalid member every member that has a valid id hears that it was not run, so no request
+ * of the client waits for an answer that never comes. */
+static bool refuse_invalid(stdio_front_t *f, const json_t *msg)
+{
+    char message[200];
+    if (json_is_object(msg)) {
+        const char *why = message_invalid(msg);
+        if (!why)
+            return false;
+        snprintf(message, sizeof(message), "Invalid Request: %s", why);
+        emit_error(f, NULL, RPC_INVALID_REQUEST, message);
+        return true;
+    }
+    if (json_array_size(msg) == 0) {
+        emit_error(f, NULL, RPC_INVALID_REQUEST, "Invalid Request: an empty batch");
+        return true;
+    }
+    size_t i, bad = 0;
+    const json_t *m;
+    json_array_foreach(msg, i, m) bad += message_invalid(m) != NULL;
+    if (!bad)
+        return false;
+    json_array_foreach(msg, i, m)
+    {
+        const char *why = message_invalid(m);
+        if (why)
+            snprintf(message, sizeof(message), "Invalid Request: %s (batch member %zu)", why, i);
+        else
+            snprintf(message, sizeof(message),
+                     "Invalid Request: not run, the batch it came in has an invalid member");
+        if (why || usable_id(m))
+            emit_error(f, why ? NULL : usable_id(m), RPC_INVALID_REQUEST, message);
+    }
+    return true;
+}
+
 static void handle_line(stdio_front_t *f, const char *line, size_t len)
 {
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
@@ -723,12 +790,16 @@ static void handle_line(stdio_front_t *f, const char *line, size_t len)
         return;
     }
     bool shaped = json_is_object(msg) || json_is_array(msg);
-    json_decref(msg);
     if (!shaped) {
+        json_decref(msg);
         emit_error(f, NULL, RPC_INVALID_REQUEST,
                    "Invalid Request: a message is a JSON object (or an array of them)");
         return;
     }
+    bool refused = refuse_invalid(f, msg);
+    json_decref(msg);
+    if (refused)
+        return;
     if (f->init_pending) {
         waiting_t *w = xcalloc(1, sizeof(*w));
         w->line = xstrndup(line, len);

@@ -270,3 +270,48 @@ test('one upstream: --server is refused, and the commands print what they always
   assert.match(table.stdout, /^KEY_HASH\s+TOOL\s+CALLS/m);
   assert.match(table.stdout, /^issue_refund\s+1\s+1\s+1\s+0\s/m);
 });
+
+test('--check-config with servers: the tools of each server\'s policy, its own and the top level\'s', async (t) => {
+  const dir = await tempDir(t, 'idemgw-servers-check-');
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, toYaml({
+    database_url: 'none',
+    tools: { get_ledger: { class: 'read' } },
+    servers: {
+      billing: {
+        path: '/billing/mcp', upstream: 'http://127.0.0.1:9/mcp',
+        tools: { issue_refund: { class: 'non_idempotent' }, get_ledger: { class: 'read' } },
+      },
+      memory: { path: '/memory/mcp', upstream: { command: [NODE, LEDGER_SERVER] } },
+    },
+  }));
+  const check = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.equal(check.code, 0, check.stderr);
+  // the top level names one tool of its own and no server's: "(1 tools)" would say nothing
+  assert.equal(check.stdout, `${file}: configuration ok (2 servers; tools in each server's policy, its own and the top level's: billing 2, memory 1)\n`);
+});
+
+test('policy init --server of a stdio server: the proxy and CA variables set here that its pass_env lacks are named', async (t) => {
+  const dir = await tempDir(t, 'idemgw-servers-passenv-');
+  const file = path.join(dir, 'idemgw.yaml');
+  const entry = `servers:\n  ledger:\n    path: /ledger/mcp\n    upstream:\n      command: [${JSON.stringify(NODE)}, ${JSON.stringify(LEDGER_SERVER)}]\n      env: {LEDGER: ${JSON.stringify(path.join(dir, 'ledger.jsonl'))}}\n      pass_env: [NO_PROXY]\n`;
+  await fs.writeFile(file, `database_url: none\n${entry}`);
+  const reach = /^(https?_proxy|no_proxy|all_proxy|node_extra_ca_certs|ssl_cert_(file|dir)|requests_ca_bundle|npm_config_registry|pip_index_url|uv_index_url)$/i;
+  const bare = Object.fromEntries(Object.entries(process.env).filter(([k]) => !reach.test(k)));
+
+  const plain = await run(IDEMGW_BIN, ['policy', 'init', '-c', file, '--server', 'ledger'], { env: bare });
+  assert.equal(plain.code, 0, plain.stderr);
+  assert.doesNotMatch(plain.stdout + plain.stderr, /pass_env/, 'nothing set here to pass');
+
+  const behind = await run(IDEMGW_BIN, ['policy', 'init', '-c', file, '--server', 'ledger'],
+    { env: { ...bare, HTTPS_PROXY: 'http://proxy.invalid:3128', NO_PROXY: 'localhost', NODE_EXTRA_CA_CERTS: '/etc/secret-ca.pem' } });
+  assert.equal(behind.code, 0, behind.stderr);
+  // NO_PROXY is in its pass_env already; the others are named, never their values
+  assert.match(behind.stdout, /\n {4}# {3}pass_env: \[HTTPS_PROXY, NODE_EXTRA_CA_CERTS\]\n {4}tools:\n/);
+  assert.match(behind.stderr, /server ledger: its upstream's pass_env lacks HTTPS_PROXY, NODE_EXTRA_CA_CERTS/);
+  assert.doesNotMatch(behind.stdout + behind.stderr, /proxy\.invalid|secret-ca/, 'names only');
+  // the snippet still goes under the entry as it is
+  await fs.writeFile(file, `database_url: none\n${entry}${behind.stdout}`);
+  const check = await run(IDEMGW_BIN, ['--check-config', '-c', file]);
+  assert.equal(check.code, 0, check.stderr + behind.stdout);
+});

@@ -174,10 +174,15 @@ test('a child killed mid-call: the call is recorded unknown and never run again;
   const s = await rawSession(t, gw.url, { headers: { 'X-Subject': 'alice' } });
   const args = { order_id: 'ord-killed', amount_cents: 900, delay_ms: 60000 };
   const pending = s.call('slow_refund', args);
+  const read = s.call('echo', { text: 'never', delay_ms: 60000 });
   const [entry] = await waitForLedger(ledger, 1);
   process.kill(entry.pid, 'SIGKILL');
+  // every call in flight is answered at once: the protected one as outcome unknown (it may
+  // have run), the read with an error for its id; neither waits for a client's timeout
   const first = await pending;
-  assert.equal(first.message?.result, undefined, `no result for the killed call: ${first.body}`);
+  assert.equal(first.message?.result?._meta?.['idemgw/status']?.code, 'outcome_unknown', first.body);
+  const lost = await read;
+  assert.equal(lost.message?.error?.code, -32603, lost.body);
   await waitForLog(gw, /stdio upstream .* ended by signal 9/);
 
   const gone = await s.request('tools/list', {});
@@ -394,6 +399,76 @@ test('third-party stdio servers from npm: server-memory, server-filesystem, serv
       assert.ok(replayMarker(again), 'the repeat is replayed');
     });
   }
+});
+
+test('idemgw policy init and tools on a server that fails: its stderr\'s last lines, and what its environment holds', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-fails-');
+  // a server missing its configuration says so on stderr, then refuses initialize
+  const server = path.join(dir, 'unconfigured.sh');
+  await fs.writeFile(server, [
+    '#!/bin/sh',
+    'read -r line',
+    'i=0',
+    'while [ $i -lt 12 ]; do echo "starting, step $i" >&2; i=$((i + 1)); done',
+    'echo "Error: FOO_API_KEY is not set" >&2',
+    'printf \'%s\\n\' \'{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"not configured"}}\'',
+    'read -r line',
+    '',
+  ].join('\n'), { mode: 0o755 });
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', server]);
+  assert.equal(init.code, 1);
+  assert.equal(init.stdout, '');
+  assert.match(init.stderr, /initialize: the server answered with an error: .*not configured/);
+  // the last lines, in order, the newest last; not the first ones of a long stderr
+  assert.match(init.stderr, /\n {2}the server's stderr, its last lines:\n(?: {4}starting, step \d+\n)+ {4}Error: FOO_API_KEY is not set\n/);
+  assert.match(init.stderr, / {4}starting, step 11\n/);
+  assert.doesNotMatch(init.stderr, /step 0\n/);
+  assert.match(init.stderr, /the server gets PATH, HOME, its upstream's env and the variables its pass_env names: no other variable of this environment reaches it/);
+  // idemgw tools reads a catalogue the same way
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, `upstream:\n  command: [${JSON.stringify(server)}]\n`);
+  const tools = await run(IDEMGW_BIN, ['tools', '-c', file]);
+  assert.equal(tools.code, 1);
+  assert.match(tools.stderr, / {4}Error: FOO_API_KEY is not set\n/);
+});
+
+test('idemgw policy init lists the tools a server offers only to clients that can answer its questions', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-caps-');
+  // a server that offers confirm_payment (which asks the user through elicitation) only to a
+  // client that declared it can answer, as servers built on that do
+  const server = path.join(dir, 'asks.mjs');
+  await fs.writeFile(server, `
+import readline from 'node:readline';
+let caps = {};
+const send = (m) => process.stdout.write(JSON.stringify({ jsonrpc: '2.0', ...m }) + '\\n');
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  const m = JSON.parse(line);
+  if (m.method === 'initialize') {
+    caps = m.params.capabilities || {};
+    send({ id: m.id, result: { protocolVersion: m.params.protocolVersion, capabilities: { tools: {} }, serverInfo: { name: 'asks', version: '1' } } });
+  } else if (m.method === 'tools/list') {
+    const tools = [{ name: 'list_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } }];
+    if (caps.elicitation) tools.push({ name: 'confirm_payment', inputSchema: { type: 'object' }, annotations: { destructiveHint: true } });
+    if (caps.sampling) tools.push({ name: 'summarise_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: true } });
+    if (caps.roots) tools.push({ name: 'export_payments', inputSchema: { type: 'object' }, annotations: { readOnlyHint: false } });
+    send({ id: m.id, result: { tools } });
+  } else if (m.id !== undefined && m.method) {
+    send({ id: m.id, result: {} });
+  }
+});
+`);
+  const init = await run(IDEMGW_BIN, ['policy', 'init', '--', NODE, server]);
+  assert.equal(init.code, 0, init.stderr);
+  assert.match(init.stdout, /\n  list_payments:\n    class: read\n/);
+  assert.match(init.stdout, /\n  confirm_payment:\n    class: non_idempotent\n/, 'elicitation declared');
+  assert.match(init.stdout, /\n  summarise_payments:\n/, 'sampling declared');
+  assert.match(init.stdout, /\n  export_payments:\n/, 'roots declared');
+  // policy diff reads the same tools: a fresh policy has no drift
+  const file = path.join(dir, 'idemgw.yaml');
+  await fs.writeFile(file, init.stdout);
+  const diff = await run(IDEMGW_BIN, ['policy', 'diff', '-c', file]);
+  assert.equal(diff.code, 0, diff.stdout + diff.stderr);
+  assert.equal(diff.stdout, '');
 });
 
 test('idemgw policy init -- CMD: a starter config for a stdio server, which loads and shows no drift', async (t) => {

@@ -238,6 +238,43 @@ test('stdout carries JSON-RPC lines only: bad lines get errors and the wrapper g
   assert.deepEqual(await w.exited, { code: 0, signal: null });
 });
 
+test('messages that are no JSON-RPC request, notification or answer: -32600 with id null, never sent on', async (t) => {
+  // behind an HTTP server, whose own checks may differ from the stdio upstream's: the wrapper
+  // itself answers what JSON-RPC calls an invalid request
+  const p = await place(t);
+  const http = await startRefundServer(t);
+  const urlCfg = path.join(p.dir, 'url.yaml');
+  await fs.writeFile(urlCfg, toYaml({ upstream: http.url }));
+  const w = rawWrapper(t, p, { command: null, opts: ['-c', urlCfg] });
+  await rawSession(w);
+  const before = w.lines().length;
+  const invalid = [
+    '{}',
+    '{"jsonrpc":"2.0"}',
+    '{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":[1],"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":true,"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":9,"method":42}',
+    '{"jsonrpc":"2.0","id":{"x":1},"result":{}}',
+    '[]',
+  ];
+  for (const line of invalid) w.send(line);
+  // a batch with one invalid member: the valid request in it is told it was not run
+  w.send('[{"jsonrpc":"2.0","id":"in-batch","method":"tools/list"},{}]');
+  w.send({ jsonrpc: '2.0', id: 10, method: 'tools/list' });
+  assert.ok((await w.answer(10)).result, 'the wrapper goes on');
+  const answers = w.lines().slice(before).map((l) => JSON.parse(l)).filter((m) => m.id !== 10);
+  const nulls = answers.filter((m) => m.id === null);
+  assert.equal(nulls.length, invalid.length + 1, JSON.stringify(answers));
+  for (const m of nulls) assert.equal(m.error.code, -32600, JSON.stringify(m));
+  const batch = answers.find((m) => m.id === 'in-batch');
+  assert.equal(batch?.error?.code, -32600, 'the batch\'s valid request is answered, not run');
+  assert.equal(answers.length, nulls.length + 1, `no other answer: ${JSON.stringify(answers)}`);
+  assert.ok(!w.stdout().includes('"a":1') && !w.stdout().includes('"x":1'), 'an invalid id is never echoed');
+  w.proc.stdin.end();
+  assert.equal((await w.exited).code, 0);
+});
+
 test('the end of stdin lets a call in flight finish and be recorded, then exits 0 with the server gone', async (t) => {
   const p = await place(t);
   const w = rawWrapper(t, p);

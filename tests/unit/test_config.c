@@ -1427,8 +1427,10 @@ static void test_servers_errors(void **state)
     expect_one_error("database_url: none\nworkers: 2\nservers:\n"
                      "  a: {path: /a/mcp, upstream: \"http://h/mcp\"}\n"
                      "  b: {path: /b/mcp, upstream: {command: [x]}}\n",
-                     "t.yaml:2: workers: 2 with a stdio upstream in server b: a session's child "
-                     "process lives in one worker; set workers: 1");
+                     "t.yaml:2: workers: 2 with a stdio upstream in server b: each worker is a "
+                     "process with children of its own, and the kernel gives a session's next "
+                     "connection to any worker, which would not have that session's child; set "
+                     "workers: 1");
     expect_one_error("database_url: none\nservers:\n  _other: {path: /o/mcp, upstream: \"http://h/mcp\"}\n",
                      "t.yaml:3: servers: '_other' is reserved: /metrics counts the servers past "
                      "its limit under it");
