@@ -54,7 +54,8 @@ static void usage(FILE *f)
           "  -H HEADER      a header every request carries, e.g. for subject: {header: ...}\n"
           "  --log-file F   log lines go to F instead of stderr (never to stdout)\n"
           "  the store: database_url from -c FILE, else a file of this command's own,\n"
-          "  $XDG_STATE_HOME/idemgw/stdio-NAME-HASH.db (else ~/.local/state/idemgw/...)\n",
+          "  $XDG_STATE_HOME/idemgw/stdio-NAME-HASH.db (else ~/.local/state/idemgw/...),\n"
+          "  shared by the copies of the command running at once (agent windows)\n",
           f);
 }
 

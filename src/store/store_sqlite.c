@@ -823,8 +823,7 @@ static bool set_sync(store_sqlite_t *s, bool full)
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
     int ran = 0;
-    /* a batch of reports (or counts) only reads: a read transaction, which never holds the write
-     * lock a gateway beside it needs (WAL lets both run) */
+    /* reports and counts only read: a read transaction leaves the write lock to others (WAL) */
     bool read_only = true;
     bool disk_failed = false;
     for (const sq_op_t *op = batch; op; op = op->next)
@@ -936,6 +935,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         run_batch(s, batch);
+        sq_vfs_forget(s->db); /* a rolled-back batch's gathered frames */
 
         pthread_mutex_lock(&s->mu);
         if (s->done_tail)

@@ -43,6 +43,10 @@ store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
  * false if it cannot be (the store then opens with SQLite's default). */
 #define SQ_VFS_NAME "idemgw-unix"
 bool sq_vfs_register(void);
+/* Drops what db's -wal has gathered when db is outside a transaction: then it can only be frames
+ * of one that rolled back, which nobody may write any more (another connection has the write
+ * lock, or will, and appends at the same offsets). The writer calls it after every batch. */
+void sq_vfs_forget(sqlite3 *db);
 
 /* The files the store opened (store_sqlite_guard.c): the key file, -wal, -shm, the lock. */
 #define SQ_GUARD_FILES 4
