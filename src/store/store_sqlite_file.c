@@ -43,10 +43,10 @@ sq_plan_t sq_plan(bool shared, bool peers)
     if (shared) /* an operator's command: it looks beside whoever serves, makes nothing */
         return (sq_plan_t){.lock = SQ_LOCK_NONE};
     if (peers)
-        /* SQLite's own VFS: a gathered write waits for its transaction's commit frame, and
-         * the frames of a transaction that rolled back would be written once another process
-         * has the write lock, over its commits. A peer's commits gain little from one write
-         * fewer, and SQLite's VFS is the one its multi-process locking is proven with. */
+        /* SQLite's own VFS: the gathering one delays a transaction's writes to its commit
+         * frame, which is made for one process writing the file all the time (see
+         * store_sqlite_vfs.c); a peer's commits gain little from one write fewer, and SQLite's
+         * VFS is the one its multi-process locking is proven with. */
         return (sq_plan_t){.lock = SQ_LOCK_SHARED, .create = true, .guard = true};
     return (sq_plan_t){
         .lock = SQ_LOCK_EXCLUSIVE, .create = true, .gather_wal = true, .guard = true};
