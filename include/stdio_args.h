@@ -36,9 +36,10 @@ void stdio_args_free(stdio_args_t *a);
  * store's default, store_default_path()) a name made of the server's last word that is not an
  * option (cut to letters, digits, '.', '_' and '-', a script's extension dropped) and 16 hex
  * digits of the SHA-256 of every word, so one command keeps its file across runs and another
- * command gets another: "stdio-server-memory-1f2e3d4c5b6a7988.db". instance > 0 names the file
- * of a further copy running at the same time (two agent windows): "...7988-2.db" for 1. NULL
- * when default_file is NULL or words is empty. */
-char *stdio_args_store_file(const char *default_file, char *const *words, unsigned instance);
+ * command gets another: "stdio-server-memory-1f2e3d4c5b6a7988.db". Copies of one command
+ * running at the same time (two agent windows) get the same file, which they share (the
+ * embedded store's peers), so a call made in one window is replayed in the other: the name
+ * holds nothing of a run. NULL when default_file is NULL or words is empty. */
+char *stdio_args_store_file(const char *default_file, char *const *words);
 
 #endif

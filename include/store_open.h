@@ -34,8 +34,9 @@ typedef struct store_backend {
     /* Opens the store on target (store_choose's) with o; NULL with msg set when refused. */
     store_t *(*open)(struct event_base *base, const char *target, const store_open_opts_t *o,
                      char *msg, size_t msglen);
-    /* Logs (info) that the store is open; named: database_url named it (not the default). */
-    void (*opened)(const char *target, bool named);
+    /* Logs (info) that the store is open; named: database_url named it (not the default); o:
+     * what it was opened with. */
+    void (*opened)(const char *target, bool named, const store_open_opts_t *o);
 } store_backend_t;
 
 /* The backend database_url names (NULL: unset), and in *target what it opens (allocated, free

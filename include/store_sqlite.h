@@ -11,7 +11,20 @@
  * crash of the machine, a finish leaves its claim, and the retry hears "unknown".
  *
  * One process per file: the store holds an exclusive lock (flock on PATH.lock) for its life,
- * and a second opener is refused. Several replicas need Postgres. */
+ * and a second opener is refused. Several replicas need Postgres.
+ *
+ * Or several processes of one machine per file, as peers (sq->peers: `idemgw stdio`, whose
+ * copies of one command, one per agent window, share their command's file). Nothing a claim
+ * decides is kept in a process: every op already runs inside a BEGIN IMMEDIATE transaction,
+ * which in WAL mode holds the file's one write lock and reads the newest commit, so a claim sees
+ * every claim any process committed before it, and leases, takeovers, fences and the sweeper
+ * judge the same rows by the same clock. What assumed one process is changed for peers (see
+ * sq_plan in store_sqlite_file.c): the lock on PATH.lock is shared (peers run together; a
+ * gateway that wants the file alone, and the peers, refuse each other), and the -wal is written
+ * by SQLite's own VFS (the gathering one delays writes, which is sound only while one process
+ * writes the file). A peer's writer waits for another's transaction through the busy timeout;
+ * an op that cannot have the lock before its deadline is answered unavailable and never runs,
+ * so in doubt the call is refused, never executed. */
 #ifndef IDEMGW_STORE_SQLITE_H
 #define IDEMGW_STORE_SQLITE_H
 
@@ -33,6 +46,8 @@ typedef struct store_sqlite_options {
     const char *path; /* the database file */
     bool shared;      /* for `idemgw key`: no process lock, and the file and its schema must
                          exist (never created) */
+    bool peers;       /* one of several processes on this machine that serve from the file at once
+                         (idemgw stdio): a shared process lock, SQLite's own VFS */
     bool durable_finish; /* finishes wait for the disk too; else only claims and the rest do */
 } store_sqlite_options_t;
 
@@ -44,10 +59,6 @@ typedef struct store_sqlite_options {
  * SQLite's own locking, beside a gateway that may be running. */
 store_t *store_sqlite_new(struct event_base *base, const store_options_t *opt,
                           const store_sqlite_options_t *sq, char *msg, size_t msglen);
-
-/* Whether a gateway process holds path's lock now (store_sqlite_new would refuse it). Only
- * looks: creates nothing, takes nothing it keeps. */
-bool store_sqlite_held(const char *path);
 
 /* The newest migration number of sql/sqlite/ this binary knows. */
 int store_sqlite_schema_version(void);

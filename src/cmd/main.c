@@ -765,7 +765,7 @@ static bool open_store(server_t *s)
         .pg = {.pool_size = cfg->store_pool,
                .group_commit = cfg->store_group_commit,
                .durable_finish = cfg->store_durable_finish},
-        .sqlite = {.durable_finish = cfg->store_durable_finish},
+        .sqlite = {.durable_finish = cfg->store_durable_finish, .peers = cfg->store_peers},
     };
     /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file the
      * operator named is theirs to place */
@@ -782,7 +782,7 @@ static bool open_store(server_t *s)
         fprintf(stderr, "idemgw: store: %s\n", msg);
         return false;
     }
-    cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL);
+    cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL, &so);
     store_observe(s->store, s->stats, s->base);
     store_on_settled(s->store, store_settled, NULL);
     return true;

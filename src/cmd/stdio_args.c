@@ -159,7 +159,7 @@ static void make_label(const char *word, char *out, size_t outlen)
         snprintf(out, outlen, "server");
 }
 
-char *stdio_args_store_file(const char *default_file, char *const *words, unsigned instance)
+char *stdio_args_store_file(const char *default_file, char *const *words)
 {
     if (!default_file || !words || !words[0])
         return NULL;
@@ -181,9 +181,6 @@ char *stdio_args_store_file(const char *default_file, char *const *words, unsign
     make_label(label_word(words), label, sizeof(label));
     const char *slash = strrchr(default_file, '/');
     int dir_len = slash ? (int)(slash - default_file) : 0;
-    char copy[16] = "";
-    if (instance)
-        snprintf(copy, sizeof(copy), "-%u", instance + 1);
-    return xasprintf("%.*s%sstdio-%s-%.*s%s.db", dir_len, default_file, slash ? "/" : "", label,
-                     HASH_HEX, hex, copy);
+    return xasprintf("%.*s%sstdio-%s-%.*s.db", dir_len, default_file, slash ? "/" : "", label,
+                     HASH_HEX, hex);
 }

@@ -8,7 +8,6 @@
 #include "stdio_args.h"
 #include "stdio_front.h"
 #include "store_open.h"
-#include "store_sqlite.h"
 #include "upstream_stdio.h"
 #include "util.h"
 
@@ -30,9 +29,6 @@ extern char **environ;
 /* A wrapper's session lasts as long as the wrapper: the stdio upstream's idle timeout would
  * end it (and stop the server) under a client that cannot start another. */
 #define SESSION_FOREVER_MS (100ULL * 365 * 24 * 3600 * 1000)
-
-/* Store files tried for copies of one command running at once; the last one refuses. */
-#define MAX_INSTANCES 8
 
 /* The loader insists on an upstream; the command replaces this stand-in right after. */
 #define UPSTREAM_STAND_IN "http://127.0.0.1:9/mcp"
@@ -58,7 +54,8 @@ static void usage(FILE *f)
           "  -H HEADER      a header every request carries, e.g. for subject: {header: ...}\n"
           "  --log-file F   log lines go to F instead of stderr (never to stdout)\n"
           "  the store: database_url from -c FILE, else a file of this command's own,\n"
-          "  $XDG_STATE_HOME/idemgw/stdio-NAME-HASH.db (else ~/.local/state/idemgw/...)\n",
+          "  $XDG_STATE_HOME/idemgw/stdio-NAME-HASH.db (else ~/.local/state/idemgw/...),\n"
+          "  shared by the copies of the command running at once (agent windows)\n",
           f);
 }
 
@@ -152,24 +149,32 @@ static void fixed_subject(config_t *cfg)
                              : xasprintf("local:uid-%u", (unsigned)getuid());
 }
 
+/* An embedded store is shared by the wrapper's copies that name its file (two agent windows
+ * running one command, or one -c FILE): they are its peers, so a call made in one is claimed
+ * for all (store_sqlite.h). Each replays from the file, not from a cache of its own: a cache
+ * would keep replaying in one window a result an operator forgot (`idemgw key --forget`) in
+ * all of them, and the replays of one agent are few. */
+static void share_store(config_t *cfg)
+{
+    if (!cfg->store_backend || !cfg->store_backend->local_file)
+        return;
+    cfg->store_peers = true;
+    cfg->cache_entries = 0;
+}
+
 /* The command's own file of the embedded store, unless database_url names a store. The PG*
- * variables do not choose Postgres here: a desktop agent's environment is not the operator's. */
+ * variables do not choose Postgres here: a desktop agent's environment is not the operator's.
+ * Every copy of one command chooses the same file. */
 static int choose_store(config_t *cfg)
 {
-    if (cfg->database_url)
+    if (cfg->database_url) {
+        share_store(cfg);
         return 0;
+    }
     char *const url_words[] = {cfg->upstream_url, NULL};
     char *const *words = cfg->stdio.argv ? cfg->stdio.argv : url_words;
     char *def = store_default_path();
-    char *file = stdio_args_store_file(def, words, 0);
-    /* a copy of this command already running (another agent window) holds its file: the
-     * next file that is free, so both run (each replays what went through its own file) */
-    for (unsigned i = 1; file && i < MAX_INSTANCES && store_sqlite_held(file); i++) {
-        char *next = stdio_args_store_file(def, words, i);
-        log_warn(0, "store: %s is held by another copy of this command: using %s", file, next);
-        free(file);
-        file = next;
-    }
+    char *file = stdio_args_store_file(def, words);
     free(def);
     if (!file) {
         fprintf(stderr, "idemgw stdio: no folder for the store (none of STATE_DIRECTORY, "
@@ -183,6 +188,7 @@ static int choose_store(config_t *cfg)
     cfg->store_backend = store_choose(url, &cfg->store_target);
     cfg->store_enabled = cfg->store_backend != NULL;
     free(url);
+    share_store(cfg);
     return 0;
 }
 

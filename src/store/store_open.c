@@ -26,9 +26,10 @@ static store_t *pg_open(struct event_base *base, const char *target, const store
     return store_pg_new(base, &o->common, &pg, msg, msglen);
 }
 
-static void pg_opened(const char *target, bool named)
+static void pg_opened(const char *target, bool named, const store_open_opts_t *o)
 {
     (void)target;
+    (void)o;
     log_info(0, "store: postgres (%s)", named ? "database_url" : "the PG* environment");
 }
 
@@ -47,12 +48,13 @@ static store_t *sqlite_open(struct event_base *base, const char *target, const s
     return store_sqlite_new(base, &o->common, &sq, msg, msglen);
 }
 
-static void sqlite_opened(const char *target, bool named)
+static void sqlite_opened(const char *target, bool named, const store_open_opts_t *o)
 {
     log_info(0,
-             "store: embedded SQLite at %s%s (this process only; several replicas "
-             "or machines need Postgres: set database_url)",
-             target, named ? "" : " (the default)");
+             "store: embedded SQLite at %s%s (%s; several replicas or machines need Postgres: "
+             "set database_url)",
+             target, named ? "" : " (the default)",
+             o->sqlite.peers ? "shared by its peers on this machine" : "this process only");
 }
 
 /* Looked up in order: a prefix first, the row without one last. */
@@ -116,4 +118,3 @@ store_t *store_open(const store_backend_t *b, struct event_base *base, const cha
 {
     return b->open(base, target, o, msg, msglen);
 }
-

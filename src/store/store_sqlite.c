@@ -823,8 +823,7 @@ static bool set_sync(store_sqlite_t *s, bool full)
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
     int ran = 0;
-    /* a batch of reports (or counts) only reads: a read transaction, which never holds the write
-     * lock a gateway beside it needs (WAL lets both run) */
+    /* reports and counts only read: a read transaction leaves the write lock to others (WAL) */
     bool read_only = true;
     bool disk_failed = false;
     for (const sq_op_t *op = batch; op; op = op->next)
@@ -936,6 +935,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&s->mu);
 
         run_batch(s, batch);
+        sq_vfs_forget(s->db); /* a rolled-back batch's gathered frames */
 
         pthread_mutex_lock(&s->mu);
         if (s->done_tail)
@@ -1271,10 +1271,10 @@ static void guard_tick(evutil_socket_t fd, short what, void *arg)
 /* ---- opening: the lock, the file, the schema ---- */
 
 /* Opens the file in WAL mode with synchronous=FULL: a commit is on disk when it returns. */
-static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate, char *msg,
+static store_status_t open_db(store_sqlite_t *s, sq_plan_t plan, bool allow_migrate, char *msg,
                               size_t msglen)
 {
-    if (!shared) {
+    if (plan.create) {
         /* created here, not by SQLite, so the keys (subjects, results) are the owner's only;
          * SQLite gives its -wal and -shm files the same mode */
         int fd = open(s->path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -1285,7 +1285,7 @@ static store_status_t open_db(store_sqlite_t *s, bool shared, bool allow_migrate
         close(fd);
     }
     int rc = sqlite3_open_v2(s->path, &s->db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                             sq_vfs_register() ? SQ_VFS_NAME : NULL);
+                             plan.gather_wal && sq_vfs_register() ? SQ_VFS_NAME : NULL);
     if (rc != SQLITE_OK) {
         snprintf(msg, msglen, "cannot open %s: %s", s->path,
                  s->db ? sqlite3_errmsg(s->db) : sqlite3_errstr(rc));
@@ -1395,10 +1395,10 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
 
-    if (!sq->shared && (s->lock_fd = sq_lock_file(s->path, msg, msglen)) < 0)
+    sq_plan_t plan = sq_plan(sq->shared, sq->peers);
+    if (!sq_lock_file(s->path, plan.lock, &s->lock_fd, msg, msglen))
         goto fail;
-    /* an operator's look (shared) never creates the schema */
-    if (open_db(s, sq->shared, opt->migrate && !sq->shared, msg, msglen) != STORE_OK)
+    if (open_db(s, plan, opt->migrate && plan.create, msg, msglen) != STORE_OK)
         goto fail;
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (s->efd < 0) {
@@ -1416,7 +1416,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     }
     struct timeval dup_tv = util_ms_to_tv(DUP_FLUSH_MS);
     event_add(s->dup_ev, &dup_tv);
-    if (!sq->shared) {
+    if (plan.guard) {
         sq_guard_init(&s->guard, s->path, s->lock_fd);
         s->guarded = true;
         s->guard_ev = must_event(event_new(base, -1, EV_PERSIST, guard_tick, s));

@@ -1,5 +1,6 @@
-/* The embedded store's file: the lock that keeps it to one process, and its schema. The
- * writer thread, the ops and the interface live in store_sqlite.c. */
+/* The embedded store's file: how a process holds it (alone, or as one of its peers), the lock
+ * that says so, and its schema. The writer thread, the ops and the interface live in
+ * store_sqlite.c. */
 #include "store_sqlite_int.h"
 
 #include "log.h"
@@ -37,55 +38,88 @@ store_status_t sq_status(int rc)
     }
 }
 
-/* One gateway process per file: an exclusive flock on PATH.lock for the store's life. The
- * holder writes its pid there, so the refusal can name it. */
-int sq_lock_file(const char *path, char *msg, size_t msglen)
+sq_plan_t sq_plan(bool shared, bool peers)
 {
+    if (shared) /* an operator's command: it looks beside whoever serves, makes nothing */
+        return (sq_plan_t){.lock = SQ_LOCK_NONE};
+    if (peers)
+        /* SQLite's own VFS: the gathering one delays a transaction's writes to its commit
+         * frame, which is made for one process writing the file all the time (see
+         * store_sqlite_vfs.c); a peer's commits gain little from one write fewer, and SQLite's
+         * VFS is the one its multi-process locking is proven with. */
+        return (sq_plan_t){.lock = SQ_LOCK_SHARED, .create = true, .guard = true};
+    return (sq_plan_t){
+        .lock = SQ_LOCK_EXCLUSIVE, .create = true, .gather_wal = true, .guard = true};
+}
+
+/* The processes that hold the lock: a gateway alone (its pid is in the file), or peers. Asked
+ * after a lock was refused; peers are told apart by a shared lock being granted now. */
+static void describe_holder(int fd, const char *lock_path, char *out, size_t len)
+{
+    int probe = open(lock_path, O_RDONLY | O_CLOEXEC);
+    bool peers = probe >= 0 && flock(probe, LOCK_SH | LOCK_NB) == 0;
+    if (probe >= 0)
+        close(probe); /* and with it the shared lock, if it was granted */
+    if (peers) {
+        snprintf(out, len, "by processes that share it (idemgw stdio: copies of one command)");
+        return;
+    }
+    char pid[32] = "";
+    ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
+    pid[n > 0 ? n : 0] = '\0';
+    pid[strcspn(pid, "\n")] = '\0';
+    if (pid[0])
+        snprintf(out, len, "by another process (pid %s)", pid);
+    else
+        snprintf(out, len, "by another process");
+}
+
+/* A gateway holds an exclusive flock on PATH.lock for the store's life, and writes its pid
+ * there, so a refusal can name it; peers hold a shared one (no pid: there are several, and
+ * the file's pid is read only when the holder is exclusive). Each mode refuses the other. */
+bool sq_lock_file(const char *path, sq_lock_t mode, int *out, char *msg, size_t msglen)
+{
+    *out = -1;
+    if (mode == SQ_LOCK_NONE)
+        return true;
     char *lock_path = xasprintf("%s.lock", path);
     int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
         snprintf(msg, msglen, "cannot open the lock file %s: %s", lock_path, strerror(errno));
         free(lock_path);
-        return -1;
+        return false;
     }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    bool exclusive = mode == SQ_LOCK_EXCLUSIVE;
+    if (flock(fd, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         int err = errno;
-        char pid[32] = "", holder[64] = "";
-        ssize_t n = pread(fd, pid, sizeof(pid) - 1, 0);
-        pid[n > 0 ? n : 0] = '\0';
-        pid[strcspn(pid, "\n")] = '\0';
-        if (pid[0])
-            snprintf(holder, sizeof(holder), " (pid %s)", pid);
-        if (err == EWOULDBLOCK)
+        char holder[96];
+        describe_holder(fd, lock_path, holder, sizeof(holder));
+        if (err == EWOULDBLOCK && exclusive)
             snprintf(msg, msglen,
-                     "the embedded store %s is in use by another process%s, which holds %s: one "
-                     "gateway process per file; several replicas or workers need Postgres "
-                     "(database_url: postgres://...)",
+                     "the embedded store %s is in use %s, holding %s: one gateway process "
+                     "per file; several replicas or workers need Postgres (database_url: "
+                     "postgres://...)",
+                     path, holder, lock_path);
+        else if (err == EWOULDBLOCK)
+            snprintf(msg, msglen,
+                     "the embedded store %s is in use %s, holding %s alone: a gateway "
+                     "serving from it; give this one another file (database_url: sqlite:PATH)",
                      path, holder, lock_path);
         else
             snprintf(msg, msglen, "cannot lock %s: %s", lock_path, strerror(err));
         close(fd);
         free(lock_path);
-        return -1;
+        return false;
     }
-    char pid[32];
-    int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
-    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
-        log_warn(0, "store: cannot write the pid into %s", lock_path);
+    if (exclusive) {
+        char pid[32];
+        int len = snprintf(pid, sizeof(pid), "%ld\n", (long)getpid());
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+            log_warn(0, "store: cannot write the pid into %s", lock_path);
+    }
     free(lock_path);
-    return fd;
-}
-
-bool store_sqlite_held(const char *path)
-{
-    char *lock_path = xasprintf("%s.lock", path);
-    int fd = open(lock_path, O_RDONLY | O_CLOEXEC);
-    free(lock_path);
-    if (fd < 0)
-        return false; /* no lock file: nobody has opened the store yet */
-    bool held = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
-    close(fd); /* and with it the shared lock, if it was taken */
-    return held;
+    *out = fd;
+    return true;
 }
 
 /* Brings the schema up to date in one transaction; the same rules as Postgres (a newer schema

@@ -14,9 +14,27 @@
 bool sq_exec(sqlite3 *db, const char *sql);
 /* STORE_ERR_UNAVAILABLE for codes that say the file is in trouble, else STORE_ERR_STATEMENT. */
 store_status_t sq_status(int rc);
-/* Takes PATH.lock for the process's life: its descriptor, or -1 with msg saying why (another
- * process holds it: named by its pid). */
-int sq_lock_file(const char *path, char *msg, size_t msglen);
+/* How a process holds the file (sq_plan's answer for its options). */
+typedef enum {
+    SQ_LOCK_NONE = 0,  /* an operator's look (`idemgw key`): SQLite's own locks only */
+    SQ_LOCK_SHARED,    /* a peer: beside other peers, never beside an exclusive holder */
+    SQ_LOCK_EXCLUSIVE, /* the gateway alone */
+} sq_lock_t;
+
+typedef struct {
+    sq_lock_t lock;  /* what it takes on PATH.lock for its life */
+    bool create;     /* the file and its schema may be made */
+    bool gather_wal; /* the -wal written through SQ_VFS_NAME (one process writes the file) */
+    bool guard;      /* the files are watched: they are this process's (it holds their lock) */
+} sq_plan_t;
+
+/* What the options make of the file: pure, so the rules are unit tested as a table. */
+sq_plan_t sq_plan(bool shared, bool peers);
+
+/* Takes PATH.lock for the process's life, in mode: true with *fd its descriptor (-1 for
+ * SQ_LOCK_NONE, which takes nothing), or false with msg saying why (held in the other mode: an
+ * exclusive holder named by its pid). */
+bool sq_lock_file(const char *path, sq_lock_t mode, int *fd, char *msg, size_t msglen);
 /* Brings db's schema up to date (only with allow), in one transaction; a newer one is refused. */
 store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
 
@@ -25,6 +43,10 @@ store_status_t sq_migrate(sqlite3 *db, bool allow, char *msg, size_t msglen);
  * false if it cannot be (the store then opens with SQLite's default). */
 #define SQ_VFS_NAME "idemgw-unix"
 bool sq_vfs_register(void);
+/* Drops what db's -wal has gathered when db is outside a transaction: then it can only be frames
+ * of one that rolled back, which nobody may write any more (another connection has the write
+ * lock, or will, and appends at the same offsets). The writer calls it after every batch. */
+void sq_vfs_forget(sqlite3 *db);
 
 /* The files the store opened (store_sqlite_guard.c): the key file, -wal, -shm, the lock. */
 #define SQ_GUARD_FILES 4

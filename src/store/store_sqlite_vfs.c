@@ -13,7 +13,14 @@
  * Anything else on the file first writes what is gathered: a read (a checkpoint, a checksum
  * rewrite), a sync, a truncation, its size, a file control, a close, and a write somewhere
  * else. Nothing is ever reordered, only delayed within one transaction. Other files (the key
- * file, -shm, journals) are the unix VFS's own objects, untouched. */
+ * file, -shm, journals) are the unix VFS's own objects, untouched.
+ *
+ * A transaction that rolls back ends without a commit frame, and may leave frames it spilled
+ * gathered (a rollback that reads nothing from the log writes nothing). Once it ended, the write
+ * lock is free, and another connection (an operator's `idemgw key`) appends its commits at the
+ * same offsets: writing those frames then would overwrite them. So the store drops them
+ * (sq_vfs_forget) as soon as its transaction is over. The gathering stays a one-writer idea:
+ * the embedded store's peers (several processes serving from the file) use the unix VFS. */
 #include "store_sqlite_int.h"
 
 #include <pthread.h>
@@ -230,6 +237,18 @@ static int vfs_open(sqlite3_vfs *v, const char *name, sqlite3_file *f, int flags
     }
     f->pMethods = &wal_methods;
     return SQLITE_OK;
+}
+
+void sq_vfs_forget(sqlite3 *db)
+{
+    sqlite3_file *f = NULL;
+    if (!sqlite3_get_autocommit(db) ||
+        sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &f) != SQLITE_OK || !f ||
+        f->pMethods != &wal_methods)
+        return; /* in a transaction, or no -wal of this VFS open */
+    wal_file_t *w = (wal_file_t *)f;
+    w->len = 0;
+    w->commit_page = false;
 }
 
 static int register_result = SQLITE_ERROR;

@@ -2,7 +2,8 @@
 // stdio clients (1.x and 2.x) start it as they would start the server itself; a repeated
 // non_idempotent call is replayed within a run and across runs (a restarted agent), read
 // tools run each time, progress reaches the client, stdout carries JSON-RPC lines only, and
-// the end of stdin lets what is in flight finish, then exits 0 with the server stopped.
+// the end of stdin lets what is in flight finish, then exits 0 with the server stopped. Two
+// copies of one command (two agent windows) share its store file: a call runs once in all.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -13,7 +14,7 @@ import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotoc
 import { Client as V2Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport as V2StdioTransport } from '@modelcontextprotocol/client/stdio';
 import {
-  IDEMGW_BIN, NODE, TESTS, readLedger, replayMarker, startRefundServer, tempDir, toolText, toYaml, waitFor,
+  IDEMGW_BIN, NODE, TESTS, idemStatus, readLedger, replayMarker, startRefundServer, tempDir, toolText, toYaml, waitFor,
 } from './lib/harness.mjs';
 
 const LEDGER_SERVER = path.join(TESTS, 'fixtures/ledger-stdio.mjs');
@@ -498,20 +499,93 @@ test('a burst of 150 calls written at once, then the end of stdin: every one is 
   for (let i = 0; i < 150; i++) assert.equal(toolText(answers.get(100 + i).result), `n${i}`);
 });
 
-test('two copies of one command at once (two agent windows): the second takes a file of its own', async (t) => {
+/** The one store file of the state home: copies of one command share it. */
+async function storeFiles(p) {
+  return (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db'));
+}
+
+/** Ledger lines of one order. */
+const executions = async (p, order) => (await readLedger(p.ledger)).filter((e) => e.order_id === order);
+
+test('two copies of one command (two agent windows) share its file: the same call from both runs once', async (t) => {
   const p = await place(t);
-  const first = await agent(t, p, { name: 'window 1' });
-  await first.client.listTools();
-  const second = await agent(t, p, { name: 'window 2' });
-  await second.client.listTools();
+  // started together on a file that does not exist yet: both make and open it
+  const [one, two] = await Promise.all([agent(t, p, { name: 'window 1' }), agent(t, p, { name: 'window 2', v2: true })]);
+  await Promise.all([one.client.listTools(), two.client.listTools()]);
+
+  // one after the other: the second window gets the first one's answer
   const args = { order_id: 'ord-windows', amount_cents: 8 };
-  assert.equal(replayMarker(await first.client.callTool({ name: 'issue_refund', arguments: args })), undefined);
-  assert.ok(replayMarker(await first.client.callTool({ name: 'issue_refund', arguments: args })));
-  assert.match(second.logs(), /is held by another copy of this command: using .*-2\.db/);
-  const files = (await fs.readdir(path.join(p.state, 'idemgw'))).filter((f) => f.endsWith('.db')).sort();
-  assert.equal(files.length, 2);
-  const copy = files.find((f) => f.endsWith('-2.db'));
-  assert.ok(copy && files.includes(copy.replace('-2.db', '.db')), `the first file and its -2: ${files}`);
+  const first = await one.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.equal(replayMarker(first), undefined);
+  const other = await two.client.callTool({ name: 'issue_refund', arguments: args });
+  assert.ok(replayMarker(other), `the other window replays it: ${JSON.stringify(other)}`);
+  assert.equal(toolText(other), toolText(first));
+  assert.equal((await executions(p, 'ord-windows')).length, 1);
+
+  // while it runs in one window, the other is told it is in progress; then it is replayed there
+  const gate = path.join(p.dir, 'gate');
+  const slow = { order_id: 'ord-slow', amount_cents: 9, wait_for: gate };
+  const running = one.client.callTool({ name: 'slow_refund', arguments: slow });
+  await waitFor(async () => (await executions(p, 'ord-slow')).length === 1, { what: 'the slow refund to start' });
+  const meanwhile = await two.client.callTool({ name: 'slow_refund', arguments: slow });
+  assert.equal(idemStatus(meanwhile)?.code, 'in_progress', JSON.stringify(meanwhile));
+  await fs.writeFile(gate, '');
+  assert.match(toolText(await running), /Refunded 9 on ord-slow/);
+  assert.ok(replayMarker(await two.client.callTool({ name: 'slow_refund', arguments: slow })));
+  assert.equal((await executions(p, 'ord-slow')).length, 1);
+
+  // sent from both at the same moment: each order runs once, the other copy gets the replay or
+  // the in-progress answer
+  const orders = Array.from({ length: 12 }, (_, i) => ({ order_id: `ord-race-${i}`, amount_cents: 100 + i }));
+  const answers = await Promise.all(orders.map((a) => Promise.all([one, two].map((w) => w.client.callTool({ name: 'issue_refund', arguments: a })))));
+  for (const [i, pair] of answers.entries()) {
+    const ran = pair.filter((r) => replayMarker(r) === undefined && idemStatus(r) === undefined);
+    assert.equal(ran.length, 1, `order ${i}: one copy ran it: ${JSON.stringify(pair)}`);
+    const held = pair.find((r) => r !== ran[0]);
+    assert.ok(replayMarker(held) || idemStatus(held)?.code === 'in_progress', `order ${i}: ${JSON.stringify(held)}`);
+    assert.equal((await executions(p, orders[i].order_id)).length, 1, `order ${i} executed once`);
+  }
+  assert.equal((await storeFiles(p)).length, 1, 'one file for both copies');
+
+  // one window closes, the other goes on; a third one opened then shares what it wrote
+  await one.client.close();
+  await waitFor(() => !alive(one.pid), { what: 'the first wrapper to exit' });
+  const late = { order_id: 'ord-after', amount_cents: 11 };
+  assert.equal(replayMarker(await two.client.callTool({ name: 'issue_refund', arguments: late })), undefined);
+  const three = await agent(t, p, { name: 'window 3' });
+  assert.ok(replayMarker(await three.client.callTool({ name: 'issue_refund', arguments: late })));
+  assert.ok(replayMarker(await three.client.callTool({ name: 'issue_refund', arguments: args })));
+  assert.equal((await executions(p, 'ord-after')).length, 1);
+  assert.match(two.logs(), /shared by its peers on this machine/);
+});
+
+test('a copy killed mid-call: the other copies are told it is in progress, and never run it again', async (t) => {
+  const p = await place(t);
+  const one = await agent(t, p, { name: 'window 1' });
+  const two = await agent(t, p, { name: 'window 2' });
+  await Promise.all([one.client.listTools(), two.client.listTools()]);
+  const gate = path.join(p.dir, 'gate');
+  const args = { order_id: 'ord-killed', amount_cents: 5, wait_for: gate };
+  const lost = one.client.callTool({ name: 'slow_refund', arguments: args }).catch((e) => e);
+  await waitFor(async () => (await executions(p, 'ord-killed')).length === 1, { what: 'the refund to start' });
+  const [started] = await executions(p, 'ord-killed');
+  // the killed wrapper's server is an orphan still running the call
+  t.after(() => {
+    try { process.kill(started.pid, 'SIGKILL'); } catch { /* gone already */ }
+  });
+  process.kill(one.pid, 'SIGKILL');
+  await waitFor(() => !alive(one.pid), { what: 'the killed wrapper to go' });
+  await lost;
+
+  const retry = await two.client.callTool({ name: 'slow_refund', arguments: args });
+  assert.equal(replayMarker(retry), undefined);
+  assert.ok(['in_progress', 'outcome_unknown'].includes(idemStatus(retry)?.code), `held: ${JSON.stringify(retry)}`);
+  // the orphan finishes, its answer reaching no one; a window opened afterwards holds it too
+  await fs.writeFile(gate, '');
+  const three = await agent(t, p, { name: 'window 3' });
+  const again = await three.client.callTool({ name: 'slow_refund', arguments: args });
+  assert.ok(['in_progress', 'outcome_unknown'].includes(idemStatus(again)?.code), `held: ${JSON.stringify(again)}`);
+  assert.equal((await executions(p, 'ord-killed')).length, 1, 'executed once, by the killed copy');
 });
 
 test('stdin from a file or /dev/null, stdout to a file: read to the end, answered, exit 0', async (t) => {

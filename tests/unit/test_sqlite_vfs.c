@@ -1,8 +1,9 @@
 /* The embedded store's VFS (src/store/store_sqlite_vfs.c), which gathers a -wal file's writes
  * into one per transaction: every commit is in the file when it returns, for another
  * connection reading beside it and for a process that dies right after (a child ending with
- * _exit, no close), through transactions that spill pages before they commit or roll back, a
- * checkpoint and the log's restart. */
+ * _exit, no close), through transactions that spill pages before they commit or roll back (and
+ * then leave nothing to be written over another writer's commits), a checkpoint and the log's
+ * restart. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -19,6 +20,7 @@
 
 /* The store's own (store_sqlite_int.h is private to the store's files). */
 bool sq_vfs_register(void);
+void sq_vfs_forget(sqlite3 *db);
 #define VFS "idemgw-unix"
 
 static char dir[] = "/tmp/idemgw-vfs-XXXXXX";
@@ -153,6 +155,45 @@ static void spilled_transactions_commit_or_roll_back_whole(void **state)
     sqlite3_close(w);
 }
 
+/* A transaction that spilled frames and rolled back leaves no write behind for later: once it
+ * ended, another connection (another process: `idemgw key` beside the gateway) takes the write
+ * lock and commits frames at the same offsets of the -wal, which a late write of the rolled-back
+ * frames would overwrite. With the log checkpointed first, the rollback reads nothing from it,
+ * so nothing writes the gathered frames before it ends. A fresh reader checks the other
+ * connection's commits. */
+static void rolled_back_frames_never_overwrite_another_writer(void **state)
+{
+    fresh();
+    sqlite3 *w = open_db(VFS);
+    sqlite3 *other = open_db(NULL);
+    exec_ok(w, "CREATE TABLE t (n INTEGER PRIMARY KEY, body BLOB)");
+    exec_ok(w, "PRAGMA cache_size = 2");
+    for (int round = 0; round < 8; round++) {
+        /* every commit in the database file: the rolled-back frames are the log's first */
+        exec_ok(w, "PRAGMA wal_checkpoint(TRUNCATE)");
+        exec_ok(w, "BEGIN IMMEDIATE");
+        insert_rows(w, 1000 + round * 20, 5 + round);
+        exec_ok(w, "ROLLBACK");
+        sq_vfs_forget(w); /* as the store's writer does after every batch */
+        exec_ok(other, "BEGIN IMMEDIATE");
+        insert_rows(other, round * 20, 20);
+        exec_ok(other, "COMMIT");
+        /* the first connection goes on: a read, and its next transaction */
+        assert_int_equal(one_int(w, "SELECT count(*) FROM t WHERE n < 1000"), (round + 1) * 20);
+        exec_ok(w, "BEGIN IMMEDIATE");
+        exec_ok(w, "UPDATE t SET body = body WHERE n = 0");
+        exec_ok(w, "COMMIT");
+        sqlite3 *r = open_db(NULL);
+        assert_rows(r, (round + 1) * 20);
+        assert_int_equal(
+            one_int(r, "SELECT count(*) FROM pragma_integrity_check WHERE integrity_check = 'ok'"),
+            1);
+        sqlite3_close(r);
+    }
+    sqlite3_close(other);
+    sqlite3_close(w);
+}
+
 /* A process that dies right after its commits (no close, nothing flushed on the way out)
  * leaves every one of them in the files. */
 static void commits_survive_the_process(void **state)
@@ -184,6 +225,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(every_commit_is_read_beside_it),
         cmocka_unit_test(spilled_transactions_commit_or_roll_back_whole),
+        cmocka_unit_test(rolled_back_frames_never_overwrite_another_writer),
         cmocka_unit_test(commits_survive_the_process),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

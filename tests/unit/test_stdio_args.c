@@ -158,7 +158,7 @@ static void test_store_file(void **state)
     (void)state;
     const char *def = "/state/idemgw/idemgw-keys.db";
     for (size_t i = 0; i < ARRAY_LEN(file_cases); i++) {
-        char *f = stdio_args_store_file(def, (char *const *)file_cases[i].words, 0);
+        char *f = stdio_args_store_file(def, (char *const *)file_cases[i].words);
         assert_non_null(f);
         size_t n = strlen(file_cases[i].prefix);
         if (strncmp(f, file_cases[i].prefix, n) != 0)
@@ -179,28 +179,23 @@ static void test_store_file_per_command(void **state)
     char *a_again[] = {"node", "server.mjs", NULL};
     char *b[] = {"node", "server.mjs", "--other", NULL};
     char *joined[] = {"node server.mjs", NULL};
-    char *fa = stdio_args_store_file(def, a, 0);
-    char *fa2 = stdio_args_store_file(def, a_again, 0);
-    char *fb = stdio_args_store_file(def, b, 0);
-    char *fj = stdio_args_store_file(def, joined, 0);
+    char *fa = stdio_args_store_file(def, a);
+    char *fa2 = stdio_args_store_file(def, a_again);
+    char *fb = stdio_args_store_file(def, b);
+    char *fj = stdio_args_store_file(def, joined);
+    /* every copy of one command (two agent windows, two runs) has the one file it shares */
     assert_string_equal(fa, fa2);
     assert_string_not_equal(fa, fb);
     assert_string_not_equal(fa, fj); /* word boundaries count */
     assert_int_equal(strncmp(fa, "/home/u/.local/state/idemgw/stdio-server-", 41), 0);
-    /* a second copy running at once: the same name with -2 */
-    char *second = stdio_args_store_file(def, a, 1);
-    size_t base = strlen(fa) - 3;
-    assert_int_equal(strncmp(second, fa, base), 0);
-    assert_string_equal(second + base, "-2.db");
-    free(second);
     free(fa);
     free(fa2);
     free(fb);
     free(fj);
     /* no folder, no command: none */
-    assert_null(stdio_args_store_file(NULL, a, 0));
+    assert_null(stdio_args_store_file(NULL, a));
     char *none[] = {NULL};
-    assert_null(stdio_args_store_file(def, none, 0));
+    assert_null(stdio_args_store_file(def, none));
 }
 
 static void test_result_str(void **state)
