@@ -5,6 +5,7 @@
 #define IDEMGW_STDIO_INT_H
 
 #include "http_headers.h"
+#include "log_limit.h"
 #include "upstream.h"
 #include "upstream_stdio.h"
 
@@ -30,7 +31,9 @@ struct event_base;
 #define SREQ_MAX 256              /* server requests awaiting their caller's answer, per child */
 #define ERR_TAIL_MAX 512          /* the end of a child's stderr kept to say why it failed */
 #define MARK_MAX 40               /* a child's mark (stdio_proc.c) */
-#define GONE_GRACE_MS 30000       /* a session whose agent dropped its GET stream: idle after */
+#define ERR_LOG_RATE 50           /* a child's stderr lines logged a second, after a burst */
+#define ERR_LOG_BURST 200
+#define GONE_GRACE_MS 30000 /* a session whose agent dropped its GET stream: idle after */
 
 typedef struct stdio_up stdio_up_t;
 typedef struct child child_t;
@@ -123,6 +126,7 @@ struct child {
     struct event *start_timer;   /* from its start to its initialize's answer */
     char err_tail[ERR_TAIL_MAX]; /* the last of what it wrote on stderr, lines joined by " | " */
     size_t err_tail_len;
+    log_limit_t err_limit; /* its stderr lines in the gateway's log */
     /* an over-long stdout line being skipped: its first and last bytes */
     bool skipping;
     char head[LONG_LINE_KEEP + 1], tail[LONG_LINE_KEEP + 1];
@@ -168,6 +172,8 @@ bool stdio_proc_spawn(child_t *c, int fds[3], char *why, size_t whylen);
 void stdio_proc_watch_err(child_t *c);
 /* What c wrote on stderr that the loop has not read yet, read now (it exited). */
 void stdio_proc_drain_err(child_t *c);
+/* What is left of c's stderr read, the pipe closed, the lines not logged counted. */
+void stdio_proc_close_err(child_t *c);
 /* why, with the end of c's stderr when it wrote any: out, or why itself. */
 const char *stdio_proc_why(const child_t *c, const char *why, char *out, size_t outlen);
 /* SIGTERM to c's process group now, SIGKILL after the grace even if its leader is reaped

@@ -13,6 +13,7 @@
 #include "stdio_int.h"
 
 #include "log.h"
+#include "log_limit.h"
 #include "util.h"
 
 #include <dirent.h>
@@ -213,10 +214,18 @@ static void on_child_err(struct bufferevent *bev, void *arg)
         }
         if (n > STDERR_LINE_MAX)
             line[STDERR_LINE_MAX] = '\0';
-        char fields[96];
-        snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
-        LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
         keep_err(c, line, strlen(line));
+        /* a server's flood of stderr must not become the gateway's log: a burst, then a
+         * steady rate, and a count of what was left out */
+        uint64_t held = 0;
+        if (log_limit_take(&c->err_limit, util_now_ms(), &held)) {
+            char fields[96];
+            snprintf(fields, sizeof(fields), "\"server_pid\":%d", (int)c->pid);
+            if (held)
+                LOG_AT(LOG_WARN, 0, fields, "stdio upstream %s: %llu stderr lines not logged",
+                       c->up->label, (unsigned long long)held);
+            LOG_AT(LOG_INFO, 0, fields, "stdio upstream %s stderr: %s", c->up->label, line);
+        }
         free(line);
     }
 }
@@ -242,15 +251,26 @@ void stdio_proc_drain_err(child_t *c)
 static void on_child_err_event(struct bufferevent *bev, short what, void *arg)
 {
     child_t *c = arg;
-    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev) {
-        stdio_proc_drain_err(c);
-        bufferevent_free(c->err);
-        c->err = NULL;
-    }
+    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->err == bev)
+        stdio_proc_close_err(c);
+}
+
+void stdio_proc_close_err(child_t *c)
+{
+    if (!c->err)
+        return;
+    stdio_proc_drain_err(c);
+    bufferevent_free(c->err);
+    c->err = NULL;
+    uint64_t held = log_limit_flush(&c->err_limit);
+    if (held)
+        log_warn(0, "stdio upstream %s: pid %d: %llu stderr lines not logged", c->up->label,
+                 (int)c->pid, (unsigned long long)held);
 }
 
 void stdio_proc_watch_err(child_t *c)
 {
+    log_limit_init(&c->err_limit, ERR_LOG_RATE, ERR_LOG_BURST, util_now_ms());
     bufferevent_setcb(c->err, on_child_err, NULL, on_child_err_event, c);
     bufferevent_enable(c->err, EV_READ);
 }

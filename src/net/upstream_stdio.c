@@ -633,10 +633,7 @@ static void child_gone(child_t *c, const char *why)
         bufferevent_free(c->out);
         c->out = NULL;
     }
-    if (c->err) {
-        bufferevent_free(c->err);
-        c->err = NULL;
-    }
+    stdio_proc_close_err(c);
     if (!c->exited)
         child_stop(c, why);
     if (up->starting == c) {

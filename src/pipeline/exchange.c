@@ -805,8 +805,12 @@ static void on_up_head(void *arg, int status, const http_headers_t *headers)
     bool draining = ex->proxy->ctx.draining && *ex->proxy->ctx.draining;
     http_write_response_head(head, status, NULL, headers, clen, ex->keep_alive && !draining, extra);
     free(extra);
-    if (ex->req->method == HTTP_POST && !holding(ex)) {
-        ex->head_wait = head; /* goes with the body's first bytes, or at the end */
+    if (ex->req->method == HTTP_POST && !holding(ex) && !ex->resp_sse) {
+        /* a JSON answer's head goes with the body's first bytes, or at the end. An event
+         * stream's goes now: a call may run for long without an event, longer than a client
+         * waits for a head (undici's fetch, the SDKs': 300 s), and one cut before its answer
+         * can still end with an error event (answer_cut_stream) */
+        ex->head_wait = head;
     } else {
         to_client(ex, (const char *)evbuffer_pullup(head, -1), evbuffer_get_length(head));
         evbuffer_free(head);
@@ -836,8 +840,13 @@ static void answer_cut_stream(exchange_t *ex)
 {
     if (ex->cut || ex->desync || !ex->client || ex->answered || ex->last_event_given ||
         !ex->relayed || !ex->resp_sse || !ex->chunked || ex->req->method != HTTP_POST ||
-        !ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.id_text || !ex->filter ||
-        !ex->filter->answered || ex->filter->answered(ex->filter_arg))
+        !ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.id_text)
+        return;
+    /* whether the request's answer went out already: certainly not when nothing of the body
+     * did; else its filter knows, or nobody does (the stream ends broken) */
+    bool unanswered = !ex->body_out ||
+                      (ex->filter && ex->filter->answered && !ex->filter->answered(ex->filter_arg));
+    if (!unanswered)
         return;
     char *body = mcp_error_body(ex->msg.id_text, -32603,
                                 "the upstream MCP server's answer was cut off before it was "
@@ -879,6 +888,8 @@ static void relay_body(exchange_t *ex, const char *data, size_t len)
             observe(ex, ex->obs[i].ops->on_body(ex->obs[i].arg, data, len));
     resume_feed(ex, data, len);
     body_to_client(ex, data, len);
+    if (len > 0)
+        ex->body_out = true;
     bool held = holding(ex);
     if (ex->resp_sse && ex->client && !held)
         http_conn_flush(ex->client);

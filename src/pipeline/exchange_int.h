@@ -72,6 +72,7 @@ struct exchange {
     /* the gateway wrote the last event of the agent's stream: it ends whole, even when the
      * upstream's was cut */
     bool last_event_given;
+    bool body_out;       /* bytes of the upstream's body went to the agent (or its hold) */
     int deferred_status; /* an error answer waiting for the hold to end */
     const char *deferred_message;
     /* the concerns watching the response, in the order they were added (exchange.h) */
@@ -82,8 +83,8 @@ struct exchange {
     int n_obs;
     const response_filter_t *filter; /* rewrites the answer before anyone reads it, or NULL */
     void *filter_arg;
-    bool desync; /* the filter found the answer not the request's */
-    bool alone;  /* goes up on a connection of its own (exchange_upstream_alone) */
+    bool desync;             /* the filter found the answer not the request's */
+    bool alone;              /* goes up on a connection of its own (exchange_upstream_alone) */
     struct event *desync_ev; /* ends the upstream call from the loop, out of its callbacks */
     bool ending; /* the observers' on_end are being called: their detach waits for the round */
     /* resumption: the raw SSE bytes of a POST stream and where each event id ends in them,

@@ -213,6 +213,31 @@ test('a child that never answers initialize: 503 with why once start_timeout is 
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the silent child to be gone' });
 });
 
+test('a server flooding stderr: a burst and a steady rate reach the log, with the count of what did not', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, '-e', 'for (let i = 0; i < 50000; i++) console.error("noise " + i); process.stdin.resume()'], grace: '1s', start_timeout: '2s' },
+    databaseUrl: await createDatabase(),
+  });
+  const r = await post(gw.url, initBody());
+  assert.equal(r.status, 503, r.text);
+  assert.match(JSON.parse(r.text).error.message, /its stderr ended: .*noise 49999$/, 'the end of stderr is kept whole for why');
+  await waitForLog(gw, /stdio upstream .*: \d+ stderr lines not logged/);
+  // per child (the catalogue's own child floods too): what was logged and what was counted
+  const per = new Map();
+  for (const line of gw.logs().split('\n')) {
+    const pid = /"server_pid":(\d+)/.exec(line)?.[1] ?? /pid (\d+): \d+ stderr lines not logged/.exec(line)?.[1];
+    if (!pid) continue;
+    const p = per.get(pid) ?? { logged: 0, skipped: 0 };
+    if (/stderr: noise/.test(line)) p.logged++;
+    const n = /(\d+) stderr lines not logged/.exec(line);
+    if (n) p.skipped += Number(n[1]);
+    per.set(pid, p);
+  }
+  for (const [pid, p] of per) assert.ok(p.logged < 2000, `pid ${pid}: ${p.logged} lines logged`);
+  assert.ok([...per.values()].some((p) => p.logged >= 200 && p.logged + p.skipped === 50000),
+    `every line of a child that wrote all of them is logged or counted: ${JSON.stringify([...per])}`);
+});
+
 test('a child that dies before it answers initialize: 503 with its exit and its stderr', async (t) => {
   const gw = await startGateway(t, {
     upstream: { command: [NODE, '-e', 'console.error("Error: Cannot find module server.js"); process.exit(3)'] },
