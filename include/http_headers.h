@@ -75,6 +75,9 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
                               const http_headers_t *in, long long content_length, bool keep_alive,
                               const char *extra);
 
+/* A response head written chunked, made to carry content_length instead (the whole body is
+ * known before any of it goes out); false when head is not chunked. */
+bool http_head_set_length(struct evbuffer *head, long long content_length);
 const char *http_status_reason(int status);
 
 #endif

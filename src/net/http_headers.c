@@ -261,6 +261,22 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
     evbuffer_add(out, "\r\n", 2);
 }
 
+bool http_head_set_length(struct evbuffer *head, long long content_length)
+{
+    static const char te[] = "\r\nTransfer-Encoding: chunked\r\n";
+    struct evbuffer_ptr at = evbuffer_search(head, te, sizeof(te) - 1, NULL);
+    if (at.pos < 0 || content_length < 0)
+        return false;
+    struct evbuffer *out = evbuffer_new();
+    evbuffer_remove_buffer(head, out, (size_t)at.pos);
+    evbuffer_drain(head, sizeof(te) - 1);
+    evbuffer_add_printf(out, "\r\nContent-Length: %lld\r\n", content_length);
+    evbuffer_add_buffer(out, head);
+    evbuffer_add_buffer(head, out);
+    evbuffer_free(out);
+    return true;
+}
+
 const char *http_status_reason(int status)
 {
     static const struct {

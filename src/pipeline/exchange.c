@@ -943,9 +943,15 @@ static void on_up_end(void *arg, upstream_result_t res)
     if (ex->filter && !ex->desync) {
         /* what the filter kept back (a JSON answer is read whole) */
         struct evbuffer *out = evbuffer_new();
-        if (ex->filter->on_end(ex->filter_arg, res == UPSTREAM_OK, out))
+        if (ex->filter->on_end(ex->filter_arg, res == UPSTREAM_OK, out)) {
+            /* a JSON answer the filter gave out whole, its head still kept back: framed by its
+             * length, as the upstream framed it, not chunked */
+            if (res == UPSTREAM_OK && ex->head_wait && ex->chunked && !ex->body_out &&
+                !ex->resp_sse &&
+                http_head_set_length(ex->head_wait, (long long)evbuffer_get_length(out)))
+                ex->chunked = false;
             relay_out(ex, out);
-        else
+        } else
             filter_failed(ex);
         evbuffer_free(out);
     }

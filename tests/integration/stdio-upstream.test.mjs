@@ -355,6 +355,41 @@ test('DELETE ends the child\'s whole process group', async (t) => {
   await waitFor(() => !alive(sleeper), { what: `the server's own child ${sleeper} to end` });
 });
 
+/** Whether pid has ended (a zombie nobody reaps has ended too). */
+async function ended(pid) {
+  const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8').catch(() => null);
+  return !stat || stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z');
+}
+
+test('a server that crashes leaves no helper behind: its process group, and one that left the group, end with it', async (t) => {
+  const { gw } = await ledgerGateway(t, { upstream: { grace: '1s' } });
+  const s = await rawSession(t, gw.url);
+  const inGroup = Number(toolText((await s.call('spawn_sleeper', {})).message.result));
+  const escaped = Number(toolText((await s.call('spawn_sleeper', { escape: true })).message.result));
+  const server = Number(/pid (\d+)/.exec(toolText((await s.call('whoami', {})).message.result))[1]);
+  assert.ok(!(await ended(inGroup)) && !(await ended(escaped)));
+  process.kill(server, 'SIGKILL'); // it dies on its own: nobody stopped it
+  await waitFor(() => ended(inGroup), { what: `the helper ${inGroup} in the server's group to end` });
+  await waitFor(() => ended(escaped), { what: `the helper ${escaped} that left the group to end` });
+  await waitForLog(gw, new RegExp(`pid ${escaped}, started by pid ${server}, left its process group: ending it`));
+});
+
+test('until the command has started once, its children start one at a time (npx -y on an empty cache)', async (t) => {
+  const dir = await tempDir(t, 'idemgw-stdio-');
+  // a slow first start, as an npx that fetches its package
+  const gw = await startGateway(t, {
+    upstream: { command: ['/bin/sh', '-c', `sleep 1; exec "${NODE}" "${LEDGER_SERVER}"`], env: { LEDGER: path.join(dir, 'l.jsonl') } },
+    databaseUrl: await createDatabase(),
+  });
+  // the catalogue's child is starting: a session now waits for it
+  const v = await mcpClient(t, gw.url);
+  assert.match(toolText(await v.callTool({ name: 'whoami', arguments: {} })), /pid \d+/);
+  await waitForLog(gw, /waiting for pid \d+, the first of this command, to start/);
+  const started = [...gw.logs().matchAll(/"time":"([^"]+)","level":"info","msg":"stdio upstream [^"]*: started pid (\d+)/g)];
+  assert.ok(started.length >= 2, gw.logs());
+  assert.ok(Date.parse(started[1][1]) - Date.parse(started[0][1]) >= 900, 'the second started once the first had');
+});
+
 test('the child gets env, the variables pass_env names, PATH and HOME, not the gateway\'s environment', async (t) => {
   const { gw } = await ledgerGateway(t, {
     upstream: { env: { LEDGER: '/dev/null', GREETING: 'hello', OVERRIDDEN: 'from-env' }, pass_env: ['HTTPS_PROXY', 'OVERRIDDEN', 'NOT_SET_ANYWHERE'] },

@@ -149,9 +149,9 @@ test('the MCP Inspector CLI calls a protected tool twice: it runs once, the seco
   assert.match(gw.logs(), /"duplicate_source":"reconnect"/);
 });
 
-// Express with compression({threshold: 0}) and cors({origin: true}): every answer the
-// gateway relays is compressed (a protected call asks for identity, the rest is relayed as
-// the server sent it), and the CORS headers come from the cors package.
+// Express with compression({threshold: 0}) and cors({origin: true}): the server compresses
+// every answer (a protected call asks for identity; a read's JSON answer is decoded to check
+// its id), and the CORS headers come from the cors package.
 for (const jsonResponse of [false, true]) {
   test(`Express with compression and cors (${jsonResponse ? 'JSON' : 'SSE'} answers): replayed through the middleware, CORS from the cors package`, async (t) => {
     const ledger = path.join(await tempDir(t, 'idemgw-express-'), 'ledger.jsonl');
@@ -168,7 +168,9 @@ for (const jsonResponse of [false, true]) {
     const read = await s.call('list_orders', {});
     assert.equal(read.status, 200, read.body);
     // The SDK marks its SSE streams Cache-Control: no-transform, which compression() honours.
-    if (jsonResponse) assert.match(read.headers.get('content-encoding') ?? '', /^(gzip|br)$/, 'a read is relayed compressed');
+    // A read's answer is read for its id (the gateway's, so a stray answer on a kept-alive
+    // connection is never taken for it): it comes decoded, whole.
+    if (jsonResponse) assert.equal(read.headers.get('content-encoding'), null, 'a read is relayed decoded');
     assert.equal(toolText(read.message.result), '0 orders');
     const args = { item: 'desk lamp', quantity: 2 };
     const first = await s.call('place_order', args);
