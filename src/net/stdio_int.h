@@ -33,6 +33,7 @@ struct event_base;
 #define MARK_MAX 40               /* a child's mark (stdio_proc.c) */
 #define ERR_LOG_RATE 50           /* a child's stderr lines logged a second, after a burst */
 #define ERR_LOG_BURST 200
+#define UNENDED_WAIT_MS 100 /* a pause after a line without its newline */
 #define GONE_GRACE_MS 30000 /* a session whose agent dropped its GET stream: idle after */
 
 typedef struct stdio_up stdio_up_t;
@@ -123,6 +124,7 @@ struct child {
     struct evbuffer *held; /* lines waiting for ready */
     bool stopping, exited, gone;
     int n_full;
+    struct event *unended;       /* a line without its newline: taken as one after a pause */
     struct event *start_timer;   /* from its start to its initialize's answer */
     char err_tail[ERR_TAIL_MAX]; /* the last of what it wrote on stderr, lines joined by " | " */
     size_t err_tail_len;
@@ -163,6 +165,16 @@ void stdio_child_write(child_t *c, json_t *msg);
 /* Where a message of the session's goes outside a call: its newest streaming call, else its
  * GET stream; NULL: nowhere. */
 upstream_call_t *stdio_stream_of(session_t *s);
+
+/* One message of the child's (an object of a line, or of a batch line), to where it goes. */
+void stdio_child_message(child_t *c, json_t *msg);
+/* The answer to the request the child saw as gid is lost (its line could not be read): its
+ * call fails. false when no request has that id. */
+bool stdio_answer_lost(child_t *c, uint64_t gid);
+
+/* stdio_lines.c */
+/* The read callback of the child's stdout. */
+void stdio_lines_read(struct bufferevent *bev, void *arg);
 
 /* stdio_proc.c */
 /* Starts c's program: fds get its stdin's write end, its stdout's and its stderr's read ends.

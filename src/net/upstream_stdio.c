@@ -508,6 +508,8 @@ static void child_free(child_t *c)
         evbuffer_free(c->held);
     if (c->start_timer)
         event_free(c->start_timer);
+    if (c->unended)
+        event_free(c->unended);
     json_decref(c->init_req);
     stdio_sreqs_free(c);
     json_decref(c->init_result);
@@ -705,7 +707,7 @@ upstream_call_t *stdio_stream_of(session_t *s)
     return s ? s->get : NULL;
 }
 
-static void child_message(child_t *c, json_t *msg)
+void stdio_child_message(child_t *c, json_t *msg)
 {
     if (!json_is_object(msg)) {
         log_warn(0,
@@ -735,119 +737,18 @@ static void child_message(child_t *c, json_t *msg)
     pend_free(p);
 }
 
-static void child_line(child_t *c, const char *line, size_t len)
+bool stdio_answer_lost(child_t *c, uint64_t gid)
 {
-    while (len > 0 && (line[len - 1] == '\r' || line[len - 1] == ' '))
-        len--;
-    if (len == 0)
-        return;
-    json_error_t jerr;
-    json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!msg) {
-        log_warn(0, "stdio upstream %s: pid %d wrote a line that is not JSON (%.60s%s), dropped",
-                 c->up->label, (int)c->pid, line, len > 60 ? "…" : "");
-        return;
+    pend_t *p = pend_take(c, gid);
+    if (!p)
+        return false;
+    upstream_call_t *call = p->call;
+    if (call && !call->end_queued) {
+        call_detach(call);
+        queue_end(call, UPSTREAM_ERR_PROTOCOL);
     }
-    if (json_is_array(msg)) {
-        size_t i;
-        json_t *m;
-        json_array_foreach(msg, i, m) child_message(c, m);
-    } else {
-        child_message(c, msg);
-    }
-    json_decref(msg);
-}
-
-/* The id of an over-long line, from its ends ("id":N as JSON writers put it first or last). */
-static bool long_line_id(const child_t *c, uint64_t *gid)
-{
-    const char *ends[2] = {c->head, c->tail};
-    for (int i = 0; i < 2; i++) {
-        const char *at = strstr(ends[i], "\"id\":");
-        if (!at)
-            continue;
-        char *end;
-        unsigned long long v = strtoull(at + 5, &end, 10);
-        if (end != at + 5 && (*end == ',' || *end == '}')) {
-            *gid = v;
-            return true;
-        }
-    }
-    return false;
-}
-
-static void long_line_done(child_t *c)
-{
-    c->skipping = false;
-    uint64_t gid;
-    pend_t *p = long_line_id(c, &gid) ? pend_take(c, gid) : NULL;
-    log_warn(0, "stdio upstream %s: pid %d wrote a line over %zu bytes, dropped%s", c->up->label,
-             (int)c->pid, c->up->max_line, p ? " (the answer to a request: it fails)" : "");
-    if (p) {
-        upstream_call_t *call = p->call;
-        if (call && !call->end_queued) {
-            call_detach(call);
-            queue_end(call, UPSTREAM_ERR_PROTOCOL);
-        }
-        pend_free(p);
-    }
-}
-
-static void keep_tail(child_t *c, const char *data, size_t n)
-{
-    if (n >= LONG_LINE_KEEP) {
-        memcpy(c->tail, data + n - LONG_LINE_KEEP, LONG_LINE_KEEP);
-        c->tail_len = LONG_LINE_KEEP;
-    } else {
-        size_t keep = c->tail_len + n > LONG_LINE_KEEP ? LONG_LINE_KEEP - n : c->tail_len;
-        memmove(c->tail, c->tail + c->tail_len - keep, keep);
-        memcpy(c->tail + keep, data, n);
-        c->tail_len = keep + n;
-    }
-    c->tail[c->tail_len] = '\0';
-}
-
-static void on_child_out(struct bufferevent *bev, void *arg)
-{
-    child_t *c = arg;
-    struct evbuffer *in = bufferevent_get_input(bev);
-    while (!c->gone && c->out) {
-        size_t eol_len;
-        struct evbuffer_ptr eol = evbuffer_search_eol(in, NULL, &eol_len, EVBUFFER_EOL_LF);
-        size_t avail = evbuffer_get_length(in);
-        if (c->skipping) {
-            size_t n = eol.pos >= 0 ? (size_t)eol.pos : avail;
-            if (n > 0) {
-                char *data = (char *)evbuffer_pullup(in, (ssize_t)n);
-                keep_tail(c, data, n);
-            }
-            evbuffer_drain(in, n + (eol.pos >= 0 ? eol_len : 0));
-            if (eol.pos < 0)
-                return;
-            long_line_done(c);
-            continue;
-        }
-        if (eol.pos < 0) {
-            if (avail <= c->up->max_line)
-                return;
-            c->skipping = true;
-            c->head_len = LONG_LINE_KEEP;
-            evbuffer_copyout(in, c->head, c->head_len);
-            c->head[c->head_len] = '\0';
-            c->tail_len = 0;
-            continue;
-        }
-        if ((size_t)eol.pos > c->up->max_line) {
-            c->skipping = true;
-            evbuffer_copyout(in, c->head, LONG_LINE_KEEP);
-            c->head[LONG_LINE_KEEP] = '\0';
-            c->tail_len = 0;
-            continue;
-        }
-        char *line = (char *)evbuffer_pullup(in, eol.pos + (ssize_t)eol_len);
-        child_line(c, line, (size_t)eol.pos);
-        evbuffer_drain(in, (size_t)eol.pos + eol_len);
-    }
+    pend_free(p);
+    return true;
 }
 
 static void on_child_out_event(struct bufferevent *bev, short what, void *arg)
@@ -915,7 +816,7 @@ static bool child_exec(child_t *c, char *why, size_t whylen)
     c->out = pipe_bev(up, fds[1]);
     c->err = pipe_bev(up, fds[2]);
     bufferevent_setcb(c->in, NULL, NULL, on_child_in_event, c);
-    bufferevent_setcb(c->out, on_child_out, NULL, on_child_out_event, c);
+    bufferevent_setcb(c->out, stdio_lines_read, NULL, on_child_out_event, c);
     bufferevent_enable(c->in, EV_WRITE);
     bufferevent_enable(c->out, EV_READ);
     stdio_proc_watch_err(c);

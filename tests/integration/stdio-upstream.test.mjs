@@ -213,6 +213,33 @@ test('a child that never answers initialize: 503 with why once start_timeout is 
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the silent child to be gone' });
 });
 
+test('a server that writes its answers without the newline: each is taken as a line after a pause', async (t) => {
+  // every answer written with no newline after it, as some servers write their last line
+  const server = `
+    let buf = '';
+    process.stdin.on('data', (d) => {
+      buf += d;
+      for (let i; (i = buf.indexOf('\\n')) >= 0;) {
+        const m = JSON.parse(buf.slice(0, i)); buf = buf.slice(i + 1);
+        if (m.id === undefined) continue;
+        const result = m.method === 'initialize'
+          ? { protocolVersion: '2025-11-25', capabilities: { tools: {} }, serverInfo: { name: 'unended', version: '1' } }
+          : m.method === 'tools/list' ? { tools: [] } : { content: [{ type: 'text', text: 'ok ' + m.method }] };
+        process.stdout.write(JSON.stringify({ jsonrpc: '2.0', id: m.id, result }));
+      }
+    });`;
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, '-e', server], start_timeout: '20s' },
+    databaseUrl: await createDatabase(),
+    config: { defaults: { class: 'read' } },
+  });
+  const s = await rawSession(t, gw.url);
+  const r = await s.call('anything', {});
+  assert.equal(r.status, 200, r.body);
+  assert.equal(toolText(r.message.result), 'ok tools/call');
+  await waitForLog(gw, /wrote a message without its newline: taken as a line/);
+});
+
 test('a server flooding stderr: a burst and a steady rate reach the log, with the count of what did not', async (t) => {
   const gw = await startGateway(t, {
     upstream: { command: [NODE, '-e', 'for (let i = 0; i < 50000; i++) console.error("noise " + i); process.stdin.resume()'], grace: '1s', start_timeout: '2s' },
