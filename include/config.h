@@ -100,6 +100,10 @@ typedef enum {
 
 /* upstream: {command: [...], ...}: the MCP server is a program the gateway spawns and speaks
  * newline-delimited JSON-RPC with on its stdin and stdout. argv NULL: the upstream is a URL. */
+/* The longest idle_timeout a configuration may set; above it (the stdio wrapper's), sessions
+ * live as long as the process. */
+#define STDIO_IDLE_TIMEOUT_MAX_MS (7ULL * 24 * 3600 * 1000)
+
 typedef struct stdio_conf {
     char **argv; /* the command and its arguments, NULL-terminated */
     size_t argc;

@@ -258,7 +258,7 @@ static const key_spec_t stdio_keys[] = {
      .kind = K_DUR,
      .off = W(conf.idle_timeout_ms),
      .min = MS_S,
-     .max = 7 * MS_D},
+     .max = STDIO_IDLE_TIMEOUT_MAX_MS},
     {.name = "grace", .kind = K_DUR, .off = W(conf.grace_ms), .min = 1, .max = 10 * 60 * MS_S},
     {.name = "start_timeout",
      .kind = K_DUR,

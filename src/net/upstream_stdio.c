@@ -1255,7 +1255,8 @@ static void stdio_abandon(void *state, upstream_call_t *call)
             ? call->sess
             : NULL;
     call_free(call);
-    if (s && s->up->conf.idle_timeout_ms > GONE_GRACE_MS) {
+    if (s && s->up->conf.idle_timeout_ms > GONE_GRACE_MS &&
+        s->up->conf.idle_timeout_ms <= STDIO_IDLE_TIMEOUT_MAX_MS) { /* not the wrapper's */
         struct timeval tv = {.tv_sec = GONE_GRACE_MS / 1000, .tv_usec = 0};
         evtimer_add(s->idle, &tv);
     }
