@@ -241,6 +241,13 @@ void stdio_route_from_server(child_t *c, json_t *msg)
 {
     const char *method = json_string_value(json_object_get(msg, "method"));
     json_t *id = json_object_get(msg, "id");
+    if (!method) {
+        log_warn(0,
+                 "stdio upstream %s: pid %d wrote a message whose method is not a string, "
+                 "dropped",
+                 c->up->label, (int)c->pid);
+        return;
+    }
     if (strcmp(method, "notifications/progress") == 0) {
         route_progress(c, msg);
         return;

@@ -282,6 +282,7 @@ test('stdout lines that are not JSON-RPC, and over-long ones, are logged and dro
   assert.equal(toolText(await c.callTool({ name: 'echo', arguments: { text: 'still here' } })), 'still here');
   await waitForLog(gw, /wrote a line that is not JSON/);
   await waitForLog(gw, /wrote a line over 65536 bytes, dropped/);
+  await waitForLog(gw, /wrote a message whose method is not a string, dropped/);
 });
 
 test('a missing program: 503 for that session with why, the gateway serves on', async (t) => {
