@@ -52,6 +52,8 @@ if [ "$(echo $only)" = stdio ]; then
 fi
 workers=${BENCH_WORKERS:-$(nproc)}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
+# an absolute IDEMGW_BIN is taken as it is, a relative one from the checkout's root
+case $IDEMGW in /*) ;; *) IDEMGW=$root/$IDEMGW ;; esac
 NODE=${NODE:-$root/tools/node/bin/node}
 
 # pgbench takes whole seconds
@@ -199,7 +201,7 @@ tools:
 EOF
 gw_pid=
 start_gw() {
-    "$root/$IDEMGW" -c "$tmp/idemgw.yaml" >>"$tmp/idemgw.log" 2>&1 &
+    "$IDEMGW" -c "$tmp/idemgw.yaml" >>"$tmp/idemgw.log" 2>&1 &
     gw_pid=$!
     pids+=("$gw_pid")
     gw_ready "$gw_port" "$gw_admin" "$tmp/idemgw.log" idemgw
@@ -320,7 +322,7 @@ if want protected; then
     sed -e "s/^listen: .*/listen: 127.0.0.1:$sq_port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$sq_admin/" \
         -e "s/^workers: .*/workers: 1/" -e "s|^database_url: .*|database_url: sqlite:$tmp/keys.db|" \
         "$tmp/idemgw.yaml" >"$tmp/idemgw-sqlite.yaml"
-    "$root/$IDEMGW" -c "$tmp/idemgw-sqlite.yaml" >>"$tmp/idemgw-sqlite.log" 2>&1 &
+    "$IDEMGW" -c "$tmp/idemgw-sqlite.yaml" >>"$tmp/idemgw-sqlite.log" 2>&1 &
     sq_pid=$!
     pids+=("$sq_pid")
     gw_ready "$sq_port" "$sq_admin" "$tmp/idemgw-sqlite.log" "idemgw (sqlite)"
@@ -487,7 +489,7 @@ if want powertools; then
             -e "s|^upstream: .*|upstream: http://127.0.0.1:$plain_port/mcp|" \
             -e "s/^  pool: .*/  pool: $store_pool\n  group_commit: $gc/" \
             "$tmp/idemgw.yaml" >"$tmp/$name.yaml"
-        "$root/$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
+        "$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
         pids+=($!)
         eval "${name}_pid=$! ${name}_port=$port"
         gw_ready "$port" "$admin" "$tmp/$name.log" "$name"
@@ -583,7 +585,7 @@ start_variant() {
     local args=(-e "s/^listen: .*/listen: 127.0.0.1:$v_port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$v_admin/")
     for e in "$@"; do args+=(-e "$e"); done
     sed "${args[@]}" "$tmp/idemgw.yaml" >"$tmp/idemgw-$name.yaml"
-    "$root/$IDEMGW" -c "$tmp/idemgw-$name.yaml" >>"$tmp/idemgw-$name.log" 2>&1 &
+    "$IDEMGW" -c "$tmp/idemgw-$name.yaml" >>"$tmp/idemgw-$name.log" 2>&1 &
     v_pid=$!
     pids+=("$v_pid")
     gw_ready "$v_port" "$v_admin" "$tmp/idemgw-$name.log" "idemgw ($name)"
@@ -600,7 +602,7 @@ if want observability; then
         sampled) printf 'otlp_endpoint: http://127.0.0.1:%s\notlp_sample_ratio: 0.1\n' "$otlp_port" >>"$tmp/idemgw-ob-$variant.yaml" ;;
         on) printf 'otlp_endpoint: http://127.0.0.1:%s\n' "$otlp_port" >>"$tmp/idemgw-ob-$variant.yaml" ;;
         esac
-        "$root/$IDEMGW" -c "$tmp/idemgw-ob-$variant.yaml" >>"$tmp/idemgw-ob-$variant.log" 2>&1 &
+        "$IDEMGW" -c "$tmp/idemgw-ob-$variant.yaml" >>"$tmp/idemgw-ob-$variant.log" 2>&1 &
         ob_pids[$variant]=$!
         pids+=("${ob_pids[$variant]}")
         ob_ports[$variant]=$ob_port

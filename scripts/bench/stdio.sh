@@ -40,6 +40,8 @@ fi
 targets=${BENCH_STDIO_TARGETS:-"idemgw_per_session idemgw_shared supergateway mcp_proxy"}
 out_dir=${BENCH_OUT:-bench-results}
 IDEMGW=${IDEMGW_BIN:-build/idemgw}
+# an absolute IDEMGW_BIN is taken as it is, a relative one from the checkout's root
+case $IDEMGW in /*) ;; *) IDEMGW=$root/$IDEMGW ;; esac
 NODE=${NODE:-$root/tools/node/bin/node}
 BIN=$root/tests/node_modules/.bin
 SERVER=$root/tests/bench/stdio-server.mjs
@@ -101,7 +103,7 @@ tools:
   append: {class: non_idempotent}
   get: {class: read}
 EOF
-    "$root/$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
+    "$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
     pids+=($!)
     pid_of[$name]=$!
     port_of[$name]=$port

@@ -1295,11 +1295,22 @@ static store_status_t open_db(store_sqlite_t *s, sq_plan_t plan, bool allow_migr
     /* a lock held by another connection (an operator's `idemgw key`, a sqlite3 shell) is waited
      * for a little longer than the ops' deadline: ops past it are not started anyway */
     sqlite3_busy_timeout(s->db, (int)(s->timeout_ms + s->timeout_ms / 2));
-    sqlite3_stmt *st = NULL;
-    bool wal = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL) == SQLITE_OK &&
-               sqlite3_step(st) == SQLITE_ROW &&
-               strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
-    sqlite3_finalize(st);
+    /* Going to WAL takes the file's exclusive lock. A peer opening the same new file at the
+     * same moment may hold a lock SQLite answers BUSY for at once, without its busy handler (a
+     * read lock that cannot wait for a write lock): tried again until the same deadline. */
+    bool wal = false;
+    uint64_t deadline = util_now_ms() + s->timeout_ms + s->timeout_ms / 2;
+    for (;;) {
+        sqlite3_stmt *st = NULL;
+        int prc = sqlite3_prepare_v2(s->db, "PRAGMA journal_mode = WAL", -1, &st, NULL);
+        int src = prc == SQLITE_OK ? sqlite3_step(st) : prc;
+        wal = src == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
+        sqlite3_finalize(st);
+        if (wal || (src & 0xff) != SQLITE_BUSY || util_now_ms() >= deadline)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (!wal || !sq_exec(s->db, "PRAGMA synchronous = FULL")) {
         snprintf(msg, msglen, "%s: cannot use write-ahead logging with synchronous=FULL: %s",
                  s->path, sqlite3_errmsg(s->db));

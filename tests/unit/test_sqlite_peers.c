@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -320,6 +321,46 @@ static void a_gateway_and_peers_refuse_each_other(void **state)
     store_free(gw);
 }
 
+/* Two processes opening one new file at the same moment both get it: the switch to WAL mode,
+ * which SQLite may answer BUSY at once while the other holds the file, is tried again. */
+static void peers_open_a_new_file_at_once(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 20; round++) {
+        fresh();
+        int go[2];
+        assert_int_equal(pipe(go), 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(go[1]);
+            char c;
+            if (read(go[0], &c, 1) != 1)
+                _exit(3);
+            struct event_base *b = event_base_new();
+            store_options_t o = {.migrate = true, .timeout_ms = 5000};
+            store_sqlite_options_t sq = {.path = path, .peers = true};
+            char msg[512] = "";
+            store_t *s = store_sqlite_new(b, &o, &sq, msg, sizeof(msg));
+            if (!s) {
+                fprintf(stderr, "the other peer: %s\n", msg);
+                _exit(1);
+            }
+            store_free(s);
+            event_base_free(b);
+            _exit(0);
+        }
+        close(go[0]);
+        assert_int_equal(write(go[1], "x", 1), 1);
+        close(go[1]);
+        store_t *s = open_peer();
+        int status = 0;
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            fail_msg("round %d: the other peer could not open the new file", round);
+        store_free(s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -328,6 +369,7 @@ int main(void)
         cmocka_unit_test(raced_claims_take_each_key_once),
         cmocka_unit_test(leases_and_takeovers_hold_across_peers),
         cmocka_unit_test(a_gateway_and_peers_refuse_each_other),
+        cmocka_unit_test(peers_open_a_new_file_at_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
