@@ -60,6 +60,13 @@ const char *revision_header_mismatch(const revision_headers_t *h, const mcp_msg_
  * bytes. The length goes to out_len (may be NULL). */
 char *revision_header_value(const char *value, size_t *out_len);
 
+/* The header lines (each "Name: value\r\n") a 2026 request mirrors from its body (SEP-2243):
+ * MCP-Protocol-Version, Mcp-Method, and Mcp-Name for tools/call, prompts/get (its name) and
+ * resources/read (its uri), a value that is not plain printable ASCII in the base64 form.
+ * NULL when msg is not a request claiming a 2026 version in params._meta. For a client that
+ * writes bodies only (stdio) and a gateway that speaks HTTP for it. */
+char *revision_mirror_headers(const json_t *msg);
+
 /* Makes a complete JSON-RPC response body the gateway sends fit revision r: for 2026, a
  * "result" object without resultType gains "resultType":"complete" as its first member, every
  * other byte as it was. Takes body (malloc'd) and returns the body to send, which may be the

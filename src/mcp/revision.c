@@ -190,3 +190,44 @@ char *revision_fit(char *body, revision_t r)
     free(body);
     return out;
 }
+
+/* A header value as it is when plain printable ASCII without edge spaces, else in the base64
+ * form; NULL when it cannot be given (too long). */
+static char *header_value(const char *v)
+{
+    size_t len = strlen(v);
+    bool plain = len > 0 && v[0] != ' ' && v[len - 1] != ' ';
+    for (size_t i = 0; plain && i < len; i++)
+        plain = (unsigned char)v[i] >= 0x20 && (unsigned char)v[i] < 0x7f;
+    if (plain)
+        return xstrdup(v);
+    if (len > 4096)
+        return NULL;
+    unsigned char *b64 = xmalloc(4 * ((len + 2) / 3) + 1);
+    EVP_EncodeBlock(b64, (const unsigned char *)v, (int)len);
+    char *out = xasprintf("=?base64?%s?=", (const char *)b64);
+    free(b64);
+    return out;
+}
+
+char *revision_mirror_headers(const json_t *msg)
+{
+    json_t *params = json_object_get(msg, "params");
+    const char *method = json_string_value(json_object_get(msg, "method"));
+    const char *version =
+        json_string_value(json_object_get(json_object_get(params, "_meta"), REVISION_META_VERSION));
+    if (!method || !json_object_get(msg, "id") || revision_of_version(version) != REVISION_2026)
+        return NULL;
+    const char *member = strcmp(method, "resources/read") == 0 ? "uri"
+                         : strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0
+                             ? "name"
+                             : NULL;
+    const char *name = member ? json_string_value(json_object_get(params, member)) : NULL;
+    char *m = header_value(method), *n = name ? header_value(name) : NULL;
+    char *out = m ? xasprintf("MCP-Protocol-Version: %s\r\nMcp-Method: %s\r\n%s%s%s", version, m,
+                              n ? "Mcp-Name: " : "", n ? n : "", n ? "\r\n" : "")
+                  : NULL;
+    free(m);
+    free(n);
+    return out;
+}

@@ -26,7 +26,7 @@ struct event_base;
                                    * read (one caller), or the call is cut off (shared) */
 #define IN_HIGH_WATER (16u << 20) /* a child not reading its stdin: new requests get 503 */
 #define LONG_LINE_KEEP 128        /* ends of an over-long line kept to find its id */
-#define SESSION_ID_MAX 80         /* a session's id: 32 hex, or "caller:" and a caller tag */
+#define SESSION_ID_MAX 88 /* a session's id: 32 hex, or "caller:" (2026: "caller26:") and a tag */
 #define CALLER_MAX 72             /* a caller tag (upstream_request_t.caller), cut to this */
 #define SREQ_MAX 256              /* server requests awaiting their caller's answer, per child */
 #define ERR_TAIL_MAX 512          /* the end of a child's stderr kept to say why it failed */
@@ -35,6 +35,7 @@ struct event_base;
 #define ERR_LOG_BURST 200
 #define UNENDED_WAIT_MS 100 /* a pause after a line without its newline */
 #define GONE_GRACE_MS 30000 /* a session whose agent dropped its GET stream: idle after */
+#define DISCOVER_WAIT_MS 5000 /* a server silent on server/discover this long is a 2025 one */
 
 typedef struct stdio_up stdio_up_t;
 typedef struct child child_t;
@@ -50,6 +51,7 @@ struct upstream_call {
     session_t *sess;         /* NULL: a call without a session */
     child_t *child;          /* where its requests went, NULL when none did */
     char caller[CALLER_MAX]; /* who sent it (upstream_request_t.caller), "" for the gateway */
+    bool modern;             /* its requests are of the 2026 era (stdio_era.c) */
     upstream_cbs_t cb;
     void *arg;
     call_mode_t mode;
@@ -58,7 +60,8 @@ struct upstream_call {
     bool batch;                     /* the body was an array */
     json_t *init_id;                /* an initialize waiting for the child's answer: its own id */
     upstream_call_t *snext, *sprev; /* in sess->calls */
-    upstream_call_t *wnext;         /* in child->init_waiters */
+    upstream_call_t *wnext;         /* in child->init_waiters or child->era_waiters */
+    json_t *parked;                 /* on era_waiters: its messages, sent once the era is known */
     /* what the owner is yet to hear, handed over from kick */
     int status;
     http_headers_t headers;
@@ -76,6 +79,9 @@ struct pend {
     json_t *orig_token;    /* the agent's progress token, or NULL */
     upstream_call_t *call; /* NULL: its call is gone, the answer is dropped */
     bool init;             /* the child's initialize */
+    bool probe;            /* the child's server/discover: does it speak the 2026 era? */
+    bool discover;         /* a ping standing for a caller's server/discover (bridged) */
+    bool cacheable;        /* a 2026 caller's list or read on a 2025 child (bridged) */
     pend_t *next;
 };
 
@@ -114,11 +120,16 @@ struct child {
     session_t *sessions;
     bool shared;
     bool own_init;       /* initialized by the gateway (shared, or a sessionless caller's) */
+    bool for_modern;     /* opened for 2026 callers: server/discover first (stdio_era.c) */
+    bool modern;         /* it answered server/discover: it speaks the 2026 era */
+    bool era_known;      /* what it speaks is known (always, unless for_modern) */
+    bool init_out;       /* for_modern: server/discover went unanswered, initialize is out */
     bool ready;          /* requests may be written (own_init: once initialized) */
     bool initializing;   /* own_init: the initialize is out */
-    json_t *init_result; /* shared: the answer every later session gets */
+    json_t *init_result; /* shared: the answer every later session gets (modern: discover's) */
     json_t *init_req;    /* own_init: its initialize, written once it has started */
     upstream_call_t *init_waiters;
+    upstream_call_t *era_waiters; /* 2026 calls waiting for the answer to server/discover */
     sreq_t *sreqs; /* its requests delivered to callers, newest first */
     int n_sreqs;
     struct evbuffer *held; /* lines waiting for ready */
@@ -126,6 +137,8 @@ struct child {
     int n_full;
     struct event *unended;       /* a line without its newline: taken as one after a pause */
     struct event *start_timer;   /* from its start to its initialize's answer */
+    struct event *probe_timer;   /* for_modern: from its start to server/discover's answer */
+    uint64_t probe_gid;          /* that request's id while it is out, else 0 */
     char err_tail[ERR_TAIL_MAX]; /* the last of what it wrote on stderr, lines joined by " | " */
     size_t err_tail_len;
     log_limit_t err_limit; /* its stderr lines in the gateway's log */
@@ -146,6 +159,8 @@ struct stdio_up {
     child_t *children;
     int n_children;
     child_t *shared;    /* the child sessions share (shared mode) and sessionless calls use */
+    child_t *shared26;  /* shared mode: the one 2026 callers share (stdio_era.c) */
+    bool legacy_only;   /* a child of the command did not speak the 2026 era */
     uint64_t next_sreq; /* the ids server requests reach callers with */
     uint64_t unrouted;  /* server messages no caller could be told apart for: dropped */
     proc_kill_t *kills; /* processes to SIGKILL once their grace is out */
@@ -197,6 +212,23 @@ void stdio_proc_leader_gone(child_t *c);
 /* The gateway leaves: every child ended within the grace, waited for, and what they started
  * killed. */
 void stdio_proc_end_all(stdio_up_t *up);
+
+/* stdio_era.c */
+/* version is a date of the 2026 era (2026-07-28 or later). */
+bool stdio_era_modern(const char *version);
+/* A POST's messages are of the 2026 era: its MCP-Protocol-Version (may be NULL) or a
+ * request's params._meta names such a version. */
+bool stdio_era_of_request(const char *header_version, json_t *msgs);
+/* The server/discover that opens a 2026 connection, with id gid. */
+json_t *stdio_era_discover(uint64_t gid);
+/* The answer to that says the server speaks the 2026 era. */
+bool stdio_era_discovered(const json_t *answer);
+/* The 2026 era's results of method carry ttlMs and cacheScope. */
+bool stdio_era_cacheable(const char *method);
+/* An answer of a 2025 child (its initialize result init) made one for a 2026 caller: the
+ * server/discover result when discover (the answer stood for one), else resultType added to
+ * a result without one, and for a cacheable method's result ttlMs 0, cacheScope private. */
+void stdio_era_bridge_answer(json_t *answer, const json_t *init, bool discover, bool cacheable);
 
 /* stdio_route.c */
 /* The caller a call is, for what may cross between callers of one child: its session's id,

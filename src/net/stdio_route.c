@@ -271,6 +271,11 @@ void stdio_route_from_server(child_t *c, json_t *msg)
     }
     bool several;
     upstream_call_t *to = owner_stream(c, &several);
+    if (to && id && to->modern) {
+        /* the 2026 era has no requests from the server: its client would never answer */
+        refuse_request(c, id, "the client speaks 2026-07-28, where a server sends no requests");
+        return;
+    }
     if (to && id) {
         deliver_request(c, to, msg);
         return;

@@ -89,6 +89,11 @@ static void call_detach(upstream_call_t *call)
                 *w = call->wnext;
                 break;
             }
+        for (upstream_call_t **w = &call->child->era_waiters; *w; w = &(*w)->wnext)
+            if (*w == call) {
+                *w = call->wnext;
+                break;
+            }
         if (call->full && call->child->n_full-- == 1 && call->child->out)
             bufferevent_enable(call->child->out, EV_READ);
     }
@@ -135,6 +140,7 @@ static void call_free(upstream_call_t *call)
     /* an initialize that ends here leaves no session behind */
     if (call->init_id && call->sess)
         session_discard(call->sess);
+    json_decref(call->parked);
     event_free(call->kick);
     event_free(call->timer);
     evbuffer_free(call->out);
@@ -453,7 +459,7 @@ static void pend_free(pend_t *p)
 }
 
 /* Sends one request of call to c with an id of c's own; its progress token goes with it. */
-static void send_request(child_t *c, upstream_call_t *call, json_t *req)
+static pend_t *send_request(child_t *c, upstream_call_t *call, json_t *req)
 {
     pend_t *p = pend_add(c, call, json_object_get(req, "id"));
     json_t *copy = json_deep_copy(req);
@@ -468,6 +474,7 @@ static void send_request(child_t *c, upstream_call_t *call, json_t *req)
     json_decref(copy);
     if (call)
         call->outstanding++;
+    return p;
 }
 
 /* The agent cancels one of its requests: the child hears of it by the id it saw. */
@@ -508,6 +515,8 @@ static void child_free(child_t *c)
         evbuffer_free(c->held);
     if (c->start_timer)
         event_free(c->start_timer);
+    if (c->probe_timer)
+        event_free(c->probe_timer);
     if (c->unended)
         event_free(c->unended);
     json_decref(c->init_req);
@@ -587,6 +596,7 @@ static void fail_unsent(upstream_call_t *call, pend_t *p, const char *why)
 }
 
 static void start_waiting(stdio_up_t *up);
+static void era_waiter_fail(upstream_call_t *call, const char *why);
 
 /* The child can serve no more: its sessions end and every call waiting on it ends CLOSED (a
  * protected call among them is recorded unknown by its owner). */
@@ -598,11 +608,22 @@ static void child_gone(child_t *c, const char *why)
     stdio_up_t *up = c->up;
     if (up->shared == c)
         up->shared = NULL;
+    if (up->shared26 == c)
+        up->shared26 = NULL;
     stdio_proc_drain_err(c);
     char full[ERR_TAIL_MAX + 200];
     why = stdio_proc_why(c, why, full, sizeof(full));
     if (c->start_timer)
         evtimer_del(c->start_timer);
+    if (c->probe_timer)
+        evtimer_del(c->probe_timer);
+    while (c->era_waiters) {
+        upstream_call_t *call = c->era_waiters;
+        c->era_waiters = call->wnext;
+        call->wnext = NULL;
+        call->child = NULL;
+        era_waiter_fail(call, why);
+    }
     /* what a child that never started, or never answered the gateway's initialize, holds in
      * c->held it never read: those calls fail as not sent. The others may have run. */
     bool unsent = c->pid <= 0 || (c->own_init && !c->ready);
@@ -646,9 +667,113 @@ static void child_gone(child_t *c, const char *why)
 
 /* ---- what the child writes ---- */
 
+static void call_send(child_t *c, upstream_call_t *call, json_t *msgs);
+static void send_init(child_t *c);
+static json_t *initialize_req(uint64_t gid, const char *version, bool for_modern);
+
+/* The child's era is known: the 2026 calls that waited for it are sent, in their order. */
+static void era_settled(child_t *c, bool modern)
+{
+    c->era_known = true;
+    c->modern = modern;
+    upstream_call_t *order = NULL;
+    while (c->era_waiters) { /* the list is newest first */
+        upstream_call_t *call = c->era_waiters;
+        c->era_waiters = call->wnext;
+        call->wnext = order;
+        order = call;
+    }
+    while (order) {
+        upstream_call_t *call = order;
+        order = call->wnext;
+        call->wnext = NULL;
+        json_t *msgs = call->parked;
+        call->parked = NULL;
+        call_send(c, call, msgs);
+        json_decref(msgs);
+    }
+}
+
+/* A 2026 call that waited for its child's era fails: nothing of it was sent. */
+static void era_waiter_fail(upstream_call_t *call, const char *why)
+{
+    size_t i;
+    json_t *m;
+    call->outstanding = 1;
+    json_array_foreach(call->parked, i, m) if (json_object_get(m, "id"))
+    {
+        json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
+                              json_object_get(m, "id"), "error", "code", -32000, "message", why);
+        stdio_call_deliver(call, e);
+        json_decref(e);
+    }
+    call_answered(call);
+}
+
+/* The answer to the server/discover that opened a child for 2026 callers. */
+static void child_probed(child_t *c, json_t *msg)
+{
+    stdio_up_t *up = c->up;
+    c->probe_gid = 0;
+    if (c->probe_timer)
+        evtimer_del(c->probe_timer);
+    if (c->era_known)
+        return; /* late: the child answered the initialize sent after it first */
+    if (!stdio_era_discovered(msg)) {
+        log_info(0,
+                 "stdio upstream %s: pid %d does not speak the 2026-07-28 era: opened with "
+                 "initialize, answered for 2026 callers by the gateway",
+                 up->label, (int)c->pid);
+        up->legacy_only = true;
+        if (!c->init_out) {
+            pend_t *p = pend_add(c, NULL, json_null());
+            p->init = true;
+            c->init_req = initialize_req(p->gid, NULL, true);
+            send_init(c);
+        }
+        era_settled(c, false); /* their requests wait in held for the initialize's answer */
+        return;
+    }
+    log_info(0, "stdio upstream %s: pid %d speaks the 2026-07-28 era", up->label, (int)c->pid);
+    if (c->start_timer)
+        evtimer_del(c->start_timer);
+    c->init_result = json_incref(json_object_get(msg, "result"));
+    c->initializing = false;
+    c->ready = true;
+    if (c->in && c->held)
+        evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
+    era_settled(c, true);
+    if (!up->proven) {
+        up->proven = true;
+        up->starting = NULL;
+        start_waiting(up);
+    }
+}
+
+/* server/discover unanswered for DISCOVER_WAIT_MS: some 2025 servers drop a request that
+ * comes before initialize, so initialize goes too; whichever is answered first decides. */
+static void on_probe_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    child_t *c = arg;
+    if (c->era_known || c->init_out)
+        return;
+    log_info(0, "stdio upstream %s: pid %d has not answered server/discover in %ums: sending "
+                "initialize",
+             c->up->label, (int)c->pid, (unsigned)DISCOVER_WAIT_MS);
+    c->init_out = true;
+    pend_t *p = pend_add(c, NULL, json_null());
+    p->init = true;
+    c->init_req = initialize_req(p->gid, NULL, true);
+    send_init(c);
+}
+
 /* The initialize answer: waiters get it (a result registers their sessions). */
 static void child_initialized(child_t *c, json_t *msg)
 {
+    if (c->modern)
+        return; /* the initialize sent when server/discover was slow: the child chose 2026 */
     json_t *result = json_object_get(msg, "result");
     if (c->start_timer)
         evtimer_del(c->start_timer);
@@ -668,6 +793,10 @@ static void child_initialized(child_t *c, json_t *msg)
         log_warn(0, "stdio upstream %s: pid %d refused initialize", c->up->label, (int)c->pid);
     }
     c->initializing = false;
+    if (!c->era_known) { /* it never answered server/discover: a 2025 server */
+        c->up->legacy_only = true;
+        era_settled(c, false);
+    }
     while (c->init_waiters) {
         upstream_call_t *call = c->init_waiters;
         c->init_waiters = call->wnext;
@@ -727,9 +856,13 @@ void stdio_child_message(child_t *c, json_t *msg)
                  c->up->label, (int)c->pid);
         return;
     }
-    if (p->init) {
+    if (p->probe) {
+        child_probed(c, msg);
+    } else if (p->init) {
         child_initialized(c, msg);
     } else if (p->call) {
+        if (p->call->modern && !c->modern)
+            stdio_era_bridge_answer(msg, c->init_result, p->discover, p->cacheable);
         json_object_set(msg, "id", p->orig_id);
         stdio_call_deliver(p->call, msg);
         call_answered(p->call);
@@ -824,6 +957,11 @@ static bool child_exec(child_t *c, char *why, size_t whylen)
     struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
     c->start_timer = evtimer_new(up->base, on_start_timeout, c);
     evtimer_add(c->start_timer, &tv);
+    if (c->probe_gid) {
+        struct timeval ptv = util_ms_to_tv(DISCOVER_WAIT_MS);
+        c->probe_timer = evtimer_new(up->base, on_probe_timeout, c);
+        evtimer_add(c->probe_timer, &ptv);
+    }
     send_init(c);
     if (c->ready)
         evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
@@ -910,6 +1048,7 @@ static child_t *child_spawn(stdio_up_t *up, bool shared, bool own_init, char *wh
     c->shared = shared;
     c->own_init = own_init;
     c->ready = !own_init;
+    c->era_known = !own_init;
     c->held = evbuffer_new();
     c->next = up->children;
     up->children = c;
@@ -928,52 +1067,78 @@ static child_t *child_spawn(stdio_up_t *up, bool shared, bool own_init, char *wh
     return c;
 }
 
-/* A child the gateway starts and initializes itself: the shared one, or a sessionless caller's
- * own. It is told the client can do what any client might (a client that cannot answers that
- * request with an error), in version (the first session's) or the newest the gateway knows. */
-static child_t *own_child(stdio_up_t *up, bool shared, const char *version, char *why,
-                          size_t whylen)
+/* The initialize a child the gateway opens itself gets. It is told the client can do what any
+ * client might (a client that cannot answers that request with an error), in version (the first
+ * session's) or the newest 2025 one; for 2026 callers nothing: their era has no requests from
+ * the server, so none would reach them. */
+static json_t *initialize_req(uint64_t gid, const char *version, bool for_modern)
+{
+    json_t *caps = for_modern ? json_object()
+                              : json_pack("{s:{s:{}}, s:{}, s:{s:b}}", "elicitation", "form",
+                                          "sampling", "roots", "listChanged", 0);
+    json_t *params = json_pack("{s:s, s:o, s:{s:s, s:s}}", "protocolVersion",
+                               version ? version : "2025-11-25", "capabilities", caps, "clientInfo",
+                               "name", "idemgw", "version", "0.1.0");
+    return json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)gid, "method",
+                     "initialize", "params", params);
+}
+
+/* A child the gateway starts and opens itself: the shared one, or a sessionless caller's own;
+ * for 2026 callers (for_modern) with server/discover, else with initialize. */
+static child_t *own_child(stdio_up_t *up, bool shared, const char *version, bool for_modern,
+                          char *why, size_t whylen)
 {
     child_t *c = child_spawn(up, shared, true, why, whylen);
     if (!c)
         return NULL;
-    json_t *params = json_pack("{s:s, s:{s:{s:{}}, s:{}, s:{s:b}}, s:{s:s, s:s}}",
-                               "protocolVersion", version ? version : "2025-11-25", "capabilities",
-                               "elicitation", "form", "sampling", "roots", "listChanged", 0,
-                               "clientInfo", "name", "idemgw", "version", "0.1.0");
-    json_t *req =
-        json_pack("{s:s, s:s, s:o}", "jsonrpc", "2.0", "method", "initialize", "params", params);
+    c->for_modern = for_modern;
     pend_t *p = pend_add(c, NULL, json_null());
     p->init = true;
-    json_object_set_new(req, "id", json_integer((json_int_t)p->gid));
-    c->init_req = req; /* written ahead of what waits for ready */
-    send_init(c);
+    if (for_modern && !up->legacy_only) {
+        p->probe = true;
+        c->probe_gid = p->gid;
+        c->init_req = stdio_era_discover(p->gid);
+    } else {
+        c->era_known = true;
+        c->init_req = initialize_req(p->gid, version, for_modern);
+    }
+    send_init(c); /* written ahead of what waits for ready */
     c->initializing = true;
     return c;
 }
 
-/* The shared child, started when no session did yet. */
-static child_t *shared_child(stdio_up_t *up, json_t *init_params, char *why, size_t whylen)
+/* Where shared-mode callers of an era go: 2026 callers to a child of their own era, unless the
+ * command is known to speak only 2025 (then the one child serves both, bridged). */
+static child_t **shared_slot(stdio_up_t *up, bool modern)
 {
-    if (up->shared)
-        return up->shared;
+    return modern && (up->shared26 || !up->legacy_only) ? &up->shared26 : &up->shared;
+}
+
+/* The shared child of the caller's era, started when none is. */
+static child_t *shared_child(stdio_up_t *up, json_t *init_params, bool modern, char *why,
+                             size_t whylen)
+{
+    child_t **slot = shared_slot(up, modern);
+    if (*slot)
+        return *slot;
     const char *version = json_string_value(json_object_get(init_params, "protocolVersion"));
-    child_t *c = own_child(up, true, version, why, whylen);
+    child_t *c = own_child(up, true, version, slot == &up->shared26, why, whylen);
     if (c)
-        up->shared = c;
+        *slot = c;
     return c;
 }
 
 /* A sessionless caller of a per_session server has a child of its own, as a session would:
  * a session no header names, found by the caller's tag, reaped when idle. */
-static session_t *caller_session(stdio_up_t *up, const char *caller, char *why, size_t whylen)
+static session_t *caller_session(stdio_up_t *up, const char *caller, bool modern, char *why,
+                                 size_t whylen)
 {
     char id[SESSION_ID_MAX];
-    snprintf(id, sizeof(id), "caller:%s", caller);
+    snprintf(id, sizeof(id), "%s:%s", modern ? "caller26" : "caller", caller);
     session_t *s = session_find(up, id, true);
     if (s)
         return s;
-    child_t *c = own_child(up, false, NULL, why, whylen);
+    child_t *c = own_child(up, false, NULL, modern, why, whylen);
     if (!c)
         return NULL;
     s = session_new(up);
@@ -1027,7 +1192,7 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
     call->sess->caps = json_incref(json_object_get(json_object_get(req, "params"), "capabilities"));
     child_t *c;
     if (up->conf.sessions == STDIO_SHARED) {
-        c = shared_child(up, json_object_get(req, "params"), why, sizeof(why));
+        c = shared_child(up, json_object_get(req, "params"), false, why, sizeof(why));
     } else {
         c = child_spawn(up, false, false, why, sizeof(why));
         if (c) {
@@ -1116,6 +1281,9 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
         json_decref(init);
         return r;
     }
+    char version[64];
+    call->modern = stdio_era_of_request(
+        req_header(req, "mcp-protocol-version", version, sizeof(version)) ? version : NULL, msgs);
     child_t *c;
     char why[300];
     session_t *s = NULL;
@@ -1126,14 +1294,14 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
             return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
         }
     } else if (up->conf.sessions != STDIO_SHARED) {
-        s = caller_session(up, call->caller, why, sizeof(why));
+        s = caller_session(up, call->caller, call->modern, why, sizeof(why));
     }
     if (s) {
         session_touch(s);
         call_link(call, s);
         c = s->child;
     } else if (sid || up->conf.sessions != STDIO_SHARED ||
-               !(c = shared_child(up, NULL, why, sizeof(why)))) {
+               !(c = shared_child(up, NULL, call->modern, why, sizeof(why)))) {
         json_decref(msgs);
         add_header(&call->headers, "Retry-After", "5");
         return answer_rpc_error(call, 503, NULL, -32000, why);
@@ -1160,12 +1328,43 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
         call->mode = accepts_sse(req) ? MODE_SSE : MODE_JSON;
         call->answers = json_array();
     }
+    if (n_requests > 0 && !c->era_known) {
+        /* what a 2026 request becomes depends on what the child speaks: it waits to know */
+        call->parked = json_incref(msgs);
+        call->wnext = c->era_waiters;
+        c->era_waiters = call;
+    } else {
+        call_send(c, call, msgs);
+    }
+    json_decref(msgs);
+    if (n_requests == 0)
+        return answer_fixed(call, 202, NULL, NULL);
+    if (call->mode == MODE_SSE)
+        queue_head(call, 200, "text/event-stream");
+    set_timer(call, up->limits->idle_timeout_ms);
+    return call;
+}
+
+/* The messages of a POST to c. A 2026 caller's to a 2025 child are bridged: server/discover
+ * becomes a ping the gateway answers for, from the child's initialize (stdio_era.c). */
+static void call_send(child_t *c, upstream_call_t *call, json_t *msgs)
+{
+    size_t i;
+    json_t *m;
     json_array_foreach(msgs, i, m)
     {
         const char *method = json_string_value(json_object_get(m, "method"));
-        if (is_request(m)) {
+        if (is_request(m) && call->modern && !c->modern &&
+            strcmp(method, "server/discover") == 0) {
+            json_t *ping =
+                json_pack("{s:s, s:O, s:s}", "jsonrpc", "2.0", "id", json_object_get(m, "id"),
+                          "method", "ping");
+            send_request(c, call, ping)->discover = true;
+            json_decref(ping);
+        } else if (is_request(m)) {
             stdio_note_subscription(call->sess, m);
-            send_request(c, call, m);
+            send_request(c, call, m)->cacheable =
+                call->modern && !c->modern && stdio_era_cacheable(method);
         } else if (!method) {
             stdio_answer_to_server(c, call, m);
         } else if (strcmp(method, "notifications/cancelled") == 0) {
@@ -1176,16 +1375,6 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
             stdio_child_write(c, m);
         }
     }
-    json_decref(msgs);
-    if (n_requests == 0)
-        return answer_fixed(call, 202, NULL, NULL);
-    if (call->mode == MODE_SSE) {
-        queue_head(call, 200, "text/event-stream");
-        set_timer(call, up->limits->idle_timeout_ms);
-    } else {
-        set_timer(call, up->limits->idle_timeout_ms);
-    }
-    return call;
 }
 
 static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,

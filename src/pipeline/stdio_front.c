@@ -6,6 +6,7 @@
 #include "http_parse.h"
 #include "log.h"
 #include "mcp.h"
+#include "revision.h"
 #include "sse.h"
 
 #include <assert.h>
@@ -290,7 +291,7 @@ static void xchg_set_state(xchg_t *x, xchg_state_t st)
     x->state = st;
 }
 static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method, const char *body,
-                         size_t len, const char *last_event_id);
+                         size_t len, const char *last_event_id, const char *mirror);
 
 /* A message of the answer (a JSON body or an event's data): to stdout, noting whether it
  * answered the request. An error the gateway wrote without an id (its own JSON-RPC errors
@@ -450,7 +451,7 @@ static bool resume(xchg_t *x)
     if (!x->sse || x->status != 200 || !x->last_event_id || !f->session ||
         x->resumes >= MAX_RESUMES || f->state >= FRONT_ENDING)
         return false;
-    xchg_t *r = xchg_open(f, XCHG_RESUME, "GET", NULL, 0, x->last_event_id);
+    xchg_t *r = xchg_open(f, XCHG_RESUME, "GET", NULL, 0, x->last_event_id, NULL);
     if (!r)
         return false;
     log_debug(0, "stdio front: resuming a request's stream after event %s", x->last_event_id);
@@ -613,9 +614,10 @@ static void on_reap(evutil_socket_t fd, short what, void *arg)
 }
 
 /* A request to the gateway on a new connection; NULL when no socket could be made (said in
- * the log). body NULL: none. */
+ * the log). body NULL: none. mirror: the header lines a 2026 request's body asks for, or NULL
+ * (then the session's version, if any). */
 static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method, const char *body,
-                         size_t len, const char *last_event_id)
+                         size_t len, const char *last_event_id, const char *mirror)
 {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -651,7 +653,9 @@ static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method,
         evbuffer_add_printf(out, "Last-Event-ID: %s\r\n", last_event_id);
     if (f->session)
         evbuffer_add_printf(out, "Mcp-Session-Id: %s\r\n", f->session);
-    if (f->protocol)
+    if (mirror)
+        evbuffer_add(out, mirror, strlen(mirror));
+    else if (f->protocol)
         evbuffer_add_printf(out, "MCP-Protocol-Version: %s\r\n", f->protocol);
     for (size_t i = 0; i < f->o.n_headers; i++)
         evbuffer_add_printf(out, "%s\r\n", f->headers[i]);
@@ -667,7 +671,7 @@ static xchg_t *xchg_open(stdio_front_t *f, xchg_kind_t kind, const char *method,
 
 static void stream_open(stdio_front_t *f)
 {
-    f->stream = xchg_open(f, XCHG_STREAM, "GET", NULL, 0, NULL);
+    f->stream = xchg_open(f, XCHG_STREAM, "GET", NULL, 0, NULL, NULL);
 }
 
 /* --- stdin --- */
@@ -681,7 +685,9 @@ static void send_line(stdio_front_t *f, const char *line, size_t len)
         json_string_value(json_is_object(msg) ? json_object_get(msg, "method") : NULL);
     bool request = method && id && !json_is_null(id);
     bool initialize = method && strcmp(method, "initialize") == 0;
-    xchg_t *x = xchg_open(f, XCHG_POST, "POST", line, len, NULL);
+    char *mirror = json_is_object(msg) ? revision_mirror_headers(msg) : NULL;
+    xchg_t *x = xchg_open(f, XCHG_POST, "POST", line, len, NULL, mirror);
+    free(mirror);
     if (!x) {
         if (request)
             emit_error(f, id, RPC_INTERNAL_ERROR, "idemgw: cannot reach the gateway");
@@ -944,7 +950,7 @@ static void front_check_drained(stdio_front_t *f)
         bufferevent_disable(s->bev, EV_READ | EV_WRITE);
         event_active(f->reaper, 0, 0);
     }
-    if (f->session && xchg_open(f, XCHG_DELETE, "DELETE", NULL, 0, NULL)) {
+    if (f->session && xchg_open(f, XCHG_DELETE, "DELETE", NULL, 0, NULL, NULL)) {
         front_set_state(f, FRONT_ENDING);
         struct timeval tv = util_ms_to_tv(DELETE_TIMEOUT_MS);
         evtimer_add(f->give_up, &tv);
