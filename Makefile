@@ -92,7 +92,8 @@ unit: unit-bins
 # The test command: installs what is missing (fast when nothing is), builds, runs everything.
 # Recursive make so the build sees libraries the install step just added.
 # `make check TEST=name` runs one test instead, with the same private Postgres: a unit test
-# binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs).
+# binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs); TEST=docs
+# runs the documentation's checks alone (ARCHITECTURE.md's code map, the config examples, idemgw.5).
 check:
 	$(Q)scripts/install-deps.sh
 	$(Q)$(MAKE) --no-print-directory all unit-bins $(if $(TEST),,fuzz-smoke)
