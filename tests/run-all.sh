@@ -53,8 +53,9 @@ if [ -n "$only" ]; then
     fi
 fi
 
-# --- documentation (no Postgres, no network): ARCHITECTURE.md names every source file, the
-# documentation's configuration examples load, idemgw.5 is made from docs/configuration.md ----
+# --- documentation (no Postgres, no network): ARCHITECTURE.md names every source file,
+# docs/configuration.md every key of the reader, the documentation's configuration examples
+# load, and idemgw.5 is made from docs/configuration.md ---------------------------------------
 docs_check() {
     local what=$1
     shift
@@ -84,6 +85,7 @@ man_page_builds() {
 }
 if [ -z "$only" ] || [ -n "${docs_only:-}" ]; then
     docs_check "ARCHITECTURE.md names every source file" scripts/check-code-map.sh
+    docs_check "docs/configuration.md documents every key" scripts/check-config-doc.sh
     docs_check "configuration examples load" scripts/check-doc-examples.sh "$IDEMGW_BIN"
     docs_check "idemgw.5 builds" man_page_builds
 fi
