@@ -1,7 +1,7 @@
 # idemgw as a sidecar container (docker or podman). Configured by IDEMGW_* variables alone;
 # conf/idemgw.yaml is the default config file and documents every setting.
 #   podman build -t idemgw .            (--build-arg BASE=... to build on another Debian 12 base,
-#                                        e.g. one made with debootstrap: see README.md)
+#                                        e.g. one made with debootstrap: see docs/deployment.md)
 #   podman run --ulimit nofile=16384:16384 --ulimit nproc=4096:4096 -e IDEMGW_UPSTREAM=http://127.0.0.1:3001/mcp \
 #       -e IDEMGW_LISTEN=127.0.0.1:8080 -e IDEMGW_ADMIN_LISTEN=127.0.0.1:8081 --network host idemgw
 ARG BASE=debian:bookworm-slim

@@ -33,7 +33,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test
+.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb man package-test image-test
 
 all: $(BUILD)/idemgw
 
@@ -92,7 +92,8 @@ unit: unit-bins
 # The test command: installs what is missing (fast when nothing is), builds, runs everything.
 # Recursive make so the build sees libraries the install step just added.
 # `make check TEST=name` runs one test instead, with the same private Postgres: a unit test
-# binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs).
+# binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs); TEST=docs
+# runs the documentation's checks alone (ARCHITECTURE.md's code map, the config examples, idemgw.5).
 check:
 	$(Q)scripts/install-deps.sh
 	$(Q)$(MAKE) --no-print-directory all unit-bins $(if $(TEST),,fuzz-smoke)
@@ -149,9 +150,18 @@ format:
 clean:
 	rm -rf build build-asan build-fuzz
 
+# The man page of the configuration, idemgw.5, made from docs/configuration.md (`make man`;
+# `man -l build/idemgw.5` reads it). idemgw.8 is written by hand in conf/.
+man: $(BUILD)/idemgw.5
+
+$(BUILD)/idemgw.5: docs/configuration.md scripts/man-config.sh src/cmd/main.c
+	@echo "  MAN     $@"
+	@mkdir -p $(BUILD)
+	$(Q)scripts/man-config.sh docs/configuration.md >$@.tmp && mv $@.tmp $@
+
 # The Debian package (build/deb/idemgw_VERSION_ARCH.deb): binary, /etc/idemgw/idemgw.yaml,
-# systemd unit, man page.
-deb: all
+# systemd unit, the man pages idemgw.8 and idemgw.5.
+deb: all $(BUILD)/idemgw.5
 	$(Q)scripts/make-deb.sh
 
 # Installs that package on this machine and checks it (root; not part of `make check`).

@@ -5,7 +5,8 @@
 # section (8) against idempotency inside an MCP SDK server (AWS Lambda Powertools over a durable
 # Redis); section (10), stdio servers, is scripts/bench/stdio.sh, run last with its own table
 # and JSON (stdio-latest.json). Prints one table and writes the figures to
-# bench-results/latest.json (and a dated copy) so runs can be compared.
+# bench-results/latest.json (and a dated copy) so runs can be compared, and the table into
+# docs/performance.md (scripts/bench/write-doc.py).
 #
 #   BENCH_DURATION=10s    length of each wrk / pgbench run (default 10s)
 #   BENCH_CONNS="1 16 64 256"   connection counts of the pass-through comparison
@@ -18,6 +19,9 @@
 #   BENCH_OBS_ROUNDS=3    rounds of the observability section (each variant's median is kept)
 #   BENCH_SMOKE=1         everything, with tiny durations and sizes (for the test suite)
 #   BENCH_OUT=DIR         where the JSON goes (default bench-results)
+#   BENCH_DOC=FILE        where a whole run's table is written, between marker comments
+#                         (default docs/performance.md; empty: nowhere; smoke and BENCH_ONLY
+#                         runs write it only when this is set)
 #   BENCH_ONLY="passthrough protected replay sse memory growth jwt powertools observability cost https stdio"   run only these sections
 # Needs wrk, nginx, pgbench/psql (postgresql), a C compiler and python3; section (8) also
 # redis-server and the test packages (tests/node_modules).
@@ -787,6 +791,13 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 python3 scripts/bench/report.py "$results" "$out_dir/latest.json" \
     --meta "{\"commit\":\"$commit\",\"duration\":\"$duration\",\"smoke\":$([ "$smoke" = 1 ] && echo true || echo false),\"cpus\":$(nproc),\"store_pool\":$store_pool,\"workers\":$workers,\"load_conns\":$load_conns,\"sections\":\"$only\",\"loadavg_at_end\":\"$(cut -d' ' -f1-3 /proc/loadavg)\"}"
 cp "$out_dir/latest.json" "$out_dir/bench-$(date +%Y%m%d-%H%M%S).json"
+# A whole run's table goes into the documentation too (BENCH_DOC, default docs/performance.md;
+# BENCH_DOC= writes none); a smoke run's figures mean nothing and a partial run's table misses
+# sections, so neither touches it unless BENCH_DOC names a file.
+bench_doc=${BENCH_DOC-docs/performance.md}
+if [ -n "$bench_doc" ] && { [ -n "${BENCH_DOC:-}" ] || { [ "$smoke" != 1 ] && [ -z "${BENCH_ONLY:-}" ]; }; }; then
+    python3 scripts/bench/write-doc.py "$out_dir/latest.json" "$bench_doc"
+fi
 
 # ---- (10) stdio servers ----------------------------------------------------------------------
 # Its own gateways, bridges, table and JSON (BENCH_OUT/stdio-latest.json); BENCH_SMOKE carries over.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the Debian package (`make deb`) from build/idemgw with dpkg-deb: the binary, the
-# reference config as /etc/idemgw/idemgw.yaml (a conffile), the hardened systemd unit and the
-# man page. Prints the package's path.
+# reference config as /etc/idemgw/idemgw.yaml (a conffile), the hardened systemd unit, the man
+# pages idemgw.8 and idemgw.5 (made from docs/configuration.md) and the documentation. Prints
+# the package's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 version=$(sed -n 's/^#define IDEMGW_VERSION "\(.*\)"/\1/p' src/cmd/main.c)
@@ -13,10 +14,16 @@ install -D -m 0755 build/idemgw "$stage/usr/bin/idemgw"
 strip "$stage/usr/bin/idemgw"
 install -D -m 0644 conf/idemgw.yaml "$stage/etc/idemgw/idemgw.yaml"
 install -D -m 0644 conf/idemgw.service "$stage/lib/systemd/system/idemgw.service"
-install -d "$stage/usr/share/man/man8"
+install -d "$stage/usr/share/man/man8" "$stage/usr/share/man/man5"
 gzip -9n <conf/idemgw.8 >"$stage/usr/share/man/man8/idemgw.8.gz"
+# idemgw.5 is made from docs/configuration.md at build time (as `make man` does), never committed
+scripts/man-config.sh docs/configuration.md >build/idemgw.5.tmp && mv build/idemgw.5.tmp build/idemgw.5
+gzip -9n <build/idemgw.5 >"$stage/usr/share/man/man5/idemgw.5.gz"
 install -d "$stage/usr/share/doc/idemgw"
 gzip -9n <README.md >"$stage/usr/share/doc/idemgw/README.md.gz"
+for doc in docs/*.md; do
+    gzip -9n <"$doc" >"$stage/usr/share/doc/idemgw/${doc#docs/}.gz"
+done
 install -d "$stage/DEBIAN"
 echo /etc/idemgw/idemgw.yaml >"$stage/DEBIAN/conffiles"
 size=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian package on this machine and checks it (`make package-test`, as root; not
 # part of `make check`, whose tests run side by side): dpkg -i, the unit passes
-# systemd-analyze verify, the installed man page renders, the installed binary accepts the
+# systemd-analyze verify, the installed man pages render, the installed binary accepts the
 # installed config, serves /healthz from it, and the package removes cleanly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ echo "package-test: $deb ($(du -k "$deb" | cut -f1) KiB)"
 check "dpkg -i installs it" dpkg -i "$deb"
 check "the unit passes systemd-analyze verify" systemd-analyze verify /lib/systemd/system/idemgw.service
 check "the man page renders" sh -c 'man -l /usr/share/man/man8/idemgw.8.gz | grep -q "idempotency gateway"'
+check "the configuration's man page renders" sh -c 'man -l /usr/share/man/man5/idemgw.5.gz | grep -q "store.timeout"'
 check "/etc/idemgw/idemgw.yaml is a conffile" sh -c 'dpkg-query -W -f="\${Conffiles}" idemgw | grep -q /etc/idemgw/idemgw.yaml'
 check "the installed binary accepts the installed config" /usr/bin/idemgw --check-config -c /etc/idemgw/idemgw.yaml
 state=$(mktemp -d)

@@ -7,7 +7,8 @@
 #   BUILD=build-asan IDEMGW_BIN=build-asan/idemgw tests/run-all.sh   (what `make check-asan` runs)
 #   tests/run-all.sh tests/integration/proxy.test.mjs                 (only these integration files)
 #   tests/run-all.sh --only NAME       (one test, what `make check TEST=NAME` runs: a unit test
-#                                       binary such as test_jcs, or proxy / proxy.test.mjs)
+#                                       binary such as test_jcs, or proxy / proxy.test.mjs, or
+#                                       docs: the documentation's checks alone)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -32,7 +33,9 @@ shopt -s nullglob
 unit_bins=("$BUILD"/tests/test_*)
 if [ -n "$only" ]; then
     name=${only##*/}
-    if [ -x "$BUILD/tests/$name" ]; then
+    if [ "$name" = docs ]; then
+        docs_only=1
+    elif [ -x "$BUILD/tests/$name" ]; then
         unit_bins=("$BUILD/tests/$name")
         set --
         no_integration=1
@@ -43,11 +46,53 @@ if [ -n "$only" ]; then
             set -- "tests/integration/$name.test.mjs"
         else
             echo "run-all: no test named '$only': give a unit test binary of $BUILD/tests/" \
-                "(test_jcs) or a file of tests/integration/ (proxy, proxy.test.mjs)" >&2
+                "(test_jcs), a file of tests/integration/ (proxy, proxy.test.mjs) or docs" >&2
             echo "0 passed, 1 failed"
             exit 1
         fi
     fi
+fi
+
+# --- documentation (no Postgres, no network): ARCHITECTURE.md names every source file,
+# docs/configuration.md every key of the reader, the documentation's configuration examples
+# load, and idemgw.5 is made from docs/configuration.md ---------------------------------------
+docs_check() {
+    local what=$1
+    shift
+    echo "=== docs: $what"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        echo "run-all: docs: $what failed"
+        failed=$((failed + 1))
+    fi
+}
+man_page_builds() {
+    local page
+    page=$(mktemp "${TMPDIR:-/tmp}/idemgw.5.XXXXXX") || return 1
+    if ! scripts/man-config.sh docs/configuration.md >"$page"; then
+        rm -f "$page"
+        return 1
+    fi
+    # groff's warnings are the page's errors (an unknown request, a stray escape)
+    local warnings=''
+    if command -v groff >/dev/null; then
+        warnings=$(groff -man -ww -z "$page" 2>&1)
+    fi
+    rm -f "$page"
+    [ -z "$warnings" ] || { echo "$warnings"; return 1; }
+    echo "idemgw.5 made from docs/configuration.md"
+}
+if [ -z "$only" ] || [ -n "${docs_only:-}" ]; then
+    docs_check "ARCHITECTURE.md names every source file" scripts/check-code-map.sh
+    docs_check "docs/configuration.md documents every key" scripts/check-config-doc.sh
+    docs_check "configuration examples load" scripts/check-doc-examples.sh "$IDEMGW_BIN"
+    docs_check "idemgw.5 builds" man_page_builds
+fi
+if [ -n "${docs_only:-}" ]; then
+    echo "$passed passed, $failed failed"
+    [ "$failed" -eq 0 ]
+    exit
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgw-run.XXXXXX")

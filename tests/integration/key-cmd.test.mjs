@@ -12,7 +12,7 @@ const REFUND = /^Refunded (\d+) cents on order (\S+) \(refund r-(\d+)\)$/;
 const SUBJECT = 'ops@example.com';
 
 // The replay cache is off so that a forgotten success is not replayed from this gateway's
-// memory (README: a gateway that cached a success replays it until its window ends).
+// memory (docs/store.md: a gateway that cached a success replays it until its window ends).
 async function setup(t, { cacheEntries = 0 } = {}) {
   const upstream = await startRefundServer(t);
   const gw = await startGateway(t, {
