@@ -35,6 +35,7 @@ struct event_base;
 #define ERR_LOG_BURST 200
 #define UNENDED_WAIT_MS 100 /* a pause after a line without its newline */
 #define GONE_GRACE_MS 30000 /* a session whose agent dropped its GET stream: idle after */
+#define CANCEL_GRACE_MS 5000  /* a cancelled request's answer is awaited this long, no more */
 #define DISCOVER_WAIT_MS 5000 /* a server silent on server/discover this long is a 2025 one */
 
 typedef struct stdio_up stdio_up_t;
@@ -52,6 +53,7 @@ struct upstream_call {
     child_t *child;          /* where its requests went, NULL when none did */
     char caller[CALLER_MAX]; /* who sent it (upstream_request_t.caller), "" for the gateway */
     bool modern;             /* its requests are of the 2026 era (stdio_era.c) */
+    bool cancelled;          /* its one request was cancelled: CANCEL_GRACE_MS, then it ends */
     upstream_cbs_t cb;
     void *arg;
     call_mode_t mode;

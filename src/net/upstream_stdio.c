@@ -191,7 +191,9 @@ static void on_call_timer(evutil_socket_t fd, short what, void *arg)
     bool init = call->init_id != NULL;
     child_t *c = call->child;
     log_warn(0, "stdio upstream %s: %s", call->up->label,
-             init ? "no answer to initialize in time" : "the answer went silent for too long");
+             init             ? "no answer to initialize in time"
+             : call->cancelled ? "a cancelled request was not answered: it ends unanswered"
+                               : "the answer went silent for too long");
     upstream_result_t res =
         call->head_queued ? UPSTREAM_ERR_IDLE_TIMEOUT : UPSTREAM_ERR_HEAD_TIMEOUT;
     call_detach(call);
@@ -251,7 +253,7 @@ void stdio_call_deliver(upstream_call_t *call, json_t *msg)
     char *s = json_dumps(msg, JSON_COMPACT);
     evbuffer_add_printf(call->out, "event: message\ndata: %s\n\n", s);
     free(s);
-    if (call->mode == MODE_SSE)
+    if (call->mode == MODE_SSE && !call->cancelled)
         set_timer(call, call->up->limits->idle_timeout_ms);
     if (call->paused && !call->full && evbuffer_get_length(call->out) > OUT_HIGH_WATER &&
         call->child && call->child->shared) {
@@ -494,6 +496,12 @@ static void send_cancel(child_t *c, upstream_call_t *call, json_t *note)
                             json_integer((json_int_t)p->gid));
         stdio_child_write(c, copy);
         json_decref(copy);
+        /* a server need not answer a cancelled request (most do not): its caller has stopped
+         * waiting, and neither its stream nor a drain waits for it longer than the grace */
+        if (p->call->outstanding == 1 && !p->call->cancelled) {
+            p->call->cancelled = true;
+            set_timer(p->call, CANCEL_GRACE_MS);
+        }
         return;
     }
 }

@@ -600,3 +600,25 @@ test('idemgw policy init -- CMD: a starter config for a stdio server, which load
   assert.equal(both.code, 2);
   assert.match(both.stderr, /needs --upstream URL or -- CMD ARGS/);
 });
+
+test('a cancelled read the server never answers ends its stream after a grace, so it holds neither the agent nor a drain', { timeout: 30000 }, async (t) => {
+  const { gw, ledger } = await ledgerGateway(t, { upstream: { pass_env: ['LOG_WIRE'] }, env: { LOG_WIRE: '1' } });
+  const s = await rawSession(t, gw.url);
+  const never = path.join(await tempDir(t, 'idemgw-never-'), 'never');
+  const pending = s.call('echo', { text: 'waits', wait_for: never }, { id: 'c-1' });
+  await waitFor(async () => (await readLedger(ledger)).some((l) => l.tool === 'echo_waiting'), { what: 'the echo to run' });
+  const cancel = await fetch(gw.url, {
+    method: 'POST',
+    headers: { Accept: ACCEPT, 'Content-Type': 'application/json', 'MCP-Protocol-Version': '2025-11-25', 'Mcp-Session-Id': s.sessionId },
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 'c-1', reason: 'the user gave up' } }),
+  });
+  assert.equal(cancel.status, 202);
+  await waitFor(async () => (await readLedger(ledger)).some((l) => l.tool === 'cancel_received'), { what: 'the cancel to reach the server' });
+  // the SDK server drops a cancelled request's answer: without the grace the stream waited
+  // for upstream_idle (5 minutes), and a drain for its whole timeout
+  const ended = await pending;
+  assert.equal(ended.status, 200);
+  assert.ok(!ended.message?.result, `no result for a cancelled request: ${ended.body}`);
+  await waitForLog(gw, /a cancelled request was not answered: it ends unanswered/);
+  assert.ok(!(await readLedger(ledger)).some((l) => l.tool === 'echo' && l.text === 'waits'), 'nothing more ran');
+});
