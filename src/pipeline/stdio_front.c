@@ -253,7 +253,9 @@ static void on_out_written(struct bufferevent *bev, void *arg)
     size_t left = bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
     if (f->out_full && left <= OUT_LOW)
         out_pause_answers(f, false);
-    if (f->state == FRONT_FLUSHING && left == 0)
+    /* a broken stdout's buffer may not drain (libevent can leave it frozen): nothing more
+     * will go there, so there is nothing to wait for */
+    if (f->state == FRONT_FLUSHING && (left == 0 || f->out_broken))
         event_active(f->finish, 0, 0);
 }
 
