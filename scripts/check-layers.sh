@@ -38,30 +38,17 @@ store_migrations.h store
 # shrinks.
 KNOWN='
 src/core/config.c (core) includes store_url.h (store): a higher layer
-src/core/config.c (core) includes dupsource.h (idem): a higher layer
 src/core/config.c (core) includes store_open.h (store): a higher layer
 src/core/config_identity.c (core) includes jwt.h (identity): a higher layer
 src/core/config_identity.c (core) includes peer_cert.h (identity): a higher layer
 src/core/config_yaml.c (core) includes store_url.h (store): a higher layer
-src/ops/admin.c (ops) includes policy.h (idem): a higher layer
-src/pipeline/exchange.c (pipeline) includes policy.h (idem): a higher layer
-src/pipeline/proxy.c (pipeline) includes policy.h (idem): a higher layer
-src/store/store.c (store) includes stats.h (ops): a higher layer
-src/store/store_pg.c (store) includes stats.h (ops): a higher layer
 src/store/store_pg.c (store) includes key.h (idem): a higher layer
 src/store/store_pg_indoubt.c (store) includes key.h (idem): a higher layer
 src/store/store_sqlite.c (store) includes key.h (idem): a higher layer
-src/store/store_sqlite.c (store) includes stats.h (ops): a higher layer
 include/catalog.h (mcp) includes exchange.h (pipeline): a higher layer
 include/catalog.h (mcp) includes handler.h (pipeline): a higher layer
-include/catalog.h (mcp) includes policy.h (idem): a higher layer
 include/catalog_watch.h (mcp) includes exchange.h (pipeline): a higher layer
 include/catalog_watch.h (mcp) includes handler.h (pipeline): a higher layer
-include/config.h (core) includes policy.h (idem): a higher layer
-include/exchange.h (pipeline) includes policy.h (idem): a higher layer
-include/http_conn.h (net) includes stats.h (ops): a higher layer
-include/stats.h (ops) includes dupsource.h (idem): a higher layer
-include/store.h (store) includes dupsource.h (idem): a higher layer
 include/subject.h (identity) includes answers.h (idem): a higher layer
 '
 
