@@ -25,7 +25,7 @@
 
 #include "config.h"
 #include "store_url.h"
-#include "key.h"
+#include "key_hash.h"
 #include "log.h"
 #include "store_migrations.h"
 #include "util.h"

@@ -23,7 +23,7 @@
 
 #include "dup_table.h"
 
-#include "key.h"
+#include "key_hash.h"
 #include "log.h"
 #include "stats.h"
 #include "store_migrations.h"
