@@ -42,10 +42,6 @@ src/core/config.c (core) includes store_open.h (store): a higher layer
 src/core/config_identity.c (core) includes jwt.h (identity): a higher layer
 src/core/config_identity.c (core) includes peer_cert.h (identity): a higher layer
 src/core/config_yaml.c (core) includes store_url.h (store): a higher layer
-include/catalog.h (mcp) includes exchange.h (pipeline): a higher layer
-include/catalog.h (mcp) includes handler.h (pipeline): a higher layer
-include/catalog_watch.h (mcp) includes exchange.h (pipeline): a higher layer
-include/catalog_watch.h (mcp) includes handler.h (pipeline): a higher layer
 '
 
 # src/F/X.c -> F for every source; more than one X.c for one X.h is an error below.

@@ -195,7 +195,7 @@ static void wire_stages(backend_t *b)
         .cfg = b->cfg,
         .upstream = b->upstream,
         .stats = env->stats,
-        .catalog = b->catalog,
+        .classify = catalog_classifier(b->catalog),
         .subject = env->subject,
         .tracer = env->tracer,
         .worker = env->worker,
