@@ -4,6 +4,7 @@
 #define IDEMGW_CONFIG_H
 
 #include "policy.h"
+#include "store_url.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -118,8 +119,6 @@ typedef struct stdio_conf {
     uint64_t start_timeout_ms; /* from a child's start to its answer to initialize (30s) */
 } stdio_conf_t;
 
-struct store_backend;
-
 typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
 
@@ -141,11 +140,11 @@ typedef struct config {
     char *database_url; /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
                            PG* environment when it names a database, else the default
                            embedded store */
-    /* Where idempotency keys are kept, from database_url and the environment (store_choose in
-     * store_open.h): NULL for none (protected calls are refused). */
-    const struct store_backend *store_backend;
+    /* Where idempotency keys are kept, from database_url and the environment
+     * (store_url_parse); the backend that serves it is store_backend_for's (store_open.h). */
+    store_url_kind_t store_kind;
     char *store_target;         /* what the backend opens: the file, the conninfo, or NULL */
-    bool store_enabled;         /* store_backend != NULL */
+    bool store_enabled;         /* store_kind is not STORE_URL_NONE (protected calls are refused) */
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
     uint64_t store_timeout_ms;  /* deadline of each store operation (default 5s) */
