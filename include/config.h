@@ -53,6 +53,18 @@ typedef struct subject_jwt_conf {
     uint64_t refresh_ms; /* jwks_url is fetched again this often (default 5m) */
 } subject_jwt_conf_t;
 
+/* subject: {client_cert: ...}: which name of a client certificate names the caller
+ * (peer_cert.h reads it), in the order of its names (peer_cert_source_names). */
+typedef enum {
+    PEER_CERT_SPIFFE = 0, /* the one URI SAN, a spiffe://trust-domain/path id */
+    PEER_CERT_SAN_URI,    /* the first URI SAN */
+    PEER_CERT_SAN_DNS,    /* the first DNS SAN */
+    PEER_CERT_CN,         /* the subject's common name */
+} peer_cert_source_t;
+
+/* NULL-terminated, in enum order: "spiffe", "san_uri", "san_dns", "cn". */
+extern const char *const peer_cert_source_names[];
+
 typedef struct subject_conf {
     subject_kind_t kind;
     char *value; /* header name for SUBJECT_HEADER, the name for SUBJECT_STATIC, else NULL */
