@@ -2,6 +2,7 @@
  * and hands it to a stage or relays it. The request object it makes is exchange.c's. */
 #include "proxy.h"
 #include "exchange_int.h"
+#include "proxy_int.h"
 #include "body_rules.h"
 #include "cors.h"
 #include "log.h"
@@ -446,8 +447,6 @@ void proxy_free(proxy_t *p)
         return;
     p->ctx.exchange_ended = NULL; /* nothing is left to tell */
     exchange_end_all(p);
-    if (p->reap_ev)
-        event_free(p->reap_ev);
     cors_table_free(&p->cors);
     free(p);
 }
