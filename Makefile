@@ -33,7 +33,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb man package-test image-test
+.PHONY: all asan clean check layers unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb man package-test image-test
 
 all: $(BUILD)/idemgw
 
@@ -89,12 +89,17 @@ unit-bins: $(UNIT_BINS)
 unit: unit-bins
 	$(Q)for t in $(UNIT_BINS); do $$t || exit 1; done
 
+# The layer order of src/ (ARCHITECTURE.md, "Layers"): fails on an include from a lower folder
+# into a higher one.
+layers:
+	$(Q)scripts/check-layers.sh
+
 # The test command: installs what is missing (fast when nothing is), builds, runs everything.
 # Recursive make so the build sees libraries the install step just added.
 # `make check TEST=name` runs one test instead, with the same private Postgres: a unit test
 # binary (TEST=test_jcs) or an integration file (TEST=proxy or TEST=proxy.test.mjs); TEST=docs
 # runs the documentation's checks alone (ARCHITECTURE.md's code map, the config examples, idemgw.5).
-check:
+check: layers
 	$(Q)scripts/install-deps.sh
 	$(Q)$(MAKE) --no-print-directory all unit-bins $(if $(TEST),,fuzz-smoke)
 	$(Q)tests/run-all.sh $(if $(TEST),--only '$(TEST)')

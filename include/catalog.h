@@ -9,6 +9,7 @@
 #include "exchange.h"
 #include "handler.h"
 #include "policy.h"
+#include "proxy.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -65,6 +66,10 @@ const catalog_tool_t *catalog_at(const catalog_t *c, size_t i);
 /* Whether tool is a name the policy or the server's tools/list gives (a metric label may be
  * made of it). */
 bool catalog_known(const catalog_t *c, const char *tool);
+
+/* The router's classifier (proxy.h) over c: catalog_classify_call, catalog_known and
+ * catalog_classify. */
+proxy_classifier_t catalog_classifier(catalog_t *c);
 
 /* Whether the server's own inputSchema of tool has the property prop. */
 bool catalog_declares(const catalog_t *c, const char *tool, const char *prop);

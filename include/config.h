@@ -4,6 +4,7 @@
 #define IDEMGW_CONFIG_H
 
 #include "policy.h"
+#include "store_url.h"
 #include "util.h"
 
 #include <stdbool.h>
@@ -51,6 +52,18 @@ typedef struct subject_jwt_conf {
     uint64_t leeway_ms;  /* clock skew allowed on exp and nbf (default 30s) */
     uint64_t refresh_ms; /* jwks_url is fetched again this often (default 5m) */
 } subject_jwt_conf_t;
+
+/* subject: {client_cert: ...}: which name of a client certificate names the caller
+ * (peer_cert.h reads it), in the order of its names (peer_cert_source_names). */
+typedef enum {
+    PEER_CERT_SPIFFE = 0, /* the one URI SAN, a spiffe://trust-domain/path id */
+    PEER_CERT_SAN_URI,    /* the first URI SAN */
+    PEER_CERT_SAN_DNS,    /* the first DNS SAN */
+    PEER_CERT_CN,         /* the subject's common name */
+} peer_cert_source_t;
+
+/* NULL-terminated, in enum order: "spiffe", "san_uri", "san_dns", "cn". */
+extern const char *const peer_cert_source_names[];
 
 typedef struct subject_conf {
     subject_kind_t kind;
@@ -118,8 +131,6 @@ typedef struct stdio_conf {
     uint64_t start_timeout_ms; /* from a child's start to its answer to initialize (30s) */
 } stdio_conf_t;
 
-struct store_backend;
-
 typedef struct config {
     char *path; /* the file read, or NULL when the environment alone configured us */
 
@@ -141,11 +152,11 @@ typedef struct config {
     char *database_url; /* libpq conninfo or URL, "sqlite:PATH" or "none"; NULL = the
                            PG* environment when it names a database, else the default
                            embedded store */
-    /* Where idempotency keys are kept, from database_url and the environment (store_choose in
-     * store_open.h): NULL for none (protected calls are refused). */
-    const struct store_backend *store_backend;
+    /* Where idempotency keys are kept, from database_url and the environment
+     * (store_url_parse); the backend that serves it is store_backend_for's (store_open.h). */
+    store_url_kind_t store_kind;
     char *store_target;         /* what the backend opens: the file, the conninfo, or NULL */
-    bool store_enabled;         /* store_backend != NULL */
+    bool store_enabled;         /* store_kind is not STORE_URL_NONE (protected calls are refused) */
     bool migrate;               /* apply missing sql/ migrations at start (default true) */
     int store_pool;             /* Postgres connections (default 4) */
     uint64_t store_timeout_ms;  /* deadline of each store operation (default 5s) */

@@ -3,22 +3,12 @@
 #ifndef IDEMGW_PEER_CERT_H
 #define IDEMGW_PEER_CERT_H
 
+#include "config.h"
 #include "util.h"
 
 #include <stddef.h>
 
 struct x509_st;
-
-/* subject: {client_cert: ...}, in the order of its names (peer_cert_source_names). */
-typedef enum {
-    PEER_CERT_SPIFFE = 0, /* the one URI SAN, a spiffe://trust-domain/path id */
-    PEER_CERT_SAN_URI,    /* the first URI SAN */
-    PEER_CERT_SAN_DNS,    /* the first DNS SAN */
-    PEER_CERT_CN,         /* the subject's common name */
-} peer_cert_source_t;
-
-/* NULL-terminated, in enum order: "spiffe", "san_uri", "san_dns", "cn". */
-extern const char *const peer_cert_source_names[];
 
 typedef enum {
     PEER_CERT_OK = 0,

@@ -35,6 +35,19 @@ typedef struct proxy_hooks {
     void *arg;
 } proxy_hooks_t;
 
+/* How the router learns a tool's class, given by whoever wires it (main gives the catalogue's,
+ * catalog.h), so the router calls nothing above it. Without call_class the policy alone
+ * classes a call and no per-tool counts are kept. */
+typedef struct proxy_classifier {
+    /* The class a tools/call of tool gets, as it is read. */
+    tool_class_t (*call_class)(void *arg, const char *tool);
+    /* As a call ends, for /metrics: whether tool is a name a label may be made of, and its
+     * class then (the tools may have been listed while the call ran). */
+    bool (*known)(void *arg, const char *tool);
+    tool_class_t (*tool_class)(void *arg, const char *tool);
+    void *arg;
+} proxy_classifier_t;
+
 /* How many handlers a router asks at most. */
 #define PROXY_MAX_HANDLERS 12
 
@@ -43,7 +56,7 @@ typedef struct proxy_ctx {
     const config_t *cfg;
     struct upstream *upstream; /* where requests go (upstream.h); outlives the proxy */
     server_stats_t *stats;
-    struct catalog *catalog; /* the upstream's tools, learned from tools/list; NULL: policy only */
+    proxy_classifier_t classify; /* a tool's class (the upstream's tools and the policy) */
     struct tracer *tracer;   /* OpenTelemetry spans; NULL: tracing off */
     struct subject *subject; /* who is calling: a resume must come from the stream's caller */
     int worker, n_workers;

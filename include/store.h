@@ -45,6 +45,10 @@ typedef enum {
 #define STORE_STATES 4 /* number of states */
 
 const char *store_state_str(store_state_t st);
+/* Whether st is one of the states above (a finish may name none other). */
+bool store_state_valid(store_state_t st);
+/* The state a name written by store_state_str names, in *out; false for none (or NULL). */
+bool store_state_parse(const char *txt, store_state_t *out);
 
 typedef struct store store_t;
 

@@ -7,6 +7,7 @@
 #include "store.h"
 #include "store_pg.h"
 #include "store_sqlite.h"
+#include "store_url.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -23,9 +24,8 @@ typedef struct store_open_opts {
 } store_open_opts_t;
 
 typedef struct store_backend {
-    const char *name;   /* "postgres", "sqlite": for logs and tests */
-    const char *prefix; /* the database_url prefix it accepts ("sqlite:"); NULL: any other
-                           database_url, and the PG* environment */
+    const char *name;      /* "postgres", "sqlite": for logs and tests */
+    store_url_kind_t kind; /* the kind of database_url it serves (store_url.h) */
     /* The file: the backend keeps its store in a local file (target); one process holds it, so
      * several workers are refused, and an operator's command never creates it. */
     bool local_file;
@@ -39,21 +39,11 @@ typedef struct store_backend {
     void (*opened)(const char *target, bool named, const store_open_opts_t *o);
 } store_backend_t;
 
-/* The backend database_url names (NULL: unset), and in *target what it opens (allocated, free
- * it, or NULL): "none": NULL (no store); "sqlite:PATH": the embedded store, *target the file
- * (NULL when empty); a conninfo or URL, or unset with PGHOST, PGDATABASE or PGSERVICE set:
- * Postgres, *target the conninfo (NULL: the PG* environment); unset otherwise: the embedded
- * store at store_default_path() (*target NULL when there is none). Reads the environment.
- * The gateway and the commands that open the store (store_cli.c) both choose here, so they
- * agree on the file. */
+/* The backend that serves a kind of database_url (store_url.h); NULL for STORE_URL_NONE. */
+const store_backend_t *store_backend_for(store_url_kind_t kind);
+/* The backend database_url names (NULL: no store) and in *target what it opens (allocated,
+ * free it, or NULL): store_url_parse's, and its backend. */
 const store_backend_t *store_choose(const char *database_url, char **target);
-/* The embedded store's default file, allocated: $STATE_DIRECTORY/idemgw-keys.db (systemd's
- * StateDirectory=; the first of several ':'-separated folders), else
- * $XDG_STATE_HOME/idemgw/idemgw-keys.db (an absolute XDG_STATE_HOME only, as the XDG spec
- * says), else $HOME/.local/state/idemgw/idemgw-keys.db; NULL when none of them is set. Never
- * the working directory: a gateway started in a checkout would leave its keys there. The
- * folders may not exist yet: the gateway makes them (util_mkdir_parents), the commands never. */
-char *store_default_path(void);
 
 /* Opens the store of backend b (store_choose's) on target. NULL with msg set when refused. */
 store_t *store_open(const store_backend_t *b, struct event_base *base, const char *target,

@@ -37,10 +37,6 @@ struct event_base;
 
 extern const store_ops_t store_sqlite_ops;
 
-/* The file name of the embedded store when the config names none (store_default_path says in
- * which folder). */
-#define STORE_SQLITE_DEFAULT_FILE "idemgw-keys.db"
-
 /* The embedded backend's own options. */
 typedef struct store_sqlite_options {
     const char *path; /* the database file */

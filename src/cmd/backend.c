@@ -10,7 +10,7 @@
 #include "proxy.h"
 #include "status.h"
 #include "tasks.h"
-#include "upstream_stdio.h"
+#include "upstream_server.h"
 #include "util.h"
 
 #include <event2/event.h>
@@ -139,41 +139,19 @@ static void stop_fetch(backend_t *b)
  * keep-alive pool (over TLS for https). */
 static bool open_upstream(backend_t *b, char *msg, size_t msglen)
 {
-    const config_t *cfg = b->cfg;
     const backend_env_t *env = b->env;
-    if (cfg->upstream_tls) {
-        b->tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", msg, msglen);
-        if (!b->tls)
-            return false;
-    }
-    if (cfg->stdio.argv) {
-        upstream_stdio_opts_t so = {
-            .base = env->base,
-            .conf = &cfg->stdio,
-            .path = cfg->upstream_path,
-            .limits = env->limits,
-            .max_line = (size_t)cfg->max_body_bytes,
-            .server = cfg->server_name,
-        };
-        b->upstream = upstream_stdio_new(&so);
-        return true;
-    }
-    upstream_opts_t uo = {
+    upstream_server_opts_t o = {
         .base = env->base,
-        .tls = b->tls,
-        .host = cfg->upstream.host,
-        .port = cfg->upstream.port,
         .limits = env->limits,
         .draining = env->draining,
-        .tls_full = &env->stats->upstream_tls_full,
-        .tls_resumed = &env->stats->upstream_tls_resumed,
-        .connects = &env->stats->upstream_connects,
+        .stats = env->stats,
     };
-    b->pool = upstream_pool_new(&uo, msg, msglen);
-    if (!b->pool)
-        return false;
-    b->upstream = upstream_http_new(b->pool, cfg->upstream_host_header);
-    return true;
+    upstream_server_t made;
+    bool ok = upstream_server_open(b->cfg, &o, &made, msg, msglen);
+    b->upstream = made.upstream;
+    b->pool = made.pool;
+    b->tls = made.tls;
+    return ok;
 }
 
 static void session_idle(void *arg, const char *session)
@@ -195,7 +173,7 @@ static void wire_stages(backend_t *b)
         .cfg = b->cfg,
         .upstream = b->upstream,
         .stats = env->stats,
-        .catalog = b->catalog,
+        .classify = catalog_classifier(b->catalog),
         .subject = env->subject,
         .tracer = env->tracer,
         .worker = env->worker,

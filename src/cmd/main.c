@@ -213,7 +213,8 @@ static void clamp_connections(config_t *cfg, bool say)
     if (!fd_limit)
         return;
     /* the embedded store: the file, its -wal and -shm, the lock, the eventfd */
-    int store_fds = cfg->store_backend ? cfg->store_backend->fds(cfg->store_pool) : 0;
+    const store_backend_t *backend = store_backend_for(cfg->store_kind);
+    int store_fds = backend ? backend->fds(cfg->store_pool) : 0;
     long long reserve = FD_FIXED_RESERVE + store_fds + cfg->upstream_pool;
     long long allowed = ((long long)fd_limit - reserve) / 2;
     if (allowed < 1)
@@ -769,7 +770,8 @@ static bool open_store(server_t *s)
     };
     /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file the
      * operator named is theirs to place */
-    if (cfg->store_backend->local_file && !cfg->database_url &&
+    const store_backend_t *backend = store_backend_for(cfg->store_kind);
+    if (backend->local_file && !cfg->database_url &&
         util_mkdir_parents(cfg->store_target, 0700, msg, sizeof(msg)) != 0) {
         fprintf(stderr,
                 "idemgw: store: %s, for the embedded store's default file %s; name another "
@@ -777,12 +779,12 @@ static bool open_store(server_t *s)
                 msg, cfg->store_target);
         return false;
     }
-    s->store = store_open(cfg->store_backend, s->base, cfg->store_target, &so, msg, sizeof(msg));
+    s->store = store_open(backend, s->base, cfg->store_target, &so, msg, sizeof(msg));
     if (!s->store) {
         fprintf(stderr, "idemgw: store: %s\n", msg);
         return false;
     }
-    cfg->store_backend->opened(cfg->store_target, cfg->database_url != NULL, &so);
+    backend->opened(cfg->store_target, cfg->database_url != NULL, &so);
     store_observe(s->store, s->stats, s->base);
     store_on_settled(s->store, store_settled, NULL);
     return true;

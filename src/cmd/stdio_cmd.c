@@ -156,7 +156,7 @@ static void fixed_subject(config_t *cfg)
  * all of them, and the replays of one agent are few. */
 static void share_store(config_t *cfg)
 {
-    if (!cfg->store_backend || !cfg->store_backend->local_file)
+    if (cfg->store_kind != STORE_URL_FILE)
         return;
     cfg->store_peers = true;
     cfg->cache_entries = 0;
@@ -185,8 +185,8 @@ static int choose_store(config_t *cfg)
     char *url = xasprintf("sqlite:%s", file);
     free(file);
     free(cfg->store_target);
-    cfg->store_backend = store_choose(url, &cfg->store_target);
-    cfg->store_enabled = cfg->store_backend != NULL;
+    cfg->store_kind = store_url_parse(url, &cfg->store_target);
+    cfg->store_enabled = cfg->store_kind != STORE_URL_NONE;
     free(url);
     share_store(cfg);
     return 0;

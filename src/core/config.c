@@ -6,7 +6,6 @@
 #include "config_yaml.h"
 #include "dupsource.h"
 #include "log.h"
-#include "store_open.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -565,10 +564,9 @@ static void choose_store(config_t *c, const char *name, int workers_line,
         snprintf(where, sizeof(where), "%s:%d", name, workers_line);
     else
         snprintf(where, sizeof(where), "%s", name ? name : "env");
-    c->store_backend = store_choose(c->database_url, &c->store_target);
-    c->store_enabled = c->store_backend != NULL;
-    if (c->store_backend && c->store_backend->local_file && !c->store_target &&
-        !c->database_url) {
+    c->store_kind = store_url_parse(c->database_url, &c->store_target);
+    c->store_enabled = c->store_kind != STORE_URL_NONE;
+    if (c->store_kind == STORE_URL_FILE && !c->store_target && !c->database_url) {
         config_errors_add(errs,
                           "%s: no database_url, and no folder for the embedded store's default "
                           "file (none of STATE_DIRECTORY, XDG_STATE_HOME, HOME is set): name "
@@ -576,7 +574,7 @@ static void choose_store(config_t *c, const char *name, int workers_line,
                           name ? name : "env");
         return;
     }
-    if (c->store_backend && c->store_backend->local_file && c->workers > 1)
+    if (c->store_kind == STORE_URL_FILE && c->workers > 1)
         config_errors_add(errs,
                           "%s: workers: %d with the embedded store (%s): each worker is a "
                           "process and the file takes one; set workers: 1, or database_url to "

@@ -3,7 +3,6 @@
  * verified JWT, a client certificate, or a certificate with one of the others). */
 #include "config_yaml_int.h"
 #include "jwt.h"
-#include "peer_cert.h"
 #include "util.h"
 
 #include <errno.h>
@@ -13,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+const char *const peer_cert_source_names[] = {"spiffe", "san_uri", "san_dns", "cn", NULL};
 
 static bool header_token_valid(const char *s)
 {

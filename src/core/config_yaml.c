@@ -1048,7 +1048,7 @@ int config_reload_merge(const config_t *running, config_t *next, config_restart_
     /* Derived from database_url and the environment (PG*, STATE_DIRECTORY, XDG_STATE_HOME,
      * HOME), neither of which a reload changes: the store is what it was at the start. */
     next->store_enabled = running->store_enabled;
-    next->store_backend = running->store_backend;
+    next->store_kind = running->store_kind;
     free(next->store_target);
     next->store_target = running->store_target ? xstrdup(running->store_target) : NULL;
     config_views_refresh(next);

@@ -44,19 +44,6 @@ static key_status_t key_fail(key_status_t st, char *msg, size_t msglen, const ch
     return st;
 }
 
-void key_hash_hex(const char *key, char out[65])
-{
-    util_sha256_hex(key, strlen(key), out);
-}
-
-void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1])
-{
-    char hex[65];
-    key_hash_hex(key, hex);
-    memcpy(out, hex, KEY_HASH_LOG_LEN);
-    out[KEY_HASH_LOG_LEN] = '\0';
-}
-
 /* Appends s with ':' and '%' percent-encoded, so the separators stay unambiguous. */
 static size_t put_escaped(char *o, const char *s)
 {

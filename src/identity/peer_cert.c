@@ -6,8 +6,6 @@
 #include <string.h>
 #include <strings.h>
 
-const char *const peer_cert_source_names[] = {"spiffe", "san_uri", "san_dns", "cn", NULL};
-
 const char *peer_cert_status_str(peer_cert_status_t st)
 {
     switch (st) {

@@ -3,6 +3,7 @@
  * answers, streams kept for resumption, the request's log line, metrics and spans. The router
  * (proxy.c) makes exchanges and decides where each goes; stages drive them through exchange.h. */
 #include "exchange_int.h"
+#include "proxy_int.h"
 #include "resume.h"
 #include "handoff.h"
 #include "log.h"
@@ -210,10 +211,10 @@ static void get_list_add(exchange_t *ex)
     proxy_t *p = ex->proxy;
     ex->in_get_list = true;
     ex->prev_get = NULL;
-    ex->next_get = p->gets;
-    if (p->gets)
-        p->gets->prev_get = ex;
-    p->gets = ex;
+    ex->next_get = p->exchanges.gets;
+    if (p->exchanges.gets)
+        p->exchanges.gets->prev_get = ex;
+    p->exchanges.gets = ex;
 }
 
 static void get_list_remove(exchange_t *ex)
@@ -223,7 +224,7 @@ static void get_list_remove(exchange_t *ex)
     if (ex->prev_get)
         ex->prev_get->next_get = ex->next_get;
     else
-        ex->proxy->gets = ex->next_get;
+        ex->proxy->exchanges.gets = ex->next_get;
     if (ex->next_get)
         ex->next_get->prev_get = ex->prev_get;
     ex->in_get_list = false;
@@ -370,14 +371,14 @@ static void exchange_close(exchange_t *ex)
     if (ex->prev_live)
         ex->prev_live->next_live = ex->next_live;
     else
-        p->live = ex->next_live;
+        p->exchanges.live = ex->next_live;
     if (ex->next_live)
         ex->next_live->prev_live = ex->prev_live;
-    ex->next_closed = p->closed;
-    p->closed = ex;
-    if (!p->reap_ev)
-        p->reap_ev = event_new(p->ctx.base, -1, 0, reap_cb, p);
-    event_active(p->reap_ev, EV_TIMEOUT, 0);
+    ex->next_closed = p->exchanges.closed;
+    p->exchanges.closed = ex;
+    if (!p->exchanges.reap_ev)
+        p->exchanges.reap_ev = event_new(p->ctx.base, -1, 0, reap_cb, p);
+    event_active(p->exchanges.reap_ev, EV_TIMEOUT, 0);
 }
 
 static void exchange_free(exchange_t *ex)
@@ -398,12 +399,12 @@ static void exchange_free(exchange_t *ex)
 
 void exchange_reap(proxy_t *p)
 {
-    bool any = p->closed != NULL;
-    while (p->closed) {
-        exchange_t *ex = p->closed;
-        p->closed = ex->next_closed;
+    bool any = p->exchanges.closed != NULL;
+    while (p->exchanges.closed) {
+        exchange_t *ex = p->exchanges.closed;
+        p->exchanges.closed = ex->next_closed;
         exchange_free(ex);
-        p->open--;
+        p->exchanges.open--;
     }
     if (any && p->ctx.exchange_ended)
         p->ctx.exchange_ended(p->ctx.arg);
@@ -413,8 +414,8 @@ void exchange_end_all(proxy_t *p)
 {
     /* a drain that timed out left these: nothing will end them now but the exit. Their calls
      * stay as the store has them (a protected call's claim ends with its lease). */
-    while (p->live) {
-        exchange_t *ex = p->live;
+    while (p->exchanges.live) {
+        exchange_t *ex = p->exchanges.live;
         if (ex->up) {
             upstream_abandon(p->ctx.upstream, ex->up);
             ex->up = NULL;
@@ -425,6 +426,9 @@ void exchange_end_all(proxy_t *p)
         set_state(ex, EX_DONE); /* off the live list */
     }
     exchange_reap(p);
+    if (p->exchanges.reap_ev)
+        event_free(p->exchanges.reap_ev);
+    p->exchanges.reap_ev = NULL;
 }
 
 static void reap_cb(evutil_socket_t fd, short what, void *arg)
@@ -1079,7 +1083,7 @@ void exchange_forward(exchange_t *ex, const char *extra_headers, bool once)
 
 void proxy_drain(proxy_t *p)
 {
-    exchange_t *ex = p->gets;
+    exchange_t *ex = p->exchanges.gets;
     while (ex) {
         exchange_t *next = ex->next_get;
         if (upstream_running(ex)) {
@@ -1104,15 +1108,10 @@ void proxy_drain(proxy_t *p)
 
 uint64_t proxy_exchanges(const proxy_t *p)
 {
-    return p->open;
+    return p->exchanges.open;
 }
 
 /* --- what the router calls --- */
-
-const char *exchange_session(const exchange_t *ex)
-{
-    return http_headers_get(&ex->req->headers, "mcp-session-id");
-}
 
 void exchange_attach_agent(exchange_t *ex, http_conn_t *conn)
 {
@@ -1129,11 +1128,11 @@ exchange_t *exchange_new(proxy_t *p, http_conn_t *conn, http_request_t *req)
     ex->client = conn;
     ex->req = req;
     ex->start_ms = req->start_ms;
-    p->open++;
-    ex->next_live = p->live;
-    if (p->live)
-        p->live->prev_live = ex;
-    p->live = ex;
+    p->exchanges.open++;
+    ex->next_live = p->exchanges.live;
+    if (p->exchanges.live)
+        p->exchanges.live->prev_live = ex;
+    p->exchanges.live = ex;
     http_conn_fill_client_ip(conn, req);
     http_conn_set_observer(conn, on_client_drained, on_client_gone, ex);
     if (p->ctx.tracer)
@@ -1157,9 +1156,83 @@ void exchange_track_get(exchange_t *ex)
     get_list_add(ex);
 }
 
+/* A GET with Last-Event-ID for a stream the gateway still reads: the upstream would refuse a
+ * second reader, so the gateway serves the resume itself, from the bytes it kept (resume.c),
+ * and then passes on the rest live. The agent may still look connected on the old stream (its
+ * close not yet seen): resuming says it has left, so that connection is closed. */
+static bool resume_here(exchange_t *get)
+{
+    const char *last = http_headers_get(&get->req->headers, "last-event-id");
+    const char *session = exchange_session(get);
+    size_t from = 0;
+    exchange_t *ex = last && session ? resume_find(get, session, last, &from) : NULL;
+    if (!ex)
+        return false;
+    if (ex->client) {
+        http_conn_t *old = ex->client;
+        http_conn_set_observer(old, NULL, NULL, NULL);
+        ex->client = NULL;
+        http_conn_response_done(old, false);
+    }
+    /* take the agent's connection over from the GET exchange */
+    http_conn_t *conn = get->client;
+    get->client = NULL;
+    get->answered = true;
+    get->outcome = "resumed";
+    get->status = 200;
+    exchange_attach_agent(ex, conn);
+    ex->keep_alive = get->req->keep_alive;
+    struct evbuffer *out = http_conn_output(conn);
+    char *cors = exchange_own_cors(get);
+    char *extra = xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n%s", session,
+                            cors ? cors : "");
+    free(cors);
+    http_write_response_head(out, 200, "text/event-stream", NULL, -1, ex->keep_alive, extra);
+    free(extra);
+    resume_replay(ex, from, out);
+    log_info(get->conn_id, "stream resumed from the gateway after event %s", last);
+    exchange_set_state(get, EX_DONE);
+    return true;
+}
+
+static bool send_to_worker(void *arg, int fd, const char *bytes, size_t len)
+{
+    return handoff_send(*(const int *)arg, fd, bytes, len);
+}
+
+/* A resume of a stream another worker reads goes to that worker, socket and all: the upstream
+ * would refuse a second reader of the stream. */
+static bool hand_off_resume(exchange_t *get)
+{
+    proxy_t *p = get->proxy;
+    if (p->ctx.n_workers < 2)
+        return false;
+    const char *session = exchange_session(get);
+    if (!session || !http_headers_get(&get->req->headers, "last-event-id"))
+        return false;
+    int owner = handoff_owner(session);
+    if (owner < 0 || owner == p->ctx.worker)
+        return false;
+    if (!http_conn_hand_off(get->client, get->req, HANDOFF_MAX_BYTES, send_to_worker, &owner)) {
+        /* a TLS connection cannot move, nor one still writing an answer */
+        log_warn(get->conn_id,
+                 "stream resume of a session worker %d reads cannot be handed there (a TLS "
+                 "connection, or one still writing): the upstream serves it from this worker, "
+                 "which cannot map back the ids of that worker's calls",
+                 owner + 1);
+        return false;
+    }
+    log_info(get->conn_id, "stream resume handed to worker %d, which reads the stream", owner + 1);
+    get->client = NULL;
+    get->answered = true;
+    get->outcome = "handed_over";
+    exchange_set_state(get, EX_DONE);
+    return true;
+}
+
 bool exchange_resume(exchange_t *get)
 {
-    return resume_serve(get);
+    return resume_here(get) || hand_off_resume(get);
 }
 
 void exchange_adopt_trace_meta(exchange_t *ex, const char *body, size_t len)

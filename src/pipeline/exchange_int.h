@@ -4,7 +4,6 @@
 #ifndef IDEMGW_EXCHANGE_INT_H
 #define IDEMGW_EXCHANGE_INT_H
 
-#include "cors.h"
 #include "exchange.h"
 #include "proxy.h"
 #include "sse.h"
@@ -113,23 +112,22 @@ struct exchange {
     uint64_t start_ns, forward_ns;
 };
 
-struct proxy {
-    proxy_ctx_t ctx;
-    proxy_hooks_t hooks;
-    handler_t handlers[PROXY_MAX_HANDLERS]; /* asked in order */
-    size_t n_handlers;
-    exchange_t *tracked; /* POST streams kept for resumption (the agent on them or gone) */
-    exchange_t *gets;    /* GET streams in flight */
-    uint64_t open;       /* exchanges in flight, and ended ones not yet freed */
-    exchange_t *closed;  /* ended, freed once the loop is out of their callbacks */
-    exchange_t *live;    /* not ended yet: the exit ends those a drain left */
-    void (*on_closed)(const exchange_t *ex); /* the router's, as each exchange ends */
-    struct event *reap_ev;
-    cors_table_t cors; /* the upstream's CORS answers, mirrored on the gateway's own */
-};
+/* The exchanges of one router, kept by exchange.c (and by resume.c, the POST streams it
+ * keeps); the router holds them (proxy_int.h) and touches none of these lists itself. */
+typedef struct exchange_lists {
+    exchange_t *tracked;   /* POST streams kept for resumption (the agent on them or gone) */
+    exchange_t *gets;      /* GET streams in flight */
+    uint64_t open;         /* exchanges in flight, and ended ones not yet freed */
+    exchange_t *closed;    /* ended, freed once the loop is out of their callbacks */
+    exchange_t *live;      /* not ended yet: the exit ends those a drain left */
+    struct event *reap_ev; /* frees the closed ones from the loop */
+} exchange_lists_t;
 
 /* The request's Mcp-Session-Id, or NULL. */
-const char *exchange_session(const exchange_t *ex);
+static inline const char *exchange_session(const exchange_t *ex)
+{
+    return http_headers_get(&ex->req->headers, "mcp-session-id");
+}
 /* The agent's connection becomes ex's: its output, its drain and its leaving. */
 void exchange_attach_agent(exchange_t *ex, http_conn_t *conn);
 /* CORS lines for an answer the gateway writes itself, or NULL. */
@@ -145,7 +143,8 @@ void exchange_respond_error(exchange_t *ex, int status, int code, const char *me
 /* Frees the ended exchanges (the loop does it after their callbacks; proxy_free at the end). */
 void exchange_reap(proxy_t *p);
 /* At exit: ends every exchange still in flight (its upstream call abandoned, its observers
- * detached), then frees them all. Nothing of the exchanges may be used afterwards. */
+ * detached), then frees them all and the event that reaps them. Nothing of the exchanges may
+ * be used afterwards. */
 void exchange_end_all(proxy_t *p);
 /* A GET stream, ended by the drain. */
 void exchange_track_get(exchange_t *ex);

@@ -2,8 +2,8 @@
  * and hands it to a stage or relays it. The request object it makes is exchange.c's. */
 #include "proxy.h"
 #include "exchange_int.h"
+#include "proxy_int.h"
 #include "body_rules.h"
-#include "catalog.h"
 #include "cors.h"
 #include "log.h"
 #include "policy.h"
@@ -148,8 +148,8 @@ static bool head_acceptable(exchange_t *ex, bool mcp_path)
  * policy alone. */
 static tool_class_t classify_tool(proxy_t *p, const char *tool)
 {
-    if (p->ctx.catalog)
-        return catalog_classify_call(p->ctx.catalog, tool);
+    if (p->ctx.classify.call_class)
+        return p->ctx.classify.call_class(p->ctx.classify.arg, tool);
     return policy_lookup(&p->ctx.cfg->policy, tool)->cls;
 }
 
@@ -167,12 +167,13 @@ static void classify_call(exchange_t *ex)
 static void count_tool_call(const exchange_t *ex)
 {
     const proxy_t *p = ex->proxy;
-    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !p->ctx.catalog)
+    const proxy_classifier_t *c = &p->ctx.classify;
+    if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !c->call_class)
         return;
     const char *tool = ex->msg.tool;
     stats_tool_t *t = stats_tool(p->ctx.stats, p->ctx.cfg->server_name, tool,
-                                 catalog_known(p->ctx.catalog, tool));
-    t->cls = (uint32_t)catalog_classify(p->ctx.catalog, tool, NULL);
+                                 c->known(c->arg, tool));
+    t->cls = (uint32_t)c->tool_class(c->arg, tool);
     stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
     t->calls[o]++;
 }
@@ -446,8 +447,6 @@ void proxy_free(proxy_t *p)
         return;
     p->ctx.exchange_ended = NULL; /* nothing is left to tell */
     exchange_end_all(p);
-    if (p->reap_ev)
-        event_free(p->reap_ev);
     cors_table_free(&p->cors);
     free(p);
 }

@@ -4,6 +4,7 @@
 
 #include <event2/event.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define STORE_PUBLISH_MS 1000
 /* Until the store is first up: another worker's /readyz waits on this worker's figure. */
@@ -224,6 +225,55 @@ store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg
     timed_t *t = timed_new(s, STATS_STORE_GET, arg);
     t->cb.get = cb;
     return timed_sent(t, s->ops->get(s->impl, key, timed_get, t));
+}
+
+const char *store_status_str(store_status_t st)
+{
+    switch (st) {
+    case STORE_OK:
+        return "ok";
+    case STORE_ERR_UNAVAILABLE:
+        return "unavailable";
+    case STORE_ERR_STATEMENT:
+        return "statement failed";
+    case STORE_ERR_SCHEMA:
+        return "schema mismatch";
+    case STORE_ERR_SHUTDOWN:
+        return "shutting down";
+    case STORE_ERR_FILE_LOST:
+        return "the store's file was deleted or replaced";
+    }
+    return "unknown status";
+}
+
+static const char *const state_names[] = {
+    [STORE_STATE_IN_PROGRESS] = "in_progress",
+    [STORE_STATE_SUCCEEDED] = "succeeded",
+    [STORE_STATE_FAILED] = "failed",
+    [STORE_STATE_UNKNOWN] = "unknown",
+};
+
+const char *store_state_str(store_state_t st)
+{
+    if ((unsigned)st >= ARRAY_LEN(state_names))
+        return "invalid";
+    return state_names[st];
+}
+
+bool store_state_valid(store_state_t st)
+{
+    return (unsigned)st < ARRAY_LEN(state_names);
+}
+
+bool store_state_parse(const char *txt, store_state_t *out)
+{
+    for (unsigned i = 0; txt && i < ARRAY_LEN(state_names); i++) {
+        if (strcmp(txt, state_names[i]) == 0) {
+            *out = (store_state_t)i;
+            return true;
+        }
+    }
+    return false;
 }
 
 const char *store_dup_answer_str(store_dup_answer_t a)

@@ -25,7 +25,7 @@
 
 #include "config.h"
 #include "store_url.h"
-#include "key.h"
+#include "key_hash.h"
 #include "log.h"
 #include "store_migrations.h"
 #include "util.h"
@@ -64,41 +64,8 @@ enum {
     COL_COUNT_
 };
 
-const char *store_status_str(store_status_t st)
-{
-    switch (st) {
-    case STORE_OK:
-        return "ok";
-    case STORE_ERR_UNAVAILABLE:
-        return "unavailable";
-    case STORE_ERR_STATEMENT:
-        return "statement failed";
-    case STORE_ERR_SCHEMA:
-        return "schema mismatch";
-    case STORE_ERR_SHUTDOWN:
-        return "shutting down";
-    case STORE_ERR_FILE_LOST:
-        return "the store's file was deleted or replaced";
-    }
-    return "unknown status";
-}
-
 static bool pg_ready(const store_pg_t *s);
 static void pg_free(store_pg_t *s);
-
-static const char *const state_names[] = {
-    [STORE_STATE_IN_PROGRESS] = "in_progress",
-    [STORE_STATE_SUCCEEDED] = "succeeded",
-    [STORE_STATE_FAILED] = "failed",
-    [STORE_STATE_UNKNOWN] = "unknown",
-};
-
-const char *store_state_str(store_state_t st)
-{
-    if ((unsigned)st >= ARRAY_LEN(state_names))
-        return "invalid";
-    return state_names[st];
-}
 
 int store_schema_version(void)
 {
@@ -638,17 +605,6 @@ static bool decode_bytea(const char *txt, char **out, size_t *outlen)
     return true;
 }
 
-static bool parse_state(const char *txt, store_state_t *st)
-{
-    for (unsigned i = 0; i < ARRAY_LEN(state_names); i++) {
-        if (strcmp(txt, state_names[i]) == 0) {
-            *st = (store_state_t)i;
-            return true;
-        }
-    }
-    return false;
-}
-
 static const char *nullable(const PGresult *r, int t, int col)
 {
     return PQgetisnull(r, t, col) ? NULL : PQgetvalue(r, t, col);
@@ -670,7 +626,7 @@ static bool parse_row_at(const PGresult *r, int t, store_row_t *row, char **buf)
 {
     memset(row, 0, sizeof(*row));
     *buf = NULL;
-    if (PQnfields(r) < COL_COUNT_ || !parse_state(PQgetvalue(r, t, COL_STATE), &row->state))
+    if (PQnfields(r) < COL_COUNT_ || !store_state_parse(PQgetvalue(r, t, COL_STATE), &row->state))
         return false;
     row->fence = strtoll(PQgetvalue(r, t, COL_FENCE), NULL, 10);
     row->attempts = atoi(PQgetvalue(r, t, COL_ATTEMPTS));
@@ -1187,7 +1143,7 @@ static store_status_t pg_finish(store_pg_t *s, const store_finish_req_t *req, st
                                 void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
-    if (req->state == STORE_STATE_IN_PROGRESS || (unsigned)req->state >= ARRAY_LEN(state_names) ||
+    if (req->state == STORE_STATE_IN_PROGRESS || !store_state_valid(req->state) ||
         req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
     /* The claim was durable before the call went out; the finish need not be: lost in a crash

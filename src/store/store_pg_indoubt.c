@@ -14,7 +14,7 @@
  * call's path. */
 #include "store_int.h"
 
-#include "key.h"
+#include "key_hash.h"
 #include "log.h"
 #include "util.h"
 

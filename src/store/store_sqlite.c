@@ -23,7 +23,7 @@
 
 #include "dup_table.h"
 
-#include "key.h"
+#include "key_hash.h"
 #include "log.h"
 #include "stats.h"
 #include "store_migrations.h"
@@ -281,13 +281,6 @@ static const char *const stmt_sql[STMT_COUNT_] = {
     [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
 };
 
-static const char *const state_names[] = {
-    [STORE_STATE_IN_PROGRESS] = "in_progress",
-    [STORE_STATE_SUCCEEDED] = "succeeded",
-    [STORE_STATE_FAILED] = "failed",
-    [STORE_STATE_UNKNOWN] = "unknown",
-};
-
 int store_sqlite_schema_version(void)
 {
     return store_sqlite_migrations_count;
@@ -373,17 +366,6 @@ static char *col_text(sqlite3_stmt *st, int col)
     return t ? xstrdup((const char *)t) : NULL;
 }
 
-static bool parse_state(const char *txt, store_state_t *out)
-{
-    for (unsigned i = 0; txt && i < ARRAY_LEN(state_names); i++) {
-        if (strcmp(txt, state_names[i]) == 0) {
-            *out = (store_state_t)i;
-            return true;
-        }
-    }
-    return false;
-}
-
 /* Reads key's row: 1 found (row filled), 0 none, -1 error. */
 static int row_load(store_sqlite_t *s, const char *key, sq_row_t *row)
 {
@@ -395,7 +377,7 @@ static int row_load(store_sqlite_t *s, const char *key, sq_row_t *row)
     if (rc == SQLITE_ROW) {
         out = 1;
         const char *state = (const char *)sqlite3_column_text(st, 0);
-        if (!parse_state(state, &row->state))
+        if (!store_state_parse(state, &row->state))
             out = -1;
         row->fence = sqlite3_column_int64(st, 1);
         row->attempts = sqlite3_column_int(st, 2);
@@ -606,7 +588,7 @@ static store_status_t exec_report(store_sqlite_t *s, sq_op_t *op, int64_t now)
         k->duplicates = sqlite3_column_int(st, 3);
         k->calls = sqlite3_column_int(st, 6);
         store_state_t state = STORE_STATE_UNKNOWN;
-        (void)parse_state((const char *)sqlite3_column_text(st, 4), &state);
+        (void)store_state_parse((const char *)sqlite3_column_text(st, 4), &state);
         k->state = state;
         char iso[ISO_LEN + 1];
         iso_utc(sqlite3_column_int64(st, 5), iso);
@@ -629,7 +611,7 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
         st = s->stmts[STMT_FINISH];
         bind_text(st, 1, op->key);
         sqlite3_bind_int64(st, 2, op->fence);
-        bind_text(st, 3, state_names[op->state]);
+        bind_text(st, 3, store_state_str(op->state));
         if (op->result)
             sqlite3_bind_blob(st, 4, op->result, (int)op->result_len, SQLITE_STATIC);
         else
@@ -1476,7 +1458,7 @@ static store_status_t ops_finish(void *impl, const store_finish_req_t *req, stor
 {
     /* finishing back into in_progress would hold the key with no lease owner */
     if (!req->key || req->state == STORE_STATE_IN_PROGRESS ||
-        (unsigned)req->state >= ARRAY_LEN(state_names) || req->result_len > INT32_MAX)
+        !store_state_valid(req->state) || req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
     sq_op_t *op = op_new(SQ_FINISH, req->key);
     op->fence = req->fence;

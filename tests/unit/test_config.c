@@ -98,7 +98,7 @@ static void test_reference_conf(void **state)
     assert_null(c->database_url);
     /* nothing names a database: the embedded store, under HOME (never the working directory) */
     assert_true(c->store_enabled);
-    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "sqlite");
     assert_string_equal(c->store_target, TEST_HOME_DEFAULT_FILE);
     assert_true(c->migrate);
     assert_int_equal(c->store_pool, 4);
@@ -495,7 +495,7 @@ static void test_env_only(void **state)
     config_t *c = must_load(NULL);
     assert_null(c->path);
     assert_string_equal(c->upstream_path, "/mcp");
-    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "sqlite");
     assert_int_equal(c->subject.kind, SUBJECT_DEFAULT);
     assert_int_equal(c->n_allowed_hosts, 3);
     config_free(c);
@@ -524,14 +524,14 @@ static void test_store_enabled(void **state)
         setenv(vars[i], "x", 1);
         config_t *c = must_load_str("upstream: http://h/mcp\n");
         assert_true(c->store_enabled);
-        assert_string_equal(c->store_backend->name, "postgres");
+        assert_string_equal(store_backend_for(c->store_kind)->name, "postgres");
         assert_null(c->database_url);
         config_free(c);
     }
     clear_env(NULL);
     setenv("PGUSER", "x", 1); /* not enough to mean "a database is configured" */
     config_t *c = must_load_str("upstream: http://h/mcp\n");
-    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "sqlite");
     assert_string_equal(c->store_target, TEST_HOME_DEFAULT_FILE);
     assert_true(c->otlp_sample_ratio == 1.0); /* every trace, unless told otherwise */
     config_free(c);
@@ -541,7 +541,7 @@ static void test_store_enabled(void **state)
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: 'host=/tmp dbname=x'\n");
     assert_true(c->store_enabled);
-    assert_string_equal(c->store_backend->name, "postgres");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "postgres");
     assert_string_equal(c->database_url, "host=/tmp dbname=x");
     config_free(c);
 }
@@ -551,11 +551,11 @@ static void test_store_enabled(void **state)
 static void test_store_kinds(void **state)
 {
     config_t *c = must_load_str("upstream: http://h/mcp\ndatabase_url: sqlite:/var/lib/k.db\n");
-    assert_string_equal(c->store_backend->name, "sqlite");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "sqlite");
     assert_string_equal(c->store_target, "/var/lib/k.db");
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\ndatabase_url: none\n");
-    assert_null(c->store_backend);
+    assert_int_equal(c->store_kind, STORE_URL_NONE);
     assert_false(c->store_enabled);
     assert_null(c->store_target);
     config_free(c);
@@ -593,7 +593,7 @@ static void test_store_kinds(void **state)
     assert_int_equal(c->workers, 4);
     config_free(c);
     c = must_load_str("upstream: http://h/mcp\nworkers: 4\ndatabase_url: postgresql:///x\n");
-    assert_string_equal(c->store_backend->name, "postgres");
+    assert_string_equal(store_backend_for(c->store_kind)->name, "postgres");
     config_free(c);
 }
 
@@ -712,7 +712,7 @@ static void test_database_url_hosts(void **state)
     for (size_t i = 0; i < ARRAY_LEN(good); i++) {
         snprintf(yaml, sizeof(yaml), "upstream: http://h/mcp\ndatabase_url: '%s'\n", good[i]);
         config_t *c = must_load_str(yaml);
-        assert_string_equal(c->store_backend->name, "postgres");
+        assert_string_equal(store_backend_for(c->store_kind)->name, "postgres");
         assert_string_equal(c->database_url, good[i]);
         config_free(c);
     }
@@ -1096,7 +1096,7 @@ static void test_reload_merge(void **state)
     assert_string_equal(r.text, "database_url\nmigrate\nstore.sweep_interval\n");
     assert_null(strstr(r.text, "secret"));
     assert_null(next->database_url);
-    assert_ptr_equal(next->store_backend, running->store_backend);
+    assert_int_equal(next->store_kind, running->store_kind);
     assert_string_equal(next->store_target, running->store_target);
     assert_true(next->migrate);
     assert_int_equal(next->sweep_interval_ms, 60 * 1000);

@@ -6,8 +6,7 @@
 #include "http_headers.h"
 #include "log.h"
 #include "rpc_reader.h"
-#include "upstream_http.h"
-#include "upstream_stdio.h"
+#include "upstream_server.h"
 #include "util.h"
 
 #include <event2/buffer.h>
@@ -391,32 +390,14 @@ int catalog_fetch_now(const config_t *cfg, const char *headers, catalog_t *catal
         .idle_timeout_ms = cfg->upstream_idle_timeout_ms,
         .pool = 1,
     };
-    if (cfg->stdio.argv) {
-        upstream_stdio_opts_t so = {
-            .base = run.base,
-            .conf = &cfg->stdio,
-            .path = cfg->upstream_path,
-            .limits = &limits,
-            .max_line = (size_t)cfg->max_body_bytes,
-            .server = cfg->server_name,
-        };
-        upstream = upstream_stdio_new(&so);
-        goto fetch;
-    }
-    if (cfg->upstream_tls &&
-        !(tls = upstream_tls_new(cfg->upstream_ca_file, "upstream_ca_file", err, errlen)))
+    upstream_server_t made;
+    bool opened = upstream_server_open(
+        cfg, &(upstream_server_opts_t){.base = run.base, .limits = &limits}, &made, err, errlen);
+    upstream = made.upstream;
+    pool = made.pool;
+    tls = made.tls;
+    if (!opened)
         goto out;
-    upstream_opts_t uo = {
-        .base = run.base,
-        .tls = tls,
-        .host = cfg->upstream.host,
-        .port = cfg->upstream.port,
-        .limits = &limits,
-    };
-    if (!(pool = upstream_pool_new(&uo, err, errlen)))
-        goto out;
-    upstream = upstream_http_new(pool, cfg->upstream_host_header);
-fetch:;
     catalog_fetch_opts_t fo = {
         .base = run.base,
         .upstream = upstream,

@@ -251,6 +251,31 @@ bool catalog_known(const catalog_t *c, const char *tool)
     return tool && (policy_find(c->policy, tool) || (k && k->listed));
 }
 
+static tool_class_t classifier_call_class(void *arg, const char *tool)
+{
+    return catalog_classify_call(arg, tool);
+}
+
+static bool classifier_known(void *arg, const char *tool)
+{
+    return catalog_known(arg, tool);
+}
+
+static tool_class_t classifier_tool_class(void *arg, const char *tool)
+{
+    return catalog_classify(arg, tool, NULL);
+}
+
+proxy_classifier_t catalog_classifier(catalog_t *c)
+{
+    return (proxy_classifier_t){
+        .call_class = classifier_call_class,
+        .known = classifier_known,
+        .tool_class = classifier_tool_class,
+        .arg = c,
+    };
+}
+
 bool catalog_declares(const catalog_t *c, const char *tool, const char *prop)
 {
     const catalog_tool_t *k = tool ? catalog_find(c, tool) : NULL;

@@ -1,12 +1,56 @@
 /* database_url as libpq reads it (see include/store_url.h). */
 #include "store_url.h"
-#include "store_open.h"
+#include "util.h"
 
 #include <libpq-fe.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const char *env_get(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+store_url_kind_t store_url_parse(const char *database_url, char **target)
+{
+    const char *url = database_url;
+    size_t n = strlen(STORE_URL_FILE_PREFIX);
+    *target = NULL;
+    if (url && strcmp(url, "none") == 0)
+        return STORE_URL_NONE;
+    if (url && strncmp(url, STORE_URL_FILE_PREFIX, n) == 0) {
+        *target = url[n] ? xstrdup(url + n) : NULL;
+        return STORE_URL_FILE;
+    }
+    if (url) {
+        *target = url[0] ? xstrdup(url) : NULL;
+        return STORE_URL_SERVER;
+    }
+    if (env_get("PGHOST") || env_get("PGDATABASE") || env_get("PGSERVICE"))
+        return STORE_URL_SERVER;
+    *target = store_default_path();
+    return STORE_URL_FILE;
+}
+
+char *store_default_path(void)
+{
+    /* systemd lists several directories separated by ':' when several are configured */
+    const char *dir = env_get("STATE_DIRECTORY");
+    size_t n = dir ? strcspn(dir, ":") : 0;
+    if (n)
+        return xasprintf("%.*s/%s", (int)n, dir, STORE_URL_DEFAULT_FILE);
+    /* the XDG base directory spec: a relative value is invalid and ignored */
+    const char *xdg = env_get("XDG_STATE_HOME");
+    if (xdg && xdg[0] == '/')
+        return xasprintf("%s/idemgw/%s", xdg, STORE_URL_DEFAULT_FILE);
+    const char *home = env_get("HOME");
+    if (home)
+        return xasprintf("%s/.local/state/idemgw/%s", home, STORE_URL_DEFAULT_FILE);
+    return NULL;
+}
 
 /* Entries of a libpq comma-separated list ("a,,b" is three: an empty one is the default). */
 static int conninfo_list_len(const char *v)
@@ -53,15 +97,16 @@ int store_url_servers(const char *url)
 const char *store_url_error(const char *url, char *buf, size_t len)
 {
     char *target = NULL;
-    const store_backend_t *b = store_choose(url, &target);
-    bool no_file = b && b->local_file && !target;
+    store_url_kind_t kind = store_url_parse(url, &target);
+    bool no_file = kind == STORE_URL_FILE && !target;
     free(target);
     if (no_file) {
-        snprintf(buf, len, "%s needs a file (%sPATH)", b->prefix, b->prefix);
+        snprintf(buf, len, "%s needs a file (%sPATH)", STORE_URL_FILE_PREFIX,
+                 STORE_URL_FILE_PREFIX);
         return buf;
     }
-    /* what follows reads the URL as libpq does: the backend without a prefix */
-    if (!b || b->prefix)
+    /* what follows reads the URL as libpq does: a Postgres server's */
+    if (kind != STORE_URL_SERVER)
         return NULL;
     char *err = NULL;
     PQconninfoOption *opts = PQconninfoParse(url, &err);
