@@ -158,8 +158,6 @@ enum {
     STMT_SAVEPOINT,
     STMT_ROLLBACK_TO,
     STMT_RELEASE_SAVEPOINT,
-    STMT_SYNC_FULL,
-    STMT_SYNC_NORMAL,
     STMT_COUNT_
 };
 
@@ -277,8 +275,6 @@ static const char *const stmt_sql[STMT_COUNT_] = {
     [STMT_SAVEPOINT] = "SAVEPOINT op",
     [STMT_ROLLBACK_TO] = "ROLLBACK TO op",
     [STMT_RELEASE_SAVEPOINT] = "RELEASE op",
-    [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
-    [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
 };
 
 int store_sqlite_schema_version(void)
@@ -790,12 +786,14 @@ static bool ctl(store_sqlite_t *s, int stmt)
 }
 
 /* PRAGMA synchronous for the next commit: FULL (fsync at commit) or NORMAL (WAL written, synced
- * at the next FULL commit or checkpoint). Writer thread, outside a transaction. */
+ * at the next FULL commit or checkpoint). Writer thread, outside a transaction. SQLite sets the
+ * level when the pragma is prepared, not when it is stepped: a statement prepared once and
+ * stepped again later changes nothing, so this one is prepared anew each time. */
 static bool set_sync(store_sqlite_t *s, bool full)
 {
     if (s->lazy_sync == !full)
         return true;
-    if (!ctl(s, full ? STMT_SYNC_FULL : STMT_SYNC_NORMAL))
+    if (!sq_exec(s->db, full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"))
         return !full; /* a finish may still commit synchronously */
     s->lazy_sync = !full;
     return true;
