@@ -45,6 +45,7 @@ static subject_t *subject;
 static replay_cache_t *cache;
 static resume_guard_t *guard;
 static backend_env_t env;
+static config_t *subject_cfg; /* the subject keeps its settings: freed after it */
 
 /* --- the HTTP upstream: JSON answers, and one event stream held open --- */
 
@@ -190,10 +191,9 @@ static int setup(void **state)
     socklen_t bl = sizeof(bound);
     getsockname(evconnlistener_get_fd(up_listener), (struct sockaddr *)&bound, &bl);
     up_port = ntohs(bound.sin_port);
-    config_t *c = load("http://127.0.0.1:1/mcp");
+    subject_cfg = load("http://127.0.0.1:1/mcp");
     char msg[200];
-    subject = subject_new(base, &c->subject, msg, sizeof(msg));
-    config_free(c);
+    subject = subject_new(base, &subject_cfg->subject, msg, sizeof(msg));
     if (!subject)
         return -1;
     cache = replay_cache_new(100, 1 << 20);
@@ -223,6 +223,7 @@ static int teardown(void **state)
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
     evconnlistener_free(up_listener);
     subject_free(subject);
+    config_free(subject_cfg);
     replay_cache_free(cache);
     resume_guard_free(guard);
     event_base_loop(base, EVLOOP_NONBLOCK);
@@ -237,17 +238,18 @@ static http_site_t site;
 /* An agent connection to b with one request written; its socket. */
 static int agent_send(backend_t *b, const char *method, const char *extra, const char *body)
 {
-    site = (http_site_t){.ctx = &conns, .handler = proxy_handle, .arg = backend_proxy(b),
-                         .name = "mcp"};
+    site = (http_site_t){
+        .ctx = &conns, .handler = proxy_handle, .arg = backend_proxy(b), .name = "mcp"};
     int fds[2];
     assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, fds), 0);
     evutil_make_socket_nonblocking(fds[0]);
     evutil_make_socket_nonblocking(fds[1]);
     http_conn_accept(NULL, fds[0], NULL, 0, &site);
-    char *req = xasprintf("%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                          "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n"
-                          "\r\n%s",
-                          method, extra ? extra : "", body ? strlen(body) : 0, body ? body : "");
+    char *req =
+        xasprintf("%s /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                  "Accept: application/json, text/event-stream\r\n%sContent-Length: %zu\r\n"
+                  "\r\n%s",
+                  method, extra ? extra : "", body ? strlen(body) : 0, body ? body : "");
     assert_int_equal(write(fds[1], req, strlen(req)), (ssize_t)strlen(req));
     free(req);
     return fds[1];
@@ -289,7 +291,7 @@ static char *agent_read_until(int fd, const char *needle)
     }
     event_free(deadline);
     size_t n = evbuffer_get_length(got);
-    char *out = xstrndup((const char *)evbuffer_pullup(got, -1), n);
+    char *out = n ? xstrndup((const char *)evbuffer_pullup(got, -1), n) : xstrdup("");
     evbuffer_free(got);
     return out;
 }

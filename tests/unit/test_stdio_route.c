@@ -261,7 +261,8 @@ static void a_child_of_one_session_speaks_to_its_get_stream(void **state)
     (void)state;
     session_t *a = add_session(0, "A");
     upstream_call_t *get = add_call(0, a, NULL, MODE_GET);
-    route("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\"}}");
+    route("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/"
+          "message\",\"params\":{\"level\":\"info\"}}");
     route("{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"ping\"}");
     assert_int_equal(n_recs, 2);
     rec_is(0, get,
@@ -323,11 +324,12 @@ static void list_changes_reach_every_session_and_updates_the_subscribers(void **
     assert_true((recs[0].call == ga && recs[1].call == gb) ||
                 (recs[0].call == gb && recs[1].call == ga));
 
-    json_t *sub = json_loads("{\"method\":\"resources/subscribe\",\"params\":{\"uri\":\"f://1\"}}",
-                             0, NULL);
+    json_t *sub =
+        json_loads("{\"method\":\"resources/subscribe\",\"params\":{\"uri\":\"f://1\"}}", 0, NULL);
     json_t *unsub = json_loads(
         "{\"method\":\"resources/unsubscribe\",\"params\":{\"uri\":\"f://1\"}}", 0, NULL);
-    json_t *other = json_loads("{\"method\":\"tools/call\",\"params\":{\"uri\":\"f://1\"}}", 0, NULL);
+    json_t *other =
+        json_loads("{\"method\":\"tools/call\",\"params\":{\"uri\":\"f://1\"}}", 0, NULL);
     stdio_note_subscription(b, sub);
     stdio_note_subscription(c, sub);
     stdio_note_subscription(a, other);

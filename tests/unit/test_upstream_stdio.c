@@ -290,7 +290,8 @@ static void a_session_calls_as_json_and_as_a_stream_then_ends(void **state)
     wait_end(a);
     assert_int_equal(a->res, UPSTREAM_OK);
     assert_string_equal(a->content_type, "text/event-stream");
-    assert_non_null(strstr(body_of(a), "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"x-1\","));
+    assert_non_null(
+        strstr(body_of(a), "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"x-1\","));
     assert_non_null(strstr(body_of(a), "\"text\":\"again\""));
     answer_free(a);
 
@@ -351,8 +352,7 @@ static void a_child_silent_at_start_is_given_up_with_503(void **state)
     json_t *m = json_loads(body_of(a), 0, NULL);
     assert_non_null(m);
     assert_string_equal(json_string_value(json_object_get(m, "id")), "init-1");
-    const char *msg =
-        json_string_value(json_object_get(json_object_get(m, "error"), "message"));
+    const char *msg = json_string_value(json_object_get(json_object_get(m, "error"), "message"));
     assert_non_null(strstr(msg, "no answer to initialize"));
     /* what it wrote on stderr says more */
     assert_non_null(strstr(msg, "unit-stdio: started"));
@@ -366,8 +366,12 @@ static void a_program_that_cannot_start_answers_503(void **state)
 {
     (void)state;
     char *argv[] = {"/nonexistent/idemgw-unit-server", NULL};
-    stdio_conf_t conf = {.argv = argv, .argc = 1, .max_children = 2, .grace_ms = 1000,
-                         .idle_timeout_ms = 600000, .start_timeout_ms = 5000};
+    stdio_conf_t conf = {.argv = argv,
+                         .argc = 1,
+                         .max_children = 2,
+                         .grace_ms = 1000,
+                         .idle_timeout_ms = 600000,
+                         .start_timeout_ms = 5000};
     upstream_stdio_opts_t o = {.base = base, .conf = &conf, .limits = &limits};
     upstream_t *u = upstream_stdio_new(&o);
     answer_t *a = post(u, NULL, true, init_body);
