@@ -594,6 +594,155 @@ static void a_claim_waits_for_its_fsync(void **state)
     store_free(s);
 }
 
+/* --- the -wal file's methods, called as SQLite calls them --- */
+
+/* A -wal file opened through the store's VFS beside an empty database file. */
+static sqlite3_file *open_wal(char *name, size_t len)
+{
+    fresh();
+    FILE *db = fopen(path, "w");
+    assert_non_null(db);
+    fclose(db);
+    snprintf(name, len, "%s-wal", path);
+    sqlite3_vfs *v = sqlite3_vfs_find(SQ_VFS_NAME);
+    assert_non_null(v);
+    sqlite3_file *f = calloc(1, (size_t)v->szOsFile);
+    int out = 0;
+    assert_int_equal(
+        v->xOpen(v, name, f, SQLITE_OPEN_WAL | SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, &out),
+        SQLITE_OK);
+    return f;
+}
+
+static void close_wal(sqlite3_file *f)
+{
+    assert_int_equal(f->pMethods->xClose(f), SQLITE_OK);
+    free(f);
+}
+
+static void read_back(sqlite3_file *f, sqlite3_int64 off, const char *want, int n)
+{
+    char got[64];
+    assert_true(n <= (int)sizeof(got));
+    assert_int_equal(f->pMethods->xRead(f, got, n, off), SQLITE_OK);
+    assert_memory_equal(got, want, (size_t)n);
+}
+
+/* Writes that do not follow one another are not merged: what is gathered goes first, so an
+ * overlapping later write wins, as it would without the gathering. */
+static void a_write_elsewhere_writes_what_is_gathered_first(void **state)
+{
+    (void)state;
+    char name[300];
+    sqlite3_file *f = open_wal(name, sizeof(name));
+    const sqlite3_io_methods *m = f->pMethods;
+    assert_int_equal(m->xWrite(f, "AAAA", 4, 0), SQLITE_OK);
+    assert_int_equal(m->xWrite(f, "BB", 2, 2), SQLITE_OK);
+    assert_int_equal(m->xWrite(f, "CC", 2, 4), SQLITE_OK); /* follows BB: gathered with it */
+    read_back(f, 0, "AABBCC", 6);
+    /* a write larger than the gathering goes at once */
+    size_t big = 70000;
+    char *bytes = malloc(big);
+    memset(bytes, 'z', big);
+    assert_int_equal(m->xWrite(f, "DD", 2, 6), SQLITE_OK);
+    assert_int_equal(m->xWrite(f, bytes, (int)big, 8), SQLITE_OK);
+    sqlite3_int64 size = 0;
+    assert_int_equal(m->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, 8 + (sqlite3_int64)big);
+    read_back(f, 4, "CCDDzz", 6);
+    free(bytes);
+    close_wal(f);
+}
+
+/* Every other method of the file writes what is gathered before doing its own work. */
+static void every_method_writes_what_is_gathered_first(void **state)
+{
+    (void)state;
+    char name[300];
+    sqlite3_file *f = open_wal(name, sizeof(name));
+    const sqlite3_io_methods *m = f->pMethods;
+    sqlite3_int64 size = -1;
+    assert_int_equal(m->xWrite(f, "0123456789", 10, 0), SQLITE_OK);
+    assert_int_equal(m->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, 10);
+    assert_int_equal(m->xWrite(f, "abc", 3, 10), SQLITE_OK);
+    assert_int_equal(m->xSync(f, SQLITE_SYNC_NORMAL), SQLITE_OK);
+    assert_int_equal(m->xWrite(f, "def", 3, 13), SQLITE_OK);
+    int lock = -1;
+    assert_int_equal(m->xFileControl(f, SQLITE_FCNTL_LOCKSTATE, &lock), SQLITE_OK);
+    assert_int_equal(m->xWrite(f, "ghi", 3, 16), SQLITE_OK);
+    assert_int_equal(m->xTruncate(f, 18), SQLITE_OK); /* the gathered bytes first, then cut */
+    assert_int_equal(m->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, 18);
+    read_back(f, 8, "89abcdefgh", 10);
+    assert_int_equal(m->xWrite(f, "jk", 2, 18), SQLITE_OK);
+    void *map = (void *)1;
+    assert_int_equal(m->xFetch(f, 0, 20, &map), SQLITE_OK);
+    if (map)
+        assert_int_equal(m->xUnfetch(f, 0, map), SQLITE_OK);
+    assert_int_equal(m->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, 20);
+    /* the rest are the unix file's own */
+    assert_true(m->xSectorSize(f) > 0);
+    (void)m->xDeviceCharacteristics(f);
+    assert_int_equal(m->xLock(f, SQLITE_LOCK_SHARED), SQLITE_OK);
+    int reserved = -1;
+    assert_int_equal(m->xCheckReservedLock(f, &reserved), SQLITE_OK);
+    assert_int_equal(reserved, 0);
+    assert_int_equal(m->xUnlock(f, SQLITE_LOCK_NONE), SQLITE_OK);
+    /* what is gathered at the close is written too */
+    assert_int_equal(m->xWrite(f, "lm", 2, 20), SQLITE_OK);
+    close_wal(f);
+    FILE *in = fopen(name, "r");
+    assert_non_null(in);
+    char all[32] = "";
+    assert_int_equal(fread(all, 1, sizeof(all), in), 22);
+    fclose(in);
+    assert_memory_equal(all, "0123456789abcdefghjklm", 22);
+}
+
+/* A write of what is gathered that fails is the error of the method that wrote it; nothing of
+ * it is written again later. */
+static void a_failing_flush_is_the_methods_error(void **state)
+{
+    (void)state;
+    char name[300];
+    sqlite3_file *f = open_wal(name, sizeof(name));
+    const sqlite3_io_methods *m = f->pMethods;
+    sqlite3_int64 size = -1;
+    int lock = 0;
+    char buf[4];
+    struct {
+        const char *what;
+        int rc;
+    } got[6];
+    arm(FAULT_WRITE);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK); /* only gathered */
+    got[0].what = "size", got[0].rc = m->xFileSize(f, &size);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK);
+    got[1].what = "sync", got[1].rc = m->xSync(f, SQLITE_SYNC_NORMAL);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK);
+    got[2].what = "read", got[2].rc = m->xRead(f, buf, 2, 0);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK);
+    got[3].what = "truncate", got[3].rc = m->xTruncate(f, 0);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK);
+    got[4].what = "file control", got[4].rc = m->xFileControl(f, SQLITE_FCNTL_LOCKSTATE, &lock);
+    assert_int_equal(m->xWrite(f, "xx", 2, 0), SQLITE_OK);
+    got[5].what = "write elsewhere", got[5].rc = m->xWrite(f, "yy", 2, 100);
+    int made = disarm();
+    for (size_t i = 0; i < 6; i++)
+        if (got[i].rc != SQLITE_IOERR_WRITE)
+            fail_msg("%s: %d", got[i].what, got[i].rc);
+    assert_int_equal(made, 6);
+    assert_int_equal(m->xFileSize(f, &size), SQLITE_OK);
+    assert_int_equal(size, 0); /* the failed bytes were dropped, not kept for later */
+    arm(FAULT_WRITE);
+    assert_int_equal(m->xWrite(f, "zz", 2, 0), SQLITE_OK);
+    assert_int_equal(f->pMethods->xClose(f), SQLITE_IOERR_WRITE);
+    disarm();
+    free(f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -605,6 +754,9 @@ int main(void)
         cmocka_unit_test(a_failing_read_of_the_log),
         cmocka_unit_test(a_claim_whose_commit_fails_leaves_no_claim),
         cmocka_unit_test(a_claim_waits_for_its_fsync),
+        cmocka_unit_test(a_write_elsewhere_writes_what_is_gathered_first),
+        cmocka_unit_test(every_method_writes_what_is_gathered_first),
+        cmocka_unit_test(a_failing_flush_is_the_methods_error),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
