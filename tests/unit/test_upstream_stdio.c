@@ -542,6 +542,198 @@ static void a_get_stream_carries_the_session_news_and_a_second_replaces_it(void 
     upstream_free(u);
 }
 
+/* The agent cancels a call: the child hears of it under the id it saw, and its answer (an
+ * error here) reaches the call under the agent's id. Another session's cancel names nothing. */
+static void a_cancel_reaches_the_child_under_its_own_id(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up(NULL, STDIO_SHARED, 10000);
+    char sa[128], sb[128];
+    initialize(u, sa, sizeof(sa));
+    initialize(u, sb, sizeof(sb));
+    char *b = call_body("\"mine\"", "hang", "");
+    answer_t *a = post(u, sa, true, b);
+    free(b);
+    const char *cancel = "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\",\"params\":{"
+                         "\"requestId\":\"mine\"}}";
+    answer_t *other = post(u, sb, true, cancel);
+    wait_end(other);
+    assert_int_equal(other->status, 202);
+    answer_free(other);
+    assert_false(a->ended);
+    answer_t *c = post(u, sa, true, cancel);
+    wait_end(c);
+    assert_int_equal(c->status, 202);
+    answer_free(c);
+    wait_end(a);
+    assert_int_equal(a->res, UPSTREAM_OK);
+    assert_non_null(strstr(body_of(a), "\"id\":\"mine\",\"error\":{\"code\":-32800"));
+    answer_free(a);
+    upstream_free(u);
+}
+
+static void progress_comes_under_the_agents_token(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up(NULL, STDIO_PER_SESSION, 10000);
+    char sid[128];
+    initialize(u, sid, sizeof(sid));
+    answer_t *a = post(u, sid, true,
+                       "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{"
+                       "\"name\":\"progress\",\"arguments\":{},\"_meta\":{\"progressToken\":"
+                       "\"tok-9\"}}}");
+    wait_end(a);
+    assert_int_equal(a->res, UPSTREAM_OK);
+    const char *got = body_of(a);
+    const char *p = strstr(got, "\"progressToken\":\"tok-9\"");
+    const char *r = strstr(got, "\"id\":5,\"result\"");
+    assert_non_null(p);
+    assert_non_null(r);
+    assert_true(p < r);
+    answer_free(a);
+    upstream_free(u);
+}
+
+static void a_refused_initialize_leaves_no_session(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up("refuse", STDIO_PER_SESSION, 10000);
+    answer_t *a = post(u, NULL, true, init_body);
+    wait_end(a);
+    assert_int_equal(a->status, 200);
+    assert_string_equal(a->session, "");
+    assert_non_null(strstr(body_of(a), "\"id\":\"init-1\",\"error\""));
+    answer_free(a);
+    wait_children(u, 0);
+    upstream_free(u);
+}
+
+static void a_silent_answer_times_out(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up(NULL, STDIO_PER_SESSION, 10000);
+    char sid[128];
+    initialize(u, sid, sizeof(sid));
+    limits.idle_timeout_ms = 200;
+    char *b = call_body("1", "hang", "");
+    answer_t *json = post(u, sid, false, b);
+    answer_t *sse = post(u, sid, true, b);
+    free(b);
+    wait_end(json);
+    wait_end(sse);
+    limits.idle_timeout_ms = 10000;
+    assert_int_equal(json->res, UPSTREAM_ERR_HEAD_TIMEOUT);
+    assert_int_equal(json->heads, 0);
+    assert_int_equal(sse->res, UPSTREAM_ERR_IDLE_TIMEOUT);
+    assert_int_equal(sse->heads, 1);
+    answer_free(json);
+    answer_free(sse);
+    upstream_free(u);
+}
+
+/* At max_children, a new session ends the idle session of longest standing. */
+static void the_oldest_idle_session_makes_room(void **state)
+{
+    (void)state;
+    char *argv[] = {SERVER, NULL};
+    stdio_conf_t conf = {.argv = argv,
+                         .argc = 1,
+                         .max_children = 1,
+                         .idle_timeout_ms = 600000,
+                         .grace_ms = 2000,
+                         .start_timeout_ms = 10000};
+    upstream_stdio_opts_t o = {.base = base, .conf = &conf, .limits = &limits};
+    upstream_t *u = upstream_stdio_new(&o);
+    char sa[128], sb[128];
+    initialize(u, sa, sizeof(sa));
+    initialize(u, sb, sizeof(sb));
+    char *b = call_body("1", "echo", "x");
+    answer_t *a = post(u, sa, false, b);
+    wait_end(a);
+    assert_int_equal(a->status, 404);
+    answer_free(a);
+    a = post(u, sb, false, b);
+    wait_end(a);
+    assert_int_equal(a->status, 200);
+    answer_free(a);
+    free(b);
+    upstream_free(u);
+}
+
+static void an_idle_session_is_ended(void **state)
+{
+    (void)state;
+    char *argv[] = {SERVER, NULL};
+    stdio_conf_t conf = {.argv = argv,
+                         .argc = 1,
+                         .max_children = 2,
+                         .idle_timeout_ms = 300,
+                         .grace_ms = 2000,
+                         .start_timeout_ms = 10000};
+    upstream_stdio_opts_t o = {.base = base, .conf = &conf, .limits = &limits};
+    upstream_t *u = upstream_stdio_new(&o);
+    char sid[128];
+    initialize(u, sid, sizeof(sid));
+    assert_int_equal(upstream_stdio_children(u), 1);
+    wait_children(u, 0);
+    char *b = call_body("1", "echo", "x");
+    answer_t *a = post(u, sid, false, b);
+    free(b);
+    wait_end(a);
+    assert_int_equal(a->status, 404);
+    answer_free(a);
+    upstream_free(u);
+}
+
+/* A paused call hears nothing until it is resumed, then all of it. */
+static void a_paused_call_waits_for_its_owner(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up(NULL, STDIO_PER_SESSION, 10000);
+    char sid[128];
+    initialize(u, sid, sizeof(sid));
+    char *b = call_body("1", "echo", "held");
+    answer_t *a = post(u, sid, true, b);
+    free(b);
+    upstream_pause(u, a->call, true);
+    /* the child answers in order: once the next call is answered, so was this one */
+    b = call_body("2", "echo", "next");
+    answer_t *n = post(u, sid, true, b);
+    free(b);
+    wait_end(n);
+    answer_free(n);
+    assert_int_equal(a->heads, 0);
+    assert_false(a->ended);
+    upstream_pause(u, a->call, false);
+    wait_end(a);
+    assert_int_equal(a->heads, 1);
+    assert_non_null(strstr(body_of(a), "held"));
+    answer_free(a);
+    upstream_free(u);
+}
+
+/* A batch of requests is answered as one JSON array. */
+static void a_batch_is_answered_as_an_array(void **state)
+{
+    (void)state;
+    upstream_t *u = open_up(NULL, STDIO_PER_SESSION, 10000);
+    char sid[128];
+    initialize(u, sid, sizeof(sid));
+    char *b1 = call_body("1", "echo", "one"), *b2 = call_body("2", "echo", "two");
+    char *batch = xasprintf("[%s,%s]", b1, b2);
+    answer_t *a = post(u, sid, false, batch);
+    free(b1);
+    free(b2);
+    free(batch);
+    wait_end(a);
+    json_t *m = json_loads(body_of(a), 0, NULL);
+    assert_true(json_is_array(m));
+    assert_int_equal(json_array_size(m), 2);
+    json_decref(m);
+    answer_free(a);
+    upstream_free(u);
+}
+
 static void a_program_is_found_on_path(void **state)
 {
     (void)state;
@@ -568,6 +760,14 @@ int main(void)
         T(an_abandoned_call_hears_nothing_more),
         T(requests_refused_before_any_child_hears_them),
         T(a_get_stream_carries_the_session_news_and_a_second_replaces_it),
+        T(a_cancel_reaches_the_child_under_its_own_id),
+        T(progress_comes_under_the_agents_token),
+        T(a_refused_initialize_leaves_no_session),
+        T(a_silent_answer_times_out),
+        T(the_oldest_idle_session_makes_room),
+        T(an_idle_session_is_ended),
+        T(a_paused_call_waits_for_its_owner),
+        T(a_batch_is_answered_as_an_array),
         T(a_program_is_found_on_path),
     };
 #undef T
