@@ -21,8 +21,10 @@ static void child_line(child_t *c, const char *line, size_t len)
     json_error_t jerr;
     json_t *msg = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!msg) {
-        log_warn(0, "stdio upstream %s: pid %d wrote a line that is not JSON (%.60s%s), dropped",
-                 c->up->label, (int)c->pid, line, len > 60 ? "…" : "");
+        /* the line is not NUL-terminated: its own length bounds what is quoted */
+        log_warn(0, "stdio upstream %s: pid %d wrote a line that is not JSON (%.*s%s), dropped",
+                 c->up->label, (int)c->pid, (int)(len > 60 ? 60 : len), line,
+                 len > 60 ? "…" : "");
         return;
     }
     if (json_is_array(msg)) {

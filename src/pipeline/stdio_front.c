@@ -779,6 +779,8 @@ static bool refuse_invalid(stdio_front_t *f, const json_t *msg)
 
 static void handle_line(stdio_front_t *f, const char *line, size_t len)
 {
+    if (len == 0)
+        return; /* an empty line (line may be NULL: no bytes were pulled up) */
     while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
         len--;
     size_t skip = 0;
