@@ -9,6 +9,7 @@
 #include "upstream.h"
 #include "upstream_stdio.h"
 
+#include <event2/util.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,14 +28,14 @@ struct event_base;
 #define IN_HIGH_WATER (16u << 20) /* a child not reading its stdin: new requests get 503 */
 #define LONG_LINE_KEEP 128        /* ends of an over-long line kept to find its id */
 #define SESSION_ID_MAX 88 /* a session's id: 32 hex, or "caller:" (2026: "caller26:") and a tag */
-#define CALLER_MAX 72             /* a caller tag (upstream_request_t.caller), cut to this */
-#define SREQ_MAX 256              /* server requests awaiting their caller's answer, per child */
-#define ERR_TAIL_MAX 512          /* the end of a child's stderr kept to say why it failed */
-#define MARK_MAX 40               /* a child's mark (stdio_proc.c) */
-#define ERR_LOG_RATE 50           /* a child's stderr lines logged a second, after a burst */
+#define CALLER_MAX 72     /* a caller tag (upstream_request_t.caller), cut to this */
+#define SREQ_MAX 256      /* server requests awaiting their caller's answer, per child */
+#define ERR_TAIL_MAX 512  /* the end of a child's stderr kept to say why it failed */
+#define MARK_MAX 40       /* a child's mark (stdio_proc.c) */
+#define ERR_LOG_RATE 50   /* a child's stderr lines logged a second, after a burst */
 #define ERR_LOG_BURST 200
-#define UNENDED_WAIT_MS 100 /* a pause after a line without its newline */
-#define GONE_GRACE_MS 30000 /* a session whose agent dropped its GET stream: idle after */
+#define UNENDED_WAIT_MS 100   /* a pause after a line without its newline */
+#define GONE_GRACE_MS 30000   /* a session whose agent dropped its GET stream: idle after */
 #define CANCEL_GRACE_MS 5000  /* a cancelled request's answer is awaited this long, no more */
 #define DISCOVER_WAIT_MS 5000 /* a server silent on server/discover this long is a 2025 one */
 
@@ -132,7 +133,7 @@ struct child {
     json_t *init_req;    /* own_init: its initialize, written once it has started */
     upstream_call_t *init_waiters;
     upstream_call_t *era_waiters; /* 2026 calls waiting for the answer to server/discover */
-    sreq_t *sreqs; /* its requests delivered to callers, newest first */
+    sreq_t *sreqs;                /* its requests delivered to callers, newest first */
     int n_sreqs;
     struct evbuffer *held; /* lines waiting for ready */
     bool stopping, exited, gone;
@@ -174,15 +175,57 @@ struct stdio_up {
     struct event *sigchld;
 };
 
-/* upstream_stdio.c */
+/* upstream_stdio.c: calls and sessions */
 /* A message for the agent on the call's stream (an event) or in its JSON answer. */
 void stdio_call_deliver(upstream_call_t *call, json_t *msg);
+/* One of the call's requests was answered; the last one ends the call (UPSTREAM_OK). */
+void stdio_call_answered(upstream_call_t *call);
+/* The call ends with res, from its own event. */
+void stdio_call_end(upstream_call_t *call, upstream_result_t res);
+/* The call no longer waits for anything: its pending requests' answers will be dropped. */
+void stdio_call_detach(upstream_call_t *call);
+/* The call is answered status with a JSON-RPC error (id may be NULL); returns call. */
+upstream_call_t *stdio_call_error(upstream_call_t *call, int status, json_t *id, int code,
+                                  const char *message);
+/* A call of session s from now on (on its list until freed). */
+void stdio_call_link(upstream_call_t *call, session_t *s);
+/* A POST's messages to c, the era's bridge applied (stdio_era.c). */
+void stdio_call_send(child_t *c, upstream_call_t *call, json_t *msgs);
+void stdio_add_header(http_headers_t *h, const char *name, const char *value);
+/* s, its initialize answered, lives on c and is found by its id. */
+void stdio_session_register(session_t *s, child_t *c);
+/* Frees a session that was never registered. */
+void stdio_session_discard(session_t *s);
+/* Ends a registered session: its calls end, its child may stop. */
+void stdio_session_end(session_t *s);
+
+/* stdio_child.c: children */
 /* One line of JSON to the child (held until it is ready). */
 void stdio_child_write(child_t *c, json_t *msg);
+/* A request of call (NULL: the gateway's own) to c, under the next id of c's. */
+pend_t *stdio_pend_add(child_t *c, upstream_call_t *call, json_t *orig_id);
+/* A child for a session (own_init false: the client's initialize opens it) or one the gateway
+ * opens (stdio_own_child); it starts now or once the command is proven. NULL with why. */
+child_t *stdio_child_spawn(stdio_up_t *up, bool shared, bool own_init, char *why, size_t whylen);
+/* A child the gateway opens itself: with server/discover for 2026 callers (for_modern), else
+ * with initialize in version (NULL: the newest 2025 one). */
+child_t *stdio_own_child(stdio_up_t *up, bool shared, const char *version, bool for_modern,
+                         char *why, size_t whylen);
+/* The shared child of a caller's era, started when none is. */
+child_t *stdio_shared_child(stdio_up_t *up, json_t *init_params, bool modern, char *why,
+                            size_t whylen);
+/* Asks the child's process group to end: stdin closed, SIGTERM, SIGKILL after the grace. */
+void stdio_child_stop(child_t *c, const char *why);
+/* The child can serve no more: what waits on it ends. */
+void stdio_child_gone(child_t *c, const char *why);
+void stdio_child_free(child_t *c);
+/* Children that exited are waited for, and those gone freed. */
+void stdio_reap(stdio_up_t *up);
+/* SIGCHLD on the loop. */
+void stdio_on_sigchld(evutil_socket_t fd, short what, void *arg);
 /* Where a message of the session's goes outside a call: its newest streaming call, else its
  * GET stream; NULL: nowhere. */
 upstream_call_t *stdio_stream_of(session_t *s);
-
 /* One message of the child's (an object of a line, or of a batch line), to where it goes. */
 void stdio_child_message(child_t *c, json_t *msg);
 /* The answer to the request the child saw as gid is lost (its line could not be read): its

@@ -27,10 +27,6 @@
 
 #include "stdio_int.h"
 
-static void child_stop(child_t *c, const char *why);
-static void child_gone(child_t *c, const char *why);
-static void session_end(session_t *s);
-
 /* ---- delivery to the owner ---- */
 
 static void kick_now(upstream_call_t *call)
@@ -45,7 +41,7 @@ static void set_timer(upstream_call_t *call, uint64_t ms)
     evtimer_add(call->timer, &tv);
 }
 
-static void add_header(http_headers_t *h, const char *name, const char *value)
+void stdio_add_header(http_headers_t *h, const char *name, const char *value)
 {
     http_headers_add_name(h, name, strlen(name));
     http_headers_end_name(h);
@@ -57,16 +53,16 @@ static void queue_head(upstream_call_t *call, int status, const char *content_ty
 {
     call->status = status;
     if (content_type)
-        add_header(&call->headers, "Content-Type", content_type);
+        stdio_add_header(&call->headers, "Content-Type", content_type);
     if (content_type && strcmp(content_type, "text/event-stream") == 0)
-        add_header(&call->headers, "Cache-Control", "no-cache");
+        stdio_add_header(&call->headers, "Cache-Control", "no-cache");
     if (call->sess && !call->sess->hidden)
-        add_header(&call->headers, "Mcp-Session-Id", call->sess->id);
+        stdio_add_header(&call->headers, "Mcp-Session-Id", call->sess->id);
     call->head_queued = true;
     kick_now(call);
 }
 
-static void queue_end(upstream_call_t *call, upstream_result_t res)
+void stdio_call_end(upstream_call_t *call, upstream_result_t res)
 {
     if (call->end_queued)
         return;
@@ -77,7 +73,7 @@ static void queue_end(upstream_call_t *call, upstream_result_t res)
 }
 
 /* The call no longer waits for anything: its pending requests' answers will be dropped. */
-static void call_detach(upstream_call_t *call)
+void stdio_call_detach(upstream_call_t *call)
 {
     if (call->child)
         for (pend_t *p = call->child->pends; p; p = p->next)
@@ -107,7 +103,7 @@ static void call_detach(upstream_call_t *call)
 
 /* A call of a registered session is on the session's list until it is freed, so a session
  * that ends first can let go of it (call->sess NULL) whatever state the call is in. */
-static void call_link(upstream_call_t *call, session_t *s)
+void stdio_call_link(upstream_call_t *call, session_t *s)
 {
     call->sess = s;
     call->sprev = NULL;
@@ -131,15 +127,13 @@ static void call_unlink(upstream_call_t *call)
     call->snext = call->sprev = NULL;
 }
 
-static void session_discard(session_t *s);
-
 static void call_free(upstream_call_t *call)
 {
-    call_detach(call);
+    stdio_call_detach(call);
     call_unlink(call);
     /* an initialize that ends here leaves no session behind */
     if (call->init_id && call->sess)
-        session_discard(call->sess);
+        stdio_session_discard(call->sess);
     json_decref(call->parked);
     event_free(call->kick);
     event_free(call->timer);
@@ -177,7 +171,7 @@ static void on_kick(evutil_socket_t fd, short what, void *arg)
             return;
     }
     if (call->end_queued) {
-        call_detach(call);
+        stdio_call_detach(call);
         call->cb.on_end(call->arg, call->res);
         call_free(call);
     }
@@ -191,16 +185,16 @@ static void on_call_timer(evutil_socket_t fd, short what, void *arg)
     bool init = call->init_id != NULL;
     child_t *c = call->child;
     log_warn(0, "stdio upstream %s: %s", call->up->label,
-             init             ? "no answer to initialize in time"
+             init              ? "no answer to initialize in time"
              : call->cancelled ? "a cancelled request was not answered: it ends unanswered"
                                : "the answer went silent for too long");
     upstream_result_t res =
         call->head_queued ? UPSTREAM_ERR_IDLE_TIMEOUT : UPSTREAM_ERR_HEAD_TIMEOUT;
-    call_detach(call);
-    queue_end(call, res);
+    stdio_call_detach(call);
+    stdio_call_end(call, res);
     /* a child that never answered its initialize is of no use to anyone */
     if (init && c && !c->init_result && !c->init_waiters)
-        child_stop(c, "no answer to initialize");
+        stdio_child_stop(c, "no answer to initialize");
 }
 
 static upstream_call_t *call_new(stdio_up_t *up, const upstream_cbs_t *cbs, void *arg)
@@ -225,13 +219,13 @@ static upstream_call_t *answer_fixed(upstream_call_t *call, int status, const ch
     queue_head(call, status, body ? content_type : NULL);
     if (body)
         evbuffer_add(call->out, body, strlen(body));
-    queue_end(call, UPSTREAM_OK);
+    stdio_call_end(call, UPSTREAM_OK);
     return call;
 }
 
 /* A JSON-RPC error as the answer (id null: the request could not be read or routed). */
-static upstream_call_t *answer_rpc_error(upstream_call_t *call, int status, json_t *id, int code,
-                                         const char *message)
+upstream_call_t *stdio_call_error(upstream_call_t *call, int status, json_t *id, int code,
+                                  const char *message)
 {
     json_t *e = json_pack("{s:s, s:O?, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
                           id ? id : json_null(), "error", "code", code, "message", message);
@@ -263,8 +257,8 @@ void stdio_call_deliver(upstream_call_t *call, json_t *msg)
                  "stdio upstream %s: a client is not reading its answer (%zu bytes waiting): "
                  "its call is cut off, the shared server goes on",
                  call->up->label, evbuffer_get_length(call->out));
-        call_detach(call);
-        queue_end(call, UPSTREAM_ERR_CLOSED);
+        stdio_call_detach(call);
+        stdio_call_end(call, UPSTREAM_ERR_CLOSED);
         return;
     }
     if (call->paused && !call->full && evbuffer_get_length(call->out) > OUT_HIGH_WATER &&
@@ -278,7 +272,7 @@ void stdio_call_deliver(upstream_call_t *call, json_t *msg)
 }
 
 /* One of the call's requests got its answer. */
-static void call_answered(upstream_call_t *call)
+void stdio_call_answered(upstream_call_t *call)
 {
     if (--call->outstanding > 0)
         return;
@@ -292,8 +286,8 @@ static void call_answered(upstream_call_t *call)
             evbuffer_add(call->out, s, strlen(s));
         free(s);
     }
-    call_detach(call);
-    queue_end(call, UPSTREAM_OK);
+    stdio_call_detach(call);
+    stdio_call_end(call, UPSTREAM_OK);
 }
 
 /* ---- sessions ---- */
@@ -337,7 +331,7 @@ static session_t *session_new(stdio_up_t *up)
     return s;
 }
 
-static void session_register(session_t *s, child_t *c)
+void stdio_session_register(session_t *s, child_t *c)
 {
     s->child = c;
     s->cnext = c->sessions;
@@ -352,7 +346,7 @@ static void session_register(session_t *s, child_t *c)
 }
 
 /* Frees a session that was never registered (its initialize failed). */
-static void session_discard(session_t *s)
+void stdio_session_discard(session_t *s)
 {
     if (!s || s->registered)
         return;
@@ -365,7 +359,7 @@ static void session_discard(session_t *s)
 /* The session is over: its id answers 404 from now on; its GET stream ends. A per_session
  * child is stopped with it (its calls in flight then end CLOSED); a shared one keeps running
  * what the session sent. */
-static void session_end(session_t *s)
+void stdio_session_end(session_t *s)
 {
     stdio_up_t *up = s->up;
     for (session_t **p = bucket(up, s->id); *p; p = &(*p)->hnext)
@@ -385,8 +379,8 @@ static void session_end(session_t *s)
     }
     if (s->get) {
         upstream_call_t *get = s->get;
-        call_detach(get);
-        queue_end(get, UPSTREAM_OK);
+        stdio_call_detach(get);
+        stdio_call_end(get, UPSTREAM_OK);
     }
     while (s->calls) {
         upstream_call_t *call = s->calls;
@@ -399,7 +393,7 @@ static void session_end(session_t *s)
     json_decref(s->subs);
     free(s);
     if (c && !c->shared && !c->sessions)
-        child_stop(c, "its session ended");
+        stdio_child_stop(c, "its session ended");
 }
 
 static void on_idle(evutil_socket_t fd, short what, void *arg)
@@ -415,55 +409,35 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
         }
     log_info(0, "stdio upstream %s: session %.8s… idle for %llus, ended", s->up->label, s->id,
              (unsigned long long)(s->up->conf.idle_timeout_ms / 1000));
-    session_end(s);
+    stdio_session_end(s);
 }
 
-/* ---- children: spawn, write, read, end ---- */
-
-void stdio_child_write(child_t *c, json_t *msg)
+/* A sessionless caller of a per_session server has a child of its own, as a session would:
+ * a session no header names, found by the caller's tag, reaped when idle. */
+static session_t *caller_session(stdio_up_t *up, const char *caller, bool modern, char *why,
+                                 size_t whylen)
 {
-    char *s = json_dumps(msg, JSON_COMPACT);
-    struct evbuffer *to = c->ready && c->in ? bufferevent_get_output(c->in) : c->held;
-    if (to) {
-        evbuffer_add(to, s, strlen(s));
-        evbuffer_add(to, "\n", 1);
-    }
-    free(s);
+    char id[SESSION_ID_MAX];
+    snprintf(id, sizeof(id), "%s:%s", modern ? "caller26" : "caller", caller);
+    session_t *s = session_find(up, id, true);
+    if (s)
+        return s;
+    child_t *c = stdio_own_child(up, false, NULL, modern, why, whylen);
+    if (!c)
+        return NULL;
+    s = session_new(up);
+    s->hidden = true;
+    memcpy(s->id, id, sizeof(s->id));
+    stdio_session_register(s, c);
+    return s;
 }
 
-static pend_t *pend_add(child_t *c, upstream_call_t *call, json_t *orig_id)
-{
-    pend_t *p = xcalloc(1, sizeof(*p));
-    p->gid = ++c->next_gid;
-    p->orig_id = json_incref(orig_id);
-    p->call = call;
-    p->next = c->pends;
-    c->pends = p;
-    return p;
-}
-
-static pend_t *pend_take(child_t *c, uint64_t gid)
-{
-    for (pend_t **pp = &c->pends; *pp; pp = &(*pp)->next)
-        if ((*pp)->gid == gid) {
-            pend_t *p = *pp;
-            *pp = p->next;
-            return p;
-        }
-    return NULL;
-}
-
-static void pend_free(pend_t *p)
-{
-    json_decref(p->orig_id);
-    json_decref(p->orig_token);
-    free(p);
-}
+/* ---- requests from the agent ---- */
 
 /* Sends one request of call to c with an id of c's own; its progress token goes with it. */
 static pend_t *send_request(child_t *c, upstream_call_t *call, json_t *req)
 {
-    pend_t *p = pend_add(c, call, json_object_get(req, "id"));
+    pend_t *p = stdio_pend_add(c, call, json_object_get(req, "id"));
     json_t *copy = json_deep_copy(req);
     json_object_set_new(copy, "id", json_integer((json_int_t)p->gid));
     json_t *meta = json_object_get(json_object_get(copy, "params"), "_meta");
@@ -505,658 +479,6 @@ static void send_cancel(child_t *c, upstream_call_t *call, json_t *note)
         return;
     }
 }
-
-static void child_free(child_t *c)
-{
-    if (c->in)
-        bufferevent_free(c->in);
-    if (c->out)
-        bufferevent_free(c->out);
-    if (c->err)
-        bufferevent_free(c->err);
-    while (c->pends) {
-        pend_t *p = c->pends;
-        c->pends = p->next;
-        pend_free(p);
-    }
-    if (c->held)
-        evbuffer_free(c->held);
-    if (c->start_timer)
-        event_free(c->start_timer);
-    if (c->probe_timer)
-        event_free(c->probe_timer);
-    if (c->unended)
-        event_free(c->unended);
-    json_decref(c->init_req);
-    stdio_sreqs_free(c);
-    json_decref(c->init_result);
-    free(c);
-}
-
-/* Reaps what has exited; a child is freed once reaped and its pipes are done with. */
-/* Whether c has exited, reaped now if so (its calls end, saying how it ended); not freed. */
-static bool child_wait(child_t *c)
-{
-    int status;
-    if (c->exited || c->pid <= 0 || waitpid(c->pid, &status, WNOHANG) != c->pid)
-        return c->exited;
-    c->exited = true;
-    c->up->n_children--;
-    char why[64];
-    if (WIFSIGNALED(status))
-        snprintf(why, sizeof(why), "the server was ended by signal %d", WTERMSIG(status));
-    else
-        snprintf(why, sizeof(why), "the server exited with status %d", WEXITSTATUS(status));
-    log_info(0, "stdio upstream %s: pid %d: %s", c->up->label, (int)c->pid, why);
-    stdio_proc_leader_gone(c);
-    child_gone(c, why);
-    return true;
-}
-
-static void reap(stdio_up_t *up)
-{
-    for (child_t **pp = &up->children; *pp;) {
-        child_t *c = *pp;
-        child_wait(c);
-        if (c->exited && c->gone) {
-            *pp = c->next;
-            child_free(c);
-        } else {
-            pp = &c->next;
-        }
-    }
-}
-
-static void on_sigchld(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    reap(arg);
-}
-
-/* Asks the child's process group to end: stdin closed, SIGTERM, SIGKILL after the grace. */
-static void child_stop(child_t *c, const char *why)
-{
-    if (c->stopping || c->exited)
-        return;
-    c->stopping = true;
-    if (c->pid <= 0) { /* never started: nothing runs */
-        c->exited = true;
-        c->up->n_children--;
-        return;
-    }
-    log_info(0, "stdio upstream %s: stopping pid %d: %s", c->up->label, (int)c->pid, why);
-    if (c->in) {
-        bufferevent_free(c->in);
-        c->in = NULL;
-    }
-    stdio_proc_stop(c);
-}
-
-/* A request the child never got ends with an error for its id: nothing of it ran. */
-static void fail_unsent(upstream_call_t *call, pend_t *p, const char *why)
-{
-    json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id", p->orig_id, "error",
-                          "code", -32000, "message", why);
-    stdio_call_deliver(call, e);
-    json_decref(e);
-    call_answered(call);
-}
-
-static void start_waiting(stdio_up_t *up);
-static void era_waiter_fail(upstream_call_t *call, const char *why);
-
-/* The child can serve no more: its sessions end and every call waiting on it ends CLOSED (a
- * protected call among them is recorded unknown by its owner). */
-static void child_gone(child_t *c, const char *why)
-{
-    if (c->gone)
-        return;
-    c->gone = true;
-    stdio_up_t *up = c->up;
-    if (up->shared == c)
-        up->shared = NULL;
-    if (up->shared26 == c)
-        up->shared26 = NULL;
-    stdio_proc_drain_err(c);
-    char full[ERR_TAIL_MAX + 200];
-    why = stdio_proc_why(c, why, full, sizeof(full));
-    if (c->start_timer)
-        evtimer_del(c->start_timer);
-    if (c->probe_timer)
-        evtimer_del(c->probe_timer);
-    while (c->era_waiters) {
-        upstream_call_t *call = c->era_waiters;
-        c->era_waiters = call->wnext;
-        call->wnext = NULL;
-        call->child = NULL;
-        era_waiter_fail(call, why);
-    }
-    /* what a child that never started, or never answered the gateway's initialize, holds in
-     * c->held it never read: those calls fail as not sent. The others may have run. */
-    bool unsent = c->pid <= 0 || (c->own_init && !c->ready);
-    for (pend_t *p = c->pends; p; p = p->next) {
-        upstream_call_t *call = p->call;
-        if (!call || call->end_queued)
-            continue;
-        if (unsent) {
-            fail_unsent(call, p, why);
-            continue;
-        }
-        log_warn(0, "stdio upstream %s: pid %d: %s with a request in flight", up->label,
-                 (int)c->pid, why);
-        call_detach(call);
-        queue_end(call, UPSTREAM_ERR_CLOSED);
-    }
-    while (c->init_waiters) {
-        upstream_call_t *call = c->init_waiters;
-        c->init_waiters = call->wnext;
-        session_t *s = call->sess;
-        call->sess = NULL;
-        session_discard(s);
-        call_detach(call);
-        add_header(&call->headers, "Retry-After", "5");
-        answer_rpc_error(call, 503, call->init_id, -32000, why);
-    }
-    while (c->sessions)
-        session_end(c->sessions);
-    if (c->out) {
-        bufferevent_free(c->out);
-        c->out = NULL;
-    }
-    stdio_proc_close_err(c);
-    if (!c->exited)
-        child_stop(c, why);
-    if (up->starting == c) {
-        up->starting = NULL;
-        start_waiting(up);
-    }
-}
-
-/* ---- what the child writes ---- */
-
-static void call_send(child_t *c, upstream_call_t *call, json_t *msgs);
-static void send_init(child_t *c);
-static json_t *initialize_req(uint64_t gid, const char *version, bool for_modern);
-
-/* The child's era is known: the 2026 calls that waited for it are sent, in their order. */
-static void era_settled(child_t *c, bool modern)
-{
-    c->era_known = true;
-    c->modern = modern;
-    upstream_call_t *order = NULL;
-    while (c->era_waiters) { /* the list is newest first */
-        upstream_call_t *call = c->era_waiters;
-        c->era_waiters = call->wnext;
-        call->wnext = order;
-        order = call;
-    }
-    while (order) {
-        upstream_call_t *call = order;
-        order = call->wnext;
-        call->wnext = NULL;
-        json_t *msgs = call->parked;
-        call->parked = NULL;
-        call_send(c, call, msgs);
-        json_decref(msgs);
-    }
-}
-
-/* A 2026 call that waited for its child's era fails: nothing of it was sent. */
-static void era_waiter_fail(upstream_call_t *call, const char *why)
-{
-    size_t i;
-    json_t *m;
-    call->outstanding = 1;
-    json_array_foreach(call->parked, i, m) if (json_object_get(m, "id"))
-    {
-        json_t *e = json_pack("{s:s, s:O, s:{s:i, s:s}}", "jsonrpc", "2.0", "id",
-                              json_object_get(m, "id"), "error", "code", -32000, "message", why);
-        stdio_call_deliver(call, e);
-        json_decref(e);
-    }
-    call_answered(call);
-}
-
-/* The answer to the server/discover that opened a child for 2026 callers. */
-static void child_probed(child_t *c, json_t *msg)
-{
-    stdio_up_t *up = c->up;
-    c->probe_gid = 0;
-    if (c->probe_timer)
-        evtimer_del(c->probe_timer);
-    if (c->era_known)
-        return; /* late: the child answered the initialize sent after it first */
-    if (!stdio_era_discovered(msg)) {
-        log_info(0,
-                 "stdio upstream %s: pid %d does not speak the 2026-07-28 era: opened with "
-                 "initialize, answered for 2026 callers by the gateway",
-                 up->label, (int)c->pid);
-        up->legacy_only = true;
-        if (!c->init_out) {
-            pend_t *p = pend_add(c, NULL, json_null());
-            p->init = true;
-            c->init_req = initialize_req(p->gid, NULL, true);
-            send_init(c);
-        }
-        era_settled(c, false); /* their requests wait in held for the initialize's answer */
-        return;
-    }
-    log_info(0, "stdio upstream %s: pid %d speaks the 2026-07-28 era", up->label, (int)c->pid);
-    if (c->start_timer)
-        evtimer_del(c->start_timer);
-    c->init_result = json_incref(json_object_get(msg, "result"));
-    c->initializing = false;
-    c->ready = true;
-    if (c->in && c->held)
-        evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
-    era_settled(c, true);
-    if (!up->proven) {
-        up->proven = true;
-        up->starting = NULL;
-        start_waiting(up);
-    }
-}
-
-/* server/discover unanswered for DISCOVER_WAIT_MS: some 2025 servers drop a request that
- * comes before initialize, so initialize goes too; whichever is answered first decides. */
-static void on_probe_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    child_t *c = arg;
-    if (c->era_known || c->init_out)
-        return;
-    log_info(0, "stdio upstream %s: pid %d has not answered server/discover in %ums: sending "
-                "initialize",
-             c->up->label, (int)c->pid, (unsigned)DISCOVER_WAIT_MS);
-    c->init_out = true;
-    pend_t *p = pend_add(c, NULL, json_null());
-    p->init = true;
-    c->init_req = initialize_req(p->gid, NULL, true);
-    send_init(c);
-}
-
-/* The initialize answer: waiters get it (a result registers their sessions). */
-static void child_initialized(child_t *c, json_t *msg)
-{
-    if (c->modern)
-        return; /* the initialize sent when server/discover was slow: the child chose 2026 */
-    json_t *result = json_object_get(msg, "result");
-    if (c->start_timer)
-        evtimer_del(c->start_timer);
-    if (result && json_is_object(result)) {
-        if (c->own_init) {
-            c->init_result = json_incref(result);
-            json_t *note =
-                json_pack("{s:s, s:s}", "jsonrpc", "2.0", "method", "notifications/initialized");
-            c->ready = true;
-            stdio_child_write(c, note);
-            json_decref(note);
-            if (c->in && c->held)
-                evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
-        }
-    } else {
-        result = NULL;
-        log_warn(0, "stdio upstream %s: pid %d refused initialize", c->up->label, (int)c->pid);
-    }
-    c->initializing = false;
-    if (!c->era_known) { /* it never answered server/discover: a 2025 server */
-        c->up->legacy_only = true;
-        era_settled(c, false);
-    }
-    while (c->init_waiters) {
-        upstream_call_t *call = c->init_waiters;
-        c->init_waiters = call->wnext;
-        call->wnext = NULL;
-        json_t *answer = json_deep_copy(msg);
-        json_object_set(answer, "id", call->init_id);
-        if (result && call->sess) {
-            session_register(call->sess, c);
-            call_link(call, call->sess);
-        } else {
-            session_discard(call->sess);
-            call->sess = NULL;
-        }
-        call->outstanding = 1;
-        json_array_append_new(call->answers, answer);
-        call_answered(call);
-    }
-    if (!result)
-        child_stop(c, "initialize refused");
-    else if (!c->shared && !c->sessions)
-        child_stop(c, "the initialize that started it was given up");
-    if (result && !c->up->proven) {
-        /* the command runs: those waiting to start may all start now */
-        c->up->proven = true;
-        c->up->starting = NULL;
-        start_waiting(c->up);
-    }
-}
-
-/* Where a message the server sends on its own goes: the newest call of the session still
- * streaming, else the session's GET stream; NULL: nowhere (dropped). */
-upstream_call_t *stdio_stream_of(session_t *s)
-{
-    for (upstream_call_t *call = s ? s->calls : NULL; call; call = call->snext)
-        if (call->mode == MODE_SSE && !call->end_queued)
-            return call;
-    return s ? s->get : NULL;
-}
-
-void stdio_child_message(child_t *c, json_t *msg)
-{
-    if (!json_is_object(msg)) {
-        log_warn(0,
-                 "stdio upstream %s: pid %d wrote a JSON value that is not a JSON-RPC "
-                 "message, dropped",
-                 c->up->label, (int)c->pid);
-        return;
-    }
-    if (json_object_get(msg, "method")) {
-        stdio_route_from_server(c, msg);
-        return;
-    }
-    json_t *id = json_object_get(msg, "id");
-    pend_t *p = json_is_integer(id) ? pend_take(c, (uint64_t)json_integer_value(id)) : NULL;
-    if (!p) {
-        log_warn(0, "stdio upstream %s: pid %d answered a request it was not sent, dropped",
-                 c->up->label, (int)c->pid);
-        return;
-    }
-    if (p->probe) {
-        child_probed(c, msg);
-    } else if (p->init) {
-        child_initialized(c, msg);
-    } else if (p->call) {
-        if (p->call->modern && !c->modern)
-            stdio_era_bridge_answer(msg, c->init_result, p->discover, p->cacheable);
-        json_object_set(msg, "id", p->orig_id);
-        stdio_call_deliver(p->call, msg);
-        call_answered(p->call);
-    }
-    pend_free(p);
-}
-
-bool stdio_answer_lost(child_t *c, uint64_t gid)
-{
-    pend_t *p = pend_take(c, gid);
-    if (!p)
-        return false;
-    upstream_call_t *call = p->call;
-    if (call && !call->end_queued) {
-        call_detach(call);
-        queue_end(call, UPSTREAM_ERR_PROTOCOL);
-    }
-    pend_free(p);
-    return true;
-}
-
-static void on_child_out_event(struct bufferevent *bev, short what, void *arg)
-{
-    (void)bev;
-    child_t *c = arg;
-    if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) {
-        /* most often it exited: how is the better why, when it is known already */
-        if (!child_wait(c))
-            child_gone(c, "the server closed its output");
-        reap(c->up);
-    }
-}
-
-static void on_child_in_event(struct bufferevent *bev, short what, void *arg)
-{
-    child_t *c = arg;
-    if ((what & (BEV_EVENT_EOF | BEV_EVENT_ERROR)) && c->in == bev) {
-        bufferevent_free(c->in);
-        c->in = NULL;
-        child_gone(c, "the server closed its input");
-    }
-}
-
-static struct bufferevent *pipe_bev(stdio_up_t *up, int fd)
-{
-    evutil_make_socket_nonblocking(fd);
-    return bufferevent_socket_new(up->base, fd, BEV_OPT_CLOSE_ON_FREE);
-}
-
-/* An own_init child's initialize goes first, once the child runs. */
-static void send_init(child_t *c)
-{
-    if (!c->init_req || !c->in)
-        return;
-    char *line = json_dumps(c->init_req, JSON_COMPACT);
-    evbuffer_add(bufferevent_get_output(c->in), line, strlen(line));
-    evbuffer_add(bufferevent_get_output(c->in), "\n", 1);
-    free(line);
-    json_decref(c->init_req);
-    c->init_req = NULL;
-}
-
-static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    child_t *c = arg;
-    char why[96];
-    snprintf(why, sizeof(why), "no answer to initialize within %llus of its start",
-             (unsigned long long)(c->up->conf.start_timeout_ms / 1000));
-    log_warn(0, "stdio upstream %s: pid %d: %s", c->up->label, (int)c->pid, why);
-    child_gone(c, why);
-    reap(c->up);
-}
-
-/* Runs c's program and wires its pipes to the loop; what waited for it goes to it. */
-static bool child_exec(child_t *c, char *why, size_t whylen)
-{
-    stdio_up_t *up = c->up;
-    int fds[3];
-    if (!stdio_proc_spawn(c, fds, why, whylen))
-        return false;
-    c->in = pipe_bev(up, fds[0]);
-    c->out = pipe_bev(up, fds[1]);
-    c->err = pipe_bev(up, fds[2]);
-    bufferevent_setcb(c->in, NULL, NULL, on_child_in_event, c);
-    bufferevent_setcb(c->out, stdio_lines_read, NULL, on_child_out_event, c);
-    bufferevent_enable(c->in, EV_WRITE);
-    bufferevent_enable(c->out, EV_READ);
-    stdio_proc_watch_err(c);
-    uint64_t ms = up->conf.start_timeout_ms;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
-    c->start_timer = evtimer_new(up->base, on_start_timeout, c);
-    evtimer_add(c->start_timer, &tv);
-    if (c->probe_gid) {
-        struct timeval ptv = util_ms_to_tv(DISCOVER_WAIT_MS);
-        c->probe_timer = evtimer_new(up->base, on_probe_timeout, c);
-        evtimer_add(c->probe_timer, &ptv);
-    }
-    send_init(c);
-    if (c->ready)
-        evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
-    if (!up->proven)
-        up->starting = c;
-    log_info(0, "stdio upstream %s: started pid %d (%s)", up->label, (int)c->pid,
-             c->shared     ? "shared"
-             : c->own_init ? "one caller"
-                           : "one session");
-    return true;
-}
-
-/* Children that wait to start: all of them once one child of the command has answered
- * initialize, else the oldest, alone. */
-static void start_waiting(stdio_up_t *up)
-{
-    while (!up->starting) {
-        child_t *next = NULL;
-        for (child_t *c = up->children; c; c = c->next)
-            if (c->pid <= 0 && !c->gone && !c->stopping)
-                next = c; /* the list is newest first: the last is the oldest */
-        if (!next)
-            return;
-        char why[300];
-        if (!child_exec(next, why, sizeof(why))) {
-            next->exited = true;
-            up->n_children--;
-            child_gone(next, why); /* freed by the next reap */
-        }
-        if (up->proven)
-            up->starting = NULL;
-    }
-}
-
-/* Children running or starting, not those being stopped. */
-static int live_children(const stdio_up_t *up)
-{
-    int n = 0;
-    for (const child_t *c = up->children; c; c = c->next)
-        n += !c->stopping && !c->exited;
-    return n;
-}
-
-/* At max_children: the session used least recently that has no call in flight on a child of
- * its own ends (an agent that left without DELETE leaves such sessions until idle_timeout).
- * false when every child is busy or shared. */
-static bool evict_idle(stdio_up_t *up)
-{
-    session_t *oldest = NULL;
-    for (child_t *c = up->children; c; c = c->next) {
-        session_t *s = c->sessions;
-        if (c->shared || c->stopping || c->exited || c->pid <= 0 || !s || s->cnext ||
-            c->init_waiters)
-            continue;
-        bool busy = false;
-        for (pend_t *p = c->pends; p && !busy; p = p->next)
-            busy = p->call != NULL || p->init;
-        if (!busy && (!oldest || s->last_ms < oldest->last_ms))
-            oldest = s;
-    }
-    if (!oldest)
-        return false;
-    log_info(0,
-             "stdio upstream %s: max_children (%d) reached: ending session %.8s…, idle for %llus, "
-             "the least recently used",
-             up->label, up->conf.max_children, oldest->id,
-             (unsigned long long)((util_now_ms() - oldest->last_ms) / 1000));
-    session_end(oldest);
-    return true;
-}
-
-/* A child, started now, or once the first of its command has (it then waits with what is
- * written to it); NULL with why after a log line. */
-static child_t *child_spawn(stdio_up_t *up, bool shared, bool own_init, char *why, size_t whylen)
-{
-    if (live_children(up) >= up->conf.max_children && !evict_idle(up)) {
-        snprintf(why, whylen, "max_children (%d) servers are running, each with a call in flight",
-                 up->conf.max_children);
-        log_warn(0, "stdio upstream %s: not started: %s", up->label, why);
-        return NULL;
-    }
-    child_t *c = xcalloc(1, sizeof(*c));
-    c->up = up;
-    c->shared = shared;
-    c->own_init = own_init;
-    c->ready = !own_init;
-    c->era_known = !own_init;
-    c->held = evbuffer_new();
-    c->next = up->children;
-    up->children = c;
-    up->n_children++;
-    if (up->starting) {
-        log_info(0, "stdio upstream %s: waiting for pid %d, the first of this command, to start",
-                 up->label, (int)up->starting->pid);
-        return c;
-    }
-    if (!child_exec(c, why, whylen)) {
-        up->children = c->next;
-        up->n_children--;
-        child_free(c);
-        return NULL;
-    }
-    return c;
-}
-
-/* The initialize a child the gateway opens itself gets. It is told the client can do what any
- * client might (a client that cannot answers that request with an error), in version (the first
- * session's) or the newest 2025 one; for 2026 callers nothing: their era has no requests from
- * the server, so none would reach them. */
-static json_t *initialize_req(uint64_t gid, const char *version, bool for_modern)
-{
-    json_t *caps = for_modern ? json_object()
-                              : json_pack("{s:{s:{}}, s:{}, s:{s:b}}", "elicitation", "form",
-                                          "sampling", "roots", "listChanged", 0);
-    json_t *params = json_pack("{s:s, s:o, s:{s:s, s:s}}", "protocolVersion",
-                               version ? version : "2025-11-25", "capabilities", caps, "clientInfo",
-                               "name", "idemgw", "version", "0.1.0");
-    return json_pack("{s:s, s:I, s:s, s:o}", "jsonrpc", "2.0", "id", (json_int_t)gid, "method",
-                     "initialize", "params", params);
-}
-
-/* A child the gateway starts and opens itself: the shared one, or a sessionless caller's own;
- * for 2026 callers (for_modern) with server/discover, else with initialize. */
-static child_t *own_child(stdio_up_t *up, bool shared, const char *version, bool for_modern,
-                          char *why, size_t whylen)
-{
-    child_t *c = child_spawn(up, shared, true, why, whylen);
-    if (!c)
-        return NULL;
-    c->for_modern = for_modern;
-    pend_t *p = pend_add(c, NULL, json_null());
-    p->init = true;
-    if (for_modern && !up->legacy_only) {
-        p->probe = true;
-        c->probe_gid = p->gid;
-        c->init_req = stdio_era_discover(p->gid);
-    } else {
-        c->era_known = true;
-        c->init_req = initialize_req(p->gid, version, for_modern);
-    }
-    send_init(c); /* written ahead of what waits for ready */
-    c->initializing = true;
-    return c;
-}
-
-/* Where shared-mode callers of an era go: 2026 callers to a child of their own era, unless the
- * command is known to speak only 2025 (then the one child serves both, bridged). */
-static child_t **shared_slot(stdio_up_t *up, bool modern)
-{
-    return modern && (up->shared26 || !up->legacy_only) ? &up->shared26 : &up->shared;
-}
-
-/* The shared child of the caller's era, started when none is. */
-static child_t *shared_child(stdio_up_t *up, json_t *init_params, bool modern, char *why,
-                             size_t whylen)
-{
-    child_t **slot = shared_slot(up, modern);
-    if (*slot)
-        return *slot;
-    const char *version = json_string_value(json_object_get(init_params, "protocolVersion"));
-    child_t *c = own_child(up, true, version, slot == &up->shared26, why, whylen);
-    if (c)
-        *slot = c;
-    return c;
-}
-
-/* A sessionless caller of a per_session server has a child of its own, as a session would:
- * a session no header names, found by the caller's tag, reaped when idle. */
-static session_t *caller_session(stdio_up_t *up, const char *caller, bool modern, char *why,
-                                 size_t whylen)
-{
-    char id[SESSION_ID_MAX];
-    snprintf(id, sizeof(id), "%s:%s", modern ? "caller26" : "caller", caller);
-    session_t *s = session_find(up, id, true);
-    if (s)
-        return s;
-    child_t *c = own_child(up, false, NULL, modern, why, whylen);
-    if (!c)
-        return NULL;
-    s = session_new(up);
-    s->hidden = true;
-    memcpy(s->id, id, sizeof(s->id));
-    session_register(s, c);
-    return s;
-}
-
-/* ---- requests from the agent ---- */
 
 /* A header of the request: the agent's, else one the gateway adds in extra_headers. Copied
  * into out (cut to its size); false when there is none. */
@@ -1200,11 +522,11 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
     call->sess->caps = json_incref(json_object_get(json_object_get(req, "params"), "capabilities"));
     child_t *c;
     if (up->conf.sessions == STDIO_SHARED) {
-        c = shared_child(up, json_object_get(req, "params"), false, why, sizeof(why));
+        c = stdio_shared_child(up, json_object_get(req, "params"), false, why, sizeof(why));
     } else {
-        c = child_spawn(up, false, false, why, sizeof(why));
+        c = stdio_child_spawn(up, false, false, why, sizeof(why));
         if (c) {
-            pend_t *p = pend_add(c, NULL, json_null());
+            pend_t *p = stdio_pend_add(c, NULL, json_null());
             p->init = true;
             json_t *copy = json_deep_copy(req);
             json_object_set_new(copy, "id", json_integer((json_int_t)p->gid));
@@ -1213,20 +535,20 @@ static upstream_call_t *open_initialize(stdio_up_t *up, upstream_call_t *call, j
         }
     }
     if (!c) {
-        session_discard(call->sess);
+        stdio_session_discard(call->sess);
         call->sess = NULL;
-        add_header(&call->headers, "Retry-After", "5");
-        return answer_rpc_error(call, 503, id, -32000, why);
+        stdio_add_header(&call->headers, "Retry-After", "5");
+        return stdio_call_error(call, 503, id, -32000, why);
     }
     call->child = c;
     if (c->init_result) {
         json_t *answer =
             json_pack("{s:s, s:O, s:O}", "jsonrpc", "2.0", "id", id, "result", c->init_result);
-        session_register(call->sess, c);
-        call_link(call, call->sess);
+        stdio_session_register(call->sess, c);
+        stdio_call_link(call, call->sess);
         call->outstanding = 1;
         json_array_append_new(call->answers, answer);
-        call_answered(call);
+        stdio_call_answered(call);
         return call;
     }
     /* no timer of the call's own: starting a server is not a tool call, and the child's start
@@ -1252,7 +574,7 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
         evbuffer_drain(req->body, len);
     if (!body || !(json_is_object(body) || (json_is_array(body) && json_array_size(body) > 0))) {
         json_decref(body);
-        return answer_rpc_error(call, 400, NULL, -32700, "Parse error: the body is not JSON-RPC");
+        return stdio_call_error(call, 400, NULL, -32700, "Parse error: the body is not JSON-RPC");
     }
     json_t *msgs = json_is_array(body) ? json_incref(body) : json_pack("[O]", body);
     call->batch = json_is_array(body);
@@ -1268,7 +590,7 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
                       (json_object_get(m, "result") || json_object_get(m, "error"));
         if (!json_is_object(m) || (mv && !json_is_string(mv)) || (!mv && !answer)) {
             json_decref(msgs);
-            return answer_rpc_error(call, 400, NULL, -32600,
+            return stdio_call_error(call, 400, NULL, -32600,
                                     "Invalid Request: neither a request, a notification nor an "
                                     "answer");
         }
@@ -1280,7 +602,7 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
     if (init) {
         if (json_array_size(msgs) != 1) {
             json_decref(msgs);
-            return answer_rpc_error(call, 400, NULL, -32600,
+            return stdio_call_error(call, 400, NULL, -32600,
                                     "Invalid Request: initialize must be sent alone");
         }
         json_incref(init);
@@ -1299,20 +621,20 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
         s = session_find(up, sid, false);
         if (!s) {
             json_decref(msgs);
-            return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
+            return stdio_call_error(call, 404, NULL, -32001, "Session not found");
         }
     } else if (up->conf.sessions != STDIO_SHARED) {
         s = caller_session(up, call->caller, call->modern, why, sizeof(why));
     }
     if (s) {
         session_touch(s);
-        call_link(call, s);
+        stdio_call_link(call, s);
         c = s->child;
     } else if (sid || up->conf.sessions != STDIO_SHARED ||
-               !(c = shared_child(up, NULL, call->modern, why, sizeof(why)))) {
+               !(c = stdio_shared_child(up, NULL, call->modern, why, sizeof(why)))) {
         json_decref(msgs);
-        add_header(&call->headers, "Retry-After", "5");
-        return answer_rpc_error(call, 503, NULL, -32000, why);
+        stdio_add_header(&call->headers, "Retry-After", "5");
+        return stdio_call_error(call, 503, NULL, -32000, why);
     }
     /* an answer goes to the server only from the client its request went to, and only all of
      * a POST's answers or none */
@@ -1322,14 +644,14 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
                  "stdio upstream %s: an answer names no request the server sent this client: "
                  "refused",
                  up->label);
-        return answer_rpc_error(call, 400, NULL, -32600,
+        return stdio_call_error(call, 400, NULL, -32600,
                                 "Invalid Request: the answer names no request the server sent "
                                 "to this client");
     }
     if (c->in && evbuffer_get_length(bufferevent_get_output(c->in)) > IN_HIGH_WATER) {
         json_decref(msgs);
-        add_header(&call->headers, "Retry-After", "1");
-        return answer_rpc_error(call, 503, NULL, -32000, "the MCP server is not reading its input");
+        stdio_add_header(&call->headers, "Retry-After", "1");
+        return stdio_call_error(call, 503, NULL, -32000, "the MCP server is not reading its input");
     }
     call->child = c;
     if (n_requests > 0) {
@@ -1342,7 +664,7 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
         call->wnext = c->era_waiters;
         c->era_waiters = call;
     } else {
-        call_send(c, call, msgs);
+        stdio_call_send(c, call, msgs);
     }
     json_decref(msgs);
     if (n_requests == 0)
@@ -1355,18 +677,16 @@ static upstream_call_t *open_post(stdio_up_t *up, upstream_call_t *call,
 
 /* The messages of a POST to c. A 2026 caller's to a 2025 child are bridged: server/discover
  * becomes a ping the gateway answers for, from the child's initialize (stdio_era.c). */
-static void call_send(child_t *c, upstream_call_t *call, json_t *msgs)
+void stdio_call_send(child_t *c, upstream_call_t *call, json_t *msgs)
 {
     size_t i;
     json_t *m;
     json_array_foreach(msgs, i, m)
     {
         const char *method = json_string_value(json_object_get(m, "method"));
-        if (is_request(m) && call->modern && !c->modern &&
-            strcmp(method, "server/discover") == 0) {
-            json_t *ping =
-                json_pack("{s:s, s:O, s:s}", "jsonrpc", "2.0", "id", json_object_get(m, "id"),
-                          "method", "ping");
+        if (is_request(m) && call->modern && !c->modern && strcmp(method, "server/discover") == 0) {
+            json_t *ping = json_pack("{s:s, s:O, s:s}", "jsonrpc", "2.0", "id",
+                                     json_object_get(m, "id"), "method", "ping");
             send_request(c, call, ping)->discover = true;
             json_decref(ping);
         } else if (is_request(m)) {
@@ -1404,29 +724,29 @@ static upstream_call_t *stdio_open(void *state, const upstream_request_t *req,
     if (req->body)
         evbuffer_drain(req->body, evbuffer_get_length(req->body));
     if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "DELETE") != 0) {
-        add_header(&call->headers, "Allow", "GET, POST, DELETE");
+        stdio_add_header(&call->headers, "Allow", "GET, POST, DELETE");
         return answer_fixed(call, 405, "text/plain", "Method Not Allowed\n");
     }
     if (!sid) {
-        add_header(&call->headers, "Allow", "POST");
-        return answer_rpc_error(call, 405, NULL, -32000,
+        stdio_add_header(&call->headers, "Allow", "POST");
+        return stdio_call_error(call, 405, NULL, -32000,
                                 "Method Not Allowed: no session (send Mcp-Session-Id)");
     }
     session_t *s = session_find(up, sid, false);
     if (!s)
-        return answer_rpc_error(call, 404, NULL, -32001, "Session not found");
+        return stdio_call_error(call, 404, NULL, -32001, "Session not found");
     if (strcmp(req->method, "DELETE") == 0) {
-        session_end(s);
+        stdio_session_end(s);
         return answer_fixed(call, 200, NULL, NULL);
     }
     /* A second GET replaces the first: a reconnecting client's old stream is likely dead. */
     if (s->get) {
         upstream_call_t *old = s->get;
-        call_detach(old);
-        queue_end(old, UPSTREAM_OK);
+        stdio_call_detach(old);
+        stdio_call_end(old, UPSTREAM_OK);
     }
     call->mode = MODE_GET;
-    call_link(call, s);
+    stdio_call_link(call, s);
     call->child = s->child;
     s->get = call;
     queue_head(call, 200, "text/event-stream");
@@ -1489,14 +809,14 @@ static void stdio_free(void *state)
         while (c->init_waiters) {
             upstream_call_t *call = c->init_waiters;
             c->init_waiters = call->wnext;
-            session_discard(call->sess);
+            stdio_session_discard(call->sess);
             call->sess = NULL;
             call->child = NULL;
             call_free(call);
         }
         for (pend_t *p = c->pends; p; p = p->next)
             p->call = NULL;
-        child_free(c);
+        stdio_child_free(c);
     }
     if (up->sigchld)
         event_free(up->sigchld);
@@ -1554,7 +874,7 @@ upstream_t *upstream_stdio_new(const upstream_stdio_opts_t *opts)
     const char *prog = slash ? slash + 1 : up->conf.argv[0];
     /* several servers may run the same program (node, npx, uvx): the name tells them apart */
     up->label = opts->server ? xasprintf("%s (%s)", opts->server, prog) : xstrdup(prog);
-    up->sigchld = evsignal_new(up->base, SIGCHLD, on_sigchld, up);
+    up->sigchld = evsignal_new(up->base, SIGCHLD, stdio_on_sigchld, up);
     event_add(up->sigchld, NULL);
     upstream_t *u = xcalloc(1, sizeof(*u));
     u->ops = &stdio_ops;
