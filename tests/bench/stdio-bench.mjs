@@ -18,11 +18,11 @@
 //                 calls per second over the phase
 // One JSON line per figure on stdout; a readable line per figure on stderr. Calls that fail,
 // and `append` answers that are replays (idemgw's result._meta["idemgw/replay"]), are counted.
-import fs from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { treeMemory } from './proctree.mjs';
 
 const { values: opt } = parseArgs({
   options: {
@@ -51,45 +51,6 @@ const emit = (fig, human) => {
   process.stdout.write(JSON.stringify({ target: opt.target, round, ...fig }) + '\n');
   process.stderr.write(`  ${opt.target.padEnd(20)} round ${round}  ${human}\n`);
 };
-
-// ---- /proc: the process tree's memory -------------------------------------------------------
-function descendants(pid) {
-  const kids = new Map();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat;
-    try {
-      stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-    } catch {
-      continue; // exited while we looked
-    }
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    if (!kids.has(ppid)) kids.set(ppid, []);
-    kids.get(ppid).push(Number(d));
-  }
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) out.push(...(kids.get(out[i]) ?? []));
-  return out;
-}
-
-const kibField = (text, name) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
-
-/** {rss_kib, pss_kib, procs} over pid and its descendants. */
-function treeMemory(pid) {
-  let rss = 0;
-  let pss = 0;
-  let procs = 0;
-  for (const p of descendants(pid)) {
-    try {
-      rss += kibField(fs.readFileSync(`/proc/${p}/status`, 'utf8'), 'VmRSS');
-      pss += kibField(fs.readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'), 'Pss');
-      procs++;
-    } catch {
-      // exited between the listing and the read
-    }
-  }
-  return { rss_kib: rss, pss_kib: pss, procs };
-}
 
 // ---- sessions -------------------------------------------------------------------------------
 async function openSession() {
