@@ -144,6 +144,7 @@ async function startTarget(name, server, tag, listenCap) {
   const proc = spawn(argv[0], argv.slice(1), { env, stdio: ['ignore', logFd, logFd] });
   fs.closeSync(logFd);
   started.push(proc);
+  const startedAt = performance.now();
   const exited = new Promise((resolve) => proc.on('exit', () => resolve(performance.now())));
   let up = false;
   for (const t0 = performance.now(); performance.now() - t0 < listenCap;) {
@@ -154,7 +155,10 @@ async function startTarget(name, server, tag, listenCap) {
     if (proc.exitCode !== null || proc.signalCode !== null) break;
     await sleep(50);
   }
-  return { name, pid: proc.pid, proc, url: `http://127.0.0.1:${port}/mcp`, ledger, exited, up, dir };
+  const t = { name, pid: proc.pid, proc, url: `http://127.0.0.1:${port}/mcp`, ledger, exited, up, dir, startedAt };
+  exited.then((at) => (t.exitedAt = at));
+  await sleep(0); // an exit seen above has set exitedAt
+  return t;
 }
 
 function stopTarget(t) {
@@ -315,7 +319,8 @@ async function perTarget(cls, server, fn, listenCap = 20_000) {
     try {
       if (!t.up) {
         const tail = clip(fs.readFileSync(path.join(t.dir, 'out.log'), 'utf8').split('\n').slice(-3).join(' '), 80);
-        const how = t.proc.exitCode !== null || t.proc.signalCode !== null ? 'exited without listening' : `did not listen within ${secs(listenCap)}`;
+        const how = t.proc.exitCode !== null || t.proc.signalCode !== null
+          ? `exited after ${secs(t.exitedAt - t.startedAt)} without listening` : `did not listen within ${secs(listenCap)}`;
         report(cls, name, false, `${how}: an agent's connection is refused (its log: ${tail})`);
         return;
       }
