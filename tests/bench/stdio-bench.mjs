@@ -29,6 +29,14 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { treeMemory } from './proctree.mjs';
 
+// The SDK's client adds an abort listener to one signal per request; past 1500 requests in a
+// session Node warns of a leak once per request, which would bury the figures. Other warnings
+// are printed as Node would.
+process.removeAllListeners('warning');
+process.on('warning', (w) => {
+  if (w.name !== 'MaxListenersExceededWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
+});
+
 const { values: opt } = parseArgs({
   options: {
     url: { type: 'string' },

@@ -295,7 +295,7 @@ function seen(r, capMs) {
     const meta = [];
     if (m['idemgw/status']?.code) meta.push(`[idemgw/status ${m['idemgw/status'].code}]`);
     if (m['idemgw/replay']?.replayed) meta.push('[idemgw/replay]');
-    return `result${res.isError ? ' (isError)' : ''}: "${clip(text, 70)}"${meta.length ? ` ${meta.join(' ')}` : ''}`;
+    return `result${res.isError ? ' (isError)' : ''}: "${clip(text, 80)}"${meta.length ? ` ${meta.join(' ')}` : ''}`;
   }
   if (r.capped) return `no answer within ${secs(capMs)}`;
   if (r.neterr) return `connection failed (${clip(r.neterr, 40)})`;
@@ -318,7 +318,9 @@ async function perTarget(cls, server, fn, listenCap = 20_000) {
     const t = await startTarget(name, server, cls, listenCap);
     try {
       if (!t.up) {
-        const tail = clip(fs.readFileSync(path.join(t.dir, 'out.log'), 'utf8').split('\n').slice(-3).join(' '), 80);
+        // the line of its log that says what went wrong, else its last
+        const lines = fs.readFileSync(path.join(t.dir, 'out.log'), 'utf8').split('\n').filter((l) => l.trim());
+        const tail = clip(lines.find((l) => /error|fail|could not|cannot/i.test(l)) ?? lines.at(-1) ?? '', 80);
         const how = t.proc.exitCode !== null || t.proc.signalCode !== null
           ? `exited after ${secs(t.exitedAt - t.startedAt)} without listening` : `did not listen within ${secs(listenCap)}`;
         report(cls, name, false, `${how}: an agent's connection is refused (its log: ${tail})`);
