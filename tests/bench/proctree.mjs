@@ -55,9 +55,12 @@ export function running(pid) {
   }
 }
 
-/** The processes of pid's tree whose command line names `needle` (their program or script). */
+/**
+ * The processes below pid whose command line names `needle` (their program or script); pid
+ * itself is left out (a bridge's own arguments name the server it runs).
+ */
 export function treeRunning(pid, needle) {
-  return descendants(pid).filter((p) => {
+  return descendants(pid).slice(1).filter((p) => {
     try {
       const argv = fs.readFileSync(`/proc/${p}/cmdline`, 'utf8').split('\0');
       // a shell that runs the command line (`sh -c "node x.mjs"`) is not the server

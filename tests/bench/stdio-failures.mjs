@@ -394,7 +394,7 @@ async function classC() {
     const first = await agents[0].call('whoami', {});
     const servers = treeRunning(t.pid, 'ledger-stdio').length;
     report('c', t.name, answered(r) && Boolean(r.answer.result) && !r.answer.result.isError,
-      `session ${maxChildren + 1}: ${seen(r, callCap)}; session 1 then: ${seen(first, callCap)}; ${servers} servers running`,
+      `session ${maxChildren + 1}: ${seen(r, callCap)}; session 1 then: ${seen(first, callCap)}; ${servers} server${servers === 1 ? '' : 's'} running`,
       null);
   });
 }
