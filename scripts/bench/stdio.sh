@@ -74,6 +74,15 @@ for tool in python3 curl; do
     command -v "$tool" >/dev/null || { echo "bench-stdio: $tool not found" >&2; exit 2; }
 done
 
+# the bridges' versions the figures are for (tests/package.json pins them); another installed
+# copy still runs, with a warning, and the tables print the versions that ran
+declare -A pinned=([supergateway]=4.0.0 [mcp-proxy]=6.7.19)
+for pkg in "${!pinned[@]}"; do
+    have=$("$NODE" -p "require('./tests/node_modules/$pkg/package.json').version")
+    [ "$have" = "${pinned[$pkg]}" ] ||
+        echo "bench-stdio: WARNING: tests/node_modules has $pkg $have, the benchmark is pinned to ${pinned[$pkg]} (scripts/install-deps.sh)" >&2
+done
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/idemgw-bench-stdio.XXXXXX")
 pids=()
 cleanup() {
