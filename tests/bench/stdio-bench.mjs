@@ -1,34 +1,48 @@
 // The load driver of `make bench-stdio` (scripts/bench/stdio.sh): one round against one target,
-// a Streamable HTTP endpoint in front of tests/bench/stdio-server.mjs (idemgw, or a bridge).
+// a Streamable HTTP endpoint (idemgw, or a bridge) in front of one of two stdio servers:
+//   bench   tests/bench/stdio-server.mjs (the SDK's McpServer): write `append`, read `get`
+//   memory  @modelcontextprotocol/server-memory from npm, a knowledge graph kept in a JSONL
+//           file: write `create_entities` (one new entity a call), read `open_nodes` (the
+//           session's last entity)
 // Clients are the official SDK's (1.x) Client over StreamableHTTPClientTransport, one per
 // session, all in this process.
 //
-//   node stdio-bench.mjs --url URL --pid PID --target NAME --round N
+//   node stdio-bench.mjs --url URL --pid PID --target NAME --round N [--server bench|memory]
 //                        [--sessions "1 16"] [--secs 3] [--new 10] [--run ID]
 //
 // In order:
 //   first_answer  --new sessions one after another: connect (initialize, the initialized
-//                 notification) and a first tools/call (get), timed from before connect to the
+//                 notification) and a first tools/call (the read), timed from before connect to the
 //                 answer; each session is then ended (DELETE) and closed
 //   for each session count C of --sessions:
 //     memory      C sessions open, each having answered one call: RSS (and PSS) summed over
 //                 PID and all its descendants, from /proc
-//     load        each session calls `append` in a loop for --secs (every call a new item, so
-//                 each is a first execution), then `get` the same way: every call's latency,
-//                 calls per second over the phase
+//     load        each session calls the write in a loop for --secs (every call a new item, so
+//                 each is a first execution), then the read the same way: every call's
+//                 latency, calls per second over the phase
 // One JSON line per figure on stdout; a readable line per figure on stderr. Calls that fail,
-// and `append` answers that are replays (idemgw's result._meta["idemgw/replay"]), are counted.
-import fs from 'node:fs';
+// and write answers that are replays (idemgw's result._meta["idemgw/replay"]), are counted.
+// Figures name the server (`server`), the tool (`tool`) and whether it is the write (`op`).
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { treeMemory } from './proctree.mjs';
+
+// The SDK's client adds an abort listener to one signal per request; past 1500 requests in a
+// session Node warns of a leak once per request, which would bury the figures. Other warnings
+// are printed as Node would.
+process.removeAllListeners('warning');
+process.on('warning', (w) => {
+  if (w.name !== 'MaxListenersExceededWarning') process.stderr.write(`${w.name}: ${w.message}\n`);
+});
 
 const { values: opt } = parseArgs({
   options: {
     url: { type: 'string' },
     pid: { type: 'string' },
     target: { type: 'string' },
+    server: { type: 'string', default: 'bench' },
     round: { type: 'string', default: '1' },
     sessions: { type: 'string', default: '1 16' },
     secs: { type: 'string', default: '3' },
@@ -48,48 +62,9 @@ const phaseMs = Number(opt.secs) * 1000;
 const newSessions = Number(opt.new);
 
 const emit = (fig, human) => {
-  process.stdout.write(JSON.stringify({ target: opt.target, round, ...fig }) + '\n');
-  process.stderr.write(`  ${opt.target.padEnd(20)} round ${round}  ${human}\n`);
+  process.stdout.write(JSON.stringify({ server: opt.server, target: opt.target, round, ...fig }) + '\n');
+  process.stderr.write(`  ${opt.server.padEnd(6)} ${opt.target.padEnd(20)} round ${round}  ${human}\n`);
 };
-
-// ---- /proc: the process tree's memory -------------------------------------------------------
-function descendants(pid) {
-  const kids = new Map();
-  for (const d of fs.readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    let stat;
-    try {
-      stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
-    } catch {
-      continue; // exited while we looked
-    }
-    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-    if (!kids.has(ppid)) kids.set(ppid, []);
-    kids.get(ppid).push(Number(d));
-  }
-  const out = [pid];
-  for (let i = 0; i < out.length; i++) out.push(...(kids.get(out[i]) ?? []));
-  return out;
-}
-
-const kibField = (text, name) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
-
-/** {rss_kib, pss_kib, procs} over pid and its descendants. */
-function treeMemory(pid) {
-  let rss = 0;
-  let pss = 0;
-  let procs = 0;
-  for (const p of descendants(pid)) {
-    try {
-      rss += kibField(fs.readFileSync(`/proc/${p}/status`, 'utf8'), 'VmRSS');
-      pss += kibField(fs.readFileSync(`/proc/${p}/smaps_rollup`, 'utf8'), 'Pss');
-      procs++;
-    } catch {
-      // exited between the listing and the read
-    }
-  }
-  return { rss_kib: rss, pss_kib: pss, procs };
-}
 
 // ---- sessions -------------------------------------------------------------------------------
 async function openSession() {
@@ -119,9 +94,30 @@ const round3 = (x) => (x == null ? null : Math.round(x * 1000) / 1000);
 let seq = 0;
 const nextItem = (s) => `${opt.run}-${opt.target}-r${round}-s${s}-${seq++}`;
 
-async function callTool(s, tool, sIndex) {
-  const args = tool === 'append' ? { item: nextItem(sIndex) } : {};
-  return s.client.callTool({ name: tool, arguments: args });
+// each server's write (a new item every call) and read; the read's argument is the session's
+// last item
+const SERVERS = {
+  bench: {
+    write: { name: 'append', args: (item) => ({ item }) },
+    read: { name: 'get', args: () => ({}) },
+  },
+  memory: {
+    write: {
+      name: 'create_entities',
+      args: (item) => ({ entities: [{ name: item, entityType: 'bench', observations: ['written by the benchmark'] }] }),
+    },
+    read: { name: 'open_nodes', args: (last) => ({ names: [last ?? 'none'] }) },
+  },
+};
+const server = SERVERS[opt.server];
+if (!server) {
+  console.error(`stdio-bench: unknown --server ${opt.server}`);
+  process.exit(2);
+}
+
+async function callTool(s, op, sIndex) {
+  if (op === server.write) s.last = nextItem(sIndex);
+  return s.client.callTool({ name: op.name, arguments: op.args(s.last) });
 }
 
 // ---- first answer of a new session -----------------------------------------------------------
@@ -135,7 +131,7 @@ async function firstAnswers() {
     try {
       s = await openSession();
       const t1 = performance.now();
-      const res = await s.client.callTool({ name: 'get', arguments: {} });
+      const res = await callTool(s, server.read, 0);
       const t2 = performance.now();
       if (res.isError) errors++;
       else {
@@ -164,7 +160,8 @@ async function firstAnswers() {
 }
 
 // ---- load ------------------------------------------------------------------------------------
-async function load(sessions, tool) {
+async function load(sessions, op) {
+  const tool = op.name;
   const lat = [];
   let errors = 0;
   let replays = 0;
@@ -174,7 +171,7 @@ async function load(sessions, tool) {
     while (performance.now() < end) {
       const a = performance.now();
       try {
-        const res = await callTool(s, tool, i);
+        const res = await callTool(s, op, i);
         const b = performance.now();
         if (res.isError) errors++;
         else {
@@ -194,6 +191,7 @@ async function load(sessions, tool) {
     kind: 'load',
     sessions: sessions.length,
     tool,
+    op: op === server.write ? 'write' : 'read',
     calls: lat.length,
     secs: round3(secs),
     calls_per_s: round3(lat.length / secs),
@@ -202,7 +200,7 @@ async function load(sessions, tool) {
     errors,
     replays,
   };
-  emit(fig, `${String(sessions.length).padStart(2)} sessions  ${tool.padEnd(6)}  ${fig.calls_per_s} calls/s  ` +
+  emit(fig, `${String(sessions.length).padStart(2)} sessions  ${tool.padEnd(15)}  ${fig.calls_per_s} calls/s  ` +
     `p50 ${fig.p50_ms} ms  p99 ${fig.p99_ms} ms  (${fig.calls} calls, ${errors} errors, ${replays} replays)`);
 }
 
@@ -210,13 +208,13 @@ async function withSessions(n) {
   const sessions = await Promise.all(Array.from({ length: n }, () => openSession()));
   try {
     // one answer each: a child spawned lazily, or a session's first-call state, is in the figure
-    await Promise.all(sessions.map((s) => s.client.callTool({ name: 'get', arguments: {} })));
+    await Promise.all(sessions.map((s) => callTool(s, server.read, 0)));
     await new Promise((r) => setTimeout(r, 300));
     const mem = treeMemory(rootPid);
     emit({ kind: 'memory', sessions: n, ...mem },
       `${String(n).padStart(2)} sessions open: RSS ${mem.rss_kib} KiB, PSS ${mem.pss_kib} KiB, ${mem.procs} processes`);
-    await load(sessions, 'append');
-    await load(sessions, 'get');
+    await load(sessions, server.write);
+    await load(sessions, server.read);
   } finally {
     await Promise.all(sessions.map(closeSession));
   }
