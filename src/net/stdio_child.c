@@ -225,6 +225,14 @@ void stdio_child_gone(child_t *c, const char *why)
         stdio_child_stop(c, why);
     if (up->starting == c) {
         up->starting = NULL;
+        /* the command did not answer in start_timeout: those waiting behind it would each
+         * wait as long again for the same answer, so they hear it now */
+        for (child_t *w = up->children; c->start_timed_out && w; w = w->next)
+            if (w->pid <= 0 && !w->gone && !w->stopping) {
+                w->exited = true;
+                up->n_children--;
+                stdio_child_gone(w, why);
+            }
         start_waiting(up);
     }
 }
@@ -498,6 +506,7 @@ static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
     snprintf(why, sizeof(why), "no answer to initialize within %llus of its start",
              (unsigned long long)(c->up->conf.start_timeout_ms / 1000));
     log_warn(0, "stdio upstream %s: pid %d: %s", c->up->label, (int)c->pid, why);
+    c->start_timed_out = true;
     stdio_child_gone(c, why);
     stdio_reap(c->up);
 }

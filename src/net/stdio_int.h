@@ -137,6 +137,7 @@ struct child {
     int n_sreqs;
     struct evbuffer *held; /* lines waiting for ready */
     bool stopping, exited, gone;
+    bool start_timed_out; /* it did not answer within start_timeout */
     int n_full;
     struct event *unended;       /* a line without its newline: taken as one after a pause */
     struct event *start_timer;   /* from its start to its initialize's answer */

@@ -213,6 +213,21 @@ test('a child that never answers initialize: 503 with why once start_timeout is 
   await waitFor(async () => (await children(gw.proc.pid)).length === 0, { what: 'the silent child to be gone' });
 });
 
+test('children waiting behind one that never answers initialize hear its why at once, without starting', async (t) => {
+  const gw = await startGateway(t, {
+    upstream: { command: [NODE, '-e', 'console.error("fetching the package..."); process.stdin.resume()'], grace: '1s', start_timeout: '1s' },
+    databaseUrl: await createDatabase(),
+  });
+  // the gateway's own catalogue child starts first; these two sessions' children wait for the
+  // command to prove it answers, and once that start times out they end with it
+  const [a, b] = await Promise.all([post(gw.url, initBody()), post(gw.url, initBody())]);
+  for (const r of [a, b]) {
+    assert.equal(r.status, 503, r.text);
+    assert.match(JSON.parse(r.text).error.message, /no answer to initialize within 1s of its start/);
+  }
+  assert.equal((gw.logs().match(/started pid \d+/g) ?? []).length, 1, 'only the first child was started');
+});
+
 test('a server that writes its answers without the newline: each is taken as a line after a pause', async (t) => {
   // every answer written with no newline after it, as some servers write their last line
   const server = `
