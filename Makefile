@@ -35,7 +35,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit tests may include a folder's private header (stdio_int.h) by its name, wherever it lives.
 UNIT_INC  := $(patsubst %/,-I%,$(wildcard src/*/))
 
-.PHONY: all asan clean check layers unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage
+.PHONY: all asan clean check layers unit integration bench bench-stdio faults faults-campaign fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage
 
 all: $(BUILD)/idemgw
 
@@ -133,6 +133,11 @@ bench-stdio: all
 # Not part of `make check`: a few minutes of load. FAULTS="emfile slowloris" runs only those.
 faults: all
 	$(Q)scripts/faults.sh $(FAULTS)
+
+# The long campaign of tests/faults/campaign.mjs: CAMPAIGN_CALLS orders (default 100,000)
+# through two gateways under kill -9s and a Postgres failover; its figures go in docs/faults.md.
+faults-campaign: all
+	$(Q)CAMPAIGN_CALLS=$${CAMPAIGN_CALLS:-100000} scripts/faults.sh campaign
 
 # libFuzzer drivers (tests/fuzz/fuzz_*.c), one per parser that reads network or operator bytes.
 # `make fuzz` fuzzes each for FUZZ_SECONDS on a scratch copy of its seed corpus;

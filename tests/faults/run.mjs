@@ -19,6 +19,7 @@ import { callBody, rawRequest, spellings, unclassifiedRoutes, unreadableBodies }
 import { startStallProxy } from '../integration/lib/stall-proxy.mjs';
 import { classify, doubleExecutions, load, openSession, protectedCall, psql, report, scope, tally } from './lib.mjs';
 import { tenantScenarios, tenantSummary } from './tenant.mjs';
+import { campaignScenarios } from './campaign.mjs';
 
 const SUBJECT = { header: 'X-Subject' };
 
@@ -169,6 +170,7 @@ scenarios['store-handshake-stall'] = (s) => stalledStoreScenario(s, 'store-hands
 
 // --- callers on each other's calls (tests/faults/tenant.mjs) ---------------------------------
 Object.assign(scenarios, tenantScenarios);
+Object.assign(scenarios, campaignScenarios);
 
 // --- the embedded store's files deleted under a running gateway -----------------------------
 // It must stop serving protected calls (its keys are in files nobody else can open), and a
