@@ -407,8 +407,9 @@ static void on_idle(evutil_socket_t fd, short what, void *arg)
             session_touch(s);
             return;
         }
+    /* how long it really was: a session whose agent dropped its GET stream ends sooner */
     log_info(0, "stdio upstream %s: session %.8s… idle for %llus, ended", s->up->label, s->id,
-             (unsigned long long)(s->up->conf.idle_timeout_ms / 1000));
+             (unsigned long long)((util_now_ms() - s->last_ms + 500) / 1000));
     stdio_session_end(s);
 }
 

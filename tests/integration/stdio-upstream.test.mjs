@@ -389,6 +389,25 @@ test('a client that vanishes with its GET stream open: the session and its child
   ac.abort();
 });
 
+test('an agent that drops its GET stream and never comes back: its session ends 30 s later, not after idle_timeout', { timeout: 60000 }, async (t) => {
+  // the SDK clients close without DELETE; their GET stream going is the sign they left
+  const { gw } = await ledgerGateway(t, { upstream: { idle_timeout: '10m', grace: '1s' } });
+  const init = await post(gw.url, initBody());
+  const sid = init.headers.get('mcp-session-id');
+  const h = { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': sid };
+  await post(gw.url, { jsonrpc: '2.0', method: 'notifications/initialized' }, h);
+  const who = await post(gw.url, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'whoami', arguments: {} } }, h);
+  const pid = Number(/pid (\d+)/.exec(who.text)[1]);
+  const ac = new AbortController();
+  const get = await fetch(gw.url, { headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': sid }, signal: ac.signal });
+  assert.equal(get.status, 200);
+  ac.abort();
+  await waitForLog(gw, new RegExp(`session ${sid.slice(0, 8)}… idle for 3\\ds, ended`), { timeoutMs: 45000 });
+  await waitFor(() => !alive(pid), { what: `child ${pid} to exit` });
+  const after = await post(gw.url, { jsonrpc: '2.0', id: 3, method: 'tools/list' }, h);
+  assert.equal(after.status, 404);
+});
+
 test('DELETE ends the child\'s whole process group', async (t) => {
   const { gw } = await ledgerGateway(t, { upstream: { grace: '2s' } });
   const s = await rawSession(t, gw.url);
