@@ -636,8 +636,8 @@ static store_status_t ops_finish(void *impl, const store_finish_req_t *req, stor
                                  void *arg)
 {
     /* finishing back into in_progress would hold the key with no lease owner */
-    if (!req->key || req->state == STORE_STATE_IN_PROGRESS ||
-        !store_state_valid(req->state) || req->result_len > INT32_MAX)
+    if (!req->key || req->state == STORE_STATE_IN_PROGRESS || !store_state_valid(req->state) ||
+        req->result_len > INT32_MAX)
         return STORE_ERR_STATEMENT;
     sq_op_t *op = op_new(SQ_FINISH, req->key);
     op->fence = req->fence;

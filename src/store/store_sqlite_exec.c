@@ -18,8 +18,8 @@
 #define BATCH_MAX 512 /* ops per transaction: bounds the wait of the last one */
 
 const char *const sq_kind_names[] = {"claim",  "finish",        "get",     "duplicates",
-                                         "sweep",  "extend",        "release", "forget",
-                                         "report", "count_unknown", "probe"};
+                                     "sweep",  "extend",        "release", "forget",
+                                     "report", "count_unknown", "probe"};
 
 const char *const sq_stmt_sql[STMT_COUNT_] = {
     [STMT_SELECT] = "SELECT state, fence, attempts, args_digest, result, result_too_large,"
