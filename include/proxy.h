@@ -57,8 +57,8 @@ typedef struct proxy_ctx {
     struct upstream *upstream; /* where requests go (upstream.h); outlives the proxy */
     server_stats_t *stats;
     proxy_classifier_t classify; /* a tool's class (the upstream's tools and the policy) */
-    struct tracer *tracer;   /* OpenTelemetry spans; NULL: tracing off */
-    struct subject *subject; /* who is calling: a resume must come from the stream's caller */
+    struct tracer *tracer;       /* OpenTelemetry spans; NULL: tracing off */
+    struct subject *subject;     /* who is calling: a resume must come from the stream's caller */
     int worker, n_workers;
     const bool *draining; /* the process is shutting down: agent connections are not kept */
     /* an exchange was freed (a drain may be finished) */

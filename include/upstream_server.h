@@ -19,8 +19,8 @@ struct event_base;
 typedef struct upstream_server_opts {
     struct event_base *base;
     const upstream_limits_t *limits; /* outlives the upstream */
-    const bool *draining; /* when true, HTTP connections are not kept; may be NULL */
-    server_stats_t *stats; /* counts HTTP connects and TLS handshakes; may be NULL */
+    const bool *draining;            /* when true, HTTP connections are not kept; may be NULL */
+    server_stats_t *stats;           /* counts HTTP connects and TLS handshakes; may be NULL */
 } upstream_server_opts_t;
 
 /* What upstream_server_open made; each member is the caller's to free (upstream_free, then

@@ -155,4 +155,3 @@ const char *store_url_error(const char *url, char *buf, size_t len)
     PQconninfoFree(opts);
     return out;
 }
-

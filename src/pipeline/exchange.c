@@ -1184,8 +1184,8 @@ static bool resume_here(exchange_t *get)
     ex->keep_alive = get->req->keep_alive;
     struct evbuffer *out = http_conn_output(conn);
     char *cors = exchange_own_cors(get);
-    char *extra = xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n%s", session,
-                            cors ? cors : "");
+    char *extra =
+        xasprintf("Cache-Control: no-cache\r\nMcp-Session-Id: %s\r\n%s", session, cors ? cors : "");
     free(cors);
     http_write_response_head(out, 200, "text/event-stream", NULL, -1, ex->keep_alive, extra);
     free(extra);

@@ -171,8 +171,8 @@ static void count_tool_call(const exchange_t *ex)
     if (!ex->has_msg || ex->msg.kind != MCP_KIND_REQUEST || !ex->msg.tool || !c->call_class)
         return;
     const char *tool = ex->msg.tool;
-    stats_tool_t *t = stats_tool(p->ctx.stats, p->ctx.cfg->server_name, tool,
-                                 c->known(c->arg, tool));
+    stats_tool_t *t =
+        stats_tool(p->ctx.stats, p->ctx.cfg->server_name, tool, c->known(c->arg, tool));
     t->cls = (uint32_t)c->tool_class(c->arg, tool);
     stats_outcome_t o = stats_outcome_of(ex->outcome ? ex->outcome : "forwarded");
     t->calls[o]++;

@@ -90,8 +90,7 @@ void resume_feed(exchange_t *ex, const char *data, size_t len)
     ex->sse_total += len;
 }
 
-exchange_t *resume_find(const exchange_t *get, const char *session, const char *last,
-                        size_t *from)
+exchange_t *resume_find(const exchange_t *get, const char *session, const char *last, size_t *from)
 {
     proxy_t *p = get->proxy;
     for (exchange_t *ex = p->exchanges.tracked; ex; ex = ex->next_tracked) {

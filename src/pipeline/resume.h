@@ -19,8 +19,7 @@ void resume_stop(exchange_t *ex);
  * an event last among its marks; in *from where the bytes after that event begin. NULL when
  * there is none (a stream of another caller ends the search: the upstream judges that resume).
  * The serving is the exchange's (exchange_resume). */
-exchange_t *resume_find(const exchange_t *get, const char *session, const char *last,
-                        size_t *from);
+exchange_t *resume_find(const exchange_t *get, const char *session, const char *last, size_t *from);
 /* Writes, as chunks to out, the kept bytes of ex from offset from up to what was passed on. */
 void resume_replay(const exchange_t *ex, size_t from, struct evbuffer *out);
 

@@ -4,7 +4,6 @@
 #include "log.h"
 #include "util.h"
 
-
 static int pg_fds(int pool)
 {
     return pool;

@@ -3,7 +3,7 @@
  *
  * clang -std=c11 -D_GNU_SOURCE -Iinclude -g -O1 -fsanitize=fuzzer,address,undefined \
  *     $(pkg-config --cflags libfyaml) -o fuzz_config tests/fuzz/fuzz_config.c \
- *     src/core/config.c src/core/config_yaml.c src/idem/policy.c src/core/util.c src/core/log.c \
+ *     src/core/config.c src/core/config_yaml.c src/core/policy.c src/core/util.c src/core/log.c \
  *     $(pkg-config --libs libfyaml)
  * ./fuzz_config -max_len=4096 -dict=tests/fuzz/config.dict CORPUS_COPY tests/fuzz/corpus/config */
 #include "config.h"
