@@ -527,7 +527,7 @@ static bool child_exec(child_t *c, char *why, size_t whylen)
     bufferevent_enable(c->out, EV_READ);
     stdio_proc_watch_err(c);
     uint64_t ms = up->conf.start_timeout_ms;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    struct timeval tv = util_ms_to_tv(ms);
     c->start_timer = evtimer_new(up->base, on_start_timeout, c);
     evtimer_add(c->start_timer, &tv);
     if (c->probe_gid) {

@@ -327,7 +327,7 @@ static void terminate(stdio_up_t *up, pid_t pid, bool group)
     k->group = group;
     k->ev = evtimer_new(up->base, on_kill_due, k);
     uint64_t ms = up->conf.grace_ms;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    struct timeval tv = util_ms_to_tv(ms);
     evtimer_add(k->ev, &tv);
     k->next = up->kills;
     up->kills = k;

@@ -37,7 +37,7 @@ static void kick_now(upstream_call_t *call)
 
 static void set_timer(upstream_call_t *call, uint64_t ms)
 {
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    struct timeval tv = util_ms_to_tv(ms);
     evtimer_add(call->timer, &tv);
 }
 
@@ -313,7 +313,7 @@ static void session_touch(session_t *s)
 {
     s->last_ms = util_now_ms();
     uint64_t ms = s->up->conf.idle_timeout_ms;
-    struct timeval tv = {.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+    struct timeval tv = util_ms_to_tv(ms);
     evtimer_add(s->idle, &tv);
 }
 
@@ -775,7 +775,7 @@ static void stdio_abandon(void *state, upstream_call_t *call)
     call_free(call);
     if (s && s->up->conf.idle_timeout_ms > GONE_GRACE_MS &&
         s->up->conf.idle_timeout_ms <= STDIO_IDLE_TIMEOUT_MAX_MS) { /* not the wrapper's */
-        struct timeval tv = {.tv_sec = GONE_GRACE_MS / 1000, .tv_usec = 0};
+        struct timeval tv = util_ms_to_tv(GONE_GRACE_MS);
         evtimer_add(s->idle, &tv);
     }
 }
