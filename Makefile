@@ -33,7 +33,7 @@ LLHTTP_OBJS := $(BUILD)/obj/llhttp/llhttp.o $(BUILD)/obj/llhttp/api.o $(BUILD)/o
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test
+.PHONY: all asan clean check unit integration bench bench-stdio faults fuzz fuzz-bins fuzz-smoke format deb package-test image-test sim sim-mutants
 
 all: $(BUILD)/idemgw
 
@@ -116,6 +116,24 @@ bench-stdio: all
 # Not part of `make check`: a few minutes of load. FAULTS="emfile slowloris" runs only those.
 faults: all
 	$(Q)scripts/faults.sh $(FAULTS)
+
+# The deterministic simulator (tests/sim, docs/simulator.md): gateways, the embedded store,
+# agents and upstreams under one seeded PRNG and a simulated clock, with faults; the invariants
+# checked after every step. SIM_SEED=N replays a run, SIM_CALLS=N sets its length.
+# `make sim-mutants` plants each bug of tests/sim/mutants/ in a copy of the tree and expects
+# the simulator to catch it.
+SIM_SRCS := $(wildcard tests/sim/*.c)
+
+$(BUILD)/sim: $(SIM_SRCS) tests/sim/sim.h $(BUILD)/libidemgw.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) $(EXTRA_LDFLAGS) -o $@ \
+	    $(SIM_SRCS) $(BUILD)/libidemgw.a $(LDLIBS_ALL)
+
+sim: $(BUILD)/sim
+	$(Q)$(BUILD)/sim $(if $(SIM_SEED),--seed $(SIM_SEED)) $(if $(SIM_CALLS),--calls $(SIM_CALLS))
+
+sim-mutants:
+	$(Q)scripts/sim-mutants.sh
 
 # libFuzzer drivers (tests/fuzz/fuzz_*.c), one per parser that reads network or operator bytes.
 # `make fuzz` fuzzes each for FUZZ_SECONDS on a scratch copy of its seed corpus;
