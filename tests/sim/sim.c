@@ -95,6 +95,7 @@ static uint64_t clock_hook(bool wall)
 static uint64_t step, calls, faults, violations;
 static uint64_t n_kills, n_disk, n_crashes, n_jumps, n_releases, n_upstream_faults;
 static uint64_t n_execs, n_replays, n_answers;
+static uint64_t digest = 1469598103934665603ULL; /* FNV-1a of every answer, in order */
 
 void sim_count_fault(const char *what)
 {
@@ -116,6 +117,22 @@ static void violation(const char *fmt, ...)
     violations++;
 }
 
+/* SIM_TRACE=KEY prints what happens to one model key (the one a violation names). */
+static const char *trace_mk;
+
+static void trace(const char *mk, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void trace(const char *mk, const char *fmt, ...)
+{
+    if (!trace_mk || strcmp(trace_mk, mk) != 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("trace: step %" PRIu64 " wall %" PRIu64 ": ", step, sim_wall_ms());
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
 /* ---- the model: what each key allows, by the promise ---- */
 
 typedef struct model {
@@ -126,6 +143,7 @@ typedef struct model {
     uint64_t exp;         /* wall: the row's end, as its last committed write set it */
     uint64_t claim_exp;   /* wall: the end the last claim set (what a lost finish leaves) */
     uint64_t lease_until; /* wall: the last claim's lease while no finish landed; 0: none */
+    uint64_t claim_lease; /* wall: the last claim's lease, finished or not */
     uint64_t cur_claim;   /* the attempt holding the newest claim; 0: none (released) */
     char *recorded_tok;   /* the result recorded last (succeeded) */
     char *store_key;      /* the store's key, for the operator's release */
@@ -174,7 +192,7 @@ static struct event_base *base;
 static config_t *cfg;
 static gateway_t gws[GATEWAYS];
 static char store_path[512];
-static uint64_t lease_ms, window_ms;
+static uint64_t lease_ms, lease_release_ms, window_ms;
 
 /* ---- agents, calls, attempts ---- */
 
@@ -201,6 +219,7 @@ typedef struct sim_attempt {
     int refs; /* events that point at it */
     bool claimed, claim_legit, up_pending, over, gw_died, left;
     int64_t fence;
+    int up_kind;   /* up_kind_t of its upstream's answer, once forwarded */
     char tok[128]; /* the result its execution produced */
 } sim_attempt_t;
 
@@ -439,8 +458,8 @@ static void send_attempt(lcall_t *lc)
     char body[300];
     snprintf(body, sizeof(body),
              "{\"jsonrpc\":\"2.0\",\"id\":%" PRIu64 ",\"method\":\"tools/call\",\"params\":"
-             "{\"name\":\"%s\",\"arguments\":{\"amount\":%d,\"to\":\"acct-%d\"}}}",
-             a->id, lc->release_tool ? "refund_release" : "refund", lc->amount, lc->subject);
+             "{\"name\":\"%s\",\"arguments\":{\"amount\":%d,\"to\":\"acct\"}}}",
+             a->id, lc->release_tool ? "refund_release" : "refund", lc->amount);
     char subj[16], ek[32];
     snprintf(subj, sizeof(subj), "user%d", lc->subject);
     snprintf(ek, sizeof(ek), "order-%d", lc->ekey);
@@ -505,17 +524,24 @@ static void start_lcall(int agent)
 
 void sim_on_claim(struct sim_attempt *a, const char *key, bool acquired, int64_t fence)
 {
-    if (!a || !acquired)
+    if (!a)
         return;
     model_t *m = a->lc->m;
+    trace(m->mk, "attempt %" PRIu64 " gw %d claim %s fence %" PRId64 " (allowed %d exp %" PRIu64
+                 " lease_until %" PRIu64 ")",
+          a->id, a->gw, acquired ? "acquired" : "not acquired", fence, m->allowed, m->exp,
+          m->lease_until);
+    if (!acquired)
+        return;
     uint64_t now = sim_wall_ms();
+    uint64_t lease = m->release_mode ? lease_release_ms : lease_ms;
     bool past_lease = m->release_mode && m->lease_until && now >= m->lease_until;
     a->claimed = true;
     a->claim_legit = m->allowed || now >= m->exp || past_lease;
     a->fence = fence;
     m->allowed = false;
-    m->exp = m->claim_exp = now + (lease_ms > window_ms ? lease_ms : window_ms);
-    m->lease_until = now + lease_ms;
+    m->exp = m->claim_exp = now + (lease > window_ms ? lease : window_ms);
+    m->lease_until = m->claim_lease = now + lease;
     m->cur_claim = a->id;
     if (!m->store_key || strcmp(m->store_key, key) != 0) {
         free(m->store_key);
@@ -526,15 +552,26 @@ void sim_on_claim(struct sim_attempt *a, const char *key, bool acquired, int64_t
 void sim_on_finish(struct sim_attempt *a, const char *key, int64_t fence, store_state_t state,
                    bool matched, uint64_t window)
 {
-    if (!a || !matched)
+    if (!a)
         return;
     model_t *m = a->lc->m;
+    trace(m->mk, "attempt %" PRIu64 " gw %d finish %s fence %" PRId64 " %s", a->id, a->gw,
+          store_state_str(state), fence, matched ? "matched" : "not matched");
+    if (!matched)
+        return;
     if (m->cur_claim != a->id) {
         violation("key %s: the finish of attempt %" PRIu64 " (fence %" PRId64
                   ") landed on a claim it does not hold (held by attempt %" PRIu64 ")",
                   m->mk, a->id, fence, m->cur_claim);
         return;
     }
+    /* an upstream that ran the call and said so, or may have run it, leaves the key held,
+     * unless its tool chose on_ambiguous: release (a tool error is released by policy) */
+    if (state == STORE_STATE_FAILED && a->claimed && a->tok[0] &&
+        (a->up_kind == UP_OK || (!m->release_mode && (a->up_kind == UP_CLOSED_MID ||
+                                                      a->up_kind == UP_TIMEOUT))))
+        violation("key %s: attempt %" PRIu64 " ran upstream (%s) and its key was released",
+                  m->mk, a->id, a->up_kind == UP_OK ? "a result" : "an ambiguous end");
     m->exp = sim_wall_ms() + window;
     m->lease_until = 0;
     if (state == STORE_STATE_FAILED)
@@ -550,6 +587,7 @@ void sim_on_forward(exchange_t *ex)
     sim_attempt_t *a = sim_exchange_attempt(ex);
     model_t *m = a->lc->m;
     a->up_pending = true;
+    trace(m->mk, "attempt %" PRIu64 " gw %d forwarded", a->id, a->gw);
     if (!a->claimed)
         violation("key %s: attempt %" PRIu64 " went upstream without a claim", m->mk, a->id);
     else if (!a->claim_legit)
@@ -580,6 +618,7 @@ void sim_on_forward(exchange_t *ex)
         n_upstream_faults++;
     if (kind == UP_TIMEOUT)
         delay = UPSTREAM_TIMEOUT_MS;
+    a->up_kind = (int)kind;
     a->refs++;
     schedule(delay, EV_UPSTREAM, a, (int)kind);
 }
@@ -603,6 +642,9 @@ void sim_on_answer(exchange_t *ex)
     lcall_t *lc = a->lc;
     model_t *m = lc->m;
     n_answers++;
+    trace(m->mk, "attempt %" PRIu64 " gw %d answered: %.200s", a->id, a->gw, body);
+    for (const char *q = body; *q; q++)
+        digest = (digest ^ (unsigned char)*q) * 1099511628211ULL;
     if (!has_own_id(body, a->id))
         violation("attempt %" PRIu64 " (key %s) got an answer without its own id: %.300s", a->id,
                   m->mk, body);
@@ -691,6 +733,8 @@ static void upstream_answers(sim_attempt_t *a, up_kind_t kind)
 static void crash(void)
 {
     n_crashes++;
+    if (trace_mk)
+        printf("trace: step %" PRIu64 ": power loss\n", step);
     faults++;
     sim_vfs_power_off();
     for (int g = 0; g < GATEWAYS; g++)
@@ -702,6 +746,8 @@ static void crash(void)
         model_t *m = model_list[i];
         if (m->claim_exp && m->exp > m->claim_exp)
             m->exp = m->claim_exp;
+        if (m->cur_claim && !m->lease_until)
+            m->lease_until = m->claim_lease;
     }
 }
 
@@ -711,12 +757,13 @@ static void on_released(void *arg, bool released, bool had_row, store_state_t wa
     if (!released)
         return;
     n_releases++;
+    trace(m->mk, "released by the operator (was %s)", store_state_str(was));
     if (was != STORE_STATE_UNKNOWN && was != STORE_STATE_IN_PROGRESS)
         violation("key %s: the operator's release freed a row in state %s", m->mk,
                   store_state_str(was));
     m->allowed = true;
     m->cur_claim = 0;
-    m->lease_until = 0;
+    m->lease_until = m->claim_lease = 0;
 }
 
 static void run_step(const ev_t *e)
@@ -770,6 +817,8 @@ static void run_step(const ev_t *e)
         n_jumps++;
         faults++;
         int64_t d = (int64_t)sim_below(60000) - 20000; /* -20 s .. +40 s */
+        if (trace_mk)
+            printf("trace: step %" PRIu64 ": wall clock jumps %+" PRId64 " ms\n", step, d);
         __atomic_store_n(&wall_offset, wall_offset + d, __ATOMIC_RELEASE);
         schedule(5000 + sim_below(20000), EV_CLOCK_JUMP, NULL, 0);
         break;
@@ -816,7 +865,7 @@ static const char YAML[] = "upstream: http://127.0.0.1:9/mcp\n"
                            "tools:\n"
                            "  refund:\n    class: non_idempotent\n    window: 60s\n"
                            "  refund_release:\n    class: non_idempotent\n    window: 60s\n"
-                           "    on_ambiguous: release\n";
+                           "    on_ambiguous: release\n    lease: 15s\n";
 
 int main(int argc, char **argv)
 {
@@ -835,6 +884,7 @@ int main(int argc, char **argv)
     }
     rng_state = seed;
     log_threshold = LOG_OFF;
+    trace_mk = getenv("SIM_TRACE");
     util_clock_hook = clock_hook;
     sim_vfs_install();
 
@@ -857,6 +907,9 @@ int main(int argc, char **argv)
         policy_rules(policy_lookup(&cfg->policy, "refund"), cfg->upstream_timeout_ms);
     lease_ms = rules.lease_ms;
     window_ms = rules.window_ms;
+    lease_release_ms =
+        policy_rules(policy_lookup(&cfg->policy, "refund_release"), cfg->upstream_timeout_ms)
+            .lease_ms;
 
     base = event_base_new();
     for (int g = 0; g < GATEWAYS; g++)
@@ -895,9 +948,9 @@ int main(int argc, char **argv)
     printf("sim: %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64 " replays checked, %" PRIu64
            " answers; faults: %" PRIu64 " gateway kills, %" PRIu64 " disk, %" PRIu64
            " power losses, %" PRIu64 " clock jumps, %" PRIu64 " upstream; %" PRIu64
-           " operator releases; %lds\n",
+           " operator releases; answers digest %016" PRIx64 "; %lds\n",
            step, n_execs, n_replays, n_answers, n_kills, n_disk, n_crashes, n_jumps,
-           n_upstream_faults, n_releases, (long)(time(NULL) - started));
+           n_upstream_faults, n_releases, digest, (long)(time(NULL) - started));
     printf("sim: seed=%" PRIu64 " calls=%" PRIu64 " faults=%" PRIu64 " violations=%" PRIu64 "\n",
            seed, calls, faults, violations);
     for (int i = 0; i < 4; i++) {
