@@ -158,8 +158,6 @@ enum {
     STMT_SAVEPOINT,
     STMT_ROLLBACK_TO,
     STMT_RELEASE_SAVEPOINT,
-    STMT_SYNC_FULL,
-    STMT_SYNC_NORMAL,
     STMT_COUNT_
 };
 
@@ -277,8 +275,6 @@ static const char *const stmt_sql[STMT_COUNT_] = {
     [STMT_SAVEPOINT] = "SAVEPOINT op",
     [STMT_ROLLBACK_TO] = "ROLLBACK TO op",
     [STMT_RELEASE_SAVEPOINT] = "RELEASE op",
-    [STMT_SYNC_FULL] = "PRAGMA synchronous = FULL",
-    [STMT_SYNC_NORMAL] = "PRAGMA synchronous = NORMAL",
 };
 
 static const char *const state_names[] = {
@@ -794,7 +790,7 @@ static bool batch_must_sync(const store_sqlite_t *s, const sq_op_t *batch)
     return false;
 }
 
-/* Runs one of the batch's own statements (begin, commit, savepoints, the sync pragma): they are
+/* Runs one of the batch's own statements (begin, commit, savepoints): they are
  * prepared once, as parsing them anew for every batch and op cost about what an op's own
  * statements did. The step's error stays the connection's (sqlite3_errmsg and the codes). */
 static bool ctl(store_sqlite_t *s, int stmt)
@@ -808,12 +804,15 @@ static bool ctl(store_sqlite_t *s, int stmt)
 }
 
 /* PRAGMA synchronous for the next commit: FULL (fsync at commit) or NORMAL (WAL written, synced
- * at the next FULL commit or checkpoint). Writer thread, outside a transaction. */
+ * at the next FULL commit or checkpoint). Writer thread, outside a transaction. Parsed each time:
+ * SQLite applies this pragma when the statement is prepared, not when it is stepped, so a
+ * prepared copy run again changes nothing (and preparing one for NORMAL at open left every
+ * claim committed without an fsync). */
 static bool set_sync(store_sqlite_t *s, bool full)
 {
     if (s->lazy_sync == !full)
         return true;
-    if (!ctl(s, full ? STMT_SYNC_FULL : STMT_SYNC_NORMAL))
+    if (!sq_exec(s->db, full ? "PRAGMA synchronous = FULL" : "PRAGMA synchronous = NORMAL"))
         return !full; /* a finish may still commit synchronously */
     s->lazy_sync = !full;
     return true;
