@@ -333,7 +333,7 @@ static void gw_start(int g)
         exit(2);
     }
     gw->store = sim_gate_new(g, real, &gw->gate);
-    gw->cache = replay_cache_new(1000, 1 << 22);
+    gw->cache = replay_cache_new((size_t)cfg->cache_entries, (size_t)cfg->cache_bytes);
     gw->subject = subject_new(base, &cfg->subject, msg, sizeof(msg));
     if (!gw->subject) {
         fprintf(stderr, "sim: subject: %s\n", msg);
@@ -838,7 +838,7 @@ static void run_step(const ev_t *e)
         break;
     case EV_CRASH:
         crash();
-        schedule(20000 + sim_below(40000), EV_CRASH, NULL, 0);
+        schedule(60000 + sim_below(120000), EV_CRASH, NULL, 0);
         break;
     case EV_CLOCK_JUMP: {
         n_jumps++;
@@ -945,7 +945,7 @@ int main(int argc, char **argv)
         gw_start(g);
     for (int a = 0; a < AGENTS; a++)
         schedule(sim_below(100), EV_AGENT_NEXT, NULL, a);
-    schedule(20000 + sim_below(40000), EV_CRASH, NULL, 0);
+    schedule(60000 + sim_below(120000), EV_CRASH, NULL, 0);
     schedule(5000 + sim_below(20000), EV_CLOCK_JUMP, NULL, 0);
     schedule(1000, EV_RELEASE, NULL, 0);
 
@@ -974,12 +974,12 @@ int main(int argc, char **argv)
         }
     }
     faults += n_upstream_faults;
-    printf("sim: %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64 " replays checked, %" PRIu64
+    printf("sim: %" PRIu64 " s simulated, %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64 " replays checked, %" PRIu64
            " answers; faults: %" PRIu64 " gateway kills, %" PRIu64 " disk, %" PRIu64
            " power losses, %" PRIu64 " clock jumps, %" PRIu64 " upstream; %" PRIu64
            " operator releases; %" PRIu64 " stale replays after a forward clock jump (known);"
            " answers digest %016" PRIx64 "; %lds\n",
-           step, n_execs, n_replays, n_answers, n_kills, n_disk, n_crashes, n_jumps,
+           (mono_ms - 1000000) / 1000, step, n_execs, n_replays, n_answers, n_kills, n_disk, n_crashes, n_jumps,
            n_upstream_faults, n_releases, n_stale_after_jump, digest, (long)(time(NULL) - started));
     printf("sim: seed=%" PRIu64 " calls=%" PRIu64 " faults=%" PRIu64 " violations=%" PRIu64 "\n",
            seed, calls, faults, violations);

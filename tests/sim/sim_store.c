@@ -189,13 +189,13 @@ static void submit(gop_t *op)
         return;
     }
     /* the gateway may die now, before the op leaves, or once it committed */
-    if (op->kind != G_RELEASE && sim_chance(1, 400)) {
+    if (op->kind != G_RELEASE && sim_chance(1, 3000)) {
         sim_count_fault("kill");
         sim_gateway_dies(g->gw);
         gop_free(op);
         return;
     }
-    op->die_after = op->kind != G_RELEASE && sim_chance(1, 400);
+    op->die_after = op->kind != G_RELEASE && sim_chance(1, 3000);
     if (g->disk_streak < 2 && sim_chance(1, 25)) {
         static const sim_fault_t kinds[] = {SIM_FAULT_WRITE, SIM_FAULT_SYNC, SIM_FAULT_TORN};
         sim_vfs_arm(kinds[sim_below(3)]);
