@@ -367,9 +367,19 @@ void sim_gateway_dies(int g)
     gw->alive = false;
     gw->life++;
     sim_gate_kill(gw->gate);
-    /* what the dead process held is gone with it (never freed: its calls may still point at
-     * it, as nothing of a killed process runs again) */
+    /* what the dead process held is gone with it: its calls (each ended by its exchange's
+     * last call, as nothing of a killed process runs again), its stage, its cache */
+    for (size_t i = 0; i < n_live; i++)
+        if (live_atts[i]->gw == g && !live_atts[i]->gw_died)
+            sim_exchange_detach(live_atts[i]->ex);
+    idem_free(gw->idem);
     gw->idem = NULL;
+    replay_cache_free(gw->cache);
+    subject_free(gw->subject);
+    task_routes_free(gw->tasks);
+    gw->cache = NULL;
+    gw->subject = NULL;
+    gw->tasks = NULL;
     for (size_t i = 0; i < n_live; i++) {
         sim_attempt_t *a = live_atts[i];
         if (a->gw == g && !a->gw_died) {
@@ -421,19 +431,16 @@ static void lcall_unref(lcall_t *lc)
         free(lc);
 }
 
-/* Frees the attempts that are over and that no event points at. Those of a dead gateway stay
- * (its stage, which is never freed, may point at their exchanges). */
+/* Frees the attempts that are over and that no event points at. */
 static void reap_attempts(void)
 {
     size_t j = 0;
     for (size_t i = 0; i < n_live; i++) {
         sim_attempt_t *a = live_atts[i];
         if (a->over && a->refs == 0) {
-            if (!a->gw_died) {
-                sim_exchange_free(a->ex);
-                lcall_unref(a->lc);
-                free(a);
-            }
+            sim_exchange_free(a->ex);
+            lcall_unref(a->lc);
+            free(a);
             continue;
         }
         live_atts[j++] = a;
