@@ -148,11 +148,11 @@ typedef struct model {
     uint64_t cur_claim;   /* the attempt holding the newest claim; 0: none (released) */
     char *recorded_tok;   /* the result recorded last (succeeded) */
     uint64_t rec_mono, rec_jumps, rec_back;
-    char *prev_tok;       /* the one recorded before it, */
-    uint64_t prev_mono;   /* when (monotonic), */
-    uint64_t prev_jumps;  /* and the forward clock jumps by then, */
-    uint64_t prev_back;   /* and the sum of the backward ones */
-    char *store_key;      /* the store's key, for the operator's release */
+    char *prev_tok;      /* the one recorded before it, */
+    uint64_t prev_mono;  /* when (monotonic), */
+    uint64_t prev_jumps; /* and the forward clock jumps by then, */
+    uint64_t prev_back;  /* and the sum of the backward ones */
+    char *store_key;     /* the store's key, for the operator's release */
     uint64_t execs;
 } model_t;
 
@@ -540,8 +540,9 @@ void sim_on_claim(struct sim_attempt *a, const char *key, bool acquired, int64_t
     if (!a)
         return;
     model_t *m = a->lc->m;
-    trace(m->mk, "attempt %" PRIu64 " gw %d claim %s fence %" PRId64 " (allowed %d exp %" PRIu64
-                 " lease_until %" PRIu64 ")",
+    trace(m->mk,
+          "attempt %" PRIu64 " gw %d claim %s fence %" PRId64 " (allowed %d exp %" PRIu64
+          " lease_until %" PRIu64 ")",
           a->id, a->gw, acquired ? "acquired" : "not acquired", fence, m->allowed, m->exp,
           m->lease_until);
     if (!acquired)
@@ -581,10 +582,10 @@ void sim_on_finish(struct sim_attempt *a, const char *key, int64_t fence, store_
     /* an upstream that ran the call and said so, or may have run it, leaves the key held,
      * unless its tool chose on_ambiguous: release (a tool error is released by policy) */
     if (state == STORE_STATE_FAILED && a->claimed && a->tok[0] &&
-        (a->up_kind == UP_OK || (!m->release_mode && (a->up_kind == UP_CLOSED_MID ||
-                                                      a->up_kind == UP_TIMEOUT))))
-        violation("key %s: attempt %" PRIu64 " ran upstream (%s) and its key was released",
-                  m->mk, a->id, a->up_kind == UP_OK ? "a result" : "an ambiguous end");
+        (a->up_kind == UP_OK ||
+         (!m->release_mode && (a->up_kind == UP_CLOSED_MID || a->up_kind == UP_TIMEOUT))))
+        violation("key %s: attempt %" PRIu64 " ran upstream (%s) and its key was released", m->mk,
+                  a->id, a->up_kind == UP_OK ? "a result" : "an ambiguous end");
     m->exp = sim_wall_ms() + window;
     m->lease_until = 0;
     if (state == STORE_STATE_FAILED)
@@ -611,8 +612,8 @@ void sim_on_forward(exchange_t *ex)
     if (!a->claimed)
         violation("key %s: attempt %" PRIu64 " went upstream without a claim", m->mk, a->id);
     else if (!a->claim_legit)
-        violation("key %s: executed again within its window (attempt %" PRIu64
-                  ", %" PRIu64 " executions before)",
+        violation("key %s: executed again within its window (attempt %" PRIu64 ", %" PRIu64
+                  " executions before)",
                   m->mk, a->id, m->execs);
     m->execs++;
     n_execs++;
@@ -981,13 +982,15 @@ int main(int argc, char **argv)
         }
     }
     faults += n_upstream_faults;
-    printf("sim: %" PRIu64 " s simulated, %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64 " replays checked, %" PRIu64
-           " answers; faults: %" PRIu64 " gateway kills, %" PRIu64 " disk, %" PRIu64
-           " power losses, %" PRIu64 " clock jumps, %" PRIu64 " upstream; %" PRIu64
-           " operator releases; %" PRIu64 " stale replays after a forward clock jump (known);"
+    printf("sim: %" PRIu64 " s simulated, %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64
+           " replays checked, %" PRIu64 " answers; faults: %" PRIu64 " gateway kills, %" PRIu64
+           " disk, %" PRIu64 " power losses, %" PRIu64 " clock jumps, %" PRIu64
+           " upstream; %" PRIu64 " operator releases; %" PRIu64
+           " stale replays after a forward clock jump (known);"
            " answers digest %016" PRIx64 "; %lds\n",
-           (mono_ms - 1000000) / 1000, step, n_execs, n_replays, n_answers, n_kills, n_disk, n_crashes, n_jumps,
-           n_upstream_faults, n_releases, n_stale_after_jump, digest, (long)(time(NULL) - started));
+           (mono_ms - 1000000) / 1000, step, n_execs, n_replays, n_answers, n_kills, n_disk,
+           n_crashes, n_jumps, n_upstream_faults, n_releases, n_stale_after_jump, digest,
+           (long)(time(NULL) - started));
     printf("sim: seed=%" PRIu64 " calls=%" PRIu64 " faults=%" PRIu64 " violations=%" PRIu64 "\n",
            seed, calls, faults, violations);
     for (int i = 0; i < 4; i++) {

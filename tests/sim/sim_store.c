@@ -347,8 +347,8 @@ static int g_pending_duplicates(const void *impl, const char *key)
     return 0;
 }
 
-static store_status_t g_extend_lease(void *impl, const char *key, int64_t fence,
-                                     uint64_t lease_ms, store_finish_cb cb, void *arg)
+static store_status_t g_extend_lease(void *impl, const char *key, int64_t fence, uint64_t lease_ms,
+                                     store_finish_cb cb, void *arg)
 {
     return g_local(impl, cb, arg);
 }

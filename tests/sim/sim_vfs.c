@@ -44,8 +44,8 @@ static sqlite3_vfs *sys;
 static sqlite3_vfs fvfs;
 static sqlite3_io_methods fmethods;
 static track_t *tracks;
-static int armed;  /* sim_fault_t, read by the writer threads */
-static int fired;  /* the armed fault hit */
+static int armed; /* sim_fault_t, read by the writer threads */
+static int fired; /* the armed fault hit */
 static int powered_off;
 
 static track_t *track_of(const char *path)
