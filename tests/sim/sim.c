@@ -184,7 +184,8 @@ static model_t *model_of(const char *mk, bool release_mode)
 
 typedef struct gateway {
     bool alive;
-    int life; /* restarts so far */
+    bool restarting; /* its restart is scheduled */
+    int life;        /* restarts so far */
     store_t *store;
     sim_gate_t *gate;
     replay_cache_t *cache;
@@ -199,6 +200,11 @@ static config_t *cfg;
 static gateway_t gws[GATEWAYS];
 static char store_path[512];
 static uint64_t lease_ms, lease_release_ms, window_ms;
+/* Between two power losses the file is served either by every gateway as peers (SQLite's own
+ * VFS) or by gateway 0 alone, holding it exclusively, whose -wal goes through the gathering VFS
+ * (store_sqlite_vfs.c); each reboot picks one. */
+static bool exclusive;
+static uint64_t n_exclusive_lives;
 
 /* ---- agents, calls, attempts ---- */
 
@@ -325,7 +331,7 @@ static void gw_start(int g)
     gateway_t *gw = &gws[g];
     memset(&gw->stats, 0, sizeof(gw->stats));
     store_options_t so = {.timeout_ms = 600000, .migrate = true};
-    store_sqlite_options_t sq = {.path = store_path, .peers = true};
+    store_sqlite_options_t sq = {.path = store_path, .peers = !exclusive};
     char msg[300];
     store_t *real = store_sqlite_new(base, &so, &sq, msg, sizeof(msg));
     if (!real) {
@@ -390,6 +396,7 @@ void sim_gateway_dies(int g)
             }
         }
     }
+    gw->restarting = true;
     schedule(100 + sim_below(3000), EV_GW_RESTART, NULL, g);
 }
 
@@ -776,6 +783,14 @@ static void crash(void)
         sim_gateway_dies(g);
     sim_gates_settle(base); /* closes the stores: nothing reaches the disk */
     sim_vfs_reboot();
+    exclusive = sim_chance(1, 3);
+    n_exclusive_lives += exclusive;
+    for (int g = 0; g < GATEWAYS; g++) {
+        if (!gws[g].restarting) {
+            gws[g].restarting = true;
+            schedule(100 + sim_below(3000), EV_GW_RESTART, NULL, g);
+        }
+    }
     /* a finish that never reached the disk leaves its claim: the row ends when the claim said */
     for (size_t i = 0; i < n_models; i++) {
         model_t *m = model_list[i];
@@ -841,7 +856,8 @@ static void run_step(const ev_t *e)
         break;
     }
     case EV_GW_RESTART:
-        if (!gws[e->a].alive)
+        gws[e->a].restarting = false;
+        if (!gws[e->a].alive && (!exclusive || e->a == 0))
             gw_start(e->a);
         break;
     case EV_CRASH:
@@ -984,13 +1000,14 @@ int main(int argc, char **argv)
     faults += n_upstream_faults;
     printf("sim: %" PRIu64 " s simulated, %" PRIu64 " steps, %" PRIu64 " executions, %" PRIu64
            " replays checked, %" PRIu64 " answers; faults: %" PRIu64 " gateway kills, %" PRIu64
-           " disk, %" PRIu64 " power losses, %" PRIu64 " clock jumps, %" PRIu64
+           " disk, %" PRIu64 " power losses (%" PRIu64
+           " then served by one gateway alone), %" PRIu64 " clock jumps, %" PRIu64
            " upstream; %" PRIu64 " operator releases; %" PRIu64
            " stale replays after a forward clock jump (known);"
            " answers digest %016" PRIx64 "; %lds\n",
            (mono_ms - 1000000) / 1000, step, n_execs, n_replays, n_answers, n_kills, n_disk,
-           n_crashes, n_jumps, n_upstream_faults, n_releases, n_stale_after_jump, digest,
-           (long)(time(NULL) - started));
+           n_crashes, n_exclusive_lives, n_jumps, n_upstream_faults, n_releases, n_stale_after_jump,
+           digest, (long)(time(NULL) - started));
     printf("sim: seed=%" PRIu64 " calls=%" PRIu64 " faults=%" PRIu64 " violations=%" PRIu64 "\n",
            seed, calls, faults, violations);
     for (int i = 0; i < 4; i++) {
