@@ -136,6 +136,8 @@ static void trace(const char *mk, const char *fmt, ...)
 
 /* ---- the model: what each key allows, by the promise ---- */
 
+#define OLDER_MAX 8
+
 typedef struct model {
     struct model *next;
     char *mk;             /* subject and arguments or explicit key */
@@ -148,11 +150,14 @@ typedef struct model {
     uint64_t cur_claim;   /* the attempt holding the newest claim; 0: none (released) */
     char *recorded_tok;   /* the result recorded last (succeeded) */
     uint64_t rec_mono, rec_jumps, rec_back;
-    char *prev_tok;      /* the one recorded before it, */
-    uint64_t prev_mono;  /* when (monotonic), */
-    uint64_t prev_jumps; /* and the forward clock jumps by then, */
-    uint64_t prev_back;  /* and the sum of the backward ones */
-    char *store_key;     /* the store's key, for the operator's release */
+    /* the results recorded before it, newest at (n_older - 1) % OLDER_MAX: each with when it
+     * was recorded (monotonic), the forward clock jumps by then, the sum of the backward ones */
+    struct {
+        char *tok;
+        uint64_t mono, jumps, back;
+    } older[OLDER_MAX];
+    unsigned n_older;
+    char *store_key; /* the store's key, for the operator's release */
     uint64_t execs;
 } model_t;
 
@@ -598,11 +603,14 @@ void sim_on_finish(struct sim_attempt *a, const char *key, int64_t fence, store_
     if (state == STORE_STATE_FAILED)
         m->allowed = true;
     if (state == STORE_STATE_SUCCEEDED && a->tok[0]) {
-        free(m->prev_tok);
-        m->prev_tok = m->recorded_tok;
-        m->prev_mono = m->rec_mono;
-        m->prev_jumps = m->rec_jumps;
-        m->prev_back = m->rec_back;
+        if (m->recorded_tok) {
+            unsigned i = m->n_older++ % OLDER_MAX;
+            free(m->older[i].tok);
+            m->older[i].tok = m->recorded_tok;
+            m->older[i].mono = m->rec_mono;
+            m->older[i].jumps = m->rec_jumps;
+            m->older[i].back = m->rec_back;
+        }
         m->recorded_tok = xstrdup(a->tok);
         m->rec_mono = mono_ms;
         m->rec_jumps = n_forward_jumps;
@@ -687,7 +695,6 @@ void sim_on_answer(exchange_t *ex)
         else if (replay) {
             n_replays++;
             size_t n = m->recorded_tok ? strlen(m->recorded_tok) : 0;
-            size_t pn = m->prev_tok ? strlen(m->prev_tok) : 0;
             /* Known: a gateway's replay cache keeps a result for the window by the monotonic
              * clock, the row by the wall clock. After the wall clock jumps forward the row may
              * expire, and the call run again, while another gateway still replays the first
@@ -695,11 +702,16 @@ void sim_on_answer(exchange_t *ex)
              * recorded, lengthened by the backward jumps since (a cache filled from the row
              * later measures what was left of it by the wall clock). Counted, and not taken
              * for a violation. */
+            bool known = false;
+            for (unsigned i = 0; i < OLDER_MAX && i < m->n_older && !known; i++) {
+                size_t on = strlen(m->older[i].tok);
+                known = strncmp(t, m->older[i].tok, on) == 0 &&
+                        n_forward_jumps > m->older[i].jumps &&
+                        mono_ms < m->older[i].mono + window_ms + (back_jumps_ms - m->older[i].back);
+            }
             if (m->recorded_tok && strncmp(t, m->recorded_tok, n) == 0)
                 ;
-            else if (m->prev_tok && strncmp(t, m->prev_tok, pn) == 0 &&
-                     n_forward_jumps > m->prev_jumps &&
-                     mono_ms < m->prev_mono + window_ms + (back_jumps_ms - m->prev_back))
+            else if (known)
                 n_stale_after_jump++;
             else
                 violation("attempt %" PRIu64 " (key %s): a replay of %.80s, but the result "
