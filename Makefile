@@ -35,7 +35,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit tests may include a folder's private header (stdio_int.h) by its name, wherever it lives.
 UNIT_INC  := $(patsubst %/,-I%,$(wildcard src/*/))
 
-.PHONY: all asan clean check layers unit integration bench bench-stdio faults faults-campaign fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage
+.PHONY: all asan clean check layers unit integration bench bench-stdio faults faults-campaign fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage sim sim-mutants
 
 all: $(BUILD)/idemgw
 
@@ -138,6 +138,24 @@ faults: all
 # through two gateways under kill -9s and a Postgres failover; its figures go in docs/faults.md.
 faults-campaign: all
 	$(Q)CAMPAIGN_CALLS=$${CAMPAIGN_CALLS:-100000} scripts/faults.sh campaign
+
+# The deterministic simulator (tests/sim, docs/simulator.md): gateways, the embedded store,
+# agents and upstreams under one seeded PRNG and a simulated clock, with faults; the invariants
+# checked after every step. SIM_SEED=N replays a run, SIM_CALLS=N sets its length.
+# `make sim-mutants` plants each bug of tests/sim/mutants/ in a copy of the tree and expects
+# the simulator to catch it.
+SIM_SRCS := $(wildcard tests/sim/*.c)
+
+$(BUILD)/sim: $(SIM_SRCS) tests/sim/sim.h $(BUILD)/libidemgw.a
+	@echo "  LD      $@"
+	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) $(EXTRA_LDFLAGS) -o $@ \
+	    $(SIM_SRCS) $(BUILD)/libidemgw.a $(LDLIBS_ALL)
+
+sim: $(BUILD)/sim
+	$(Q)$(BUILD)/sim $(if $(SIM_SEED),--seed $(SIM_SEED)) $(if $(SIM_CALLS),--calls $(SIM_CALLS))
+
+sim-mutants:
+	$(Q)scripts/sim-mutants.sh
 
 # libFuzzer drivers (tests/fuzz/fuzz_*.c), one per parser that reads network or operator bytes.
 # `make fuzz` fuzzes each for FUZZ_SECONDS on a scratch copy of its seed corpus;

@@ -28,6 +28,8 @@ char *xvasprintf(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0
 uint64_t util_now_ms(void);
 /* Wall clock in milliseconds since the epoch, for log lines and stored times. */
 uint64_t util_wall_ms(void);
+/* NULL but in the simulator (tests/sim), whose clock both read instead: wall says which. */
+extern uint64_t (*util_clock_hook)(bool wall);
 
 /* Epoch milliseconds as ISO 8601 UTC with milliseconds (2025-01-01T00:00:00.000Z): the one
  * form the gateway prints times in (log lines, stored rows, answers to agents). */
