@@ -511,6 +511,16 @@ static void on_start_timeout(evutil_socket_t fd, short what, void *arg)
     stdio_reap(c->up);
 }
 
+/* server/discover's deadline, from the start of a running child that was sent one. */
+static void arm_probe(child_t *c)
+{
+    if (!c->probe_gid || c->pid <= 0 || c->probe_timer)
+        return;
+    struct timeval tv = util_ms_to_tv(DISCOVER_WAIT_MS);
+    c->probe_timer = evtimer_new(c->up->base, on_probe_timeout, c);
+    evtimer_add(c->probe_timer, &tv);
+}
+
 /* Runs c's program and wires its pipes to the loop; what waited for it goes to it. */
 static bool child_exec(child_t *c, char *why, size_t whylen)
 {
@@ -530,11 +540,7 @@ static bool child_exec(child_t *c, char *why, size_t whylen)
     struct timeval tv = util_ms_to_tv(ms);
     c->start_timer = evtimer_new(up->base, on_start_timeout, c);
     evtimer_add(c->start_timer, &tv);
-    if (c->probe_gid) {
-        struct timeval ptv = util_ms_to_tv(DISCOVER_WAIT_MS);
-        c->probe_timer = evtimer_new(up->base, on_probe_timeout, c);
-        evtimer_add(c->probe_timer, &ptv);
-    }
+    arm_probe(c);
     send_init(c);
     if (c->ready)
         evbuffer_add_buffer(bufferevent_get_output(c->in), c->held);
@@ -676,6 +682,7 @@ child_t *stdio_own_child(stdio_up_t *up, bool shared, const char *version, bool 
         c->init_req = initialize_req(p->gid, version, for_modern);
     }
     send_init(c); /* written ahead of what waits for ready */
+    arm_probe(c); /* a child that started at once (the command is proven) */
     c->initializing = true;
     return c;
 }

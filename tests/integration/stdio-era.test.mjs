@@ -13,7 +13,7 @@ import { Client as V2Client, StreamableHTTPClientTransport as V2Transport } from
 import { StdioClientTransport as V2StdioTransport } from '@modelcontextprotocol/client/stdio';
 import { getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
 import {
-  IDEMGW_BIN, NODE, TESTS, mcpClient, readLedger, replayMarker, startGateway, tempDir, toolText,
+  IDEMGW_BIN, NODE, TESTS, mcpClient, readLedger, replayMarker, startGateway, tempDir, toolText, waitForLog,
 } from './lib/harness.mjs';
 
 const SERVERS = {
@@ -111,6 +111,9 @@ test('a 2025 server that drops requests before initialize still serves a 2026 ca
     upstream: { command: [NODE, LATE_INIT], env: { LEDGER: ledger } },
     config: { subject: { static: 'era-agent' } },
   });
+  // the command proven first (the catalogue's child answered): the caller's child then starts
+  // at once, and its server/discover's deadline must run from there too
+  await waitForLog(gw, /tool catalogue: 1 tools/);
   const client = await pinned(t, new V2Transport(new URL(gw.url)));
   const args = { order_id: 'ord-late', amount_cents: 10 };
   const first = await client.callTool({ name: 'issue_refund', arguments: args });
