@@ -51,7 +51,7 @@ void reply_answer(const reply_t *r, answer_t a, const char *detail, const char *
     char hint[300];
     char *body = answer_body(a, exchange_msg(r->ex)->id_text, r->key_hash, detail, detail2,
                              reply_status_hint(r->status_tool, a, hint, sizeof(hint)));
-    /* the log line says why, with the code the agent got */
+    /* the log line says why (in at most 40 characters), with the code the agent got */
     char why_short[41];
     exchange_facts_t f = {.key_hash = r->key_hash, .code = answer_code(a)};
     if (r->key_hash && r->dup)

@@ -9,6 +9,7 @@
 
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -81,9 +82,14 @@ static void add_str(text_t *t, const char *name, const char *v)
     add(t, "%s\"%s\":%s", t->n ? "," : "", name, esc);
 }
 
-static void add_num(text_t *t, const char *name, unsigned long long v)
+static void add_int(text_t *t, const char *name, int v)
 {
-    add(t, "%s\"%s\":%llu", t->n ? "," : "", name, v);
+    add(t, "%s\"%s\":%d", t->n ? "," : "", name, v);
+}
+
+static void add_u64(text_t *t, const char *name, uint64_t v)
+{
+    add(t, "%s\"%s\":%llu", t->n ? "," : "", name, (unsigned long long)v);
 }
 
 size_t exchange_facts_render(const exchange_facts_t *f, char *out, size_t len)
@@ -96,9 +102,9 @@ size_t exchange_facts_render(const exchange_facts_t *f, char *out, size_t len)
     add_str(&t, "code", f->code);
     if (f->dup.source) {
         add_str(&t, "duplicate_source", f->dup.source);
-        add_num(&t, "attempt", (unsigned long long)(f->dup.attempt > 0 ? f->dup.attempt : 0));
+        add_int(&t, "attempt", f->dup.attempt);
         add_str(&t, "first_seen", f->dup.first_seen ? f->dup.first_seen : "");
-        add_num(&t, "gap_ms", f->dup.gap_ms);
+        add_u64(&t, "gap_ms", f->dup.gap_ms);
         add_str(&t, "first_state", f->dup.first_state ? f->dup.first_state : "");
     }
     add_str(&t, "recorded", f->recorded);
