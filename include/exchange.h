@@ -39,7 +39,7 @@ typedef enum {
  * detach is the last call an observer gets: the exchange has ended.
  *
  * What an observer may call:
- * - From on_head and on_body: the accessors, exchange_set_outcome and exchange_set_log_fields.
+ * - From on_head and on_body: the accessors, exchange_set_outcome and exchange_set_facts.
  *   Nothing that answers or ends: the response is still being relayed; the verdict is how an
  *   observer acts on it.
  * - From on_end: besides those, exchange_discard_upstream; and the observer that holds the
@@ -143,9 +143,39 @@ void exchange_end_upstream(exchange_t *ex);
 /* From on_end: the upstream connection carried something it should not; never reuse it. */
 void exchange_discard_upstream(exchange_t *ex);
 
-/* For the request's log line: what happened ("replay", "refused", ...; a static string) and
- * extra JSON members ("\"key_hash\":\"...\""), copied. */
+/* For the request's log line and span: what happened ("replay", "refused", ...; a static
+ * string). */
 void exchange_set_outcome(exchange_t *ex, const char *outcome);
-void exchange_set_log_fields(exchange_t *ex, const char *fields);
+
+/* A duplicate of an earlier call, as the log line tells it (dupsource.h judges the source). */
+typedef struct exchange_dup_facts {
+    const char *source;      /* duplicate_source, the layer that most likely retried; NULL: none */
+    int attempt;             /* attempt: this one's number, the first call being 1 */
+    const char *first_seen;  /* first_seen: when the first was claimed, as the store wrote it */
+    uint64_t gap_ms;         /* gap_ms: since then */
+    const char *first_state; /* first_state: the first call's state when this one came */
+} exchange_dup_facts_t;
+
+/* What the handlers know of a request beyond the exchange's own members. The exchange writes
+ * each one set into the request's log line as a JSON string member of the same name, in this
+ * order (the duplicate's five members where dup is, a number for attempt and gap_ms), and its
+ * span reads key_hash, dup.source and code from here. NULL leaves a member out. */
+typedef struct exchange_facts {
+    const char *key_hash;         /* the call's key hash; its first KEY_HASH_LOG_LEN characters */
+    const char *code;             /* the code of an answer the gateway wrote */
+    exchange_dup_facts_t dup;     /* the call is a duplicate */
+    const char *recorded;         /* the state written for the key */
+    const char *why;              /* why: that state's reason, or a refusal's */
+    const char *answered;         /* "still_running": answered before the call ended */
+    const char *cancel;           /* "kept": the caller's cancel was not passed on */
+    const char *task_session;     /* "routed": a task's poll sent to the task's session */
+    const char *forbidden_header; /* a refused Host or Origin: the header, */
+    const char *value;            /* its value (printable ASCII), */
+    const char *setting;          /* and the setting that would allow it */
+    const char *duplicate_header; /* a header sent more than once */
+} exchange_facts_t;
+
+/* Replaces the request's facts with f's (its strings are copied). */
+void exchange_set_facts(exchange_t *ex, const exchange_facts_t *f);
 
 #endif

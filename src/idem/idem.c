@@ -267,13 +267,12 @@ static void answer_still_running(evutil_socket_t fd, short what, void *arg)
     call_t *c = arg;
     if (c->state != CALL_FORWARDED || c->final_seen || !exchange_agent_waiting(c->ex))
         return;
-    char hint[300], fields[128];
+    char hint[300];
     char *body = answer_body(
         ANSWER_STILL_RUNNING, call_msg(c)->id_text, c->key_hash, c->claimed_at, NULL,
         reply_status_hint(c->idem->ctx.cfg->status_tool, ANSWER_STILL_RUNNING, hint, sizeof(hint)));
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"answered\":\"still_running\"",
-             KEY_HASH_LOG_LEN, c->key_hash);
-    exchange_set_log_fields(c->ex, fields);
+    exchange_set_facts(c->ex,
+                       &(exchange_facts_t){.key_hash = c->key_hash, .answered = "still_running"});
     c->idem->ctx.stats->in_progress++;
     c->answered_early = true;
     body = call_fit(c, body);
@@ -350,10 +349,9 @@ static void release_unsent(call_t *c)
     c->recorded = STORE_STATE_FAILED;
     c->why = WHY_DROPPED;
     exchange_set_outcome(c->ex, outcome_name(c->why));
-    char fields[200];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"",
-             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(c->recorded), outcome_why_str(c->why));
-    exchange_set_log_fields(c->ex, fields);
+    exchange_set_facts(c->ex, &(exchange_facts_t){.key_hash = c->key_hash,
+                                                  .recorded = store_state_str(c->recorded),
+                                                  .why = outcome_why_str(c->why)});
     log_info(exchange_conn_id(c->ex),
              "key %.*s: cancelled by its caller before it was sent; "
              "released, not forwarded",
@@ -559,9 +557,7 @@ static void on_subject(void *arg, const subject_result_t *res)
     memcpy(c->key_hash, kr.key_hash, sizeof(c->key_hash));
     c->explicit_key = kr.explicit_key;
     key_result_free(&kr);
-    char fields[64];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"", KEY_HASH_LOG_LEN, c->key_hash);
-    exchange_set_log_fields(c->ex, fields);
+    exchange_set_facts(c->ex, &(exchange_facts_t){.key_hash = c->key_hash});
     call_set_state(c, CALL_CLAIMING);
     fwd_add(c); /* a cancel may name it from now on */
     claim(c);

@@ -45,7 +45,7 @@ static reply_t reply_of(const call_t *c)
         .revision = c->revision,
         .status_tool = c->idem->ctx.cfg->status_tool,
         .key_hash = c->key ? c->key_hash : NULL,
-        .log_extra = c->dup_fields,
+        .dup = &c->dup,
     };
 }
 
@@ -191,11 +191,15 @@ static void judge_duplicate(call_t *c, const store_row_t *row, int attempt,
     catalog_t *cat = c->idem->ctx.catalog;
     stats_tool(c->idem->ctx.stats, cfg->server_name, tool, cat && catalog_known(cat, tool))
         ->duplicates[src]++;
-    snprintf(c->dup_fields, sizeof(c->dup_fields),
-             ",\"duplicate_source\":\"%s\",\"attempt\":%d,\"first_seen\":\"%.40s\",\"gap_ms\":%llu"
-             ",\"first_state\":\"%s\"",
-             dup_source_name(src), attempt, row->created_at ? row->created_at : "",
-             (unsigned long long)f.gap_ms, store_state_str(row->state));
+    snprintf(c->dup_first_seen, sizeof(c->dup_first_seen), "%s",
+             row->created_at ? row->created_at : "");
+    c->dup = (exchange_dup_facts_t){
+        .source = dup_source_name(src),
+        .attempt = attempt,
+        .first_seen = c->dup_first_seen,
+        .gap_ms = f.gap_ms,
+        .first_state = store_state_str(row->state),
+    };
     if (c->idem->ctx.store) {
         store_dup_t d = {
             .key = c->key,
@@ -259,10 +263,7 @@ void call_answer_replay(call_t *c, const store_row_t *row, bool from_cache)
     }
     /* recorded for --show and the report, from the cache too */
     judge_duplicate(c, row, attempts, STORE_DUP_REPLAY);
-    char fields[300];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\"%s", KEY_HASH_LOG_LEN, c->key_hash,
-             c->dup_fields);
-    exchange_set_log_fields(c->ex, fields);
+    exchange_set_facts(c->ex, &(exchange_facts_t){.key_hash = c->key_hash, .dup = c->dup});
     i->ctx.stats->replays++;
     if (from_cache)
         i->ctx.stats->cache_replays++;

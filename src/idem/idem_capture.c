@@ -215,12 +215,13 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
     exchange_set_outcome(c->ex, outcome_name(why));
     if (outcome_executed(why))
         i->ctx.stats->executions++;
-    char fields[200];
-    snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"recorded\":\"%s\",\"why\":\"%s\"%s%s",
-             KEY_HASH_LOG_LEN, c->key_hash, store_state_str(state), outcome_why_str(why),
-             c->answered_early ? ",\"answered\":\"still_running\"" : "",
-             c->cancel_kept ? ",\"cancel\":\"kept\"" : "");
-    exchange_set_log_fields(c->ex, fields);
+    exchange_set_facts(c->ex, &(exchange_facts_t){
+                                  .key_hash = c->key_hash,
+                                  .recorded = store_state_str(state),
+                                  .why = outcome_why_str(why),
+                                  .answered = c->answered_early ? "still_running" : NULL,
+                                  .cancel = c->cancel_kept ? "kept" : NULL,
+                              });
     c->why = why;
     c->recorded = state;
     /* a caller that timed out never read the answer: its retry is no model's */

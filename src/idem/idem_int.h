@@ -106,7 +106,8 @@ typedef struct call {
     struct event *lease_timer; /* renews the claim while the upstream call runs */
     struct event *early_timer; /* answer_after: answers the agent still_running */
     bool answered_early;       /* it did */
-    char dup_fields[256];      /* a duplicate: its source and facts, for the log line */
+    exchange_dup_facts_t dup;  /* a duplicate: its source and facts, for the log line */
+    char dup_first_seen[41];   /* dup.first_seen's text */
     struct event *timer;       /* wait mode */
     uint64_t wait_deadline_ms;
     uint64_t poll_ms;

@@ -51,18 +51,16 @@ void reply_answer(const reply_t *r, answer_t a, const char *detail, const char *
     char hint[300];
     char *body = answer_body(a, exchange_msg(r->ex)->id_text, r->key_hash, detail, detail2,
                              reply_status_hint(r->status_tool, a, hint, sizeof(hint)));
-    /* the log line says why, with the code the agent got */
-    char fields[400];
-    int n;
-    if (r->key_hash)
-        n = snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"%s",
-                     KEY_HASH_LOG_LEN, r->key_hash, answer_code(a),
-                     r->log_extra ? r->log_extra : "");
-    else
-        n = snprintf(fields, sizeof(fields), "\"code\":\"%s\"", answer_code(a));
-    if (why && n > 0 && (size_t)n < sizeof(fields))
-        snprintf(fields + n, sizeof(fields) - (size_t)n, ",\"why\":\"%.40s\"", why);
-    exchange_set_log_fields(r->ex, fields);
+    /* the log line says why (in at most 40 characters), with the code the agent got */
+    char why_short[41];
+    exchange_facts_t f = {.key_hash = r->key_hash, .code = answer_code(a)};
+    if (r->key_hash && r->dup)
+        f.dup = *r->dup;
+    if (why) {
+        snprintf(why_short, sizeof(why_short), "%s", why);
+        f.why = why_short;
+    }
+    exchange_set_facts(r->ex, &f);
     exchange_set_outcome(r->ex, answer_outcome(a));
     reply_send(r, body, NULL);
 }

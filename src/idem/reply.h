@@ -22,8 +22,7 @@ typedef struct reply {
     revision_t revision;   /* the caller's era (reply_revision) */
     bool status_tool;      /* answers about a call that may still run point at the status tool */
     const char *key_hash;  /* NULL until the call's key is derived */
-    const char
-        *log_extra; /* appended to the log line's fields (a duplicate's facts); may be NULL */
+    const exchange_dup_facts_t *dup; /* the call is a duplicate (with key_hash); may be NULL */
 } reply_t;
 
 /* The era of the request: its MCP-Protocol-Version header and its body's _meta claim. */

@@ -74,7 +74,7 @@ static void tell(query_t *q, bool is_error, const char *code, const char *fmt, .
     __attribute__((format(printf, 4, 5)));
 static void tell(query_t *q, bool is_error, const char *code, const char *fmt, ...)
 {
-    char text[1200], status[200], fields[128];
+    char text[1200], status[200];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
@@ -82,14 +82,12 @@ static void tell(query_t *q, bool is_error, const char *code, const char *fmt, .
     if (q->key) {
         snprintf(status, sizeof(status), "{\"code\":\"%s\",\"key_hash\":\"%s\"}", code,
                  q->key_hash);
-        snprintf(fields, sizeof(fields), "\"key_hash\":\"%.*s\",\"code\":\"%s\"", KEY_HASH_LOG_LEN,
-                 q->key_hash, code);
     } else {
         snprintf(status, sizeof(status), "{\"code\":\"%s\"}", code);
-        snprintf(fields, sizeof(fields), "\"code\":\"%s\"", code);
     }
     char *body = mcp_tool_text_body(exchange_msg(q->ex)->id_text, text, status, is_error);
-    exchange_set_log_fields(q->ex, fields);
+    exchange_set_facts(q->ex,
+                       &(exchange_facts_t){.key_hash = q->key ? q->key_hash : NULL, .code = code});
     exchange_set_outcome(q->ex, "status");
     reply_t r = reply_of(q);
     reply_send(&r, body, NULL);

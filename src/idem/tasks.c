@@ -183,9 +183,8 @@ void task_forward_to(exchange_t *ex, struct event_base *base, const char *task_i
     w->session = xstrdup(session);
     w->later = evtimer_new(base, session_gone, w);
     exchange_add_observer(ex, &watch_ops, w);
-    char fields[200], extra[300];
-    snprintf(fields, sizeof(fields), "\"task_session\":\"routed\"");
-    exchange_set_log_fields(ex, fields);
+    char extra[300];
+    exchange_set_facts(ex, &(exchange_facts_t){.task_session = "routed"});
     snprintf(extra, sizeof(extra), "Mcp-Session-Id: %.200s\r\n", session);
     exchange_forward(ex, extra, false);
 }

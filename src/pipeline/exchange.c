@@ -3,6 +3,7 @@
  * answers, streams kept for resumption, the request's log line, metrics and spans. The router
  * (proxy.c) makes exchanges and decides where each goes; stages drive them through exchange.h. */
 #include "exchange_int.h"
+#include "exchange_facts.h"
 #include "proxy_int.h"
 #include "resume.h"
 #include "handoff.h"
@@ -90,13 +91,18 @@ static void log_exchange(exchange_t *ex)
         ex->has_msg && ex->msg.id_text && strlen(ex->msg.id_text) < 100 ? ex->msg.id_text : "null";
     /* a server of servers: is named on each of its lines (its names are plain words) */
     const char *server = ex->proxy->ctx.cfg->server_name;
-    snprintf(fields, sizeof(fields),
-             "%s%s%s\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,"
-             "\"tool\":%s,\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu%s%s",
-             server ? "\"server\":\"" : "", server ? server : "", server ? "\"," : "",
-             ex->req->method_name, target, method, id, tool, ex->status, outcome,
-             (unsigned long long)(util_now_ms() - ex->start_ms), ex->log_fields ? "," : "",
-             ex->log_fields ? ex->log_fields : "");
+    int n = snprintf(fields, sizeof(fields),
+                     "%s%s%s\"http_method\":\"%s\",\"path\":%s,\"rpc_method\":%s,\"rpc_id\":%s,"
+                     "\"tool\":%s,\"status\":%d,\"outcome\":%s,\"duration_ms\":%llu",
+                     server ? "\"server\":\"" : "", server ? server : "", server ? "\"," : "",
+                     ex->req->method_name, target, method, id, tool, ex->status, outcome,
+                     (unsigned long long)(util_now_ms() - ex->start_ms));
+    /* then the handlers' facts, after a comma when there are any */
+    if (n > 0 && (size_t)n + 1 < sizeof(fields)) {
+        fields[n] = ',';
+        if (!exchange_facts_render(&ex->facts, fields + n + 1, sizeof(fields) - (size_t)n - 1))
+            fields[n] = '\0';
+    }
     log_emit(LOG_INFO, ex->conn_id, fields, "request");
 }
 
@@ -105,10 +111,10 @@ void exchange_set_outcome(exchange_t *ex, const char *outcome)
     ex->outcome = outcome;
 }
 
-void exchange_set_log_fields(exchange_t *ex, const char *fields)
+void exchange_set_facts(exchange_t *ex, const exchange_facts_t *f)
 {
-    free(ex->log_fields);
-    ex->log_fields = fields ? xstrdup(fields) : NULL;
+    free(ex->facts_kept);
+    ex->facts_kept = exchange_facts_keep(&ex->facts, f);
 }
 
 /* --- accessors --- */
@@ -266,29 +272,13 @@ static void trace_adopt_meta(exchange_t *ex, const char *body, size_t len)
     trace_new_span(ex->proxy->ctx.tracer, &ex->span, &parent);
 }
 
-/* One member of the log fields ("\"key_hash\":\"...\"" ...), unquoted, into out; NULL if absent. */
-static const char *log_field(const exchange_t *ex, const char *name, char *out, size_t outlen)
-{
-    if (!ex->log_fields)
-        return NULL;
-    char *obj = xasprintf("{%s}", ex->log_fields);
-    size_t off, len;
-    const char *r = NULL;
-    if (mcp_member_span(obj, strlen(obj), name, &off, &len) && len >= 2 && obj[off] == '"') {
-        snprintf(out, outlen, "%.*s", (int)(len - 2), obj + off + 1);
-        r = out;
-    }
-    free(obj);
-    return r;
-}
-
 static void trace_record(exchange_t *ex, int kind)
 {
     if (!(kind == SPAN_SERVER ? ex->span : ex->client_span).sampled)
         return; /* not exported: its attributes are not worth collecting */
     const char *method = ex->has_msg && ex->msg.method ? ex->msg.method : ex->req->method_name;
     const char *tool = ex->has_msg ? ex->msg.tool : NULL;
-    char name[300], status[8], key_hash[80], source[40], code[40], id[80];
+    char name[300], status[8], id[80];
     snprintf(name, sizeof(name), "%s%s%s", method, tool ? " " : "", tool ? tool : "");
     snprintf(status, sizeof(status), "%d", ex->status);
     const char *rpc_id = NULL;
@@ -309,11 +299,9 @@ static void trace_record(exchange_t *ex, int kind)
         {"http.response.status_code", ex->status ? status : NULL},
         {"idemgw.outcome", kind == SPAN_SERVER ? (ex->outcome ? ex->outcome : "forwarded") : NULL},
         {"idemgw.class", kind == SPAN_SERVER && tool ? tool_class_name(ex->tool_class) : NULL},
-        {"idemgw.key_hash",
-         kind == SPAN_SERVER ? log_field(ex, "key_hash", key_hash, sizeof(key_hash)) : NULL},
-        {"idemgw.duplicate_source",
-         kind == SPAN_SERVER ? log_field(ex, "duplicate_source", source, sizeof(source)) : NULL},
-        {"idemgw.code", kind == SPAN_SERVER ? log_field(ex, "code", code, sizeof(code)) : NULL},
+        {"idemgw.key_hash", kind == SPAN_SERVER ? ex->facts.key_hash : NULL},
+        {"idemgw.duplicate_source", kind == SPAN_SERVER ? ex->facts.dup.source : NULL},
+        {"idemgw.code", kind == SPAN_SERVER ? ex->facts.code : NULL},
         /* which server of servers: the request was for (none with one upstream) */
         {"idemgw.server", ex->proxy->ctx.cfg->server_name},
     };
@@ -392,7 +380,7 @@ static void exchange_free(exchange_t *ex)
         evbuffer_free(ex->head_wait);
     if (ex->desync_ev)
         event_free(ex->desync_ev);
-    free(ex->log_fields);
+    free(ex->facts_kept);
     http_request_free(ex->req);
     free(ex);
 }

@@ -101,8 +101,9 @@ struct exchange {
     exchange_t *next_closed;           /* on the proxy's list of ended exchanges */
     exchange_t *next_live, *prev_live; /* on the proxy's list of exchanges in flight */
     bool in_get_list;
-    const char *outcome; /* for the log line: "forwarded", "replay", ... */
-    char *log_fields;    /* extra JSON members for the log line */
+    const char *outcome;    /* for the log line: "forwarded", "replay", ... */
+    exchange_facts_t facts; /* the handlers' facts for the log line and the span */
+    char *facts_kept;       /* the allocation their strings are copied into */
     uint64_t start_ms;
     uint64_t forward_ms; /* when the request went upstream (0: it did not) */
     /* tracing: the agent's request (SERVER) and the call to the upstream (CLIENT) */

@@ -60,15 +60,13 @@ static void refuse(exchange_t *ex, int status, int code, const char *message, co
  * allow it, in the log and in the answer. */
 static void forbid(exchange_t *ex, const char *header, const char *value, const char *setting)
 {
-    char shown[200], val[220], fields[400];
+    char shown[200];
     snprintf(shown, sizeof(shown), "%s", value ? value : "");
     for (char *s = shown; *s; s++)
         if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f || *s == '"' || *s == '\\')
             *s = '?';
-    log_json_string(val, sizeof(val), shown);
-    snprintf(fields, sizeof(fields), "\"forbidden_header\":\"%s\",\"value\":%s,\"setting\":\"%s\"",
-             header, val, setting);
-    exchange_set_log_fields(ex, fields);
+    exchange_set_facts(
+        ex, &(exchange_facts_t){.forbidden_header = header, .value = shown, .setting = setting});
     char msg[400];
     snprintf(msg, sizeof(msg),
              "forbidden: %s \"%s\" is not allowed by this gateway; add it to the %s setting to "
@@ -123,13 +121,12 @@ static bool head_acceptable(exchange_t *ex, bool mcp_path)
     }
     const char *dup = duplicated_header(&req->headers);
     if (dup) {
-        char msg[160], fields[100];
+        char msg[160];
         snprintf(msg, sizeof(msg),
                  "bad request: the %s header appears more than once; send it once. Nothing was "
                  "forwarded.",
                  dup);
-        snprintf(fields, sizeof(fields), "\"duplicate_header\":\"%s\"", dup);
-        exchange_set_log_fields(ex, fields);
+        exchange_set_facts(ex, &(exchange_facts_t){.duplicate_header = dup});
         refuse(ex, 400, -32600, msg, NULL);
         return false;
     }

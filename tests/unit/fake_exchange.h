@@ -6,6 +6,7 @@
 #define IDEMGW_TEST_FAKE_EXCHANGE_H
 
 #include "exchange.h"
+#include "exchange_facts.h"
 #include "http_conn.h"
 #include "util.h"
 
@@ -40,7 +41,9 @@ struct exchange {
     bool ended, released, replaced, discarded, cut;
     bool alone; /* exchange_upstream_alone */
     const char *outcome;
-    char fields[256];
+    exchange_facts_t facts; /* the last exchange_set_facts, */
+    char *facts_kept;
+    char fields[640]; /* and the log line's members made from them */
 };
 
 /* The exchange ends: each observer's last call, once. */
@@ -159,9 +162,11 @@ void exchange_set_outcome(exchange_t *ex, const char *outcome)
 {
     ex->outcome = outcome;
 }
-void exchange_set_log_fields(exchange_t *ex, const char *fields)
+void exchange_set_facts(exchange_t *ex, const exchange_facts_t *f)
 {
-    snprintf(ex->fields, sizeof(ex->fields), "%s", fields ? fields : "");
+    free(ex->facts_kept);
+    ex->facts_kept = exchange_facts_keep(&ex->facts, f);
+    exchange_facts_render(&ex->facts, ex->fields, sizeof(ex->fields));
 }
 
 static inline void fake_header(http_headers_t *h, const char *name, const char *value)
@@ -198,6 +203,7 @@ static inline void fake_exchange_free(exchange_t *ex)
     http_headers_free(&ex->req.headers);
     evbuffer_free(ex->req.body);
     free(ex->body);
+    free(ex->facts_kept);
     free(ex);
 }
 
