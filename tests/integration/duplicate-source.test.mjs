@@ -155,7 +155,9 @@ async function retryingProxy(t, target) {
     let up = await send(req, body);
     if (retried === 0 && /"method":"tools\/call"/.test(body.toString())) {
       retried++;
-      up.destroy(); // the connection breaks as the answer begins
+      // the answer is lost on its way back (read whole first: a stream's head comes before the
+      // result, and a re-send while the call still runs is rightly told "in progress")
+      for await (const chunk of up) void chunk;
       up.socket?.destroy();
       up = await send(req, body); // and the proxy tries again
     }
