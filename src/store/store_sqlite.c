@@ -27,6 +27,7 @@
 #include "log.h"
 #include "stats.h"
 #include "store_migrations.h"
+#include "store_queue.h"
 #include "util.h"
 
 #include <errno.h>
@@ -68,11 +69,12 @@ typedef enum {
     SQ_REPORT,        /* read-only: its batch runs in a read transaction */
     SQ_COUNT_UNKNOWN, /* for /metrics */
     SQ_PROBE,         /* internal: one write, to learn whether the disk takes writes again */
+    SQ_QUEUE,         /* the operator's queue (store_sqlite_queue.c) */
 } sq_kind_t;
 
 static const char *const kind_names[] = {"claim",  "finish",        "get",     "duplicates",
                                          "sweep",  "extend",        "release", "forget",
-                                         "report", "count_unknown", "probe"};
+                                         "report", "count_unknown", "probe", "queue"};
 
 /* A row read by the writer, every string owned. Times in epoch milliseconds. */
 typedef struct sq_row {
@@ -134,6 +136,9 @@ typedef struct sq_op {
     store_report_tool_t *rep_tools; /* report: strings owned */
     store_report_key_t *rep_top;
     size_t n_rep_tools, n_rep_top;
+    /* queue: the request (the loop's) and the writer's copy of its inputs, which takes the
+     * answer */
+    store_queue_op_t *queue, *queue_work;
 } sq_op_t;
 
 enum {
@@ -351,6 +356,8 @@ static void op_free(sq_op_t *op)
     }
     free(op->rep_tools);
     free(op->rep_top);
+    if (op->queue_work)
+        store_queue_op_free(op->queue_work);
     row_free(&op->row);
     if (op->deadline_ev)
         event_free(op->deadline_ev);
@@ -707,6 +714,8 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
                               "DELETE FROM schema_migrations WHERE version = -1")
                    ? STORE_OK
                    : STORE_ERR_STATEMENT;
+    case SQ_QUEUE:
+        return sq_queue_run(s->db, op->queue_work, now);
     case SQ_COUNT_UNKNOWN: {
         st = s->stmts[STMT_COUNT_UNKNOWN];
         sqlite3_bind_int64(st, 1, now);
@@ -1046,6 +1055,13 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
         break;
     case SQ_COUNT_UNKNOWN:
         op->cb.count(st, ok ? op->rows : 0, op->arg);
+        break;
+    case SQ_QUEUE:
+        if (ok) {
+            op->queue->out = op->queue_work->out;
+            op->queue_work->out = NULL;
+        }
+        store_queue_done(op->queue, st);
         break;
     case SQ_REPORT: {
         char now[ISO_LEN + 1];
@@ -1575,6 +1591,14 @@ static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg
     return submit(impl, op);
 }
 
+static store_status_t ops_queue(void *impl, store_queue_op_t *q)
+{
+    sq_op_t *op = op_new(SQ_QUEUE, NULL);
+    op->queue = q;
+    op->queue_work = store_queue_op_clone(q);
+    return submit(impl, op);
+}
+
 static store_status_t ops_report(void *impl, uint64_t since_ms, int top, const char *tool_prefix,
                                  store_report_cb cb, void *arg)
 {
@@ -1651,6 +1675,7 @@ const store_ops_t store_sqlite_ops = {
     .forget = ops_forget,
     .count_unknown = ops_count_unknown,
     .report = ops_report,
+    .queue = ops_queue,
     .ready = ops_ready,
     .down_reason = ops_down_reason,
     .get_stats = ops_get_stats,

@@ -73,4 +73,9 @@ bool sq_guard_check(const sq_guard_t *g, char *why, size_t len);
 bool sq_guard_quick(sq_guard_t *g, char *why, size_t len);
 void sq_guard_free(sq_guard_t *g);
 
+/* store_sqlite_queue.c: the operator's queue (store_queue.h), run by the writer on its
+ * connection inside the op's savepoint; sets q->out. */
+struct store_queue_op;
+store_status_t sq_queue_run(sqlite3 *db, struct store_queue_op *q, int64_t now);
+
 #endif
