@@ -619,6 +619,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
     admin_ctx.store_missing = !server->store && config_needs_store(neu);
+    admin_ctx.token_file = neu->admin_token_file;
     log_threshold = (log_level_t)neu->log_level;
     bool still_read = false;
     for (size_t j = 0; j < server->n_retired; j++)
@@ -851,6 +852,7 @@ static void wire_sites(server_t *s)
         .n_workers = s->n_workers,
         .draining = &s->draining,
         .store_missing = !s->store && config_needs_store(s->cfg),
+        .token_file = s->cfg->admin_token_file,
     };
     set_admin_upstreams(s);
 }
