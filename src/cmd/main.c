@@ -10,6 +10,7 @@
 #include "handoff.h"
 #include "health_cmd.h"
 #include "key_cmd.h"
+#include "keys_cmd.h"
 #include "policy_cmd.h"
 #include "report_cmd.h"
 #include "serve.h"
@@ -1157,6 +1158,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
         return key_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "keys") == 0)
+        return keys_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "tools") == 0)
         return tools_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "policy") == 0)
