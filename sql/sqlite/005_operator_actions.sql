@@ -14,6 +14,3 @@ CREATE TABLE idem_key_actions (
 );
 
 CREATE INDEX idem_key_actions_key_hash_idx ON idem_key_actions (key_hash);
--- The keys held unknown, for the operator's list and /metrics (as Postgres's
--- idem_keys_unknown_idx): partial, so a claim or a finish of any other row adds nothing to it.
-CREATE INDEX idem_keys_unknown_idx ON idem_keys (created_at) WHERE state = 'unknown';
