@@ -11,6 +11,7 @@
 #include "health_cmd.h"
 #include "key_cmd.h"
 #include "keys_cmd.h"
+#include "alerts.h"
 #include "policy_cmd.h"
 #include "report_cmd.h"
 #include "serve.h"
@@ -80,6 +81,7 @@ typedef struct server {
     struct event *reap_retired; /* frees those done, from the loop: not inside their callbacks */
     routes_t *routes;           /* which backend a request goes to */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
+    alerts_t *alerts;           /* alerts.webhook_url, in the admin's worker; or NULL */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -953,6 +955,7 @@ static void server_free(server_t *s)
         event_free(s->reap_retired);
     routes_free(s->routes);
     subject_free(s->subject);
+    alerts_free(s->alerts);
     tracer_free(s->tracer);
     replay_cache_free(s->cache);
     resume_guard_free(s->guard);
@@ -967,6 +970,28 @@ static void server_free(server_t *s)
     event_base_free(s->base);
     config_free(s->cfg);
     free(s);
+}
+
+/* The webhook of alerts.webhook_url, polled by the worker that serves the admin listener. */
+static bool open_alerts(server_t *s)
+{
+    const config_t *cfg = s->cfg;
+    if (!cfg->alerts_webhook_url || s->worker != 0)
+        return true;
+    if (!s->store) {
+        log_warn(0, "alerts: alerts.webhook_url is set but there is no store: no alerts");
+        return true;
+    }
+    char msg[512] = "";
+    s->alerts = alerts_new(s->base, s->store, cfg->alerts_webhook_url,
+                           (alerts_format_t)cfg->alerts_webhook_format,
+                           cfg->alerts_webhook_timeout_ms, msg, sizeof(msg));
+    if (!s->alerts) {
+        fprintf(stderr, "idemgw: %s\n", msg);
+        return false;
+    }
+    log_info(0, "alerts: keys that become unknown are posted to the webhook");
+    return true;
 }
 
 /* One worker: its own event loop, listener, upstream pool, store connections and caches.
@@ -986,6 +1011,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             goto out;
     } else if (!open_listeners(server)) {
         rc = WORKER_START_FAILED;
+        goto out;
+    } else if (!open_alerts(server)) {
         goto out;
     }
     run_loop(server, path);
