@@ -246,3 +246,69 @@ test('servers: keys per server; the list filters by server', async (t) => {
   assert.equal((await readLedger(billing.ledger)).filter((l) => l.order_id === 'srv-billing').length, 2);
   assert.equal((await readLedger(payments.ledger)).filter((l) => l.order_id === 'srv-payments').length, 1);
 });
+
+/** A webhook receiver: fails its first `failFirst` requests with 500, keeps the others' bodies. */
+async function receiver(t, { failFirst = 0 } = {}) {
+  const http = await import('node:http');
+  const got = [];
+  let seen = 0;
+  const waiters = [];
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => { body += c; });
+    req.on('end', () => {
+      seen++;
+      if (seen <= failFirst) {
+        res.writeHead(500).end();
+        return;
+      }
+      got.push({ headers: req.headers, body: JSON.parse(body) });
+      res.writeHead(204).end();
+      for (const w of waiters.splice(0)) w();
+    });
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  t.after(() => new Promise((r) => server.close(r)));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/hooks/idemgw`,
+    got,
+    attempts: () => seen,
+    next: (n) => waitFor(() => got.length >= n ? got : null, { timeoutMs: 8000, what: `${n} webhook posts` }),
+  };
+}
+
+for (const format of ['json', 'slack']) {
+  test(`alerts.webhook_url (${format}): a key that becomes unknown is posted, retried after a failure`, async (t) => {
+    const hook = await receiver(t, { failFirst: 1 });
+    const upstream = await startRefundServer(t, { jsonResponse: true });
+    const gw = await startGateway(t, {
+      upstream: upstream.url,
+      databaseUrl: await createDatabase(),
+      config: {
+        subject: { static: 'ops' },
+        timeouts: { upstream: '2s' },
+        tools: { slow_refund: { class: 'non_idempotent' } },
+        alerts: { webhook_url: hook.url, webhook_format: format, webhook_timeout: '2s' },
+      },
+    });
+    const c = await mcpClient(t, gw.url);
+    // a call that runs is not announced
+    assert.match(toolText(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'fine', amount_cents: 1 } })), /^Refunded/);
+    await loseCall(c, 'hooked');
+    const [post] = await hook.next(1);
+    assert.equal(hook.attempts(), 2, 'the first attempt failed and was retried');
+    assert.match(post.headers['content-type'], /^application\/json/);
+    assert.match(post.body.text, /slow_refund is unknown/);
+    if (format === 'json') {
+      assert.equal(post.body.event, 'key_unknown');
+      assert.equal(post.body.key.tool, 'slow_refund');
+      assert.equal(post.body.key.state, 'unknown');
+      assert.match(post.body.key.key_hash, /^[0-9a-f]{64}$/);
+    } else {
+      assert.deepEqual(Object.keys(post.body), ['text']);
+    }
+    // the call that runs afterwards is answered as usual while the alert was on its way
+    assert.match(toolText(await c.callTool({ name: 'issue_refund', arguments: { order_id: 'fine-2', amount_cents: 1 } })), /^Refunded/);
+    assert.equal(hook.got.length, 1, 'one post per key');
+  });
+}
