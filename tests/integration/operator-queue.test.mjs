@@ -10,9 +10,10 @@ import os from 'node:os';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import {
-  IDEMGW_BIN, TEST_STORE, createDatabase, idemStatus, mcpClient, readLedger, replayMarker, run, startGateway,
+  IDEMGW_BIN, REPO, TEST_STORE, createDatabase, idemStatus, mcpClient, readLedger, replayMarker, run, startGateway,
   startRefundServer, startV2Server, tempDir, toolText, waitFor,
 } from './lib/harness.mjs';
+import { headlessPage } from './lib/cdp.mjs';
 
 const TOKEN = 'q-secret-4711';
 
@@ -312,3 +313,49 @@ for (const format of ['json', 'slack']) {
     assert.equal(hook.got.length, 1, 'one post per key');
   });
 }
+
+test('the page at /admin/ in headless Chromium: the unknown keys listed, a resolve clicked through', async (t) => {
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl: await createDatabase(),
+    config: {
+      subject: { static: 'ops' },
+      admin_token_file: await tokenFile(t),
+      timeouts: { upstream: '2s' },
+      tools: { slow_refund: { class: 'non_idempotent', exclude_args: ['delay_ms'] } },
+    },
+  });
+  const c = await mcpClient(t, gw.url);
+  await loseCall(c, 'page-1');
+  await loseCall(c, 'page-2');
+  await waitFor(async () => (await admin(gw, 'GET', '/admin/v1/keys?state=unknown')).body.keys.length === 2, { what: 'two unknown keys' });
+
+  const page = await headlessPage(t);
+  await page.navigate(`${gw.adminUrl}/admin/`);
+  await page.evaluate(`document.getElementById('token').value = ${JSON.stringify(TOKEN)}; document.getElementById('load').click(); true`);
+  await page.waitFor(`document.querySelectorAll('#keys tr').length === 2`, 'the two keys listed');
+  const states = await page.evaluate(`[...document.querySelectorAll('#keys tr td:nth-child(2)')].map((td) => td.textContent)`);
+  assert.deepEqual(states, ['unknown', 'unknown']);
+  const out = process.env.IDEMGW_TEST_OUTPUT ?? path.join(REPO, 'build', 'test-output', 'operator-queue');
+  await fs.mkdir(out, { recursive: true });
+  const shot = path.join(out, 'admin-page.png');
+  await fs.writeFile(shot, await page.screenshot());
+  t.diagnostic(`screenshot: ${shot}`);
+
+  // the newest key (page-2) first: open it, say why, resolve it as failed
+  const hash = await page.evaluate(`document.querySelector('#keys tr').dataset.hash`);
+  await page.evaluate(`document.querySelector('#keys tr button.open').click(); true`);
+  await page.waitFor(`!!document.querySelector('button.resolve-failed')`, 'the resolve buttons');
+  await page.evaluate(`document.querySelector('input.note').value = 'not in the ledger'; document.querySelector('button.resolve-failed').click(); true`);
+  await page.waitFor(`/^Resolved/.test(document.getElementById('status').textContent)`, 'the resolution');
+  await page.waitFor(`document.querySelectorAll('#keys tr').length === 1`, 'the list without the resolved key');
+  await fs.writeFile(path.join(out, 'admin-page-resolved.png'), await page.screenshot());
+
+  const rec = await admin(gw, 'GET', `/admin/v1/keys/${hash}`);
+  assert.equal(rec.body.state, 'failed');
+  assert.deepEqual(rec.body.actions.map((a) => [a.outcome, a.by, a.note]), [['failed', 'alice', 'not in the ledger']]);
+  const retry = await c.callTool({ name: 'slow_refund', arguments: { order_id: 'page-2', amount_cents: 7, delay_ms: 0 } });
+  assert.match(toolText(retry), /^Refunded 7 cents on order page-2/, JSON.stringify(retry));
+  assert.equal((await readLedger(upstream.ledger)).filter((l) => l.order_id === 'page-2').length, 2);
+});
