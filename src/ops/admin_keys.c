@@ -331,7 +331,7 @@ bool admin_keys_handle(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t
     snprintf(path, sizeof(path), "%.*s", (int)(plen < sizeof(path) - 1 ? plen : 0), t);
     const size_t api = strlen(API_PREFIX);
     if (strcmp(path, "/admin") == 0 || strcmp(path, "/admin/") == 0) {
-        if (req->method != HTTP_GET && req->method != HTTP_HEAD)
+        if (req->method != HTTP_GET)
             respond_error(conn, 405, "method", "GET", "Allow: GET\r\n", keep);
         else
             page(conn, keep);

@@ -32,6 +32,7 @@ typedef enum {
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
     STORE_OP_RELEASE_IN_DOUBT, /* claims whose answer was lost (store_pg_indoubt.c) */
     STORE_OP_QUEUE_LIST,       /* the operator's queue (store_pg_queue.c) */
+    STORE_OP_QUEUE_LIST_UNKNOWN,
     STORE_OP_QUEUE_SHOW,
     STORE_OP_QUEUE_RESOLVE,
     STORE_OP_QUEUE_SUMMARY,
@@ -220,6 +221,7 @@ void store_indoubt_free(store_pg_t *s);
 
 /* store_pg_queue.c: the operator's queue (store_queue.h); op->arg is its store_queue_op_t */
 extern const char store_pg_queue_list_sql[];
+extern const char store_pg_queue_list_unknown_sql[];
 extern const char store_pg_queue_show_sql[];
 extern const char store_pg_queue_resolve_sql[];
 extern const char store_pg_queue_summary_sql[];

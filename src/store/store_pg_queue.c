@@ -28,23 +28,29 @@
 
 /* $1 state filter ('' any, a state, 'stuck', 'open'), $2 scoped tool, $3 tool prefix,
  * $4 subject, $5 limit, $6 cursor ms (-1: none), $7 cursor hash, $8 updated since (ms, 0: none;
- * then oldest update first) */
-const char store_pg_queue_list_sql[] =
-    "SELECT json_build_object('rows', coalesce(json_agg(to_json(r)"
-    " ORDER BY r.since, r.created_ms DESC, r.h DESC), '[]'::json))::text FROM ("
-    " SELECT " Q_ROW ", CASE WHEN $8::bigint > 0 THEN " MS("k.updated_at") " END AS since"
-    " FROM idem_keys k WHERE k.expires_at > now()"
-    " AND CASE $1::text WHEN '' THEN true"
+ * then oldest update first). STATE is the state's condition. */
+#define LIST_SQL(STATE)                                                                            \
+    "SELECT json_build_object('rows', coalesce(json_agg(to_json(r)"                                \
+    " ORDER BY r.since, r.created_ms DESC, r.h DESC), '[]'::json))::text FROM ("                   \
+    " SELECT " Q_ROW ", CASE WHEN $8::bigint > 0 THEN " MS("k.updated_at") " END AS since"       \
+    " FROM idem_keys k WHERE k.expires_at > now() AND " STATE                                      \
+    " AND ($2::text IS NULL OR k.tool = $2::text)"                                                 \
+    " AND ($3::text IS NULL OR left(k.tool, length($3::text)) = $3::text)"                         \
+    " AND ($4::text IS NULL OR k.subject = $4::text)"                                              \
+    " AND ($8::bigint = 0 OR k.updated_at >= to_timestamp($8::bigint / 1000.0))"                   \
+    " AND ($8::bigint > 0 OR $6::bigint < 0"                                                       \
+    "  OR (" MS("k.created_at") ", " HASH("k") ") < ($6::bigint, $7::text))"                      \
+    " ORDER BY since, created_ms DESC, h DESC LIMIT $5::integer) r"
+
+const char store_pg_queue_list_sql[] = LIST_SQL(
+    "CASE $1::text WHEN '' THEN true"
     "  WHEN 'stuck' THEN k.state = 'in_progress' AND k.lease_until <= now()"
-    "  WHEN 'open' THEN " OPEN_ROW("k")
-    "  ELSE k.state = $1::text END"
-    " AND ($2::text IS NULL OR k.tool = $2::text)"
-    " AND ($3::text IS NULL OR left(k.tool, length($3::text)) = $3::text)"
-    " AND ($4::text IS NULL OR k.subject = $4::text)"
-    " AND ($8::bigint = 0 OR k.updated_at >= to_timestamp($8::bigint / 1000.0))"
-    " AND ($8::bigint > 0 OR $6::bigint < 0"
-    "  OR (" MS("k.created_at") ", " HASH("k") ") < ($6::bigint, $7::text))"
-    " ORDER BY since, created_ms DESC, h DESC LIMIT $5::integer) r";
+    "  WHEN 'open' THEN " OPEN_ROW("k") " ELSE k.state = $1::text END");
+
+/* The same for the unknown keys alone, with the state written in: it reads the partial index
+ * idem_keys_unknown_idx whatever plan the statement is given (the alerts poll it twice a
+ * second). $1 is 'unknown'. */
+const char store_pg_queue_list_unknown_sql[] = LIST_SQL("k.state = 'unknown' AND $1::text <> ''");
 
 /* $1 key_hash prefix: at most two live rows, each with its duplicates, result and actions */
 const char store_pg_queue_show_sql[] =
@@ -94,7 +100,8 @@ const char store_pg_queue_summary_sql[] =
 
 bool store_pg_queue_kind(store_op_kind_t kind)
 {
-    return kind == STORE_OP_QUEUE_LIST || kind == STORE_OP_QUEUE_SHOW ||
+    return kind == STORE_OP_QUEUE_LIST || kind == STORE_OP_QUEUE_LIST_UNKNOWN ||
+           kind == STORE_OP_QUEUE_SHOW ||
            kind == STORE_OP_QUEUE_RESOLVE || kind == STORE_OP_QUEUE_SUMMARY;
 }
 
@@ -122,6 +129,8 @@ store_status_t store_pg_queue(void *impl, store_queue_op_t *q)
         return STORE_ERR_STATEMENT;
     store_op_t *op = xcalloc(1, sizeof(*op));
     op->kind = kinds[q->kind];
+    if (q->kind == STORE_QUEUE_LIST && q->state == STORE_QUEUE_STATE_UNKNOWN)
+        op->kind = STORE_OP_QUEUE_LIST_UNKNOWN;
     op->arg = q;
     switch (q->kind) {
     case STORE_QUEUE_LIST:

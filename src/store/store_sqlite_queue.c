@@ -11,6 +11,7 @@
 
 #include <jansson.h>
 #include <sqlite3.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define Q_COLS                                                                                     \
@@ -72,26 +73,33 @@ static void list_row(sqlite3_stmt *st, json_t *acc)
 
 static store_status_t run_list(sqlite3 *db, store_queue_op_t *q, int64_t now)
 {
-    static const char *const states[] = {"",       "unknown", "in_progress", "succeeded",
-                                         "failed", "stuck",   "open"};
-    static const char sql[] =
+    /* the state's condition is written into the statement, so a list of unknown keys (the
+     * alerts' poll, twice a second) reads idem_keys_unknown_idx instead of the table */
+    static const char *const states[] = {
+        [STORE_QUEUE_STATE_ANY] = "1",
+        [STORE_QUEUE_STATE_UNKNOWN] = "state = 'unknown'",
+        [STORE_QUEUE_STATE_IN_PROGRESS] = "state = 'in_progress'",
+        [STORE_QUEUE_STATE_SUCCEEDED] = "state = 'succeeded'",
+        [STORE_QUEUE_STATE_FAILED] = "state = 'failed'",
+        [STORE_QUEUE_STATE_STUCK] = "state = 'in_progress' AND lease_until <= ?1",
+        [STORE_QUEUE_STATE_OPEN] = OPEN_ROW,
+    };
+    char *sql = xasprintf(
         "SELECT " Q_COLS ", idemgw_key_hash(key) AS h FROM idem_keys"
-        " WHERE expires_at > ?1"
-        " AND CASE ?2 WHEN '' THEN 1"
-        "  WHEN 'stuck' THEN state = 'in_progress' AND lease_until <= ?1"
-        "  WHEN 'open' THEN " OPEN_ROW " ELSE state = ?2 END"
+        " WHERE expires_at > ?1 AND (%s)"
         " AND (?3 IS NULL OR tool = ?3)"
         " AND (?4 IS NULL OR substr(tool, 1, length(?4)) = ?4)"
         " AND (?5 IS NULL OR subject = ?5)"
         " AND (?6 = 0 OR updated_at >= ?6)"
         " AND (?6 > 0 OR ?7 < 0 OR (created_at, idemgw_key_hash(key)) < (?7, ?8))"
-        " ORDER BY CASE WHEN ?6 > 0 THEN updated_at END, created_at DESC, h DESC LIMIT ?9";
+        " ORDER BY CASE WHEN ?6 > 0 THEN updated_at END, created_at DESC, h DESC LIMIT ?9",
+        states[q->state]);
     sqlite3_stmt *st;
     int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    free(sql);
     if (rc != SQLITE_OK)
         return sq_status(rc);
     sqlite3_bind_int64(st, 1, now);
-    sqlite3_bind_text(st, 2, states[q->state], -1, SQLITE_STATIC);
     bind_opt(st, 3, q->tool_exact);
     bind_opt(st, 4, q->tool_prefix);
     bind_opt(st, 5, q->subject);

@@ -11,7 +11,7 @@ import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import {
   IDEMGW_BIN, REPO, TEST_STORE, createDatabase, idemStatus, mcpClient, readLedger, replayMarker, run, startGateway,
-  startRefundServer, startV2Server, tempDir, toolText, waitFor,
+  startRefundServer, startV2Server, tempDir, toolText, waitFor, waitForLedger,
 } from './lib/harness.mjs';
 import { headlessPage } from './lib/cdp.mjs';
 
@@ -358,4 +358,56 @@ test('the page at /admin/ in headless Chromium: the unknown keys listed, a resol
   const retry = await c.callTool({ name: 'slow_refund', arguments: { order_id: 'page-2', amount_cents: 7, delay_ms: 0 } });
   assert.match(toolText(retry), /^Refunded 7 cents on order page-2/, JSON.stringify(retry));
   assert.equal((await readLedger(upstream.ledger)).filter((l) => l.order_id === 'page-2').length, 2);
+});
+
+test('resolve by state: in progress is 409, in progress past its lease (the gateway died) is resolvable, failed is 409', async (t) => {
+  const upstream = await startRefundServer(t, { jsonResponse: true });
+  const databaseUrl = await createDatabase();
+  const config = {
+    subject: { static: 'ops' },
+    admin_token_file: await tokenFile(t),
+    timeouts: { upstream: '2s' },
+    tools: { slow_refund: { class: 'non_idempotent', lease: '2s', exclude_args: ['delay_ms'] } },
+  };
+  const gw = await startGateway(t, { upstream: upstream.url, databaseUrl, config });
+  const c = await mcpClient(t, gw.url);
+  const pending = c.callTool({ name: 'slow_refund', arguments: { order_id: 'stuck', amount_cents: 3, delay_ms: 9000 } }).catch((e) => e);
+  await waitForLedger(upstream.ledger, 1);
+  const live = await waitFor(async () => (await admin(gw, 'GET', '/admin/v1/keys?state=in_progress')).body.keys[0] ?? null, { what: 'the call in progress' });
+  const busy = await admin(gw, 'POST', `/admin/v1/keys/${live.key_hash}/resolve`, { body: { outcome: 'failed' } });
+  assert.equal(busy.status, 409, busy.text);
+  assert.equal(busy.body.state, 'in_progress');
+
+  // the gateway dies holding the claim: once its lease is over the key is stuck, and listed so
+  gw.proc.kill('SIGKILL');
+  await gw.exited;
+  await pending;
+  const stuck = await waitFor(async () => {
+    const r = await run(IDEMGW_BIN, ['keys', 'list', '--state', 'stuck', '--json', '--database-url', databaseUrl]);
+    assert.equal(r.code, 0, r.stderr);
+    return JSON.parse(r.stdout).keys[0] ?? null;
+  }, { timeoutMs: 10000, intervalMs: 200, what: 'the lease to run out' });
+  assert.equal(stuck.key_hash, live.key_hash);
+  assert.equal(stuck.lease_expired, true);
+  const open = await run(IDEMGW_BIN, ['keys', 'list', '--state', 'open', '--database-url', databaseUrl]);
+  assert.match(open.stdout, new RegExp(`^${live.key_hash}\\s+in_progress\\s+slow_refund\\s+ops`, 'm'));
+
+  const res = await run(IDEMGW_BIN, ['keys', 'resolve', live.key_hash, '--failed', '--note', 'the refund never landed', '--by', 'carol', '--database-url', databaseUrl]);
+  assert.equal(res.code, 0, res.stderr);
+  assert.equal(JSON.parse(res.stdout).previous_state, 'in_progress');
+  const twice = await run(IDEMGW_BIN, ['keys', 'resolve', live.key_hash, '--failed', '--database-url', databaseUrl]);
+  assert.equal(twice.code, 1, 'a failed key is not resolved again');
+  assert.match(twice.stderr, /its state is failed/);
+  const shown = await run(IDEMGW_BIN, ['keys', 'show', live.key_hash.slice(0, 12), '--database-url', databaseUrl]);
+  assert.deepEqual(JSON.parse(shown.stdout).actions.map((a) => [a.outcome, a.by, a.previous_state, a.note]),
+    [['failed', 'carol', 'in_progress', 'the refund never landed']]);
+
+  // a new gateway on the same store runs the retry once
+  const gw2 = await startGateway(t, { upstream: upstream.url, databaseUrl, config });
+  const c2 = await mcpClient(t, gw2.url);
+  const retry = await c2.callTool({ name: 'slow_refund', arguments: { order_id: 'stuck', amount_cents: 3, delay_ms: 0 } });
+  assert.match(toolText(retry), /^Refunded 3 cents on order stuck/, JSON.stringify(retry));
+  assert.equal((await readLedger(upstream.ledger)).filter((l) => l.order_id === 'stuck').length, 2);
+  const usage = await run(IDEMGW_BIN, ['keys', 'resolve', live.key_hash, '--succeeded', '--database-url', databaseUrl]);
+  assert.equal(usage.code, 2, 'succeeded needs its result file');
 });
