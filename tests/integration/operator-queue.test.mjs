@@ -6,7 +6,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import {
@@ -16,25 +15,6 @@ import {
 import { headlessPage } from './lib/cdp.mjs';
 
 const TOKEN = 'q-secret-4711';
-
-/** Both stores in one run: the suite's own (TEST_STORE) and the other one. */
-async function databaseOf(kind) {
-  if (kind === TEST_STORE) return createDatabase();
-  if (kind === 'sqlite') {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'idemgw-sqlite-'));
-    return `sqlite:${path.join(dir, 'keys.db')}`;
-  }
-  return process.env.IDEMGW_TEST_PG_URL ? createDatabaseOn(process.env.IDEMGW_TEST_PG_URL) : null;
-}
-
-async function createDatabaseOn(base) {
-  const name = `q_${process.pid}_${Date.now().toString(36)}_${Math.floor(Math.random() * 1e6)}`;
-  const r = await run('psql', [base, '-v', 'ON_ERROR_STOP=1', '-qc', `CREATE DATABASE ${name}`]);
-  if (r.code !== 0) throw new Error(`CREATE DATABASE failed: ${r.stderr}`);
-  const u = new URL(base);
-  u.pathname = `/${name}`;
-  return u.toString();
-}
 
 async function tokenFile(t) {
   const dir = await tempDir(t, 'idemgw-tokens-');
@@ -63,141 +43,139 @@ async function loseCall(client, order) {
   await assert.rejects(client.callTool({ name: 'slow_refund', arguments: { order_id: order, amount_cents: 7, delay_ms: 9000 } }));
 }
 
-for (const kind of ['postgres', 'sqlite']) {
-  test(`${kind}: the queue lists unknown keys; operators resolve them; retries follow in both eras`, async (t) => {
-    const databaseUrl = await databaseOf(kind);
-    if (!databaseUrl) return t.skip('no Postgres (IDEMGW_TEST_PG_URL)');
-    const upstream = await startV2Server(t);
-    const gw = await startGateway(t, {
-      upstream: upstream.url,
-      databaseUrl,
-      config: {
-        subject: { static: 'ops' },
-        admin_token_file: await tokenFile(t),
-        timeouts: { upstream: '3s' },
-        // delay_ms is left out of the key: a retry is the same call, answered at once
-        tools: { get_ledger: { class: 'read' }, slow_refund: { in_progress: 'reject', exclude_args: ['delay_ms'] } },
-      },
-    });
-
-    // every endpoint wants the token
-    for (const [method, p] of [['GET', '/admin/v1/keys'], ['GET', '/admin/v1/keys/abcdef12'], ['POST', '/admin/v1/keys/abcdef12/resolve']]) {
-      assert.equal((await admin(gw, method, p, { token: null })).status, 401, `${method} ${p} without a token`);
-      const wrong = await admin(gw, method, p, { token: 'q-secret-4712' });
-      assert.equal(wrong.status, 401, `${method} ${p} with a wrong token`);
-      assert.match(wrong.headers.get('www-authenticate') ?? '', /^Bearer/);
-    }
-    // the agent listener never serves them
-    assert.equal((await fetch(`http://127.0.0.1:${gw.port}/admin/v1/keys`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status === 200, false);
-
-    const sdk1 = await mcpClient(t, gw.url);
-    const v2 = new Client({ name: 'idemgw-v2-pinned', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
-    await v2.connect(new StreamableHTTPClientTransport(new URL(gw.url)));
-    t.after(() => v2.close().catch(() => {}));
-
-    // a succeeded key cannot be resolved: 409 with its state
-    assert.match(toolText(await sdk1.callTool({ name: 'issue_refund', arguments: { order_id: 'ok-1', amount_cents: 1 } })), /^Refunded/);
-    const done = await waitFor(async () => (await admin(gw, 'GET', '/admin/v1/keys?state=succeeded')).body.keys[0] ?? null, { what: 'the succeeded key' });
-    const conflict = await admin(gw, 'POST', `/admin/v1/keys/${done.key_hash}/resolve`, { body: { outcome: 'failed', note: 'no' } });
-    assert.equal(conflict.status, 409, conflict.text);
-    assert.equal(conflict.body.state, 'succeeded');
-
-    // three calls lost: each key shows up in the list as unknown, and in the gauge
-    const orders = ['lost-a', 'lost-b', 'lost-c'];
-    const hashes = {};
-    for (const order of orders) {
-      await loseCall(sdk1, order);
-      const before = new Set(Object.values(hashes));
-      const k = await waitFor(async () => {
-        const r = await admin(gw, 'GET', '/admin/v1/keys?state=unknown&tool=slow_refund');
-        return r.body.keys.find((e) => !before.has(e.key_hash)) ?? null;
-      }, { timeoutMs: 1000, what: `${order} listed within a second` });
-      assert.equal(k.tool, 'slow_refund');
-      assert.equal(k.server, null);
-      assert.equal(k.subject, 'ops');
-      assert.match(k.key_hash, /^[0-9a-f]{64}$/);
-      hashes[order] = k.key_hash;
-    }
-    const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-    assert.match(metrics, /^idemgw_operator_queue_keys\{server="",tool="slow_refund"\} 3$/m);
-    assert.match(metrics, /^idemgw_operator_queue_oldest_seconds \d/m);
-
-    // newest first, a page at a time
-    const page1 = await admin(gw, 'GET', '/admin/v1/keys?state=unknown&limit=2');
-    assert.deepEqual(page1.body.keys.map((k) => k.key_hash), [hashes['lost-c'], hashes['lost-b']]);
-    const page2 = await admin(gw, 'GET', `/admin/v1/keys?state=unknown&limit=2&cursor=${encodeURIComponent(page1.body.next)}`);
-    assert.deepEqual(page2.body.keys.map((k) => k.key_hash), [hashes['lost-a']]);
-    assert.equal(page2.body.next, null);
-    assert.equal((await admin(gw, 'GET', '/admin/v1/keys?state=bogus')).status, 400);
-
-    // one key's record, by a unique prefix
-    const shown = await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-a'].slice(0, 12)}`);
-    assert.equal(shown.status, 200, shown.text);
-    assert.equal(shown.body.key_hash, hashes['lost-a']);
-    assert.equal(shown.body.state, 'unknown');
-    assert.deepEqual(shown.body.actions, []);
-    assert.equal((await admin(gw, 'GET', '/admin/v1/keys/0000000000000000')).status, 404);
-
-    // lost-a ran downstream: the operator supplies its result; retries replay it, marked, in both eras
-    const result = { content: [{ type: 'text', text: 'Refunded 7 cents on order lost-a (confirmed by hand)' }] };
-    const resolved = await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-a'].slice(0, 10)}/resolve`, { body: { outcome: 'succeeded', result, note: 'ledger checked' } });
-    assert.equal(resolved.status, 200, resolved.text);
-    assert.equal(resolved.body.by, 'alice');
-    assert.equal(resolved.body.previous_state, 'unknown');
-    const again = await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-a']}/resolve`, { body: { outcome: 'failed' } });
-    assert.equal(again.status, 409, 'a resolved key is not resolved twice');
-    const lostA = { order_id: 'lost-a', amount_cents: 7, delay_ms: 0 };
-    for (const client of [sdk1, v2]) {
-      const r = await client.callTool({ name: 'slow_refund', arguments: lostA });
-      assert.equal(toolText(r), result.content[0].text, JSON.stringify(r));
-      assert.ok(replayMarker(r), 'a replay');
-      assert.equal(r._meta['idemgw/operator'].by, 'alice');
-      assert.equal(r._meta['idemgw/operator'].note, 'ledger checked');
-    }
-    assert.equal((await ledgerOf(upstream.ledger, 'lost-a')).length, 1, 'lost-a never ran again');
-
-    // lost-b never ran: resolved as failed, the next retry runs exactly once
-    assert.equal((await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-b']}/resolve`, { body: { outcome: 'failed', note: 'not in the ledger' } })).status, 200);
-    const lostB = { order_id: 'lost-b', amount_cents: 7, delay_ms: 0 };
-    const retry = await sdk1.callTool({ name: 'slow_refund', arguments: lostB });
-    assert.match(toolText(retry), /^Refunded 7 cents on order lost-b/, JSON.stringify(retry));
-    assert.equal(replayMarker(retry), undefined, 'the retry ran');
-    const twice = await v2.callTool({ name: 'slow_refund', arguments: lostB });
-    assert.ok(replayMarker(twice), 'the next retry replays the run');
-    assert.equal(twice._meta['idemgw/operator'], undefined, 'a result the upstream gave is not marked as an operator\'s');
-    assert.equal((await ledgerOf(upstream.ledger, 'lost-b')).length, 2, 'the first call, then the retry: once more, not twice');
-
-    // lost-c through the command line: forget
-    const cli = await run(IDEMGW_BIN, ['keys', 'list', '--state', 'unknown', '--json', '--database-url', databaseUrl]);
-    assert.equal(cli.code, 0, cli.stderr);
-    assert.ok(JSON.parse(cli.stdout).keys.some((k) => k.key_hash === hashes['lost-c']), cli.stdout);
-    const forget = await run(IDEMGW_BIN, ['keys', 'resolve', hashes['lost-c'].slice(0, 8), '--forget', '--note', 'duplicate order', '--by', 'bob', '--database-url', databaseUrl]);
-    assert.equal(forget.code, 0, forget.stderr);
-    assert.equal(JSON.parse(forget.stdout).outcome, 'forget');
-    assert.equal((await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-c']}`)).status, 404, 'a forgotten key is gone');
-
-    // the actions are kept with who, when and the note
-    const a = await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-a']}`);
-    assert.equal(a.body.state, 'succeeded');
-    assert.equal(a.body.actions.length, 1);
-    assert.equal(a.body.actions[0].by, 'alice');
-    assert.equal(a.body.actions[0].note, 'ledger checked');
-    assert.equal(a.body.actions[0].outcome, 'succeeded');
-    assert.ok(Date.parse(a.body.actions[0].at) > 0);
-    const m2 = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-    assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="succeeded"\} 1$/m);
-    assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="failed"\} 1$/m);
-    assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="forget"\} 1$/m);
-    assert.match(m2, /^idemgw_operator_resolution_seconds_count 3$/m);
-    assert.doesNotMatch(m2, /^idemgw_operator_queue_keys\{/m, 'no key waits any more');
-
-    // the page is served, with no outside assets
-    const pageRes = await admin(gw, 'GET', '/admin/', { token: null });
-    assert.equal(pageRes.status, 200);
-    assert.match(pageRes.headers.get('content-type'), /^text\/html/);
-    assert.doesNotMatch(pageRes.text, /<script[^>]+src=|<link[^>]+href=/);
+// tests/run-all.sh runs this file on Postgres, then again on the embedded store
+test(`${TEST_STORE}: the queue lists unknown keys; operators resolve them; retries follow in both eras`, async (t) => {
+  const databaseUrl = await createDatabase();
+  const upstream = await startV2Server(t);
+  const gw = await startGateway(t, {
+    upstream: upstream.url,
+    databaseUrl,
+    config: {
+      subject: { static: 'ops' },
+      admin_token_file: await tokenFile(t),
+      timeouts: { upstream: '3s' },
+      // delay_ms is left out of the key: a retry is the same call, answered at once
+      tools: { get_ledger: { class: 'read' }, slow_refund: { in_progress: 'reject', exclude_args: ['delay_ms'] } },
+    },
   });
-}
+
+  // every endpoint wants the token
+  for (const [method, p] of [['GET', '/admin/v1/keys'], ['GET', '/admin/v1/keys/abcdef12'], ['POST', '/admin/v1/keys/abcdef12/resolve']]) {
+    assert.equal((await admin(gw, method, p, { token: null })).status, 401, `${method} ${p} without a token`);
+    const wrong = await admin(gw, method, p, { token: 'q-secret-4712' });
+    assert.equal(wrong.status, 401, `${method} ${p} with a wrong token`);
+    assert.match(wrong.headers.get('www-authenticate') ?? '', /^Bearer/);
+  }
+  // the agent listener never serves them
+  assert.equal((await fetch(`http://127.0.0.1:${gw.port}/admin/v1/keys`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status === 200, false);
+
+  const sdk1 = await mcpClient(t, gw.url);
+  const v2 = new Client({ name: 'idemgw-v2-pinned', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
+  await v2.connect(new StreamableHTTPClientTransport(new URL(gw.url)));
+  t.after(() => v2.close().catch(() => {}));
+
+  // a succeeded key cannot be resolved: 409 with its state
+  assert.match(toolText(await sdk1.callTool({ name: 'issue_refund', arguments: { order_id: 'ok-1', amount_cents: 1 } })), /^Refunded/);
+  const done = await waitFor(async () => (await admin(gw, 'GET', '/admin/v1/keys?state=succeeded')).body.keys[0] ?? null, { what: 'the succeeded key' });
+  const conflict = await admin(gw, 'POST', `/admin/v1/keys/${done.key_hash}/resolve`, { body: { outcome: 'failed', note: 'no' } });
+  assert.equal(conflict.status, 409, conflict.text);
+  assert.equal(conflict.body.state, 'succeeded');
+
+  // three calls lost: each key shows up in the list as unknown, and in the gauge
+  const orders = ['lost-a', 'lost-b', 'lost-c'];
+  const hashes = {};
+  for (const order of orders) {
+    await loseCall(sdk1, order);
+    const before = new Set(Object.values(hashes));
+    const k = await waitFor(async () => {
+      const r = await admin(gw, 'GET', '/admin/v1/keys?state=unknown&tool=slow_refund');
+      return r.body.keys.find((e) => !before.has(e.key_hash)) ?? null;
+    }, { timeoutMs: 1000, what: `${order} listed within a second` });
+    assert.equal(k.tool, 'slow_refund');
+    assert.equal(k.server, null);
+    assert.equal(k.subject, 'ops');
+    assert.match(k.key_hash, /^[0-9a-f]{64}$/);
+    hashes[order] = k.key_hash;
+  }
+  const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  assert.match(metrics, /^idemgw_operator_queue_keys\{server="",tool="slow_refund"\} 3$/m);
+  assert.match(metrics, /^idemgw_operator_queue_oldest_seconds \d/m);
+
+  // newest first, a page at a time
+  const page1 = await admin(gw, 'GET', '/admin/v1/keys?state=unknown&limit=2');
+  assert.deepEqual(page1.body.keys.map((k) => k.key_hash), [hashes['lost-c'], hashes['lost-b']]);
+  const page2 = await admin(gw, 'GET', `/admin/v1/keys?state=unknown&limit=2&cursor=${encodeURIComponent(page1.body.next)}`);
+  assert.deepEqual(page2.body.keys.map((k) => k.key_hash), [hashes['lost-a']]);
+  assert.equal(page2.body.next, null);
+  assert.equal((await admin(gw, 'GET', '/admin/v1/keys?state=bogus')).status, 400);
+
+  // one key's record, by a unique prefix
+  const shown = await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-a'].slice(0, 12)}`);
+  assert.equal(shown.status, 200, shown.text);
+  assert.equal(shown.body.key_hash, hashes['lost-a']);
+  assert.equal(shown.body.state, 'unknown');
+  assert.deepEqual(shown.body.actions, []);
+  assert.equal((await admin(gw, 'GET', '/admin/v1/keys/0000000000000000')).status, 404);
+
+  // lost-a ran downstream: the operator supplies its result; retries replay it, marked, in both eras
+  const result = { content: [{ type: 'text', text: 'Refunded 7 cents on order lost-a (confirmed by hand)' }] };
+  const resolved = await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-a'].slice(0, 10)}/resolve`, { body: { outcome: 'succeeded', result, note: 'ledger checked' } });
+  assert.equal(resolved.status, 200, resolved.text);
+  assert.equal(resolved.body.by, 'alice');
+  assert.equal(resolved.body.previous_state, 'unknown');
+  const again = await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-a']}/resolve`, { body: { outcome: 'failed' } });
+  assert.equal(again.status, 409, 'a resolved key is not resolved twice');
+  const lostA = { order_id: 'lost-a', amount_cents: 7, delay_ms: 0 };
+  for (const client of [sdk1, v2]) {
+    const r = await client.callTool({ name: 'slow_refund', arguments: lostA });
+    assert.equal(toolText(r), result.content[0].text, JSON.stringify(r));
+    assert.ok(replayMarker(r), 'a replay');
+    assert.equal(r._meta['idemgw/operator'].by, 'alice');
+    assert.equal(r._meta['idemgw/operator'].note, 'ledger checked');
+  }
+  assert.equal((await ledgerOf(upstream.ledger, 'lost-a')).length, 1, 'lost-a never ran again');
+
+  // lost-b never ran: resolved as failed, the next retry runs exactly once
+  assert.equal((await admin(gw, 'POST', `/admin/v1/keys/${hashes['lost-b']}/resolve`, { body: { outcome: 'failed', note: 'not in the ledger' } })).status, 200);
+  const lostB = { order_id: 'lost-b', amount_cents: 7, delay_ms: 0 };
+  const retry = await sdk1.callTool({ name: 'slow_refund', arguments: lostB });
+  assert.match(toolText(retry), /^Refunded 7 cents on order lost-b/, JSON.stringify(retry));
+  assert.equal(replayMarker(retry), undefined, 'the retry ran');
+  const twice = await v2.callTool({ name: 'slow_refund', arguments: lostB });
+  assert.ok(replayMarker(twice), 'the next retry replays the run');
+  assert.equal(twice._meta['idemgw/operator'], undefined, 'a result the upstream gave is not marked as an operator\'s');
+  assert.equal((await ledgerOf(upstream.ledger, 'lost-b')).length, 2, 'the first call, then the retry: once more, not twice');
+
+  // lost-c through the command line: forget
+  const cli = await run(IDEMGW_BIN, ['keys', 'list', '--state', 'unknown', '--json', '--database-url', databaseUrl]);
+  assert.equal(cli.code, 0, cli.stderr);
+  assert.ok(JSON.parse(cli.stdout).keys.some((k) => k.key_hash === hashes['lost-c']), cli.stdout);
+  const forget = await run(IDEMGW_BIN, ['keys', 'resolve', hashes['lost-c'].slice(0, 8), '--forget', '--note', 'duplicate order', '--by', 'bob', '--database-url', databaseUrl]);
+  assert.equal(forget.code, 0, forget.stderr);
+  assert.equal(JSON.parse(forget.stdout).outcome, 'forget');
+  assert.equal((await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-c']}`)).status, 404, 'a forgotten key is gone');
+
+  // the actions are kept with who, when and the note
+  const a = await admin(gw, 'GET', `/admin/v1/keys/${hashes['lost-a']}`);
+  assert.equal(a.body.state, 'succeeded');
+  assert.equal(a.body.actions.length, 1);
+  assert.equal(a.body.actions[0].by, 'alice');
+  assert.equal(a.body.actions[0].note, 'ledger checked');
+  assert.equal(a.body.actions[0].outcome, 'succeeded');
+  assert.ok(Date.parse(a.body.actions[0].at) > 0);
+  const m2 = await (await fetch(`${gw.adminUrl}/metrics`)).text();
+  assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="succeeded"\} 1$/m);
+  assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="failed"\} 1$/m);
+  assert.match(m2, /^idemgw_operator_resolutions_total\{outcome="forget"\} 1$/m);
+  assert.match(m2, /^idemgw_operator_resolution_seconds_count 3$/m);
+  assert.doesNotMatch(m2, /^idemgw_operator_queue_keys\{/m, 'no key waits any more');
+
+  // the page is served, with no outside assets
+  const pageRes = await admin(gw, 'GET', '/admin/', { token: null });
+  assert.equal(pageRes.status, 200);
+  assert.match(pageRes.headers.get('content-type'), /^text\/html/);
+  assert.doesNotMatch(pageRes.text, /<script[^>]+src=|<link[^>]+href=/);
+});
 
 test('without admin_token_file the operator API answers 403 and names the setting', async (t) => {
   const upstream = await startRefundServer(t, { jsonResponse: true });
