@@ -59,8 +59,7 @@ static void answered(store_status_t st, store_queue_answer_t a, const json_t *bo
     }
     if (a != STORE_QUEUE_OK) {
         fprintf(stderr, "%s: %s%s%s\n", k->run.cmd, str_or(body, "message", "failed"),
-                json_object_get(body, "state") ? "; its state is " : "",
-                str_or(body, "state", ""));
+                json_object_get(body, "state") ? "; its state is " : "", str_or(body, "state", ""));
         k->run.rc = a == STORE_QUEUE_INVALID ? KEYS_EXIT_USAGE : 1;
         store_cli_done(&k->run);
         return;
@@ -102,8 +101,22 @@ static store_status_t keys_call(store_t *store, store_cli_run_t *run)
 
 int keys_cmd_main(int argc, char **argv)
 {
-    enum { O_STATE = 256, O_SERVER, O_TOOL, O_SUBJECT, O_LIMIT, O_CURSOR, O_JSON, O_DB,
-           O_SUCCEEDED, O_FAILED, O_FORGET, O_RESULT, O_NOTE, O_BY };
+    enum {
+        O_STATE = 256,
+        O_SERVER,
+        O_TOOL,
+        O_SUBJECT,
+        O_LIMIT,
+        O_CURSOR,
+        O_JSON,
+        O_DB,
+        O_SUCCEEDED,
+        O_FAILED,
+        O_FORGET,
+        O_RESULT,
+        O_NOTE,
+        O_BY
+    };
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'},
         {"database-url", required_argument, NULL, O_DB},
@@ -201,8 +214,7 @@ int keys_cmd_main(int argc, char **argv)
     }
     if (k.verb != KEYS_LIST) {
         if (optind != argc - 1) {
-            fprintf(stderr, "idemgw keys %s: give one key_hash (or a unique prefix of it)\n",
-                    verb);
+            fprintf(stderr, "idemgw keys %s: give one key_hash (or a unique prefix of it)\n", verb);
             return KEYS_EXIT_USAGE;
         }
         k.hash = argv[optind];
@@ -231,8 +243,8 @@ int keys_cmd_main(int argc, char **argv)
             json_error_t err;
             result = json_load_file(result_file, 0, &err);
             if (!json_is_object(result)) {
-                fprintf(stderr, "idemgw keys resolve: %s: not a JSON object (%s)\n",
-                        result_file, result ? "another JSON value" : err.text);
+                fprintf(stderr, "idemgw keys resolve: %s: not a JSON object (%s)\n", result_file,
+                        result ? "another JSON value" : err.text);
                 json_decref(result);
                 return KEYS_EXIT_USAGE;
             }

@@ -58,8 +58,8 @@ static bool same_secret(const char *a, size_t alen, const char *b, size_t blen)
     return alen == blen && alen > 0 && CRYPTO_memcmp(a, b, alen) == 0;
 }
 
-bool admin_keys_token_match(const char *file_text, const char *file_path,
-                            const char *authorization, char *name, size_t name_len)
+bool admin_keys_token_match(const char *file_text, const char *file_path, const char *authorization,
+                            char *name, size_t name_len)
 {
     if (!authorization || strncasecmp(authorization, "Bearer ", 7) != 0)
         return false;
@@ -97,8 +97,8 @@ bool admin_keys_token_match(const char *file_text, const char *file_path,
 
 /* True when the request may use the API, with the token's name in name; else it has been
  * answered (403 without a token file, 401 without the right token). */
-static bool authorized(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req,
-                       char *name, size_t name_len)
+static bool authorized(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *req, char *name,
+                       size_t name_len)
 {
     bool keep = req->keep_alive;
     const char *path = ctx->token_file;
@@ -118,9 +118,8 @@ static bool authorized(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t
                       "admin_token_file cannot be read: see the gateway's log", NULL, keep);
         return false;
     }
-    bool ok = admin_keys_token_match(text, path,
-                                     http_headers_get(&req->headers, "authorization"), name,
-                                     name_len);
+    bool ok = admin_keys_token_match(text, path, http_headers_get(&req->headers, "authorization"),
+                                     name, name_len);
     OPENSSL_cleanse(text, len);
     free(text);
     if (!ok)
@@ -138,8 +137,7 @@ static void call_gone(void *arg)
     ((api_call_t *)arg)->conn = NULL;
 }
 
-static void api_answered(store_status_t st, store_queue_answer_t a, const json_t *body,
-                         void *arg)
+static void api_answered(store_status_t st, store_queue_answer_t a, const json_t *body, void *arg)
 {
     api_call_t *c = arg;
     if (!c->conn) {
@@ -228,12 +226,11 @@ static void keys_list(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t 
     char *state = query_get(query, "state"), *server = query_get(query, "server");
     char *tool = query_get(query, "tool"), *subject = query_get(query, "subject");
     char *limit = query_get(query, "limit"), *cursor = query_get(query, "cursor");
-    store_queue_filter_t f = {.server = server, .tool = tool, .subject = subject,
-                              .cursor = cursor};
+    store_queue_filter_t f = {.server = server, .tool = tool, .subject = subject, .cursor = cursor};
     if (!store_queue_state_parse(state, &f.state)) {
         respond_error(conn, 400, "invalid",
-                      "state is one of unknown, in_progress, succeeded, failed, stuck, open",
-                      NULL, req->keep_alive);
+                      "state is one of unknown, in_progress, succeeded, failed, stuck, open", NULL,
+                      req->keep_alive);
         goto out;
     }
     if (limit) {
@@ -289,8 +286,7 @@ static void keys_resolve(const admin_ctx_t *ctx, http_conn_t *conn, http_request
         bad = "outcome is one of succeeded, failed, forget";
     else if (note && !json_is_null(note) && !json_is_string(note))
         bad = "note is a string";
-    else if (r.outcome == STORE_QUEUE_SUCCEEDED &&
-             !json_is_object(json_object_get(body, "result")))
+    else if (r.outcome == STORE_QUEUE_SUCCEEDED && !json_is_object(json_object_get(body, "result")))
         bad = "a succeeded outcome needs its result: a CallToolResult object ({\"content\": "
               "[...]}) that retries will replay";
     else if (r.outcome != STORE_QUEUE_SUCCEEDED && json_object_get(body, "result"))

@@ -21,8 +21,8 @@ bool admin_keys_handle(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t
 
 /* The token named by authorization ("Bearer TOKEN") in the file's text: true with its name
  * in name. Pure, for the unit test. */
-bool admin_keys_token_match(const char *file_text, const char *file_path,
-                            const char *authorization, char *name, size_t name_len);
+bool admin_keys_token_match(const char *file_text, const char *file_path, const char *authorization,
+                            char *name, size_t name_len);
 
 /* The queue's series for /metrics, from store_queue_summary's answer (NULL: not read, only
  * the HELP and TYPE lines). */

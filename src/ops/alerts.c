@@ -141,8 +141,9 @@ static void on_send_end(void *arg, upstream_result_t res)
     if (res == UPSTREAM_OK && a->status >= 200 && a->status < 300) {
         pop_head(a);
     } else if (p->tries >= ALERTS_TRIES) {
-        log_warn(0, "alerts: the webhook did not take an alert after %d attempts (%s, HTTP %d); "
-                    "dropped",
+        log_warn(0,
+                 "alerts: the webhook did not take an alert after %d attempts (%s, HTTP %d); "
+                 "dropped",
                  p->tries, upstream_result_str(res), a->status);
         pop_head(a);
     } else {
@@ -269,8 +270,8 @@ static void poll_tick(evutil_socket_t fd, short what, void *arg)
      * announced); the next ones ask for every key updated since, oldest first */
     store_queue_filter_t f = {.state = STORE_QUEUE_STATE_UNKNOWN,
                               .limit = a->started ? STORE_QUEUE_LIMIT_MAX : 1,
-                              .updated_since_ms = a->started ? (a->since_ms > 0 ? a->since_ms : 1)
-                                                             : 0};
+                              .updated_since_ms =
+                                  a->started ? (a->since_ms > 0 ? a->since_ms : 1) : 0};
     poll_call_t *pc = xcalloc(1, sizeof(*pc));
     pc->a = a;
     if (store_queue_list(a->store, &f, poll_answered, pc) != STORE_OK) {
@@ -300,8 +301,11 @@ alerts_t *alerts_new(struct event_base *base, struct store *store, const char *u
                                     .pool = 1};
     if (a->url.tls && !(a->tls = upstream_tls_new(NULL, NULL, msg, msglen)))
         goto fail;
-    upstream_opts_t uo = {.base = base, .tls = a->tls, .host = a->url.hp.host,
-                          .port = a->url.hp.port, .limits = &a->limits};
+    upstream_opts_t uo = {.base = base,
+                          .tls = a->tls,
+                          .host = a->url.hp.host,
+                          .port = a->url.hp.port,
+                          .limits = &a->limits};
     if (!(a->pool = upstream_pool_new(&uo, msg, msglen)))
         goto fail;
     a->retry_ev = evtimer_new(base, retry_tick, a);

@@ -101,8 +101,8 @@ const char store_pg_queue_summary_sql[] =
 bool store_pg_queue_kind(store_op_kind_t kind)
 {
     return kind == STORE_OP_QUEUE_LIST || kind == STORE_OP_QUEUE_LIST_UNKNOWN ||
-           kind == STORE_OP_QUEUE_SHOW ||
-           kind == STORE_OP_QUEUE_RESOLVE || kind == STORE_OP_QUEUE_SUMMARY;
+           kind == STORE_OP_QUEUE_SHOW || kind == STORE_OP_QUEUE_RESOLVE ||
+           kind == STORE_OP_QUEUE_SUMMARY;
 }
 
 static void param(store_op_t *op, const char *v)

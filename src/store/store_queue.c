@@ -83,11 +83,10 @@ json_t *store_queue_row(const char *key, const char *tool, const char *subject, 
 {
     return json_pack("{s:s,s:s,s:s,s:s,s:i,s:I,s:I,s:I,s:I,s:o,s:b,s:b}", "key", key, "tool", tool,
                      "subject", subject, "state", state, "attempts", attempts, "created_ms",
-                     (json_int_t)created_ms, "updated_ms", (json_int_t)updated_ms,
-                     "lease_until_ms", (json_int_t)lease_until_ms, "expires_ms",
-                     (json_int_t)expires_ms, "finished_ms",
-                     finished_ms < 0 ? json_null() : json_integer(finished_ms), "lease_expired",
-                     lease_expired, "result_too_large", too_large);
+                     (json_int_t)created_ms, "updated_ms", (json_int_t)updated_ms, "lease_until_ms",
+                     (json_int_t)lease_until_ms, "expires_ms", (json_int_t)expires_ms,
+                     "finished_ms", finished_ms < 0 ? json_null() : json_integer(finished_ms),
+                     "lease_expired", lease_expired, "result_too_large", too_large);
 }
 
 static int64_t row_ms(const json_t *row, const char *name)
@@ -133,8 +132,8 @@ static json_t *record_of(const json_t *row)
     json_t *e = entry_of(row);
     json_object_set_new(e, "duplicates",
                         json_pack("{s:O,s:O,s:O}", "replay", json_object_get(row, "dup_replay"),
-                                  "in_progress", json_object_get(row, "dup_in_progress"),
-                                  "unknown", json_object_get(row, "dup_unknown")));
+                                  "in_progress", json_object_get(row, "dup_in_progress"), "unknown",
+                                  json_object_get(row, "dup_unknown")));
     const char *hist = json_string_value(json_object_get(row, "history"));
     json_t *h = hist ? json_loads(hist, 0, NULL) : NULL;
     json_object_set_new(e, "history", h ? h : json_array());
@@ -268,7 +267,7 @@ store_status_t store_queue_list(store_t *s, const store_queue_filter_t *f, store
     else if (f->tool && f->tool[0])
         op->tool_exact = xstrdup(f->tool);
     op->subject = f->subject && f->subject[0] ? xstrdup(f->subject) : NULL;
-    op->limit = f->limit <= 0 ? STORE_QUEUE_LIMIT_DEFAULT
+    op->limit = f->limit <= 0                      ? STORE_QUEUE_LIMIT_DEFAULT
                 : f->limit > STORE_QUEUE_LIMIT_MAX ? STORE_QUEUE_LIMIT_MAX
                                                    : f->limit;
     op->updated_since_ms = f->updated_since_ms > 0 ? f->updated_since_ms : 0;
@@ -296,8 +295,7 @@ store_status_t store_queue_summary(store_t *s, store_queue_cb cb, void *arg)
 }
 
 /* The operator's result as stored: their object with _meta[STORE_QUEUE_META_OPERATOR]. */
-static char *operator_result(const json_t *result, const char *actor, const char *note,
-                             size_t *len)
+static char *operator_result(const json_t *result, const char *actor, const char *note, size_t *len)
 {
     json_t *r = json_deep_copy(result);
     json_t *meta = json_object_get(r, "_meta");

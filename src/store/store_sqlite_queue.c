@@ -133,10 +133,9 @@ static void show_row(sqlite3_stmt *st, json_t *acc)
     json_object_set_new(r, "dup_unknown", json_integer(sqlite3_column_int(st, Q_NCOLS + 2)));
     json_object_set_new(r, "history", json_string(text(st, Q_NCOLS + 3)));
     if (sqlite3_column_type(st, Q_NCOLS + 4) != SQLITE_NULL)
-        json_object_set_new(
-            r, "result",
-            json_stringn((const char *)sqlite3_column_blob(st, Q_NCOLS + 4),
-                         (size_t)sqlite3_column_bytes(st, Q_NCOLS + 4)));
+        json_object_set_new(r, "result",
+                            json_stringn((const char *)sqlite3_column_blob(st, Q_NCOLS + 4),
+                                         (size_t)sqlite3_column_bytes(st, Q_NCOLS + 4)));
     json_array_append_new(acc, r);
 }
 
@@ -182,9 +181,8 @@ static store_status_t run_show(sqlite3 *db, store_queue_op_t *q, int64_t now)
 
 static store_status_t run_resolve(sqlite3 *db, store_queue_op_t *q, int64_t now)
 {
-    static const char sel_sql[] =
-        "SELECT state, tool, subject, finished_at, lease_until, " OPEN_ROW
-        " FROM idem_keys WHERE key = ?2 AND expires_at > ?1";
+    static const char sel_sql[] = "SELECT state, tool, subject, finished_at, lease_until, " OPEN_ROW
+                                  " FROM idem_keys WHERE key = ?2 AND expires_at > ?1";
     static const char upd_sql[] =
         "UPDATE idem_keys SET state = ?2, result = ?3, result_too_large = 0, fence = fence + 1,"
         " finished_at = ?4, updated_at = ?4 WHERE key = ?1";
@@ -299,9 +297,8 @@ static store_status_t run_summary(sqlite3 *db, store_queue_op_t *q, int64_t now)
 
 store_status_t sq_queue_run(sqlite3 *db, store_queue_op_t *q, int64_t now)
 {
-    int rc = sqlite3_create_function(db, "idemgw_key_hash", 1,
-                                     SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, key_hash_fn,
-                                     NULL, NULL);
+    int rc = sqlite3_create_function(db, "idemgw_key_hash", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                     NULL, key_hash_fn, NULL, NULL);
     if (rc != SQLITE_OK)
         return sq_status(rc);
     json_decref(q->out);
