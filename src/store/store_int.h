@@ -36,7 +36,7 @@ typedef enum {
     STORE_OP_QUEUE_SHOW,
     STORE_OP_QUEUE_RESOLVE,
     STORE_OP_QUEUE_SUMMARY,
-    STORE_OP_COUNT_,           /* number of kinds; also the number of prepared statements */
+    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12

@@ -74,7 +74,7 @@ typedef enum {
 
 static const char *const kind_names[] = {"claim",  "finish",        "get",     "duplicates",
                                          "sweep",  "extend",        "release", "forget",
-                                         "report", "count_unknown", "probe", "queue"};
+                                         "report", "count_unknown", "probe",   "queue"};
 
 /* A row read by the writer, every string owned. Times in epoch milliseconds. */
 typedef struct sq_row {

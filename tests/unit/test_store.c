@@ -885,8 +885,11 @@ static queue_out_t q_list(store_queue_state_t state, int limit, const char *curs
 static queue_out_t q_resolve(const char *hash, store_queue_outcome_t outcome, const json_t *result)
 {
     queue_out_t o = {0};
-    store_queue_resolve_t r = {.key_hash = hash, .outcome = outcome, .result = result,
-                               .actor = "tester", .note = "checked downstream"};
+    store_queue_resolve_t r = {.key_hash = hash,
+                               .outcome = outcome,
+                               .result = result,
+                               .actor = "tester",
+                               .note = "checked downstream"};
     assert_int_equal(store_queue_resolve(st_main, &r, queue_cb, &o), STORE_OK);
     return queue_wait(&o);
 }
@@ -973,7 +976,8 @@ static void test_operator_queue(void **state)
     json_decref(c.body);
 
     /* the unknown key resolved as succeeded: the next claim finds the operator's result */
-    json_t *result = json_pack("{s:[{s:s,s:s}]}", "content", "type", "text", "text", "done by hand");
+    json_t *result =
+        json_pack("{s:[{s:s,s:s}]}", "content", "type", "text", "text", "done by hand");
     queue_out_t r = q_resolve(prefix, STORE_QUEUE_SUCCEEDED, result);
     json_decref(result);
     assert_int_equal(r.a, STORE_QUEUE_OK);
@@ -988,9 +992,9 @@ static void test_operator_queue(void **state)
     const json_t *op = json_object_get(json_object_get(stored, "_meta"), STORE_QUEUE_META_OPERATOR);
     assert_string_equal(entry_str(op, "by"), "tester");
     assert_string_equal(entry_str(op, "note"), "checked downstream");
-    assert_string_equal(
-        json_string_value(json_object_get(json_array_get(json_object_get(stored, "content"), 0), "text")),
-        "done by hand");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(stored, "content"), 0), "text")),
+                        "done by hand");
     json_decref(stored);
     c = q_resolve(h_unknown, STORE_QUEUE_FAILED, NULL);
     assert_int_equal(c.a, STORE_QUEUE_CONFLICT);
@@ -1034,8 +1038,8 @@ static void test_operator_queue(void **state)
     json_array_foreach(json_object_get(sum.body, "unknown"), i, u)
         assert_null(strstr(entry_str(u, "tool"), "qsrv/"));
     int64_t resolved = 0;
-    json_array_foreach(json_object_get(sum.body, "resolutions"), i, u)
-        resolved += json_integer_value(json_object_get(u, "count"));
+    json_array_foreach(json_object_get(sum.body, "resolutions"), i, u) resolved +=
+        json_integer_value(json_object_get(u, "count"));
     assert_int_equal(resolved, 3);
     json_decref(sum.body);
 }
