@@ -378,7 +378,7 @@ static void label(char *out, size_t outlen, const char *v)
 {
     size_t o = 0;
     for (; *v && o + 3 < outlen; v++) {
-        if (*v == '\\' || *v == '"')
+        if (*v == '\\' || *v == '"' || *v == '\n')
             out[o++] = '\\';
         out[o++] = *v == '\n' ? 'n' : *v;
     }
