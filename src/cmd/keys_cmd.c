@@ -177,9 +177,16 @@ int keys_cmd_main(int argc, char **argv)
         case O_SUBJECT:
             k.filter.subject = optarg;
             break;
-        case O_LIMIT:
-            k.filter.limit = atoi(optarg);
+        case O_LIMIT: {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end || n < 1 || n > STORE_QUEUE_LIMIT_MAX) {
+                fprintf(stderr, "idemgw keys list: --limit is 1 to %d\n", STORE_QUEUE_LIMIT_MAX);
+                return KEYS_EXIT_USAGE;
+            }
+            k.filter.limit = (int)n;
             break;
+        }
         case O_CURSOR:
             k.filter.cursor = optarg;
             break;

@@ -67,7 +67,10 @@ test(`${TEST_STORE}: the queue lists unknown keys; operators resolve them; retri
     assert.match(wrong.headers.get('www-authenticate') ?? '', /^Bearer/);
   }
   // the agent listener never serves them
-  assert.equal((await fetch(`http://127.0.0.1:${gw.port}/admin/v1/keys`, { headers: { Authorization: `Bearer ${TOKEN}` } })).status === 200, false);
+  const agentSide = await fetch(`http://127.0.0.1:${gw.port}/admin/v1/keys`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const agentBody = await agentSide.text();
+  assert.notEqual(agentSide.status, 200, agentBody);
+  assert.doesNotMatch(agentBody, /"keys"/);
 
   const sdk1 = await mcpClient(t, gw.url);
   const v2 = new Client({ name: 'idemgw-v2-pinned', version: '1.0.0' }, { versionNegotiation: { mode: { pin: '2026-07-28' } } });
