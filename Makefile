@@ -48,6 +48,9 @@ $(BUILD)/obj/%.o: src/%.c $(wildcard include/*.h) | $(BUILD)/obj
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CPPFLAGS_ALL) $(CFLAGS) $(EXTRA_CFLAGS) $(WARN) -MMD -MP -c -o $@ $<
 
+# The operator's page is compiled in by admin_page.c (.incbin, from the top of the tree).
+$(BUILD)/obj/ops/admin_page.o: src/ops/admin_page.html
+
 # llhttp ships as generated C sources in Debian's node-llhttp; compiled as is, without our -Werror.
 $(BUILD)/obj/llhttp/%.o: $(LLHTTP_SRC)/%.c | $(BUILD)/obj/llhttp
 	@echo "  CC      $<"

@@ -51,6 +51,9 @@ typedef struct admin_ctx {
     /* no store, and the policy protects some tool with on_store_down: reject, so those calls
      * could only be refused: not ready (main keeps it current across reloads) */
     bool store_missing;
+    /* admin_token_file: the operator API's tokens (admin_keys.h); NULL: the API is off (main
+     * keeps it current across reloads) */
+    const char *token_file;
 } admin_ctx_t;
 
 /* The admin site's handler (arg: an admin_ctx_t). */

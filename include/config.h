@@ -207,6 +207,11 @@ typedef struct config {
 
     int log_level; /* log_level_t */
 
+    char *admin_token_file;    /* the operator API's bearer tokens (admin_keys.h); NULL: off */
+    char *alerts_webhook_url;  /* alerts.webhook_url: POSTed when a key becomes unknown */
+    int alerts_webhook_format; /* alerts.webhook_format: 0 JSON, 1 Slack-compatible */
+    uint64_t alerts_webhook_timeout_ms; /* alerts.webhook_timeout: each attempt's (5 s) */
+
     subject_conf_t subject;
     policy_t policy;
 

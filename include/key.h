@@ -59,8 +59,4 @@ key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg,
                           size_t msglen) MUST_CHECK;
 void key_result_free(key_result_t *r);
 
-/* The tool as keys and the store name it: SERVER "/" TOOL for a named server (whose names hold
- * no '/'), else TOOL. Allocated. */
-char *key_scoped_tool(const char *server, const char *tool);
-
 #endif

@@ -12,4 +12,8 @@ void key_hash_hex(const char *key, char out[65]);
 /* key_hash_hex cut to what log lines show. */
 void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1]);
 
+/* The tool as keys and the store name it: SERVER "/" TOOL for a named server (whose names hold
+ * no '/'), else TOOL. Allocated. */
+char *key_scoped_tool(const char *server, const char *tool);
+
 #endif

@@ -21,6 +21,7 @@
 
 struct event_base;
 struct server_stats;
+struct store_queue_op;
 
 typedef enum {
     STORE_OK = 0,
@@ -334,6 +335,8 @@ typedef struct store_ops {
     store_status_t (*count_unknown)(void *impl, store_count_cb cb, void *arg); /* may be NULL */
     store_status_t (*report)(void *impl, uint64_t since_ms, int top, const char *tool_prefix,
                              store_report_cb cb, void *arg);
+    /* may be NULL: the operator's queue (store_queue.h), answered with store_queue_done */
+    store_status_t (*queue)(void *impl, struct store_queue_op *op);
     bool (*ready)(const void *impl);
     /* may be NULL: why the store is not ready, into buf ("" when it is) */
     void (*down_reason)(const void *impl, char *buf, size_t len);
@@ -347,5 +350,7 @@ typedef struct store_ops {
 /* A store over a backend's state; store_free frees impl with ops->free. */
 store_t *store_from_ops(const store_ops_t *ops, void *impl);
 const char *store_backend_name(const store_t *s);
+/* Hands an operator's queue request to the backend (store_queue.c's only way in). */
+store_status_t store_queue_submit(store_t *s, struct store_queue_op *op) MUST_CHECK;
 
 #endif

@@ -172,7 +172,7 @@ fi
 sqlite_files=()
 for f in "${files[@]}"; do
     case ${f##*/} in
-    idempotency-*.test.mjs | key-cmd.test.mjs | duplicate-source.test.mjs) sqlite_files+=("$f") ;;
+    idempotency-*.test.mjs | key-cmd.test.mjs | duplicate-source.test.mjs | operator-queue.test.mjs) sqlite_files+=("$f") ;;
     esac
 done
 if [ ${#files[@]} -gt 0 ]; then

@@ -10,6 +10,8 @@
 #include "handoff.h"
 #include "health_cmd.h"
 #include "key_cmd.h"
+#include "keys_cmd.h"
+#include "alerts.h"
 #include "policy_cmd.h"
 #include "report_cmd.h"
 #include "serve.h"
@@ -79,6 +81,7 @@ typedef struct server {
     struct event *reap_retired; /* frees those done, from the loop: not inside their callbacks */
     routes_t *routes;           /* which backend a request goes to */
     tracer_t *tracer;           /* OpenTelemetry spans, or NULL */
+    alerts_t *alerts;           /* alerts.webhook_url, in the admin's worker; or NULL */
     struct subject *subject;    /* who is calling: its jwt keys live on this loop */
     struct replay_cache *cache; /* finished results, so replays skip the store */
     struct resume_guard *guard; /* who may resume a session's streams */
@@ -288,6 +291,9 @@ static void usage(FILE *f)
             "       idemgw --check-config -c FILE    validate the configuration and exit\n"
             "       idemgw key --subject S --tool T --args JSON [--header-key K] [-c FILE]\n"
             "                  [--server NAME]       print the idempotency key of a call\n"
+            "       idemgw keys list [--state unknown] [--server NAME] [--json] | keys show HASH\n"
+            "       idemgw keys resolve HASH --succeeded --result-file F | --failed | --forget\n"
+            "                  [--note TEXT]         the outcomes waiting for an operator\n"
             "       idemgw tools [-c FILE] [--server NAME] [-H 'Name: value']...\n"
             "                                        the upstream's tools and their classes\n"
             "       idemgw policy init --upstream URL | policy diff [-c FILE]\n"
@@ -620,6 +626,7 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
     subject_reconfigure(server->subject, &neu->subject);
     reload_listen_tls(neu);
     admin_ctx.store_missing = !server->store && config_needs_store(neu);
+    admin_ctx.token_file = neu->admin_token_file;
     log_threshold = (log_level_t)neu->log_level;
     bool still_read = false;
     for (size_t j = 0; j < server->n_retired; j++)
@@ -853,6 +860,7 @@ static void wire_sites(server_t *s)
         .n_workers = s->n_workers,
         .draining = &s->draining,
         .store_missing = !s->store && config_needs_store(s->cfg),
+        .token_file = s->cfg->admin_token_file,
     };
     set_admin_upstreams(s);
 }
@@ -952,6 +960,7 @@ static void server_free(server_t *s)
         event_free(s->reap_retired);
     routes_free(s->routes);
     subject_free(s->subject);
+    alerts_free(s->alerts);
     tracer_free(s->tracer);
     replay_cache_free(s->cache);
     resume_guard_free(s->guard);
@@ -966,6 +975,28 @@ static void server_free(server_t *s)
     event_base_free(s->base);
     config_free(s->cfg);
     free(s);
+}
+
+/* The webhook of alerts.webhook_url, polled by the worker that serves the admin listener. */
+static bool open_alerts(server_t *s)
+{
+    const config_t *cfg = s->cfg;
+    if (!cfg->alerts_webhook_url || s->worker != 0)
+        return true;
+    if (!s->store) {
+        log_warn(0, "alerts: alerts.webhook_url is set but there is no store: no alerts");
+        return true;
+    }
+    char msg[512] = "";
+    s->alerts = alerts_new(s->base, s->store, cfg->alerts_webhook_url,
+                           (alerts_format_t)cfg->alerts_webhook_format,
+                           cfg->alerts_webhook_timeout_ms, msg, sizeof(msg));
+    if (!s->alerts) {
+        fprintf(stderr, "idemgw: %s\n", msg);
+        return false;
+    }
+    log_info(0, "alerts: keys that become unknown are posted to the webhook");
+    return true;
 }
 
 /* One worker: its own event loop, listener, upstream pool, store connections and caches.
@@ -985,6 +1016,8 @@ static int run_worker(config_t *cfg, const char *path, int worker, int n_workers
             goto out;
     } else if (!open_listeners(server)) {
         rc = WORKER_START_FAILED;
+        goto out;
+    } else if (!open_alerts(server)) {
         goto out;
     }
     run_loop(server, path);
@@ -1157,6 +1190,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "key") == 0)
         return key_cmd_main(argc - 1, argv + 1);
+    if (argc > 1 && strcmp(argv[1], "keys") == 0)
+        return keys_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "tools") == 0)
         return tools_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "policy") == 0)

@@ -469,6 +469,7 @@ static void config_defaults(config_t *c)
     c->listen.port = 8080;
     c->admin_listen.host = xstrdup("127.0.0.1");
     c->admin_listen.port = 8081;
+    c->alerts_webhook_timeout_ms = 5000;
     c->migrate = true;
     c->forward_other_paths = true;
     c->dup_harness_ms = DUP_HARNESS_DEFAULT_MS;
@@ -701,6 +702,8 @@ void config_free(config_t *c)
     free(c->database_url);
     free(c->store_target);
     free(c->upstream_ca_file);
+    free(c->admin_token_file);
+    free(c->alerts_webhook_url);
     util_strv_free(c->allowed_hosts, c->n_allowed_hosts);
     util_strv_free(c->allowed_origins, c->n_allowed_origins);
     free(c->subject.value);

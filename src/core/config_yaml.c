@@ -812,6 +812,23 @@ static const key_spec_t duplicate_keys[] = {
     {.name = "model_within", .kind = K_DUR, .off = CFG(dup_model_ms), .min = 1, .max = 365 * MS_D, LIVE},
 };
 
+static const char *const webhook_formats[] = {"json", "slack", NULL};
+
+static const key_spec_t alert_keys[] = {
+    {.name = "webhook_url", .kind = K_STR, .off = CFG(alerts_webhook_url), RESTART},
+    {.name = "webhook_format",
+     .kind = K_ENUM,
+     .off = CFG(alerts_webhook_format),
+     .names = webhook_formats,
+     RESTART},
+    {.name = "webhook_timeout",
+     .kind = K_DUR,
+     .off = CFG(alerts_webhook_timeout_ms),
+     .min = 100,
+     .max = 10 * 60 * MS_S,
+     RESTART},
+};
+
 static const key_spec_t log_keys[] = {
     {.name = "level", .kind = K_FN, .fn = fn_log_level, LIVE},
 };
@@ -867,6 +884,8 @@ static const key_spec_t top_keys[] = {
      .same = ratio_same,
      .carry = ratio_carry},
     {.name = "log", .kind = K_SECTION, .sub = log_keys, .n_sub = ARRAY_LEN(log_keys)},
+    {.name = "admin_token_file", .kind = K_STR, .off = CFG(admin_token_file), LIVE},
+    {.name = "alerts", .kind = K_SECTION, .sub = alert_keys, .n_sub = ARRAY_LEN(alert_keys)},
     {.name = "duplicates",
      .kind = K_SECTION,
      .sub = duplicate_keys,

@@ -16,3 +16,8 @@ void key_hash_log(const char *key, char out[KEY_HASH_LOG_LEN + 1])
     memcpy(out, hex, KEY_HASH_LOG_LEN);
     out[KEY_HASH_LOG_LEN] = '\0';
 }
+
+char *key_scoped_tool(const char *server, const char *tool)
+{
+    return server && *server ? xasprintf("%s/%s", server, tool) : xstrdup(tool);
+}

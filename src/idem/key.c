@@ -186,11 +186,6 @@ static key_status_t derive(const char *subject, const char *tool, jcs_value_t *a
     return KEY_OK;
 }
 
-char *key_scoped_tool(const char *server, const char *tool)
-{
-    return server && *server ? xasprintf("%s/%s", server, tool) : xstrdup(tool);
-}
-
 key_status_t key_for_call(const key_call_t *call, key_result_t *out, char *msg, size_t msglen)
 {
     jcs_value_t *args = call->arguments;

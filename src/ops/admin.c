@@ -1,4 +1,6 @@
 #include "admin.h"
+#include "admin_keys.h"
+#include "store_queue.h"
 #include "upstream_stdio.h"
 #include "policy.h"
 #include "store.h"
@@ -508,12 +510,14 @@ typedef struct scrape {
     const admin_ctx_t *ctx;
     http_conn_t *conn; /* NULL once the scraper has gone */
     bool keep_alive;
+    json_t *queue; /* the operator queue's summary (store_queue.h), or NULL */
 } scrape_t;
 
 static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
 {
     const admin_ctx_t *ctx = sc->ctx;
     if (!sc->conn) {
+        json_decref(sc->queue);
         free(sc);
         return;
     }
@@ -579,6 +583,7 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
                            "# TYPE idemgw_unknown_keys gauge\n");
     if (counted)
         evbuffer_add_printf(b, "idemgw_unknown_keys %lld\n", (long long)unknown_keys);
+    admin_keys_metrics(b, sc->queue);
     tool_series(b, s);
     request_series(b, s);
     upstream_error_series(b, s);
@@ -593,6 +598,7 @@ static void metrics_answer(scrape_t *sc, bool counted, int64_t unknown_keys)
                       (const char *)evbuffer_pullup(b, -1), n, NULL, sc->keep_alive);
     evbuffer_free(b);
     free(sum);
+    json_decref(sc->queue);
     free(sc);
 }
 
@@ -604,6 +610,20 @@ static void scrape_gone(void *arg)
 static void unknown_counted(store_status_t st, int64_t n, void *arg)
 {
     metrics_answer(arg, st == STORE_OK, n);
+}
+
+/* The queue's summary read, the count of unknown keys next. */
+static void queue_summarized(store_status_t st, store_queue_answer_t a, const json_t *body,
+                             void *arg)
+{
+    scrape_t *sc = arg;
+    if (st == STORE_OK && a == STORE_QUEUE_OK)
+        sc->queue = json_incref((json_t *)body);
+    if (!sc->conn || store_count_unknown(sc->ctx->store, unknown_counted, sc) != STORE_OK) {
+        if (sc->conn)
+            http_conn_set_observer(sc->conn, NULL, NULL, NULL);
+        metrics_answer(sc, false, 0);
+    }
 }
 
 /* The count of unknown keys is read from the store now, off every call's path (one
@@ -619,7 +639,8 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
         return;
     }
     http_conn_set_observer(conn, NULL, scrape_gone, sc);
-    if (store_count_unknown(ctx->store, unknown_counted, sc) != STORE_OK) {
+    if (store_queue_summary(ctx->store, queue_summarized, sc) != STORE_OK &&
+        store_count_unknown(ctx->store, unknown_counted, sc) != STORE_OK) {
         http_conn_set_observer(conn, NULL, NULL, NULL);
         metrics_answer(sc, false, 0);
     }
@@ -628,6 +649,8 @@ static void metrics(const admin_ctx_t *ctx, http_conn_t *conn, http_request_t *r
 void admin_handle(void *arg, http_conn_t *conn, http_request_t *req)
 {
     const admin_ctx_t *ctx = arg;
+    if (admin_keys_handle(ctx, conn, req))
+        return;
     const char *t = req->target;
     size_t tlen = strcspn(t, "?");
     bool keep = req->keep_alive;

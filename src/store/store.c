@@ -355,6 +355,11 @@ store_status_t store_forget(store_t *s, const char *key, store_get_cb cb, void *
     return timed_sent(t, s->ops->forget(s->impl, key, timed_get, t));
 }
 
+store_status_t store_queue_submit(store_t *s, struct store_queue_op *op)
+{
+    return s->ops->queue ? s->ops->queue(s->impl, op) : STORE_ERR_STATEMENT;
+}
+
 store_status_t store_count_unknown(store_t *s, store_count_cb cb, void *arg)
 {
     if (!s->ops->count_unknown)

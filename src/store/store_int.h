@@ -31,7 +31,12 @@ typedef enum {
     STORE_OP_FINISH_ASYNC,  /* one finish under group commit: no wait for the flush either */
     STORE_OP_COUNT_UNKNOWN, /* live rows held unknown, for /metrics */
     STORE_OP_RELEASE_IN_DOUBT, /* claims whose answer was lost (store_pg_indoubt.c) */
-    STORE_OP_COUNT_,           /* number of kinds; also the number of prepared statements */
+    STORE_OP_QUEUE_LIST,       /* the operator's queue (store_pg_queue.c) */
+    STORE_OP_QUEUE_LIST_UNKNOWN,
+    STORE_OP_QUEUE_SHOW,
+    STORE_OP_QUEUE_RESOLVE,
+    STORE_OP_QUEUE_SUMMARY,
+    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
@@ -213,6 +218,21 @@ void store_indoubt_kick(store_pg_t *s);
 void store_indoubt_done(store_pg_t *s, store_status_t st, long released);
 /* At store_free: says what is left, frees the list. */
 void store_indoubt_free(store_pg_t *s);
+
+/* store_pg_queue.c: the operator's queue (store_queue.h); op->arg is its store_queue_op_t */
+extern const char store_pg_queue_list_sql[];
+extern const char store_pg_queue_list_unknown_sql[];
+extern const char store_pg_queue_show_sql[];
+extern const char store_pg_queue_resolve_sql[];
+extern const char store_pg_queue_summary_sql[];
+bool store_pg_queue_kind(store_op_kind_t kind);
+/* store_ops_t.queue */
+store_status_t store_pg_queue(void *impl, struct store_queue_op *q);
+/* op answered (st STORE_OK, res its result) or failed (res NULL): answers its request. */
+void store_pg_queue_done(store_op_t *op, const PGresult *res, store_status_t st);
+
+/* store.c's submit for the files beside it: accepts op, or frees it when refused. */
+store_status_t store_pg_submit(store_pg_t *s, store_op_t *op);
 
 /* store_conn.c */
 void store_conn_init(store_pg_t *s, store_conn_t *c, int id);

@@ -221,6 +221,10 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
                      store_status_str(st));
         return;
     }
+    if (store_pg_queue_kind(op->kind)) {
+        store_pg_queue_done(op, NULL, st);
+        return;
+    }
     switch (op->kind) {
     case STORE_OP_CLAIM:
         op->cb.claim(st, NULL, op->arg);
@@ -574,6 +578,11 @@ static store_status_t submit(store_pg_t *s, store_op_t *op)
     return STORE_OK;
 }
 
+store_status_t store_pg_submit(store_pg_t *s, store_op_t *op)
+{
+    return submit(s, op);
+}
+
 bool store_submit_internal(store_pg_t *s, store_op_t *op)
 {
     /* the conditions of admit(), without counting a refusal nobody asked for */
@@ -822,7 +831,9 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
     }
 
     store_pump(s);
-    if (op->kind == STORE_OP_RELEASE_IN_DOUBT) {
+    if (store_pg_queue_kind(op->kind)) {
+        store_pg_queue_done(op, res, STORE_OK);
+    } else if (op->kind == STORE_OP_RELEASE_IN_DOUBT) {
         store_indoubt_done(s, STORE_OK, strtol(PQcmdTuples(res), NULL, 10));
     } else if (op->kind == STORE_OP_REPORT) {
         store_pg_report_deliver(res, op->cb.report, op->arg);
@@ -1342,6 +1353,7 @@ const store_ops_t store_pg_ops = {
     .forget = ops_forget,
     .count_unknown = ops_count_unknown,
     .report = ops_report,
+    .queue = store_pg_queue,
     .ready = ops_ready,
     .get_stats = ops_get_stats,
     .observe = ops_observe,

@@ -210,6 +210,11 @@ static const struct {
     [STORE_OP_REPORT] = {"idemgw_report", store_pg_report_sql},
     [STORE_OP_FINISH_ASYNC] = {"idemgw_finish_async", finish_async_sql},
     [STORE_OP_RELEASE_IN_DOUBT] = {"idemgw_release_in_doubt", store_pg_indoubt_sql},
+    [STORE_OP_QUEUE_LIST] = {"idemgw_queue_list", store_pg_queue_list_sql},
+    [STORE_OP_QUEUE_LIST_UNKNOWN] = {"idemgw_queue_list_unknown", store_pg_queue_list_unknown_sql},
+    [STORE_OP_QUEUE_SHOW] = {"idemgw_queue_show", store_pg_queue_show_sql},
+    [STORE_OP_QUEUE_RESOLVE] = {"idemgw_queue_resolve", store_pg_queue_resolve_sql},
+    [STORE_OP_QUEUE_SUMMARY] = {"idemgw_queue_summary", store_pg_queue_summary_sql},
 };
 
 const char *store_stmt_name(store_op_kind_t kind)

@@ -27,6 +27,7 @@
 #include "log.h"
 #include "stats.h"
 #include "store_migrations.h"
+#include "store_queue.h"
 #include "util.h"
 
 #include <errno.h>
@@ -98,6 +99,8 @@ static void op_free(sq_op_t *op)
     }
     free(op->rep_tools);
     free(op->rep_top);
+    if (op->queue_work)
+        store_queue_op_free(op->queue_work);
     sq_row_free(&op->row);
     if (op->deadline_ev)
         event_free(op->deadline_ev);
@@ -207,6 +210,13 @@ static void op_callback(store_sqlite_t *s, sq_op_t *op, store_status_t st)
         break;
     case SQ_COUNT_UNKNOWN:
         op->cb.count(st, ok ? op->rows : 0, op->arg);
+        break;
+    case SQ_QUEUE:
+        if (ok) {
+            op->queue->out = op->queue_work->out;
+            op->queue_work->out = NULL;
+        }
+        store_queue_done(op->queue, st);
         break;
     case SQ_REPORT: {
         char now[SQ_ISO_LEN + 1];
@@ -728,6 +738,14 @@ static store_status_t ops_forget(void *impl, const char *key, store_get_cb cb, v
     return submit_keyed(impl, SQ_FORGET, key, (store_cb_t){.get = cb}, arg);
 }
 
+static store_status_t ops_queue(void *impl, store_queue_op_t *q)
+{
+    sq_op_t *op = op_new(SQ_QUEUE, NULL);
+    op->queue = q;
+    op->queue_work = store_queue_op_clone(q);
+    return submit(impl, op);
+}
+
 static store_status_t ops_count_unknown(void *impl, store_count_cb cb, void *arg)
 {
     sq_op_t *op = op_new(SQ_COUNT_UNKNOWN, NULL);
@@ -812,6 +830,7 @@ const store_ops_t store_sqlite_ops = {
     .forget = ops_forget,
     .count_unknown = ops_count_unknown,
     .report = ops_report,
+    .queue = ops_queue,
     .ready = ops_ready,
     .down_reason = ops_down_reason,
     .get_stats = ops_get_stats,

@@ -19,7 +19,7 @@
 
 const char *const sq_kind_names[] = {"claim",  "finish",        "get",     "duplicates",
                                      "sweep",  "extend",        "release", "forget",
-                                     "report", "count_unknown", "probe"};
+                                     "report", "count_unknown", "probe",   "queue"};
 
 const char *const sq_stmt_sql[STMT_COUNT_] = {
     [STMT_SELECT] = "SELECT state, fence, attempts, args_digest, result, result_too_large,"
@@ -434,6 +434,8 @@ static store_status_t exec_op(store_sqlite_t *s, sq_op_t *op, int64_t now)
                               "DELETE FROM schema_migrations WHERE version = -1")
                    ? STORE_OK
                    : STORE_ERR_STATEMENT;
+    case SQ_QUEUE:
+        return sq_queue_run(s->db, op->queue_work, now);
     case SQ_COUNT_UNKNOWN: {
         st = s->stmts[STMT_COUNT_UNKNOWN];
         sqlite3_bind_int64(st, 1, now);

@@ -82,6 +82,11 @@ bool sq_guard_check(const sq_guard_t *g, char *why, size_t len);
 bool sq_guard_quick(sq_guard_t *g, char *why, size_t len);
 void sq_guard_free(sq_guard_t *g);
 
+/* store_sqlite_queue.c: the operator's queue (store_queue.h), run by the writer on its
+ * connection inside the op's savepoint; sets q->out. */
+struct store_queue_op;
+store_status_t sq_queue_run(sqlite3 *db, struct store_queue_op *q, int64_t now);
+
 /* ---- the store: its ops and their results, shared by the loop and the writer ---- */
 
 #define SQ_ISO_LEN 24 /* 2025-01-01T00:00:00.000Z */
@@ -101,6 +106,7 @@ typedef enum {
     SQ_REPORT,        /* read-only: its batch runs in a read transaction */
     SQ_COUNT_UNKNOWN, /* for /metrics */
     SQ_PROBE,         /* internal: one write, to learn whether the disk takes writes again */
+    SQ_QUEUE,         /* the operator's queue (store_sqlite_queue.c) */
 } sq_kind_t;
 
 /* The kinds' names, for log lines. */
@@ -166,6 +172,9 @@ typedef struct sq_op {
     store_report_tool_t *rep_tools; /* report: strings owned */
     store_report_key_t *rep_top;
     size_t n_rep_tools, n_rep_top;
+    /* queue: the request (the loop's) and the writer's copy of its inputs, which takes the
+     * answer */
+    struct store_queue_op *queue, *queue_work;
 } sq_op_t;
 
 enum {

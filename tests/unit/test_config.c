@@ -1027,6 +1027,9 @@ static void test_keys_classified(void **state)
         "store.durable_finish",
         "otlp_endpoint",
         "otlp_sample_ratio",
+        "alerts.webhook_url",
+        "alerts.webhook_format",
+        "alerts.webhook_timeout",
     };
     static const char *const reloadable[] = {
         "timeouts.client_header",
@@ -1038,6 +1041,7 @@ static void test_keys_classified(void **state)
         "allowed_hosts",
         "allowed_origins",
         "log.level",
+        "admin_token_file",
         "subject",
         "defaults",
         "tools",
@@ -1117,13 +1121,19 @@ static void test_reload_merge(void **state)
     next = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:9001\nworkers: 3\n"
                          "upstream: https://other:8443/x\nupstream_ca_file: conf/idemgw.yaml\n"
                          "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n"
-                         "otlp_endpoint: http://collector:4318\n");
+                         "otlp_endpoint: http://collector:4318\n"
+                         "alerts: {webhook_url: 'http://hooks:9/x', webhook_format: slack,"
+                         " webhook_timeout: 2s}\n");
     unsetenv("PGHOST");
-    assert_int_equal(config_reload_merge(running, next, report_key, &r), 10);
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 13);
     assert_string_equal(r.text, "listen\nadmin_listen\nworkers\nupstream\nupstream_ca_file\n"
                                 "store.pool\nstore.timeout\nstore.cache_entries\n"
-                                "store.cache_bytes\notlp_endpoint\n");
+                                "store.cache_bytes\notlp_endpoint\nalerts.webhook_url\n"
+                                "alerts.webhook_format\nalerts.webhook_timeout\n");
     assert_null(next->otlp.url);
+    assert_null(next->alerts_webhook_url);
+    assert_int_equal(next->alerts_webhook_format, 0);
+    assert_int_equal(next->alerts_webhook_timeout_ms, 5000);
     assert_string_equal(next->listen.host, "127.0.0.1");
     assert_int_equal(next->listen.port, 8080);
     assert_int_equal(next->admin_listen.port, 8081);

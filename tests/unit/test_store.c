@@ -15,6 +15,8 @@
 #include "log.h"
 #include "store.h"
 #include "store_pg.h"
+#include "store_queue.h"
+#include "key.h"
 #include "stats.h"
 #include "store_sqlite.h"
 #include "util.h"
@@ -844,6 +846,202 @@ static void test_release(void **state)
     assert_true(l.released);
     assert_int_equal(l.state, STORE_STATE_IN_PROGRESS);
     assert_int_equal(do_get(st_main, lost.key).state, STORE_STATE_FAILED);
+}
+
+/* ---- the operator queue (store_queue.h) ---- */
+
+typedef struct {
+    bool done;
+    store_status_t st;
+    store_queue_answer_t a;
+    json_t *body;
+} queue_out_t;
+
+static void queue_cb(store_status_t st, store_queue_answer_t a, const json_t *body, void *arg)
+{
+    queue_out_t *o = arg;
+    o->done = true;
+    o->st = st;
+    o->a = a;
+    o->body = body ? json_incref((json_t *)body) : NULL;
+}
+
+static queue_out_t queue_wait(queue_out_t *o)
+{
+    assert_false(o->done); /* never called back from inside the call */
+    assert_true(wait_for(flag_set, &o->done, 10000));
+    assert_int_equal(o->st, STORE_OK);
+    return *o;
+}
+
+static queue_out_t q_list(store_queue_state_t state, int limit, const char *cursor)
+{
+    queue_out_t o = {0};
+    store_queue_filter_t f = {.state = state, .server = "qsrv", .limit = limit, .cursor = cursor};
+    assert_int_equal(store_queue_list(st_main, &f, queue_cb, &o), STORE_OK);
+    return queue_wait(&o);
+}
+
+static queue_out_t q_resolve(const char *hash, store_queue_outcome_t outcome, const json_t *result)
+{
+    queue_out_t o = {0};
+    store_queue_resolve_t r = {.key_hash = hash,
+                               .outcome = outcome,
+                               .result = result,
+                               .actor = "tester",
+                               .note = "checked downstream"};
+    assert_int_equal(store_queue_resolve(st_main, &r, queue_cb, &o), STORE_OK);
+    return queue_wait(&o);
+}
+
+static queue_out_t q_show(const char *hash)
+{
+    queue_out_t o = {0};
+    assert_int_equal(store_queue_show(st_main, hash, queue_cb, &o), STORE_OK);
+    return queue_wait(&o);
+}
+
+static const char *entry_str(const json_t *e, const char *name)
+{
+    return json_string_value(json_object_get(e, name));
+}
+
+static void test_operator_queue(void **state)
+{
+    (void)state;
+    char h_unknown[65], h_live[65], h_stuck[65];
+    store_claim_req_t unknown = req_for("t:qsrv/qtool:h:unknown", "d1");
+    unknown.tool = "qsrv/qtool";
+    store_claim_req_t live = req_for("t:qsrv/qtool:h:live", "d1");
+    live.tool = "qsrv/qtool";
+    store_claim_req_t stuck = req_for("t:qsrv/other:h:stuck", "d1");
+    stuck.tool = "qsrv/other";
+    stuck.lease_ms = 0;
+    key_hash_hex(unknown.key, h_unknown);
+    key_hash_hex(live.key, h_live);
+    key_hash_hex(stuck.key, h_stuck);
+    claim_out_t a = do_claim(st_main, &unknown);
+    assert_true(do_finish(st_main, unknown.key, a.fence, STORE_STATE_UNKNOWN, NULL, 600000));
+    assert_true(do_claim(st_main, &live).acquired);
+    assert_true(do_claim(st_main, &stuck).acquired);
+
+    /* listed by state, and by server and tool */
+    queue_out_t l = q_list(STORE_QUEUE_STATE_UNKNOWN, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(l.body, "keys")), 1);
+    const json_t *e = json_array_get(json_object_get(l.body, "keys"), 0);
+    assert_string_equal(entry_str(e, "key_hash"), h_unknown);
+    assert_string_equal(entry_str(e, "server"), "qsrv");
+    assert_string_equal(entry_str(e, "tool"), "qtool");
+    assert_string_equal(entry_str(e, "subject"), "tenant-a");
+    assert_string_equal(entry_str(e, "state"), "unknown");
+    assert_null(json_object_get(e, "key")); /* the key carries the subject: never answered */
+    json_decref(l.body);
+    l = q_list(STORE_QUEUE_STATE_STUCK, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(l.body, "keys")), 1);
+    assert_string_equal(entry_str(json_array_get(json_object_get(l.body, "keys"), 0), "key_hash"),
+                        h_stuck);
+    json_decref(l.body);
+    /* open: unknown and stuck, newest first, a page at a time */
+    l = q_list(STORE_QUEUE_STATE_OPEN, 1, NULL);
+    assert_int_equal(json_array_size(json_object_get(l.body, "keys")), 1);
+    assert_string_equal(entry_str(json_array_get(json_object_get(l.body, "keys"), 0), "key_hash"),
+                        h_stuck);
+    char *next = xstrdup(entry_str(l.body, "next"));
+    json_decref(l.body);
+    l = q_list(STORE_QUEUE_STATE_OPEN, 1, next);
+    free(next);
+    assert_string_equal(entry_str(json_array_get(json_object_get(l.body, "keys"), 0), "key_hash"),
+                        h_unknown);
+    json_decref(l.body);
+    queue_out_t all = q_list(STORE_QUEUE_STATE_ANY, 0, NULL);
+    assert_int_equal(json_array_size(json_object_get(all.body, "keys")), 3);
+    json_decref(all.body);
+
+    /* shown by a prefix */
+    char prefix[11];
+    snprintf(prefix, sizeof(prefix), "%.10s", h_unknown);
+    queue_out_t sh = q_show(prefix);
+    assert_int_equal(sh.a, STORE_QUEUE_OK);
+    assert_string_equal(entry_str(sh.body, "state"), "unknown");
+    assert_int_equal(json_array_size(json_object_get(sh.body, "actions")), 0);
+    json_decref(sh.body);
+    queue_out_t bad = q_show("xyz123");
+    assert_int_equal(bad.a, STORE_QUEUE_INVALID);
+    json_decref(bad.body);
+
+    /* a live claim is not resolved */
+    queue_out_t c = q_resolve(h_live, STORE_QUEUE_FAILED, NULL);
+    assert_int_equal(c.a, STORE_QUEUE_CONFLICT);
+    assert_string_equal(entry_str(c.body, "state"), "in_progress");
+    json_decref(c.body);
+
+    /* the unknown key resolved as succeeded: the next claim finds the operator's result */
+    json_t *result =
+        json_pack("{s:[{s:s,s:s}]}", "content", "type", "text", "text", "done by hand");
+    queue_out_t r = q_resolve(prefix, STORE_QUEUE_SUCCEEDED, result);
+    json_decref(result);
+    assert_int_equal(r.a, STORE_QUEUE_OK);
+    assert_string_equal(entry_str(r.body, "previous_state"), "unknown");
+    assert_string_equal(entry_str(r.body, "by"), "tester");
+    json_decref(r.body);
+    claim_out_t again = do_claim(st_main, &unknown);
+    assert_false(again.acquired);
+    assert_int_equal(again.state, STORE_STATE_SUCCEEDED);
+    json_t *stored = json_loadb(again.result, again.result_len, 0, NULL);
+    free(again.result);
+    const json_t *op = json_object_get(json_object_get(stored, "_meta"), STORE_QUEUE_META_OPERATOR);
+    assert_string_equal(entry_str(op, "by"), "tester");
+    assert_string_equal(entry_str(op, "note"), "checked downstream");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(stored, "content"), 0), "text")),
+                        "done by hand");
+    json_decref(stored);
+    c = q_resolve(h_unknown, STORE_QUEUE_FAILED, NULL);
+    assert_int_equal(c.a, STORE_QUEUE_CONFLICT);
+    assert_string_equal(entry_str(c.body, "state"), "succeeded");
+    json_decref(c.body);
+
+    /* the stuck claim resolved as failed: the next claim takes it over */
+    r = q_resolve(h_stuck, STORE_QUEUE_FAILED, NULL);
+    assert_int_equal(r.a, STORE_QUEUE_OK);
+    assert_string_equal(entry_str(r.body, "previous_state"), "in_progress");
+    json_decref(r.body);
+    stuck.lease_ms = 30000;
+    claim_out_t t = do_claim(st_main, &stuck);
+    assert_true(t.acquired);
+    assert_true(t.taken_over);
+
+    /* forget deletes the row; its actions stay */
+    assert_true(do_finish(st_main, stuck.key, t.fence, STORE_STATE_UNKNOWN, NULL, 600000));
+    r = q_resolve(h_stuck, STORE_QUEUE_FORGET, NULL);
+    assert_int_equal(r.a, STORE_QUEUE_OK);
+    json_decref(r.body);
+    assert_false(do_get(st_main, stuck.key).found);
+    queue_out_t gone = q_show(h_stuck);
+    assert_int_equal(gone.a, STORE_QUEUE_NOT_FOUND);
+    json_decref(gone.body);
+
+    sh = q_show(h_unknown);
+    const json_t *acts = json_object_get(sh.body, "actions");
+    assert_int_equal(json_array_size(acts), 1);
+    assert_string_equal(entry_str(json_array_get(acts, 0), "outcome"), "succeeded");
+    assert_string_equal(entry_str(json_array_get(acts, 0), "by"), "tester");
+    assert_non_null(json_object_get(sh.body, "result"));
+    json_decref(sh.body);
+
+    /* the summary counts what is left unknown (none of qsrv's) and every resolution */
+    queue_out_t sum = {0};
+    assert_int_equal(store_queue_summary(st_main, queue_cb, &sum), STORE_OK);
+    queue_wait(&sum);
+    size_t i;
+    json_t *u;
+    json_array_foreach(json_object_get(sum.body, "unknown"), i, u)
+        assert_null(strstr(entry_str(u, "tool"), "qsrv/"));
+    int64_t resolved = 0;
+    json_array_foreach(json_object_get(sum.body, "resolutions"), i, u) resolved +=
+        json_integer_value(json_object_get(u, "count"));
+    assert_int_equal(resolved, 3);
+    json_decref(sum.body);
 }
 
 /* Forget deletes the row whatever its state and hands back what it was. */
@@ -2082,6 +2280,7 @@ int main(void)
         cmocka_unit_test(test_duplicate_and_get),
         cmocka_unit_test(test_release),
         cmocka_unit_test(test_forget),
+        cmocka_unit_test(test_operator_queue),
         cmocka_unit_test(test_pipeline_in_order),
         cmocka_unit_test(test_pipeline_error_fails_one),
         cmocka_unit_test(test_duplicates_batched),
