@@ -901,6 +901,14 @@ static queue_out_t q_show(const char *hash)
     return queue_wait(&o);
 }
 
+/* Returns once the wall clock has moved on to a new millisecond. */
+static void next_ms(void)
+{
+    uint64_t now = util_wall_ms();
+    while (util_wall_ms() == now)
+        ;
+}
+
 static const char *entry_str(const json_t *e, const char *name)
 {
     return json_string_value(json_object_get(e, name));
@@ -922,7 +930,10 @@ static void test_operator_queue(void **state)
     key_hash_hex(stuck.key, h_stuck);
     claim_out_t a = do_claim(st_main, &unknown);
     assert_true(do_finish(st_main, unknown.key, a.fence, STORE_STATE_UNKNOWN, NULL, 600000));
+    /* the list is newest first by the millisecond a key was created: one each */
+    next_ms();
     assert_true(do_claim(st_main, &live).acquired);
+    next_ms();
     assert_true(do_claim(st_main, &stuck).acquired);
 
     /* listed by state, and by server and tool */
