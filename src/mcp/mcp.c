@@ -52,11 +52,19 @@ static size_t skip_value(const char *s, size_t i, size_t n)
     if (i >= n)
         return n + 1;
     if (s[i] == '"') {
-        for (i++; i < n; i++) {
-            if (s[i] == '\\')
-                i++;
-            else if (s[i] == '"')
-                return i + 1;
+        /* the next quote not escaped: memchr for the quotes, then the backslashes before one
+         * counted (an odd run escapes it). A long string argument is most of a body, and this
+         * runs over every body the gateway rewrites or looks into. */
+        for (i++; i < n;) {
+            const char *q = memchr(s + i, '"', n - i);
+            if (!q)
+                return n + 1;
+            size_t at = (size_t)(q - s), k = at;
+            while (k > i && s[k - 1] == '\\')
+                k--;
+            if ((at - k) % 2 == 0)
+                return at + 1;
+            i = at + 1;
         }
         return n + 1;
     }
@@ -159,6 +167,45 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
     *off = pos.value;
     *vlen = pos.value_end - pos.value;
     return true;
+}
+
+bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t count,
+                      mcp_span_t spans[])
+{
+    for (size_t k = 0; k < count; k++)
+        spans[k] = (mcp_span_t){0, 0, false};
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{')
+        return false;
+    i = skip_ws(s, i + 1, n);
+    if (i < n && s[i] == '}')
+        return true; /* no members */
+    for (;;) {
+        i = skip_ws(s, i, n);
+        if (i >= n || s[i] != '"')
+            break;
+        size_t mstart = i, kend = skip_value(s, i, n);
+        if (kend > n)
+            break;
+        i = skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':')
+            break;
+        size_t vstart = skip_ws(s, i + 1, n), vend = skip_value(s, vstart, n);
+        if (vend > n)
+            break;
+        for (size_t k = 0; k < count; k++)
+            if (name_is(s, mstart, kend, names[k], strlen(names[k])))
+                spans[k] = (mcp_span_t){vstart, vend - vstart, true};
+        i = skip_ws(s, vend, n);
+        if (i < n && s[i] == '}')
+            return true;
+        if (i >= n || s[i] != ',')
+            break;
+        i++;
+    }
+    for (size_t k = 0; k < count; k++)
+        spans[k].present = false;
+    return false;
 }
 
 char *mcp_without_argument(const char *body, size_t len, const char *name, size_t *out_len)
