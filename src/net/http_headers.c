@@ -264,14 +264,42 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
 bool http_head_set_length(struct evbuffer *head, long long content_length)
 {
     static const char te[] = "\r\nTransfer-Encoding: chunked\r\n";
-    struct evbuffer_ptr at = evbuffer_search(head, te, sizeof(te) - 1, NULL);
-    if (at.pos < 0 || content_length < 0)
+    size_t n = evbuffer_get_length(head), tlen = sizeof(te) - 1;
+    char *h = n ? (char *)evbuffer_pullup(head, -1) : NULL;
+    const char *at = h ? memmem(h, n, te, tlen) : NULL;
+    if (!at || content_length < 0)
         return false;
+    /* the line written by hand over the old one: this runs for every relayed JSON answer
+     * whose id was rewritten, and the head is most often one piece of memory already */
+    char digits[24], line[64];
+    size_t nd = 0;
+    unsigned long long v = (unsigned long long)content_length;
+    do {
+        digits[nd++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    size_t ln = 0;
+    memcpy(line, "\r\nContent-Length: ", 18);
+    ln = 18;
+    while (nd)
+        line[ln++] = digits[--nd];
+    memcpy(line + ln, "\r\n", 2);
+    ln += 2;
+    size_t pos = (size_t)(at - h);
+    if (ln <= tlen) {
+        /* shorter: the bytes before it move forward by the difference, which is then dropped
+         * from the front */
+        size_t d = tlen - ln;
+        memmove(h + d, h, pos);
+        memcpy(h + d + pos, line, ln);
+        evbuffer_drain(head, d);
+        return true;
+    }
     struct evbuffer *out = evbuffer_new();
-    evbuffer_remove_buffer(head, out, (size_t)at.pos);
-    evbuffer_drain(head, sizeof(te) - 1);
-    evbuffer_add_printf(out, "\r\nContent-Length: %lld\r\n", content_length);
-    evbuffer_add_buffer(out, head);
+    evbuffer_add(out, h, pos);
+    evbuffer_add(out, line, ln);
+    evbuffer_add(out, h + pos + tlen, n - pos - tlen);
+    evbuffer_drain(head, n);
     evbuffer_add_buffer(head, out);
     evbuffer_free(out);
     return true;

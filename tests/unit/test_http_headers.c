@@ -198,6 +198,39 @@ static void test_response_head(void **state)
     assert_string_equal(http_status_reason(308), "Permanent Redirect");
 }
 
+/* A chunked head made to carry a length: short and long lengths, a head in two pieces, and
+ * one that is not chunked. */
+static void test_head_set_length(void **state)
+{
+    static const struct {
+        long long len;
+        const char *want;
+    } cases[] = {
+        {0, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n"
+            "Connection: keep-alive\r\n\r\n"},
+        {1234567890, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     "1234567890\r\nConnection: keep-alive\r\n\r\n"},
+        {123456789012345LL, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                            "123456789012345\r\nConnection: keep-alive\r\n\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct evbuffer *h = evbuffer_new();
+        evbuffer_add_printf(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json");
+        evbuffer_add_printf(h, "\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n");
+        assert_true(http_head_set_length(h, cases[i].len));
+        size_t n = evbuffer_get_length(h);
+        assert_int_equal(n, strlen(cases[i].want));
+        assert_memory_equal(evbuffer_pullup(h, -1), cases[i].want, n);
+        evbuffer_free(h);
+    }
+    struct evbuffer *h = evbuffer_new();
+    evbuffer_add_printf(h, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
+    assert_false(http_head_set_length(h, 5));
+    assert_int_equal(evbuffer_get_length(h),
+                     strlen("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"));
+    evbuffer_free(h);
+}
+
 static void test_chunks(void **state)
 {
     (void)state;
@@ -226,6 +259,7 @@ int main(void)
         cmocka_unit_test(test_request_head),
         cmocka_unit_test(test_response_head),
         cmocka_unit_test(test_chunks),
+        cmocka_unit_test(test_head_set_length),
     };
     return cmocka_run_group_tests_name("http_headers", tests, NULL, NULL);
 }
