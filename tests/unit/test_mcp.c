@@ -290,6 +290,19 @@ static void test_classify(void **state)
         {"{\"jsonrpc\":\"2.0\",\"id\":\"11\",\"result\":{}}", MCP_RESP_FOREIGN, NULL},
         {"{\"jsonrpc\":\"2.0\",\"id\":12}", MCP_RESP_OTHER, NULL},
         {"garbage", MCP_RESP_OTHER, NULL},
+        /* read from the text where it is valid JSON, as the tree reads it */
+        {"{\"id\":11,\"result\":{\"resultType\":\"input\\u005frequired\"}}",
+         MCP_RESP_INPUT_REQUIRED, NULL},
+        {"{\"id\":11.0,\"result\":{\"isError\":false} }", MCP_RESP_RESULT, "{\"isError\":false}"},
+        {"{\"i\\u0064\":11,\"error\":null}", MCP_RESP_ERROR, "null"},
+        {"{\"id\":11,\"result\":[1],\"error\":{\"code\":1}}", MCP_RESP_ERROR, "{\"code\":1}"},
+        {"{\"id\":11,\"result\":\"x\"}", MCP_RESP_OTHER, NULL},
+        {"[{\"id\":11,\"result\":{}}]", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{}} x", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{\"s\":\"\xff\"}}", MCP_RESP_OTHER, NULL},
+        /* a number out of a double's range: jansson refuses the whole message */
+        {"{\"id\":11,\"result\":{\"n\":1e400}}", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{\"n\":1e3}}", MCP_RESP_RESULT, "{\"n\":1e3}"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t off = 0, len = 0;
