@@ -203,6 +203,49 @@ static bool set_by_extra(const char *extra, const char *name)
     return false;
 }
 
+/* The decimal digits of v (v >= 0) into out, which has room for 20; returns their count. */
+static size_t put_digits(char *out, unsigned long long v)
+{
+    char rev[20];
+    size_t n = 0;
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = rev[n - 1 - i];
+    return n;
+}
+
+/* "NAME: VALUE" and its CRLF, one add when it fits a line on the stack: heads are written for
+ * every relayed request and answer, and printf's format parsing per header was a visible part
+ * of a relayed call's cost. */
+static void add_field(struct evbuffer *out, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    char line[512];
+    if (nl + vl + 4 > sizeof(line)) {
+        evbuffer_add(out, name, nl);
+        evbuffer_add(out, ": ", 2);
+        evbuffer_add(out, value, vl);
+        evbuffer_add(out, "\r\n", 2);
+        return;
+    }
+    memcpy(line, name, nl);
+    memcpy(line + nl, ": ", 2);
+    memcpy(line + nl + 2, value, vl);
+    memcpy(line + nl + 2 + vl, "\r\n", 2);
+    evbuffer_add(out, line, nl + vl + 4);
+}
+
+static void add_content_length(struct evbuffer *out, long long n)
+{
+    char line[48] = "Content-Length: ";
+    size_t at = 16 + put_digits(line + 16, (unsigned long long)n);
+    memcpy(line + at, "\r\n", 2);
+    evbuffer_add(out, line, at + 2);
+}
+
 void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
                              const http_headers_t *in, const char *host, const char *client_ip,
                              long long body_len, const char *extra)
@@ -219,7 +262,7 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
             xff = http_headers_value(in, i);
             continue;
         }
-        evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+        add_field(out, name, http_headers_value(in, i));
     }
     if (client_ip) {
         if (xff && *xff)
@@ -228,7 +271,7 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
             evbuffer_add_printf(out, "X-Forwarded-For: %s\r\n", client_ip);
     }
     if (body_len >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", body_len);
+        add_content_length(out, body_len);
     if (extra)
         evbuffer_add(out, extra, strlen(extra));
     evbuffer_add(out, "\r\n", 2);
@@ -238,20 +281,34 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
                               const http_headers_t *in, long long content_length, bool keep_alive,
                               const char *extra)
 {
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    if (status >= 100 && status <= 999) {
+        char line[64] = "HTTP/1.1 ";
+        const char *reason = http_status_reason(status);
+        size_t rl = strlen(reason), at = 9 + put_digits(line + 9, (unsigned)status);
+        if (at + 1 + rl + 2 <= sizeof(line)) {
+            line[at++] = ' ';
+            memcpy(line + at, reason, rl);
+            memcpy(line + at + rl, "\r\n", 2);
+            evbuffer_add(out, line, at + rl + 2);
+        } else {
+            evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason);
+        }
+    } else {
+        evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    }
     if (content_type)
-        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+        add_field(out, "Content-Type", content_type);
     if (in) {
         const char *conn = http_headers_get(in, "connection");
         for (size_t i = 0; i < in->n; i++) {
             const char *name = http_headers_name(in, i);
             if (strcasecmp(name, "content-length") == 0 || http_header_is_hop_by_hop(name, conn))
                 continue;
-            evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+            add_field(out, name, http_headers_value(in, i));
         }
     }
     if (content_length >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", content_length);
+        add_content_length(out, content_length);
     else if (content_length == -1)
         evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
     if (!keep_alive)
@@ -271,18 +328,9 @@ bool http_head_set_length(struct evbuffer *head, long long content_length)
         return false;
     /* the line written by hand over the old one: this runs for every relayed JSON answer
      * whose id was rewritten, and the head is most often one piece of memory already */
-    char digits[24], line[64];
-    size_t nd = 0;
-    unsigned long long v = (unsigned long long)content_length;
-    do {
-        digits[nd++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    size_t ln = 0;
+    char line[64];
     memcpy(line, "\r\nContent-Length: ", 18);
-    ln = 18;
-    while (nd)
-        line[ln++] = digits[--nd];
+    size_t ln = 18 + put_digits(line + 18, (unsigned long long)content_length);
     memcpy(line + ln, "\r\n", 2);
     ln += 2;
     size_t pos = (size_t)(at - h);

@@ -8,6 +8,7 @@
 #include "http_headers.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +192,23 @@ static void test_response_head(void **state)
     s = drain(b);
     assert_string_equal(s, "HTTP/1.1 304 Not Modified\r\n\r\n");
     free(s);
+    /* a field longer than a line on the stack, a length of many digits */
+    char big[700];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    http_headers_t g;
+    http_headers_init(&g);
+    add(&g, "x-big", big);
+    http_write_response_head(b, 200, NULL, &g, 123456789012LL, true, NULL);
+    s = drain(b);
+    char *want = NULL;
+    assert_true(asprintf(&want,
+                         "HTTP/1.1 200 OK\r\nx-big: %s\r\nContent-Length: 123456789012\r\n\r\n",
+                         big) > 0);
+    assert_string_equal(s, want);
+    free(want);
+    free(s);
+    http_headers_free(&g);
     evbuffer_free(b);
     http_headers_free(&h);
     assert_string_equal(http_status_reason(431), "Request Header Fields Too Large");
