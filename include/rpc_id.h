@@ -42,7 +42,8 @@ void rpc_id_format(char out[RPC_ID_TEXT_MAX], const char *nonce, uint64_t n);
  * byte as it was; NULL when the body has no id member to replace. Length in *out_len. */
 char *rpc_id_set_request_id(const char *body, size_t len, const char *id_text, size_t *out_len);
 /* The same, in place in a request's body (its bytes before the id and the id rewritten, the
- * rest left where it is); false, the body untouched, when it has no id member to replace. */
+ * rest left where it is); false, the body untouched, when it has no id member to replace. body
+ * is a buffer of the caller's own, its start not frozen (evbuffer_prepend). */
 bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text) MUST_CHECK;
 /* The same for params.requestId of a notifications/cancelled. */
 char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, size_t *out_len);
