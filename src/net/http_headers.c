@@ -252,7 +252,24 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
 {
     const char *conn = http_headers_get(in, "connection");
     const char *xff = NULL;
-    evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host);
+    size_t ml = strlen(method), tl = strlen(target), hl = strlen(host);
+    char line[512];
+    if (ml + tl + hl + 27 <= sizeof(line)) {
+        char *o = line;
+        memcpy(o, method, ml);
+        o += ml;
+        *o++ = ' ';
+        memcpy(o, target, tl);
+        o += tl;
+        memcpy(o, " HTTP/1.1\r\nHost: ", 17);
+        o += 17;
+        memcpy(o, host, hl);
+        o += hl;
+        memcpy(o, "\r\n", 2);
+        evbuffer_add(out, line, (size_t)(o + 2 - line));
+    } else {
+        evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host);
+    }
     for (size_t i = 0; i < in->n; i++) {
         const char *name = http_headers_name(in, i);
         if (strcasecmp(name, "host") == 0 || strcasecmp(name, "content-length") == 0 ||
@@ -268,7 +285,7 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
         if (xff && *xff)
             evbuffer_add_printf(out, "X-Forwarded-For: %s, %s\r\n", xff, client_ip);
         else
-            evbuffer_add_printf(out, "X-Forwarded-For: %s\r\n", client_ip);
+            add_field(out, "X-Forwarded-For", client_ip);
     }
     if (body_len >= 0)
         add_content_length(out, body_len);
