@@ -62,6 +62,18 @@ void mcp_msg_free(mcp_msg_t *m);
  * (names with escapes are not found). Returns true and the byte span. */
 bool mcp_member_span(const char *text, size_t len, const char *name, size_t *off, size_t *vlen);
 
+/* A member's value in an object text: its byte span. */
+typedef struct mcp_span {
+    size_t off, len;
+    bool present;
+} mcp_span_t;
+
+/* mcp_member_span for several names in one walk of the text: spans[k] is where names[k] is
+ * (the last one, as with mcp_member_span). False, and none present, when the text is not an
+ * object of members. */
+bool mcp_member_spans(const char *text, size_t len, const char *const names[], size_t count,
+                      mcp_span_t spans[]);
+
 /* The body of a tools/call without the member name of params.arguments, every other byte as
  * it was; NULL when there is no such member (or the body is not an object with them). The
  * length goes to out_len. */

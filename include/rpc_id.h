@@ -41,13 +41,23 @@ void rpc_id_format(char out[RPC_ID_TEXT_MAX], const char *nonce, uint64_t n);
 /* A request body with its top-level "id" set to id_text (a JSON value's text), every other
  * byte as it was; NULL when the body has no id member to replace. Length in *out_len. */
 char *rpc_id_set_request_id(const char *body, size_t len, const char *id_text, size_t *out_len);
+/* The same, in place in a request's body (its bytes before the id and the id rewritten, the
+ * rest left where it is); false, the body untouched, when it has no id member to replace. body
+ * is a buffer of the caller's own, its start not frozen (evbuffer_prepend). */
+bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text) MUST_CHECK;
 /* The same for params.requestId of a notifications/cancelled. */
 char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, size_t *out_len);
 
+/* Whether two ids' JSON texts are the same JSON value: byte for byte without parsing, else
+ * as jansson reads them (an escaped string, 1 and 1.0). */
+bool rpc_id_same(const char *a, size_t alen, const char *b, size_t blen);
+
 /* Which caller id an id seen in the answer stands for: its JSON text (the callee's, valid
- * until the next call), or NULL when the id is none the gateway assigned. response: the id is
- * a response's (the call's final answer), not a requestId named in a notification. */
-typedef const char *(*rpc_id_lookup_fn)(void *arg, const json_t *id, bool response);
+ * until the next call), or NULL when the id is none the gateway assigned. id: the id's JSON
+ * text as the answer wrote it (len bytes, not terminated), NULL when the answer has no id
+ * (read as null). response: the id is a response's (the call's final answer), not a
+ * requestId named in a notification. */
+typedef const char *(*rpc_id_lookup_fn)(void *arg, const char *id, size_t len, bool response);
 
 typedef enum {
     RPC_MSG_PASS = 0, /* nothing to map: relay it as it is */

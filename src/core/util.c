@@ -1,6 +1,7 @@
 #include "util.h"
 #include "log.h"
 #include <errno.h>
+#include <pthread.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -104,9 +105,31 @@ void util_iso_utc_ms(int64_t ms, char out[UTIL_ISO_LEN + 1])
     }
     struct tm tm;
     gmtime_r(&sec, &tm);
-    char head[32];
-    strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out, UTIL_ISO_LEN + 1, "%.19s.%03dZ", head, frac);
+    int year = tm.tm_year + 1900;
+    if (year < 0 || year > 9999) {
+        char head[32];
+        strftime(head, sizeof(head), "%Y-%m-%dT%H:%M:%S", &tm);
+        snprintf(out, UTIL_ISO_LEN + 1, "%.19s.%03dZ", head, frac);
+        return;
+    }
+    /* by hand: the store writes a few of these per call, and strftime and snprintf cost more
+     * than the rest of the row */
+    const int parts[] = {year / 100, year % 100, tm.tm_mon + 1, tm.tm_mday,
+                         tm.tm_hour, tm.tm_min,  tm.tm_sec};
+    static const char before[] = {0, 0, '-', '-', 'T', ':', ':'}; /* each part's separator */
+    char *o = out;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        if (before[i])
+            *o++ = before[i];
+        *o++ = (char)('0' + parts[i] / 10);
+        *o++ = (char)('0' + parts[i] % 10);
+    }
+    *o++ = '.';
+    *o++ = (char)('0' + frac / 100);
+    *o++ = (char)('0' + frac / 10 % 10);
+    *o++ = (char)('0' + frac % 10);
+    *o++ = 'Z';
+    *o = '\0';
 }
 
 void util_hex(const unsigned char *in, size_t n, char *out)
@@ -214,11 +237,22 @@ uint64_t util_fnv1a64(const char *s)
     return h;
 }
 
+/* SHA-256 fetched from the provider once: EVP_sha256() makes EVP_Digest fetch it again on
+ * every call, a lookup that cost as much as hashing a key's input. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+    sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
 void util_sha256(const void *data, size_t n, unsigned char out[32])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    if (!EVP_Digest(data, n, md, &len, EVP_sha256(), NULL) || len != 32) {
+    pthread_once(&sha256_once, sha256_fetch);
+    if (!EVP_Digest(data, n, md, &len, sha256_md ? sha256_md : EVP_sha256(), NULL) || len != 32) {
         fprintf(stderr, "idemgw: SHA-256 failed\n");
         abort();
     }

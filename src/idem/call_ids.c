@@ -26,7 +26,7 @@ typedef struct entry {
     call_ids_t *ids;
     const http_request_t *req; /* its request while its exchange runs (live): whose call it is */
     char assigned[RPC_ID_TEXT_MAX]; /* the id it went up with, as JSON text */
-    json_t *assigned_id;            /* the same, parsed */
+    size_t assigned_len;            /* its length; 0 until it went up */
     char *caller_text;              /* the caller's id, as its request wrote it */
     json_t *caller_id;
     char *session; /* its Mcp-Session-Id, or NULL */
@@ -82,7 +82,6 @@ static void entry_free(entry_t *e)
     ids->n--;
     if (!e->live)
         ids->n_pending--;
-    json_decref(e->assigned_id);
     json_decref(e->caller_id);
     free(e->caller_text);
     free(e->session);
@@ -182,19 +181,24 @@ static bool pass_end(rpc_id_rewriter_t *rw, bool complete, struct evbuffer *out)
 
 /* --- a call's filter --- */
 
+static bool id_is_null(const char *id, size_t len)
+{
+    return !id || (len == 4 && memcmp(id, "null", 4) == 0);
+}
+
 /* Strict: the answer is this call's, so only its assigned id is known. */
-static const char *call_lookup(void *arg, const json_t *id, bool response)
+static const char *call_lookup(void *arg, const char *id, size_t len, bool response)
 {
     entry_t *e = arg;
     /* An HTTP refusal (4xx, 5xx) with a JSON-RPC error whose id is null is the request's own:
      * a server that refuses a request before it reads it (an unknown session: the SDKs' 404
      * "Session not found") has no id to give. It stays null. A success (2xx) with a null id
      * is no answer to this request: a desync. */
-    if (response && json_is_null(id) && e->status >= 400) {
+    if (response && id_is_null(id, len) && e->status >= 400) {
         e->answered = true;
         return "null";
     }
-    if (!json_equal(id, e->assigned_id))
+    if (!id || !rpc_id_same(id, len, e->assigned, e->assigned_len))
         return NULL;
     if (response)
         e->answered = true;
@@ -205,12 +209,9 @@ static void call_forward(void *arg, exchange_t *ex)
 {
     entry_t *e = arg;
     call_ids_t *ids = e->ids;
-    struct evbuffer *buf = exchange_request(ex)->body;
-    size_t len = evbuffer_get_length(buf), out_len = 0;
     rpc_id_format(e->assigned, ids->nonce, ++ids->next);
-    char *body =
-        rpc_id_set_request_id((const char *)evbuffer_pullup(buf, -1), len, e->assigned, &out_len);
-    if (!body) {
+    /* the id rewritten where it is: the body is not written out again */
+    if (!rpc_id_put_request_id(exchange_request(ex)->body, e->assigned)) {
         /* an id written with escapes in its member name: it goes as the caller wrote it, on a
          * connection of its own (another caller's answer may carry the same id), and only an
          * answer with that id is the call's */
@@ -218,11 +219,8 @@ static void call_forward(void *arg, exchange_t *ex)
                                        "of its own: its id member could not be rewritten");
         snprintf(e->assigned, sizeof(e->assigned), "%s", e->caller_text);
         exchange_upstream_alone(ex);
-    } else {
-        exchange_replace_body(ex, body, out_len);
-        free(body);
     }
-    e->assigned_id = json_loadb(e->assigned, strlen(e->assigned), JSON_DECODE_ANY, NULL);
+    e->assigned_len = strlen(e->assigned);
     e->forwarded = true;
     e->ex = ex;
 }
@@ -298,12 +296,15 @@ static const response_filter_t call_filter = {
 /* --- a GET stream of a session whose calls wait for their answer --- */
 
 /* Lenient: any call of the session forwarded and not yet answered (or resumable). */
-static const char *tap_lookup(void *arg, const json_t *id, bool response)
+static const char *tap_lookup(void *arg, const char *id, size_t len, bool response)
 {
     tap_t *t = arg;
+    if (!id)
+        return NULL;
     for (entry_t *e = t->ids->entries; e; e = e->next) {
-        if (!e->forwarded || (e->answered && !e->resumable) || !e->assigned_id ||
-            !same_session(e->session, t->session) || !json_equal(id, e->assigned_id))
+        if (!e->forwarded || (e->answered && !e->resumable) || !e->assigned_len ||
+            !same_session(e->session, t->session) ||
+            !rpc_id_same(id, len, e->assigned, e->assigned_len))
             continue;
         if (response)
             e->answered = true; /* forgotten once its exchange (if any still runs) ends */
@@ -417,7 +418,7 @@ static handler_verdict_t offer_cancel(call_ids_t *ids, exchange_t *ex, const jso
     for (entry_t *e = ids->entries; e; e = e->next) {
         if (!cancel_names(ids, e, note, session, request_id))
             continue;
-        if (!e->forwarded || !e->assigned_id)
+        if (!e->forwarded || !e->assigned_len)
             return HANDLER_PASS; /* not sent yet: the idempotency stage decides (cancel.h) */
         struct evbuffer *buf = note->body;
         size_t len = evbuffer_get_length(buf), out_len = 0;

@@ -47,6 +47,15 @@ void task_routes_free(task_routes_t *r)
 
 bool task_result_of(const char *result, size_t len, char **task_id, uint64_t *ttl_ms)
 {
+    /* every recorded result is asked: one that names no taskId, not even escaped, is none,
+     * and needs no tree (most results are a few text contents) */
+    if (!result || len == 0 || (!memmem(result, len, "taskId", 6) && !memchr(result, '\\', len))) {
+        if (task_id)
+            *task_id = NULL;
+        if (ttl_ms)
+            *ttl_ms = 0;
+        return false;
+    }
     json_t *root = json_loadb(result, len, 0, NULL);
     const json_t *task = json_object_get(root, "task");
     const char *rt = json_string_value(json_object_get(root, "resultType"));

@@ -478,11 +478,23 @@ static jcs_status_t parse_number(jcs_parser_t *p, jcs_value_t **out)
     }
     p->pos = i;
 
+    jcs_value_t *v = new_value(JCS_NUMBER);
+    size_t ilen = int_end - int_start;
+    if (integer && ilen <= 15) {
+        /* an integer of at most 15 digits is exact in a double, and ECMAScript writes an
+         * integer below 10^21 as its digits: the literal is its own canonical form (JSON has
+         * no leading zeros), but for -0, which is 0. The common case (a JSON-RPC id, a count)
+         * skips strtod and the search for the shortest digits. */
+        bool zero = ilen == 1 && s[int_start] == '0';
+        size_t from = zero ? int_start : start;
+        v->u.str.len = i - from;
+        v->u.str.s = xstrndup(s + from, v->u.str.len);
+        *out = v;
+        return JCS_OK;
+    }
     char *lit = xstrndup(s + start, i - start);
     double d = strtod(lit, NULL);
     free(lit);
-    jcs_value_t *v = new_value(JCS_NUMBER);
-    size_t ilen = int_end - int_start;
     if (integer && !(ilen == 1 && s[int_start] == '0') &&
         !integer_fits_double(s + int_start, ilen, d)) {
         /* the deliberate departure: keep exact digits of a wide integer */

@@ -52,11 +52,19 @@ static size_t skip_value(const char *s, size_t i, size_t n)
     if (i >= n)
         return n + 1;
     if (s[i] == '"') {
-        for (i++; i < n; i++) {
-            if (s[i] == '\\')
-                i++;
-            else if (s[i] == '"')
-                return i + 1;
+        /* the next quote not escaped: memchr for the quotes, then the backslashes before one
+         * counted (an odd run escapes it). A long string argument is most of a body, and this
+         * runs over every body the gateway rewrites or looks into. */
+        for (i++; i < n;) {
+            const char *q = memchr(s + i, '"', n - i);
+            if (!q)
+                return n + 1;
+            size_t at = (size_t)(q - s), k = at;
+            while (k > i && s[k - 1] == '\\')
+                k--;
+            if ((at - k) % 2 == 0)
+                return at + 1;
+            i = at + 1;
         }
         return n + 1;
     }
@@ -161,6 +169,45 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
     return true;
 }
 
+bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t count,
+                      mcp_span_t spans[])
+{
+    for (size_t k = 0; k < count; k++)
+        spans[k] = (mcp_span_t){0, 0, false};
+    size_t i = skip_ws(s, 0, n);
+    if (i >= n || s[i] != '{')
+        return false;
+    i = skip_ws(s, i + 1, n);
+    if (i < n && s[i] == '}')
+        return true; /* no members */
+    for (;;) {
+        i = skip_ws(s, i, n);
+        if (i >= n || s[i] != '"')
+            break;
+        size_t mstart = i, kend = skip_value(s, i, n);
+        if (kend > n)
+            break;
+        i = skip_ws(s, kend, n);
+        if (i >= n || s[i] != ':')
+            break;
+        size_t vstart = skip_ws(s, i + 1, n), vend = skip_value(s, vstart, n);
+        if (vend > n)
+            break;
+        for (size_t k = 0; k < count; k++)
+            if (name_is(s, mstart, kend, names[k], strlen(names[k])))
+                spans[k] = (mcp_span_t){vstart, vend - vstart, true};
+        i = skip_ws(s, vend, n);
+        if (i < n && s[i] == '}')
+            return true;
+        if (i >= n || s[i] != ',')
+            break;
+        i++;
+    }
+    for (size_t k = 0; k < count; k++)
+        spans[k].present = false;
+    return false;
+}
+
 char *mcp_without_argument(const char *body, size_t len, const char *name, size_t *out_len)
 {
     size_t poff, plen, aoff, alen;
@@ -209,6 +256,9 @@ typedef struct scan {
     const char *s;
     size_t n;
     bool bail; /* valid so far, but let the tree path decide */
+    /* a number with an exponent or of more than 15 characters: one jansson may refuse as out
+     * of a double's range, so a classification leaves it to the tree path */
+    bool wide_number;
     span_t method, id, params, result, error, name;
 } scan_t;
 
@@ -299,10 +349,10 @@ static size_t scan_string(const scan_t *sc, size_t i, bool *esc)
     return 0;
 }
 
-static size_t scan_number(const scan_t *sc, size_t i)
+static size_t scan_number(scan_t *sc, size_t i)
 {
     const char *s = sc->s;
-    size_t n = sc->n;
+    size_t n = sc->n, start = i;
     if (i < n && s[i] == '-')
         i++;
     if (i >= n)
@@ -330,7 +380,10 @@ static size_t scan_number(const scan_t *sc, size_t i)
             return 0;
         while (i < n && s[i] >= '0' && s[i] <= '9')
             i++;
+        sc->wide_number = true;
     }
+    if (i - start > 15)
+        sc->wide_number = true;
     return i;
 }
 
@@ -618,9 +671,76 @@ static bool ids_equal(const json_t *a, const json_t *b)
     return json_equal((json_t *)a, (json_t *)b);
 }
 
+/* Whether text is one JSON value that jansson loads too, told by the scanner without building
+ * a tree; false also when it has a number jansson might refuse (the tree path then decides). */
+static bool scan_plain(const char *text, size_t len)
+{
+    scan_t sc = {.s = text, .n = len};
+    size_t end = scan_value(&sc, skip_ws(text, 0, len), 1, 0);
+    return end && skip_ws(text, end, len) == len && !sc.wide_number;
+}
+
+/* A member value's text is the JSON string want (escaped or not). */
+static bool span_is_string(const char *text, const mcp_span_t *sp, const char *want)
+{
+    size_t n = strlen(want);
+    if (!sp->present || sp->len < 2 || text[sp->off] != '"')
+        return false;
+    if (!memchr(text + sp->off, '\\', sp->len))
+        return sp->len == n + 2 && memcmp(text + sp->off + 1, want, n) == 0;
+    json_t *j = json_loadb(text + sp->off, sp->len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    bool same = json_is_string(j) && json_string_length(j) == n &&
+                memcmp(json_string_value(j), want, n) == 0;
+    json_decref(j);
+    return same;
+}
+
+/* mcp_classify_response on a text the scanner validated: the members read where they are,
+ * only the id parsed. Every answer of a protected call is classified, and loading it into a
+ * tree cost more than the rest of its recording. */
+static mcp_resp_class_t classify_spans(const char *text, size_t len, const json_t *req_id,
+                                       size_t *result_off, size_t *result_len)
+{
+    enum { T_ID, T_METHOD, T_RESULT, T_ERROR, T_COUNT };
+    static const char *const top[T_COUNT] = {"id", "method", "result", "error"};
+    mcp_span_t m[T_COUNT];
+    if (!mcp_member_spans(text, len, top, T_COUNT, m) || !m[T_ID].present || !req_id ||
+        m[T_METHOD].present)
+        return MCP_RESP_OTHER;
+    json_t *id = load(text + m[T_ID].off, m[T_ID].len);
+    bool same = id && ids_equal(id, req_id);
+    json_decref(id);
+    if (!same)
+        /* the gateway rewrites no id: a response carrying another one answers someone else */
+        return m[T_RESULT].present || m[T_ERROR].present ? MCP_RESP_FOREIGN : MCP_RESP_OTHER;
+    if (m[T_RESULT].present && text[m[T_RESULT].off] == '{') {
+        enum { R_TYPE, R_IS_ERROR, R_COUNT };
+        static const char *const inner[R_COUNT] = {"resultType", "isError"};
+        mcp_span_t r[R_COUNT];
+        mcp_member_spans(text + m[T_RESULT].off, m[T_RESULT].len, inner, R_COUNT, r);
+        mcp_resp_class_t cls = MCP_RESP_RESULT;
+        if (span_is_string(text + m[T_RESULT].off, &r[R_TYPE], "input_required"))
+            cls = MCP_RESP_INPUT_REQUIRED;
+        else if (r[R_IS_ERROR].present && r[R_IS_ERROR].len == 4 &&
+                 memcmp(text + m[T_RESULT].off + r[R_IS_ERROR].off, "true", 4) == 0)
+            cls = MCP_RESP_TOOL_ERROR;
+        *result_off = m[T_RESULT].off;
+        *result_len = m[T_RESULT].len;
+        return cls;
+    }
+    if (m[T_ERROR].present) {
+        *result_off = m[T_ERROR].off;
+        *result_len = m[T_ERROR].len;
+        return MCP_RESP_ERROR;
+    }
+    return MCP_RESP_OTHER;
+}
+
 mcp_resp_class_t mcp_classify_response(const char *text, size_t len, const json_t *req_id,
                                        size_t *result_off, size_t *result_len)
 {
+    if (scan_plain(text, len))
+        return classify_spans(text, len, req_id, result_off, result_len);
     mcp_resp_class_t cls = MCP_RESP_OTHER;
     json_t *msg = load(text, len);
     if (!json_is_object(msg))

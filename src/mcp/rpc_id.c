@@ -25,7 +25,47 @@ const char *rpc_id_status_str(rpc_id_status_t st)
 
 void rpc_id_format(char out[RPC_ID_TEXT_MAX], const char *nonce, uint64_t n)
 {
-    snprintf(out, RPC_ID_TEXT_MAX, "\"idemgw-%.16s-%" PRIu64 "\"", nonce, n);
+    /* written by hand: snprintf's format machinery was a visible part of what a relayed
+     * request costs the gateway */
+    char digits[20];
+    size_t nd = 0;
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    size_t hex = strnlen(nonce, 16);
+    char *p = out;
+    memcpy(p, "\"idemgw-", 8);
+    p += 8;
+    memcpy(p, nonce, hex);
+    p += hex;
+    *p++ = '-';
+    while (nd)
+        *p++ = digits[--nd];
+    *p++ = '"';
+    *p = '\0';
+}
+
+/* A member's value, parsed (integers as reals: every valid number loads, and 1 is 1.0). */
+static json_t *value_at(const char *text, size_t off, size_t vlen)
+{
+    return json_loadb(text + off, vlen, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
+}
+
+bool rpc_id_same(const char *a, size_t alen, const char *b, size_t blen)
+{
+    if (alen == blen && memcmp(a, b, alen) == 0)
+        return true;
+    /* two strings without escapes are the same only byte for byte: an answer to another
+     * request, the common way to differ, is told without parsing */
+    if (alen && blen && a[0] == '"' && b[0] == '"' && !memchr(a, '\\', alen) &&
+        !memchr(b, '\\', blen))
+        return false;
+    json_t *x = value_at(a, 0, alen), *y = value_at(b, 0, blen);
+    bool same = x && y && json_equal(x, y);
+    json_decref(x);
+    json_decref(y);
+    return same;
 }
 
 /* text with the span [off, off + vlen) replaced by value. */
@@ -50,6 +90,44 @@ char *rpc_id_set_request_id(const char *body, size_t len, const char *id_text, s
     return splice(body, len, off, vlen, id_text, out_len);
 }
 
+static void free_spliced(const void *data, size_t len, void *arg)
+{
+    (void)len;
+    (void)arg;
+    free((void *)data);
+}
+
+/* Most bytes before a request's id (and the id) rewritten on the stack: an id most often
+ * comes first or second in a request. */
+#define PUT_HEAD_MAX 256
+
+bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text)
+{
+    size_t len = evbuffer_get_length(body), off, vlen, n = strlen(id_text);
+    char *text = len ? (char *)evbuffer_pullup(body, -1) : NULL;
+    if (!text || !mcp_member_span(text, len, "id", &off, &vlen))
+        return false;
+    if (n == vlen) {
+        memcpy(text + off, id_text, n);
+        return true;
+    }
+    if (off + n <= PUT_HEAD_MAX) {
+        /* the bytes up to the id go again, the new id after them, in front of the rest:
+         * the body's other bytes are not copied */
+        char head[PUT_HEAD_MAX];
+        memcpy(head, text, off);
+        memcpy(head + off, id_text, n);
+        evbuffer_drain(body, off + vlen);
+        evbuffer_prepend(body, head, off + n);
+        return true;
+    }
+    size_t out_len;
+    char *out = splice(text, len, off, vlen, id_text, &out_len);
+    evbuffer_drain(body, len);
+    evbuffer_add_reference(body, out, out_len, free_spliced, NULL);
+    return true;
+}
+
 char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, size_t *out_len)
 {
     size_t poff, plen, roff, rlen;
@@ -57,12 +135,6 @@ char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, si
         !mcp_member_span(body + poff, plen, "requestId", &roff, &rlen))
         return NULL;
     return splice(body, len, poff + roff, rlen, id_text, out_len);
-}
-
-/* A member's value, parsed (integers as reals: every valid number loads). */
-static json_t *value_at(const char *text, size_t off, size_t vlen)
-{
-    return json_loadb(text + off, vlen, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, NULL);
 }
 
 static bool is_response(const json_t *m)
@@ -87,8 +159,15 @@ static rpc_msg_verdict_t map_batch(const char *text, size_t len, bool strict)
     return v;
 }
 
-rpc_msg_verdict_t rpc_id_map_message(const char *text, size_t len, rpc_id_lookup_fn lookup,
-                                     void *arg, bool strict, char **out, size_t *out_len)
+/* Where a mapped message's id is, and the caller's id that replaces it. */
+typedef struct mapping {
+    size_t off, vlen;
+    const char *caller;
+} mapping_t;
+
+/* rpc_id_map_message without the copy: with RPC_MSG_MAPPED, *at says what to replace. */
+static rpc_msg_verdict_t map_find(const char *text, size_t len, rpc_id_lookup_fn lookup, void *arg,
+                                  bool strict, mapping_t *at)
 {
     /* a lenient map reads a GET stream, most of whose events answer no call of the gateway's:
      * an id it assigned holds its prefix as written, so without it there is nothing to read */
@@ -101,38 +180,47 @@ rpc_msg_verdict_t rpc_id_map_message(const char *text, size_t len, rpc_id_lookup
         return map_batch(text, len, strict);
     if (i == len || text[i] != '{')
         return RPC_MSG_PASS; /* not JSON-RPC: an error page, say */
-    /* the members are found by the scanner that finds them for the stage (an answer may be
-     * megabytes: no tree of it is built); text the agent cannot parse answers it nothing */
-    size_t off, vlen, x, y;
-    bool method = mcp_member_span(text, len, "method", &x, &y);
-    if (!method && (mcp_member_span(text, len, "result", &x, &y) ||
-                    mcp_member_span(text, len, "error", &x, &y))) {
+    /* the members are found in one walk by the scanner that finds them for the stage (an
+     * answer may be megabytes: no tree of it is built); text the agent cannot parse answers
+     * it nothing */
+    enum { M_METHOD, M_RESULT, M_ERROR, M_ID, M_PARAMS, M_COUNT };
+    static const char *const names[M_COUNT] = {"method", "result", "error", "id", "params"};
+    mcp_span_t m[M_COUNT];
+    mcp_member_spans(text, len, names, M_COUNT, m);
+    if (!m[M_METHOD].present && (m[M_RESULT].present || m[M_ERROR].present)) {
         /* a response without an id is looked up as a null one (a server that refuses a request
          * it did not parse may leave it out): nothing to map if it is the request's */
-        bool has_id = mcp_member_span(text, len, "id", &off, &vlen);
-        json_t *id = has_id ? value_at(text, off, vlen) : json_null();
-        const char *caller = id ? lookup(arg, id, true) : NULL;
-        json_decref(id);
+        bool has_id = m[M_ID].present;
+        const char *caller =
+            lookup(arg, has_id ? text + m[M_ID].off : NULL, has_id ? m[M_ID].len : 0, true);
         if (caller && !has_id)
             return RPC_MSG_PASS;
         if (caller) {
-            *out = splice(text, len, off, vlen, caller, out_len);
+            *at = (mapping_t){m[M_ID].off, m[M_ID].len, caller};
             return RPC_MSG_MAPPED;
         }
         return strict ? RPC_MSG_DESYNC : RPC_MSG_PASS;
     }
     /* a notification or request from the server naming the call (a cancel, say) */
-    size_t poff, plen;
-    if (!method || !mcp_member_span(text, len, "params", &poff, &plen) ||
-        !mcp_member_span(text + poff, plen, "requestId", &off, &vlen))
+    size_t poff = m[M_PARAMS].off, off, vlen;
+    if (!m[M_METHOD].present || !m[M_PARAMS].present ||
+        !mcp_member_span(text + poff, m[M_PARAMS].len, "requestId", &off, &vlen))
         return RPC_MSG_PASS;
-    json_t *rid = value_at(text, poff + off, vlen);
-    const char *caller = rid ? lookup(arg, rid, false) : NULL;
-    json_decref(rid);
+    const char *caller = lookup(arg, text + poff + off, vlen, false);
     if (!caller)
         return RPC_MSG_PASS;
-    *out = splice(text, len, poff + off, vlen, caller, out_len);
+    *at = (mapping_t){poff + off, vlen, caller};
     return RPC_MSG_MAPPED;
+}
+
+rpc_msg_verdict_t rpc_id_map_message(const char *text, size_t len, rpc_id_lookup_fn lookup,
+                                     void *arg, bool strict, char **out, size_t *out_len)
+{
+    mapping_t at;
+    rpc_msg_verdict_t v = map_find(text, len, lookup, arg, strict, &at);
+    if (v == RPC_MSG_MAPPED)
+        *out = splice(text, len, at.off, at.vlen, at.caller, out_len);
+    return v;
 }
 
 /* --- the answer as it streams --- */
@@ -393,16 +481,20 @@ rpc_id_status_t rpc_id_rewriter_finish(rpc_id_rewriter_t *r, bool complete, stru
         return r->failed;
     }
     const char *text = n ? r->kept : "";
-    char *mapped = NULL;
-    size_t mlen = 0;
-    rpc_msg_verdict_t v = rpc_id_map_message(text, n, r->lookup, r->arg, r->strict, &mapped, &mlen);
+    mapping_t at;
+    rpc_msg_verdict_t v = map_find(text, n, r->lookup, r->arg, r->strict, &at);
     if (v == RPC_MSG_DESYNC) {
         r->failed = RPC_ID_DESYNC;
         return r->failed;
     }
     if (v == RPC_MSG_MAPPED) {
-        evbuffer_add(out, mapped, mlen);
-        free(mapped);
+        /* the answer around its id, and the caller's id, straight into out: one piece of
+         * memory, so whoever reads out whole does not copy it again */
+        size_t clen = strlen(at.caller);
+        evbuffer_expand(out, n - at.vlen + clen);
+        evbuffer_add(out, text, at.off);
+        evbuffer_add(out, at.caller, clen);
+        evbuffer_add(out, text + at.off + at.vlen, n - at.off - at.vlen);
     } else {
         evbuffer_add(out, r->kept, n);
     }

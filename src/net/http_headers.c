@@ -203,13 +203,73 @@ static bool set_by_extra(const char *extra, const char *name)
     return false;
 }
 
+/* The decimal digits of v (v >= 0) into out, which has room for 20; returns their count. */
+static size_t put_digits(char *out, unsigned long long v)
+{
+    char rev[20];
+    size_t n = 0;
+    do {
+        rev[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (size_t i = 0; i < n; i++)
+        out[i] = rev[n - 1 - i];
+    return n;
+}
+
+/* "NAME: VALUE" and its CRLF, one add when it fits a line on the stack: heads are written for
+ * every relayed request and answer, and printf's format parsing per header was a visible part
+ * of a relayed call's cost. */
+static void add_field(struct evbuffer *out, const char *name, const char *value)
+{
+    size_t nl = strlen(name), vl = strlen(value);
+    char line[512];
+    if (nl + vl + 4 > sizeof(line)) {
+        evbuffer_add(out, name, nl);
+        evbuffer_add(out, ": ", 2);
+        evbuffer_add(out, value, vl);
+        evbuffer_add(out, "\r\n", 2);
+        return;
+    }
+    memcpy(line, name, nl);
+    memcpy(line + nl, ": ", 2);
+    memcpy(line + nl + 2, value, vl);
+    memcpy(line + nl + 2 + vl, "\r\n", 2);
+    evbuffer_add(out, line, nl + vl + 4);
+}
+
+static void add_content_length(struct evbuffer *out, long long n)
+{
+    char line[48] = "Content-Length: ";
+    size_t at = 16 + put_digits(line + 16, (unsigned long long)n);
+    memcpy(line + at, "\r\n", 2);
+    evbuffer_add(out, line, at + 2);
+}
+
 void http_write_request_head(struct evbuffer *out, const char *method, const char *target,
                              const http_headers_t *in, const char *host, const char *client_ip,
                              long long body_len, const char *extra)
 {
     const char *conn = http_headers_get(in, "connection");
     const char *xff = NULL;
-    evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host);
+    size_t ml = strlen(method), tl = strlen(target), hl = strlen(host);
+    char line[512];
+    if (ml + tl + hl + 27 <= sizeof(line)) {
+        char *o = line;
+        memcpy(o, method, ml);
+        o += ml;
+        *o++ = ' ';
+        memcpy(o, target, tl);
+        o += tl;
+        memcpy(o, " HTTP/1.1\r\nHost: ", 17);
+        o += 17;
+        memcpy(o, host, hl);
+        o += hl;
+        memcpy(o, "\r\n", 2);
+        evbuffer_add(out, line, (size_t)(o + 2 - line));
+    } else {
+        evbuffer_add_printf(out, "%s %s HTTP/1.1\r\nHost: %s\r\n", method, target, host);
+    }
     for (size_t i = 0; i < in->n; i++) {
         const char *name = http_headers_name(in, i);
         if (strcasecmp(name, "host") == 0 || strcasecmp(name, "content-length") == 0 ||
@@ -219,16 +279,16 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
             xff = http_headers_value(in, i);
             continue;
         }
-        evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+        add_field(out, name, http_headers_value(in, i));
     }
     if (client_ip) {
         if (xff && *xff)
             evbuffer_add_printf(out, "X-Forwarded-For: %s, %s\r\n", xff, client_ip);
         else
-            evbuffer_add_printf(out, "X-Forwarded-For: %s\r\n", client_ip);
+            add_field(out, "X-Forwarded-For", client_ip);
     }
     if (body_len >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", body_len);
+        add_content_length(out, body_len);
     if (extra)
         evbuffer_add(out, extra, strlen(extra));
     evbuffer_add(out, "\r\n", 2);
@@ -238,20 +298,34 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
                               const http_headers_t *in, long long content_length, bool keep_alive,
                               const char *extra)
 {
-    evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    if (status >= 100 && status <= 999) {
+        char line[64] = "HTTP/1.1 ";
+        const char *reason = http_status_reason(status);
+        size_t rl = strlen(reason), at = 9 + put_digits(line + 9, (unsigned)status);
+        if (at + 1 + rl + 2 <= sizeof(line)) {
+            line[at++] = ' ';
+            memcpy(line + at, reason, rl);
+            memcpy(line + at + rl, "\r\n", 2);
+            evbuffer_add(out, line, at + rl + 2);
+        } else {
+            evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, reason);
+        }
+    } else {
+        evbuffer_add_printf(out, "HTTP/1.1 %d %s\r\n", status, http_status_reason(status));
+    }
     if (content_type)
-        evbuffer_add_printf(out, "Content-Type: %s\r\n", content_type);
+        add_field(out, "Content-Type", content_type);
     if (in) {
         const char *conn = http_headers_get(in, "connection");
         for (size_t i = 0; i < in->n; i++) {
             const char *name = http_headers_name(in, i);
             if (strcasecmp(name, "content-length") == 0 || http_header_is_hop_by_hop(name, conn))
                 continue;
-            evbuffer_add_printf(out, "%s: %s\r\n", name, http_headers_value(in, i));
+            add_field(out, name, http_headers_value(in, i));
         }
     }
     if (content_length >= 0)
-        evbuffer_add_printf(out, "Content-Length: %lld\r\n", content_length);
+        add_content_length(out, content_length);
     else if (content_length == -1)
         evbuffer_add(out, "Transfer-Encoding: chunked\r\n", 28);
     if (!keep_alive)
@@ -264,14 +338,33 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
 bool http_head_set_length(struct evbuffer *head, long long content_length)
 {
     static const char te[] = "\r\nTransfer-Encoding: chunked\r\n";
-    struct evbuffer_ptr at = evbuffer_search(head, te, sizeof(te) - 1, NULL);
-    if (at.pos < 0 || content_length < 0)
+    size_t n = evbuffer_get_length(head), tlen = sizeof(te) - 1;
+    char *h = n ? (char *)evbuffer_pullup(head, -1) : NULL;
+    const char *at = h ? memmem(h, n, te, tlen) : NULL;
+    if (!at || content_length < 0)
         return false;
+    /* the line written by hand over the old one: this runs for every relayed JSON answer
+     * whose id was rewritten, and the head is most often one piece of memory already */
+    char line[64];
+    memcpy(line, "\r\nContent-Length: ", 18);
+    size_t ln = 18 + put_digits(line + 18, (unsigned long long)content_length);
+    memcpy(line + ln, "\r\n", 2);
+    ln += 2;
+    size_t pos = (size_t)(at - h);
+    if (ln <= tlen) {
+        /* shorter: the bytes before it move forward by the difference, which is then dropped
+         * from the front */
+        size_t d = tlen - ln;
+        memmove(h + d, h, pos);
+        memcpy(h + d + pos, line, ln);
+        evbuffer_drain(head, d);
+        return true;
+    }
     struct evbuffer *out = evbuffer_new();
-    evbuffer_remove_buffer(head, out, (size_t)at.pos);
-    evbuffer_drain(head, sizeof(te) - 1);
-    evbuffer_add_printf(out, "\r\nContent-Length: %lld\r\n", content_length);
-    evbuffer_add_buffer(out, head);
+    evbuffer_add(out, h, pos);
+    evbuffer_add(out, line, ln);
+    evbuffer_add(out, h + pos + tlen, n - pos - tlen);
+    evbuffer_drain(head, n);
     evbuffer_add_buffer(head, out);
     evbuffer_free(out);
     return true;

@@ -244,8 +244,27 @@ static store_status_t exec_claim(store_sqlite_t *s, sq_op_t *op, int64_t now)
     sqlite3_bind_int(st, 5, op->explicit_key);
     int64_t changed = stmt_run(s, st);
     sq_row_free(&old);
-    if (changed != 1 || row_load(s, op->key, &op->row) != 1)
+    if (changed != 1)
         return STORE_ERR_STATEMENT;
+    if (found) {
+        /* a takeover keeps some of the old row's columns: read back what it became */
+        if (row_load(s, op->key, &op->row) != 1)
+            return STORE_ERR_STATEMENT;
+    } else {
+        /* a new row is what STMT_INSERT wrote: reading it back cost a third statement */
+        op->row = (sq_row_t){
+            .state = STORE_STATE_IN_PROGRESS,
+            .fence = 1,
+            .attempts = 1,
+            .digest = xstrdup(op->digest),
+            .session = op->session ? xstrdup(op->session) : NULL,
+            .jsonrpc = op->jsonrpc ? xstrdup(op->jsonrpc) : NULL,
+            .lease_until = lease_until,
+            .created_at = now,
+            .expires_at = expires_at,
+            .finished_at = -1,
+        };
+    }
     op->has_row = true;
     op->acquired = true;
     return STORE_OK;
@@ -550,6 +569,28 @@ static bool set_sync(store_sqlite_t *s, bool full)
     return true;
 }
 
+/* Whether an op needs a savepoint of its own, so that its failure leaves the batch's other ops
+ * as they were. Not one whose only write is its last statement (or that writes nothing): SQLite
+ * undoes a failed statement itself, and a failure that takes the whole transaction with it is
+ * seen below (autocommit). A finish is one UPDATE: the savepoint and its release were two of a
+ * finish's three statements. */
+static bool op_needs_savepoint(const sq_op_t *op)
+{
+    switch (op->kind) {
+    case SQ_FINISH:
+    case SQ_EXTEND:
+    case SQ_SWEEP:
+    case SQ_GET:
+    case SQ_REPORT:
+    case SQ_COUNT_UNKNOWN:
+        return false;
+    default:
+        /* a claim reads its row back after a takeover, a duplicate write is one statement
+         * per key, the probe two, the operator queue several */
+        return true;
+    }
+}
+
 /* One transaction for the whole batch; every op's result is final once it committed. */
 static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 {
@@ -585,7 +626,8 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
             op->status = STORE_ERR_UNAVAILABLE;
             continue;
         }
-        if (!ctl(s, STMT_SAVEPOINT)) {
+        bool savepoint = op_needs_savepoint(op);
+        if (savepoint && !ctl(s, STMT_SAVEPOINT)) {
             op->status = sq_status(sqlite3_extended_errcode(s->db));
             continue;
         }
@@ -608,9 +650,11 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
                 return;
             }
             op->status = sq_status(rc);
-            ctl(s, STMT_ROLLBACK_TO);
+            if (savepoint)
+                ctl(s, STMT_ROLLBACK_TO);
         }
-        ctl(s, STMT_RELEASE_SAVEPOINT);
+        if (savepoint)
+            ctl(s, STMT_RELEASE_SAVEPOINT);
         ran++;
     }
     if (!ctl(s, STMT_COMMIT)) {

@@ -8,6 +8,7 @@
 #include "http_headers.h"
 
 #include <event2/buffer.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,11 +192,61 @@ static void test_response_head(void **state)
     s = drain(b);
     assert_string_equal(s, "HTTP/1.1 304 Not Modified\r\n\r\n");
     free(s);
+    /* a field longer than a line on the stack, a length of many digits */
+    char big[700];
+    memset(big, 'v', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    http_headers_t g;
+    http_headers_init(&g);
+    add(&g, "x-big", big);
+    http_write_response_head(b, 200, NULL, &g, 123456789012LL, true, NULL);
+    s = drain(b);
+    char *want = NULL;
+    assert_true(asprintf(&want,
+                         "HTTP/1.1 200 OK\r\nx-big: %s\r\nContent-Length: 123456789012\r\n\r\n",
+                         big) > 0);
+    assert_string_equal(s, want);
+    free(want);
+    free(s);
+    http_headers_free(&g);
     evbuffer_free(b);
     http_headers_free(&h);
     assert_string_equal(http_status_reason(431), "Request Header Fields Too Large");
     assert_string_equal(http_status_reason(302), "Found");
     assert_string_equal(http_status_reason(308), "Permanent Redirect");
+}
+
+/* A chunked head made to carry a length: short and long lengths, a head in two pieces, and
+ * one that is not chunked. */
+static void test_head_set_length(void **state)
+{
+    static const struct {
+        long long len;
+        const char *want;
+    } cases[] = {
+        {0, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 0\r\n"
+            "Connection: keep-alive\r\n\r\n"},
+        {1234567890, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                     "1234567890\r\nConnection: keep-alive\r\n\r\n"},
+        {123456789012345LL, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                            "123456789012345\r\nConnection: keep-alive\r\n\r\n"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        struct evbuffer *h = evbuffer_new();
+        evbuffer_add_printf(h, "HTTP/1.1 200 OK\r\nContent-Type: application/json");
+        evbuffer_add_printf(h, "\r\nTransfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n");
+        assert_true(http_head_set_length(h, cases[i].len));
+        size_t n = evbuffer_get_length(h);
+        assert_int_equal(n, strlen(cases[i].want));
+        assert_memory_equal(evbuffer_pullup(h, -1), cases[i].want, n);
+        evbuffer_free(h);
+    }
+    struct evbuffer *h = evbuffer_new();
+    evbuffer_add_printf(h, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
+    assert_false(http_head_set_length(h, 5));
+    assert_int_equal(evbuffer_get_length(h),
+                     strlen("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n"));
+    evbuffer_free(h);
 }
 
 static void test_chunks(void **state)
@@ -226,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_request_head),
         cmocka_unit_test(test_response_head),
         cmocka_unit_test(test_chunks),
+        cmocka_unit_test(test_head_set_length),
     };
     return cmocka_run_group_tests_name("http_headers", tests, NULL, NULL);
 }

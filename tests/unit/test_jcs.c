@@ -204,6 +204,10 @@ static void test_numbers(void **state)
         {"1e2", "100", JCS_OK},
         {"1000000000000000000000", "1e+21", JCS_OK},
         {"-0", "0", JCS_OK},
+        /* up to 15 digits the literal is its form; 16 go through the double */
+        {"[0, -7, 999999999999999, -123456789012345]", "[0,-7,999999999999999,-123456789012345]",
+         JCS_OK},
+        {"1000000000000000", "1000000000000000", JCS_OK},
         {"[-0.0, 0e10, -0E-3]", "[0,0,0]", JCS_OK},
         /* integers a double cannot hold: exact digits kept */
         {"9007199254740993", "9007199254740993", JCS_OK},

@@ -186,12 +186,15 @@ static void expect_without(const char *in, const char *name, const char *want)
 static void test_without_argument(void **state)
 {
     /* first, middle, last, only; every other byte (number spellings, spaces) as it was */
-    expect_without("{\"params\":{\"name\":\"t\",\"arguments\":{\"idempotency_key\":\"k\", \"a\":1.10}}}",
-                   "idempotency_key", "{\"params\":{\"name\":\"t\",\"arguments\":{\"a\":1.10}}}");
-    expect_without("{\"params\":{\"arguments\":{\"a\":1e2,\"idempotency_key\":\"k\",\"b\":[1, 2]}}}",
-                   "idempotency_key", "{\"params\":{\"arguments\":{\"a\":1e2,\"b\":[1, 2]}}}");
-    expect_without("{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} , \"idempotency_key\" : 7 }}}",
-                   "idempotency_key", "{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} }}}");
+    expect_without(
+        "{\"params\":{\"name\":\"t\",\"arguments\":{\"idempotency_key\":\"k\", \"a\":1.10}}}",
+        "idempotency_key", "{\"params\":{\"name\":\"t\",\"arguments\":{\"a\":1.10}}}");
+    expect_without(
+        "{\"params\":{\"arguments\":{\"a\":1e2,\"idempotency_key\":\"k\",\"b\":[1, 2]}}}",
+        "idempotency_key", "{\"params\":{\"arguments\":{\"a\":1e2,\"b\":[1, 2]}}}");
+    expect_without(
+        "{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} , \"idempotency_key\" : 7 }}}",
+        "idempotency_key", "{\"params\":{\"arguments\":{\"a\":{\"idempotency_key\":1} }}}");
     expect_without("{\"id\":1,\"params\":{\"arguments\":{\"idempotency_key\":\"k\"}},\"x\":2}",
                    "idempotency_key", "{\"id\":1,\"params\":{\"arguments\":{}},\"x\":2}");
     /* the name as JSON reads it: escapes in it are undone before comparing */
@@ -223,6 +226,42 @@ static void test_member_span(void **state)
     assert_false(mcp_member_span(t, strlen(t), "nope", &off, &len));
     assert_false(mcp_member_span("[1]", 3, "a", &off, &len));
     assert_false(mcp_member_span("{\"a\":", 5, "a", &off, &len));
+    /* strings skipped to their closing quote past runs of backslashes, odd and even */
+    const char *bs = "{\"p\":\"a\\\\\",\"q\":\"\\\\\\\"\",\"id\":7}";
+    assert_true(mcp_member_span(bs, strlen(bs), "id", &off, &len));
+    assert_memory_equal(bs + off, "7", len);
+    assert_true(mcp_member_span(bs, strlen(bs), "q", &off, &len));
+    assert_memory_equal(bs + off, "\"\\\\\\\"\"", len);
+    assert_false(mcp_member_span("{\"p\":\"a\\\"}", 11, "p", &off, &len));
+}
+
+/* Several members in one walk, each where mcp_member_span finds it. */
+static void test_member_spans(void **state)
+{
+    static const char *const names[] = {"id", "result", "method", "params"};
+    const char *texts[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"result\":{\"id\":1}}",
+        "{\"id\":1, \"id\" : [2] ,\"method\":\"m\",\"i\\u0064\":3}",
+        "{\"params\":{\"x\":\"\\\"\"}}",
+        "{}",
+    };
+    for (size_t t = 0; t < sizeof(texts) / sizeof(texts[0]); t++) {
+        mcp_span_t sp[4];
+        assert_true(mcp_member_spans(texts[t], strlen(texts[t]), names, 4, sp));
+        for (size_t k = 0; k < 4; k++) {
+            size_t off, len;
+            bool one = mcp_member_span(texts[t], strlen(texts[t]), names[k], &off, &len);
+            assert_int_equal(sp[k].present, one);
+            if (one) {
+                assert_int_equal(sp[k].off, off);
+                assert_int_equal(sp[k].len, len);
+            }
+        }
+    }
+    mcp_span_t sp[4];
+    assert_false(mcp_member_spans("{\"id\":1,", 8, names, 4, sp));
+    assert_false(sp[0].present);
+    assert_false(mcp_member_spans("[1]", 3, names, 4, sp));
 }
 
 static void test_classify(void **state)
@@ -251,6 +290,19 @@ static void test_classify(void **state)
         {"{\"jsonrpc\":\"2.0\",\"id\":\"11\",\"result\":{}}", MCP_RESP_FOREIGN, NULL},
         {"{\"jsonrpc\":\"2.0\",\"id\":12}", MCP_RESP_OTHER, NULL},
         {"garbage", MCP_RESP_OTHER, NULL},
+        /* read from the text where it is valid JSON, as the tree reads it */
+        {"{\"id\":11,\"result\":{\"resultType\":\"input\\u005frequired\"}}",
+         MCP_RESP_INPUT_REQUIRED, NULL},
+        {"{\"id\":11.0,\"result\":{\"isError\":false} }", MCP_RESP_RESULT, "{\"isError\":false}"},
+        {"{\"i\\u0064\":11,\"error\":null}", MCP_RESP_ERROR, "null"},
+        {"{\"id\":11,\"result\":[1],\"error\":{\"code\":1}}", MCP_RESP_ERROR, "{\"code\":1}"},
+        {"{\"id\":11,\"result\":\"x\"}", MCP_RESP_OTHER, NULL},
+        {"[{\"id\":11,\"result\":{}}]", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{}} x", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{\"s\":\"\xff\"}}", MCP_RESP_OTHER, NULL},
+        /* a number out of a double's range: jansson refuses the whole message */
+        {"{\"id\":11,\"result\":{\"n\":1e400}}", MCP_RESP_OTHER, NULL},
+        {"{\"id\":11,\"result\":{\"n\":1e3}}", MCP_RESP_RESULT, "{\"n\":1e3}"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         size_t off = 0, len = 0;
@@ -370,6 +422,7 @@ int main(void)
         cmocka_unit_test(test_each_call),
         cmocka_unit_test(test_bad_bodies),
         cmocka_unit_test(test_member_span),
+        cmocka_unit_test(test_member_spans),
         cmocka_unit_test(test_without_argument),
         cmocka_unit_test(test_classify),
         cmocka_unit_test(test_bodies),

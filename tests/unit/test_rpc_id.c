@@ -23,10 +23,13 @@ typedef struct one {
     int responses; /* lookups of a response's id that matched */
 } one_t;
 
-static const char *one_lookup(void *arg, const json_t *id, bool response)
+static const char *one_lookup(void *arg, const char *id, size_t len, bool response)
 {
     one_t *o = arg;
-    if (!json_equal(id, o->assigned))
+    json_t *seen = id ? json_loadb(id, len, JSON_DECODE_ANY, NULL) : json_null();
+    bool same = json_equal(seen, o->assigned);
+    json_decref(seen);
+    if (!same)
         return NULL;
     if (response)
         o->responses++;
@@ -71,6 +74,58 @@ static void test_request_and_cancel_rewritten(void **state)
                              "\"params\":{\"requestId\":" ASSIGNED ",\"reason\":\"bored\"}}");
     free(out);
     assert_null(rpc_id_set_cancel_id("{\"params\":{}}", 13, ASSIGNED, &n));
+}
+
+/* The request's id rewritten inside its buffer: the same bytes as the copy would be, wherever
+ * the id is and whatever its length. */
+static void test_request_id_in_place(void **state)
+{
+    static const char *bodies[] = {
+        "{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"tools/call\",\"params\":{}}",
+        "{\"jsonrpc\":\"2.0\",\"id\":\"idemgw-0123456789abcdef-8\",\"method\":\"x\"}",
+        "{\"params\":{\"pad\":\"................................................................"
+        "...............................................................................\"},"
+        "\"method\":\"tools/call\",\"jsonrpc\":\"2.0\",\"id\":\"a-rather-long-id-of-the-caller\"}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        size_t n = 0;
+        char *want = rpc_id_set_request_id(bodies[i], strlen(bodies[i]), ASSIGNED, &n);
+        struct evbuffer *b = evbuffer_new();
+        evbuffer_add(b, bodies[i], strlen(bodies[i]));
+        assert_true(rpc_id_put_request_id(b, ASSIGNED));
+        assert_int_equal(evbuffer_get_length(b), n);
+        assert_memory_equal(evbuffer_pullup(b, -1), want, n);
+        evbuffer_free(b);
+        free(want);
+    }
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, "{\"method\":\"x\"}", 14);
+    assert_false(rpc_id_put_request_id(b, ASSIGNED));
+    assert_int_equal(evbuffer_get_length(b), 14);
+    evbuffer_free(b);
+}
+
+/* Ids compared as JSON values, from their texts. */
+static void test_same_id(void **state)
+{
+    static const struct {
+        const char *a, *b;
+        bool same;
+    } cases[] = {
+        {ASSIGNED, ASSIGNED, true},
+        {ASSIGNED, "\"idemgw-0123456789abcdef-\\u0037\"", true},
+        {ASSIGNED, "\"idemgw-0123456789abcdef-8\"", false},
+        {"1", "1.0", true},
+        {"1", "\"1\"", false},
+        {"null", "null", true},
+        {"null", "0", false},
+        {"\"a\"", "[\"a\"]", false},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        bool same = rpc_id_same(cases[i].a, strlen(cases[i].a), cases[i].b, strlen(cases[i].b));
+        if (same != cases[i].same)
+            fail_msg("case %zu: %s and %s", i, cases[i].a, cases[i].b);
+    }
 }
 
 /* Each message against the strict lookup of one call, and what it becomes. */
@@ -349,6 +404,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_and_format),
         cmocka_unit_test(test_request_and_cancel_rewritten),
+        cmocka_unit_test(test_request_id_in_place),
+        cmocka_unit_test(test_same_id),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_json_answer),
         cmocka_unit_test(test_sse_answer),

@@ -34,6 +34,14 @@ static void test_create_task_results(void **state)
     const char *flat_no = "{\"taskId\":\"t-3\"}"; /* no resultType: not the flat form */
     assert_false(task_result_of(flat_no, strlen(flat_no), NULL, NULL));
     assert_false(task_result_of("nope", 4, NULL, NULL));
+    assert_false(task_result_of("", 0, &id, &ttl));
+    assert_null(id);
+    /* the member's name written with an escape is the same name */
+    const char *escaped = "{\"task\":{\"task\\u0049d\":\"t-4\",\"ttl\":5}}";
+    assert_true(task_result_of(escaped, strlen(escaped), &id, &ttl));
+    assert_string_equal(id, "t-4");
+    assert_int_equal(ttl, 5);
+    free(id);
 }
 
 static void test_routes(void **state)
