@@ -369,8 +369,8 @@ test('500 sessions opened and closed: children back to none, no zombies, memory 
   assert.ok(after - before < 8 * 1024, `RSS grew by ${after - before} KiB over 500 sessions`);
 });
 
-test('a client that vanishes with its GET stream open: the session and its child are reaped after idle_timeout', async (t) => {
-  const { gw } = await ledgerGateway(t, { upstream: { idle_timeout: '1s', grace: '1s' } });
+/** A session on gw with its GET stream open: {sid, h (its headers), pid (its child), ac, get}. */
+async function sessionWithGet(gw) {
   const init = await post(gw.url, initBody());
   const sid = init.headers.get('mcp-session-id');
   const h = { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': sid };
@@ -380,6 +380,12 @@ test('a client that vanishes with its GET stream open: the session and its child
   const ac = new AbortController();
   const get = await fetch(gw.url, { headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': sid }, signal: ac.signal });
   assert.equal(get.status, 200);
+  return { sid, h, pid, ac, get };
+}
+
+test('a client that vanishes with its GET stream open: the session and its child are reaped after idle_timeout', async (t) => {
+  const { gw } = await ledgerGateway(t, { upstream: { idle_timeout: '1s', grace: '1s' } });
+  const { h, pid, ac, get } = await sessionWithGet(gw);
   const ended = get.text().then(() => 'ended', () => 'aborted');
   await waitForLog(gw, /session [0-9a-f]{8}… idle for 1s, ended/, { timeoutMs: 15000 });
   await waitFor(() => !alive(pid), { what: `child ${pid} to exit` });
@@ -392,15 +398,7 @@ test('a client that vanishes with its GET stream open: the session and its child
 test('an agent that drops its GET stream and never comes back: its session ends 30 s later, not after idle_timeout', { timeout: 60000 }, async (t) => {
   // the SDK clients close without DELETE; their GET stream going is the sign they left
   const { gw } = await ledgerGateway(t, { upstream: { idle_timeout: '10m', grace: '1s' } });
-  const init = await post(gw.url, initBody());
-  const sid = init.headers.get('mcp-session-id');
-  const h = { Accept: ACCEPT, 'Content-Type': 'application/json', 'Mcp-Session-Id': sid };
-  await post(gw.url, { jsonrpc: '2.0', method: 'notifications/initialized' }, h);
-  const who = await post(gw.url, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'whoami', arguments: {} } }, h);
-  const pid = Number(/pid (\d+)/.exec(who.text)[1]);
-  const ac = new AbortController();
-  const get = await fetch(gw.url, { headers: { Accept: 'text/event-stream', 'Mcp-Session-Id': sid }, signal: ac.signal });
-  assert.equal(get.status, 200);
+  const { sid, h, pid, ac } = await sessionWithGet(gw);
   ac.abort();
   await waitForLog(gw, new RegExp(`session ${sid.slice(0, 8)}… idle for 3\\ds, ended`), { timeoutMs: 45000 });
   await waitFor(() => !alive(pid), { what: `child ${pid} to exit` });
