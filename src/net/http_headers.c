@@ -178,11 +178,18 @@ static bool in_token_list(const char *list, const char *name)
 
 bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
 {
-    static const char *const hop[] = {
-        "connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization",
-        "te",         "trailer",    "trailers",         "transfer-encoding",  "upgrade"};
-    for (size_t i = 0; i < ARRAY_LEN(hop); i++)
-        if (strcasecmp(name, hop[i]) == 0)
+    /* every header of every message passes here: names are compared only with the hop-by-hop
+     * names of their own length */
+    static const struct {
+        const char *name;
+        size_t len;
+    } hop[] = {{"te", 2},          {"upgrade", 7},     {"trailer", 7},
+               {"trailers", 8},    {"connection", 10}, {"keep-alive", 10},
+               {"proxy-connection", 16}, {"transfer-encoding", 17}, {"proxy-authenticate", 18},
+               {"proxy-authorization", 19}};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < ARRAY_LEN(hop) && hop[i].len <= len; i++)
+        if (hop[i].len == len && strcasecmp(name, hop[i].name) == 0)
             return true;
     return connection_value && in_token_list(connection_value, name);
 }

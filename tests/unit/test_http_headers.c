@@ -119,6 +119,11 @@ static void test_hop_by_hop(void **state)
         {"Mcp-Session-Id", NULL, false},   {"Last-Event-ID", NULL, false},
         {"traceparent", NULL, false},      {"X-Custom", "keep-alive, x-custom", true},
         {"X-Custom", "x-customer", false}, {"Mcp-Param-Region", NULL, false},
+        {"TRAILERS", NULL, true},          {"Proxy-Connection", NULL, true},
+        {"proxy-authenticate", NULL, true}, {"Keep-Alive", NULL, true},
+        {"T", NULL, false},                {"Tea", NULL, false},
+        {"Upgrades", NULL, false},         {"Keep-Alive2", NULL, false},
+        {"Transfer-Encodings", NULL, false}, {"", NULL, false},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(http_header_is_hop_by_hop(cases[i].name, cases[i].connection),

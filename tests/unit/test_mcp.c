@@ -412,6 +412,47 @@ static void test_fast_path_matches_tree(void **state)
     }
 }
 
+/* Strings are skipped eight bytes at a time while the bytes are plain: a byte that needs a
+ * closer look (a quote, an escape, a control character, DEL, a UTF-8 sequence, valid or not)
+ * at every offset of a long string, including across the eight-byte steps and at the end,
+ * is judged exactly as the tree parser judges it. */
+static void test_long_strings_every_offset(void **state)
+{
+    (void)state;
+    static const char *const specials[] = {
+        "\\\"", "\\n", "\\u00e9", "\x01", "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac",
+        "\xf0\x9f\x98\x82", "\x80", "\xc3", "\xff", "\xed\xa0\x80", "\"", "\\", " ", "\t",
+    };
+    char body[256], text[64];
+    for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) {
+        for (size_t at = 0; at <= 24; at++) {
+            memset(text, 'x', at);
+            snprintf(text + at, sizeof(text) - at, "%s%s", specials[k], "abcdefghijklmnopq");
+            snprintf(body, sizeof(body),
+                     "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\","
+                     "\"params\":{\"name\":\"t\",\"arguments\":{\"s\":\"%s\"}}}",
+                     text);
+            mcp_msg_t f, t;
+            mcp_status_t sf = mcp_parse(body, strlen(body), &f);
+            mcp_status_t st = mcp_parse_tree(body, strlen(body), &t);
+            if (sf != st)
+                fail_msg("special %zu at %zu: fast %d, tree %d", k, at, (int)sf, (int)st);
+            if (sf == MCP_OK)
+                assert_string_equal(f.tool, "t");
+            if (sf == MCP_OK)
+                mcp_msg_free(&f);
+            if (st == MCP_OK)
+                mcp_msg_free(&t);
+        }
+    }
+    /* a body cut inside a long plain string is refused, whatever the cut's offset */
+    const char *whole = "{\"method\":\"x\",\"a\":\"abcdefghijklmnopqrstuvwxyz0123456789\"}";
+    for (size_t cut = 20; cut < strlen(whole) - 2; cut++) {
+        mcp_msg_t f;
+        assert_int_equal(mcp_parse(whole, cut, &f), MCP_ERR_PARSE);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +469,7 @@ int main(void)
         cmocka_unit_test(test_bodies),
         cmocka_unit_test(test_replay),
         cmocka_unit_test(test_fast_path_matches_tree),
+        cmocka_unit_test(test_long_strings_every_offset),
     };
     return cmocka_run_group_tests_name("mcp", tests, NULL, NULL);
 }
