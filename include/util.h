@@ -46,6 +46,11 @@ void util_nonce_hex(char out[17]);
 /* The value of one hex digit, or -1. */
 int util_hexval(char c);
 
+/* How many bytes at the start of s[0..n) are plain JSON string bytes: printable ASCII other
+ * than the quote and the backslash, which a string holds as they are. Eight bytes are tested
+ * at a time; bodies are mostly such text, in long strings. */
+size_t util_json_plain_len(const char *s, size_t n);
+
 /* ASCII case-insensitive comparison of a length-delimited name with a C string. */
 int util_strncaseeq(const char *a, size_t alen, const char *b);
 

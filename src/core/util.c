@@ -333,3 +333,25 @@ out:
     free(dir);
     return rc;
 }
+
+size_t util_json_plain_len(const char *s, size_t n)
+{
+    const uint64_t ones = UINT64_C(0x0101010101010101), highs = UINT64_C(0x8080808080808080);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, sizeof(w));
+        uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
+        /* a byte below 0x20, or a zero byte of quote or slash, sets its high bit in the
+         * subtraction (a borrow only ever leaves a byte that is itself special); a byte with
+         * the high bit already set is caught by w itself */
+        if (((w - ones * 0x20) | (quote - ones) | (slash - ones) | w) & highs)
+            break;
+    }
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+            break;
+    }
+    return i;
+}

@@ -385,13 +385,7 @@ static jcs_status_t parse_string(jcs_parser_t *p, jcs_buf_t *b)
             return fail(p, JCS_ERR_SYNTAX, p->pos, "unescaped control character in string");
         if (c < 0x80 && c != '\\') {
             /* a run of plain ASCII is copied in one go */
-            size_t end = p->pos + 1;
-            while (end < p->len) {
-                unsigned char d = (unsigned char)p->s[end];
-                if (d < 0x20 || d >= 0x80 || d == '"' || d == '\\')
-                    break;
-                end++;
-            }
+            size_t end = p->pos + util_json_plain_len(p->s + p->pos, p->len - p->pos);
             buf_put(b, p->s + p->pos, end - p->pos);
             p->pos = end;
             continue;
@@ -818,6 +812,9 @@ static void put_string(jcs_buf_t *b, const char *s, size_t len)
     buf_putc(b, '"');
     size_t run = 0; /* bytes copied verbatim in one go */
     for (size_t i = 0; i < len; i++) {
+        i += util_json_plain_len(s + i, len - i);
+        if (i >= len)
+            break;
         unsigned char c = (unsigned char)s[i];
         if (c >= 0x20 && c != '"' && c != '\\')
             continue;

@@ -278,22 +278,6 @@ static long scan_u4(const char *s, size_t i, size_t n)
     return v;
 }
 
-/* Eight bytes at a time: true when none of them needs a closer look (a quote, a backslash, a
- * control character or a byte of a multi-byte UTF-8 sequence). Bodies are mostly plain ASCII
- * text in long strings, which this skips without a branch per byte. */
-#define ONES UINT64_C(0x0101010101010101)
-#define HIGHS UINT64_C(0x8080808080808080)
-static inline bool plain8(const unsigned char *p)
-{
-    uint64_t w;
-    memcpy(&w, p, sizeof(w));
-    uint64_t quote = w ^ (ONES * '"'), slash = w ^ (ONES * '\\');
-    /* a byte below 0x20, or a zero byte of quote/slash, turns its high bit on after the
-     * subtraction; bytes with the high bit already on are caught by w itself */
-    uint64_t special = ((w - ONES * 0x20) | (quote - ONES) | (slash - ONES) | w) & HIGHS;
-    return special == 0;
-}
-
 /* Index past the string starting at s[i] == '"', or 0 when invalid. *esc: it had escapes. */
 static size_t scan_string(const scan_t *sc, size_t i, bool *esc)
 {
@@ -301,8 +285,7 @@ static size_t scan_string(const scan_t *sc, size_t i, bool *esc)
     size_t n = sc->n;
     *esc = false;
     for (i++; i < n;) {
-        while (i + 8 <= n && plain8(s + i))
-            i += 8;
+        i += util_json_plain_len(sc->s + i, n - i);
         if (i >= n)
             break;
         unsigned char c = s[i];

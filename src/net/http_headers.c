@@ -183,9 +183,15 @@ bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
     static const struct {
         const char *name;
         size_t len;
-    } hop[] = {{"te", 2},          {"upgrade", 7},     {"trailer", 7},
-               {"trailers", 8},    {"connection", 10}, {"keep-alive", 10},
-               {"proxy-connection", 16}, {"transfer-encoding", 17}, {"proxy-authenticate", 18},
+    } hop[] = {{"te", 2},
+               {"upgrade", 7},
+               {"trailer", 7},
+               {"trailers", 8},
+               {"connection", 10},
+               {"keep-alive", 10},
+               {"proxy-connection", 16},
+               {"transfer-encoding", 17},
+               {"proxy-authenticate", 18},
                {"proxy-authorization", 19}};
     size_t len = strlen(name);
     for (size_t i = 0; i < ARRAY_LEN(hop) && hop[i].len <= len; i++)

@@ -293,6 +293,52 @@ static void test_strings(void **state)
     run_table(cases, ARRAY_LEN(cases));
 }
 
+/* Plain runs are copied eight bytes at a time: a byte that is not plain (an escape, a raw
+ * control character, UTF-8, valid or not, a quote) at every offset of a long string, across the
+ * eight-byte steps, comes out as it does alone. */
+static void test_strings_every_offset(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in, *out; /* out NULL: refused */
+    } specials[] = {
+        {"\\n", "\\n"},
+        {"\\u0001", "\\u0001"},
+        {"\\\"", "\\\""},
+        {"\\\\", "\\\\"},
+        {"\\/", "/"},
+        {"\x7f", "\x7f"},
+        {"\xc3\xa9", "\xc3\xa9"},
+        {"\\u00e9", "\xc3\xa9"},
+        {"\xf0\x9f\x98\x82", "\xf0\x9f\x98\x82"},
+        {"\x01", NULL},
+        {"\x80", NULL},
+        {"\xc3", NULL},
+        {"\xff", NULL},
+    };
+    char in[128], want[128];
+    for (size_t k = 0; k < ARRAY_LEN(specials); k++) {
+        for (size_t at = 0; at <= 20; at++) {
+            char pad[32];
+            memset(pad, 'x', at);
+            pad[at] = '\0';
+            snprintf(in, sizeof in, "\"%s%sabcdefghijklmnop\"", pad, specials[k].in);
+            jcs_status_t st;
+            char *got = canon(in, strlen(in), &st);
+            if (!specials[k].out) {
+                if (got)
+                    fail_msg("special %zu at %zu accepted: %s", k, at, got);
+                continue;
+            }
+            snprintf(want, sizeof want, "\"%s%sabcdefghijklmnop\"", pad, specials[k].out);
+            if (!got || strcmp(got, want) != 0)
+                fail_msg("special %zu at %zu: got %s, want %s", k, at, got ? got : "(refused)",
+                         want);
+            free(got);
+        }
+    }
+}
+
 static void test_structure(void **state)
 {
     (void)state;
@@ -508,6 +554,7 @@ int main(void)
         cmocka_unit_test(test_format_double_table),
         cmocka_unit_test(test_numbers),
         cmocka_unit_test(test_strings),
+        cmocka_unit_test(test_strings_every_offset),
         cmocka_unit_test(test_structure),
         cmocka_unit_test(test_embedded_nul),
         cmocka_unit_test(test_depth),

@@ -420,8 +420,23 @@ static void test_long_strings_every_offset(void **state)
 {
     (void)state;
     static const char *const specials[] = {
-        "\\\"", "\\n", "\\u00e9", "\x01", "\x1f", "\x7f", "\xc3\xa9", "\xe2\x82\xac",
-        "\xf0\x9f\x98\x82", "\x80", "\xc3", "\xff", "\xed\xa0\x80", "\"", "\\", " ", "\t",
+        "\\\"",
+        "\\n",
+        "\\u00e9",
+        "\x01",
+        "\x1f",
+        "\x7f",
+        "\xc3\xa9",
+        "\xe2\x82\xac",
+        "\xf0\x9f\x98\x82",
+        "\x80",
+        "\xc3",
+        "\xff",
+        "\xed\xa0\x80",
+        "\"",
+        "\\",
+        " ",
+        "\t",
     };
     char body[256], text[64];
     for (size_t k = 0; k < sizeof(specials) / sizeof(specials[0]); k++) {

@@ -156,6 +156,27 @@ static void test_fnv1a64(void **state)
 
 /* The folders on the way to a file are made with the mode asked for, those there are kept; a
  * file in the way is an error naming it. */
+/* util_json_plain_len stops at the first byte a JSON string cannot hold as it is, wherever
+ * it falls in or across the eight-byte steps, and runs to the end of all-plain text. */
+static void test_json_plain_len(void **state)
+{
+    (void)state;
+    static const unsigned char stops[] = {'"', '\\', 0x00, 0x01, 0x1f, 0x80, 0xc3, 0xff};
+    char buf[40];
+    for (size_t k = 0; k < sizeof(stops); k++) {
+        for (size_t at = 0; at < 24; at++) {
+            memset(buf, 'a', sizeof(buf));
+            buf[at] = (char)stops[k];
+            assert_int_equal(util_json_plain_len(buf, sizeof(buf)), at);
+        }
+    }
+    memset(buf, ' ', sizeof(buf));
+    buf[5] = 0x7f; /* DEL is plain */
+    buf[9] = '~';
+    for (size_t n = 0; n <= sizeof(buf); n++)
+        assert_int_equal(util_json_plain_len(buf, n), n);
+}
+
 static void test_mkdir_parents(void **state)
 {
     (void)state;
@@ -202,9 +223,10 @@ static void test_mkdir_parents(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_utf8_table), cmocka_unit_test(test_utf8_decode),
-        cmocka_unit_test(test_iso_utc_ms), cmocka_unit_test(test_log_line_time),
-        cmocka_unit_test(test_fnv1a64),    cmocka_unit_test(test_mkdir_parents),
+        cmocka_unit_test(test_utf8_table),    cmocka_unit_test(test_utf8_decode),
+        cmocka_unit_test(test_iso_utc_ms),    cmocka_unit_test(test_log_line_time),
+        cmocka_unit_test(test_fnv1a64),       cmocka_unit_test(test_json_plain_len),
+        cmocka_unit_test(test_mkdir_parents),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
