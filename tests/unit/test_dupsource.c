@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "dupsource.h"
+#include <time.h>
 
 #include <string.h>
 
@@ -159,6 +160,22 @@ static void test_times(void **state)
     assert_int_equal(dup_parse_time_ms("yesterday"), 0);
     assert_int_equal(dup_parse_time_ms("2026-12-04T04:29:09+02:00"), 0);
     assert_int_equal(dup_parse_time_ms(NULL), 0);
+    /* the stores' layout is read by position: every few days from 1970 to 2200 (leap days,
+     * century years) with a time of day that moves, against the C library's own gmtime */
+    for (int64_t t = 0; t < INT64_C(7258118400); t += 86400 * 3 + 3599) {
+        time_t tt = (time_t)t;
+        struct tm tm;
+        char iso[40];
+        gmtime_r(&tt, &tm);
+        strftime(iso, sizeof iso, "%Y-%m-%dT%H:%M:%S", &tm);
+        strcat(iso, ".042Z");
+        if (dup_parse_time_ms(iso) != (uint64_t)t * 1000 + 42)
+            fail_msg("%s: %llu", iso, (unsigned long long)dup_parse_time_ms(iso));
+    }
+    assert_int_equal(dup_parse_time_ms("2000-02-29T23:59:59Z"), 951868799000ULL);
+    assert_int_equal(dup_parse_time_ms("2100-03-01T00:00:00Z"), 4107542400000ULL);
+    /* a letter where a digit goes */
+    assert_int_equal(dup_parse_time_ms("2026-12-04T04:29:0aZ"), 0);
 }
 
 int main(void)
