@@ -106,6 +106,29 @@ record() {
 bench_name=bench
 . "$root/scripts/bench/lib.sh"
 
+# CPU ticks (user + system) of a process and its children: the gateway's workers, nginx's.
+tree_ticks() {
+    local t=0 p
+    for p in $1 $(pgrep -P "$1" 2>/dev/null); do
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+    done
+    echo "$t"
+}
+# cpu_us_per_req TICKS WRK-JSON: microseconds of CPU per answered request
+cpu_us_per_req() {
+    local req
+    req=$(sed -n 's/.*"requests":\([0-9]*\).*/\1/p' <<<"$2")
+    awk -v t="$1" -v n="${req:-0}" -v hz="$(getconf CLK_TCK)" \
+        'BEGIN { if (n > 0) printf "%.1f", t * 1e6 / hz / n; else printf "null" }'
+}
+# wrk_cpu MODE PORT CONNS PID: wrk_run, with "cpu_us" (PID's tree, per request) added
+wrk_cpu() {
+    local t0 w
+    t0=$(tree_ticks "$4")
+    w=$(wrk_run "$1" "$2" "$3")
+    echo "${w%\}},\"cpu_us\":$(cpu_us_per_req $(($(tree_ticks "$4") - t0)) "$w")}"
+}
+
 # RSS of a process and its children (the gateway's workers), in KiB.
 rss_kib() {
     local total=0 p
@@ -132,6 +155,7 @@ psql_() { psql "$pg_url" -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 
 up_port=$(free_port)
 build/bench/fast-upstream "$up_port" 1000 >"$tmp/upstream.log" 2>&1 &
+up_pid=$!
 pids+=($!)
 wait_port "$up_port" "fast upstream"
 
@@ -172,6 +196,7 @@ http {
 }
 EOF
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -e "$tmp/nginx/logs/error.log" >"$tmp/nginx.log" 2>&1 &
+ngx_pid=$!
 pids+=($!)
 wait_port "$ngx_port" nginx
 
@@ -270,9 +295,14 @@ if want passthrough; then
     fi
     for c in $conns_list; do
         for target in direct nginx idemgw; do
-            case $target in direct) p=$up_port ;; nginx) p=$ngx_port ;; idemgw) p=$gw_port ;; esac
+            case $target in
+                direct) p=$up_port who=$up_pid ;;
+                nginx) p=$ngx_port who=$ngx_pid ;;
+                idemgw) p=$gw_port who=$gw_pid ;;
+            esac
             log "pass-through: $target, $c connections"
-            record passthrough "\"conns\":$c,\"target\":\"$target\",\"wrk\":$(wrk_run read "$p" "$c")"
+            # cpu_us: the CPU of the proxy (direct: the upstream's own) per request
+            record passthrough "\"conns\":$c,\"target\":\"$target\",\"wrk\":$(wrk_cpu read "$p" "$c" "$who")"
         done
     done
 fi
@@ -340,8 +370,8 @@ fi
 # ---- (3) replays ----------------------------------------------------------------------------
 if want replay; then
     log "replays through idemgw, $load_conns connections (and pass-through at the same count)"
-    pt=$(wrk_run read "$gw_port" "$load_conns")
-    rp=$(wrk_run replay "$gw_port" "$load_conns")
+    pt=$(wrk_cpu read "$gw_port" "$load_conns" "$gw_pid")
+    rp=$(wrk_cpu replay "$gw_port" "$load_conns" "$gw_pid")
     record replay "\"conns\":$load_conns,\"idemgw\":$rp,\"passthrough\":$pt"
 fi
 

@@ -25,7 +25,7 @@ def main():
     by = lambda s: [r for r in rows if r["section"] == s]
 
     def wrk(w):
-        return {k: w.get(k) for k in ("rps", "p50_us", "p90_us", "p99_us", "max_us", "requests", "errors", "non2xx")}
+        return {k: w.get(k) for k in ("rps", "p50_us", "p90_us", "p99_us", "max_us", "requests", "errors", "non2xx", "cpu_us")}
 
     # (1) pass-through
     pt = {}
@@ -209,13 +209,16 @@ def print_table(d):
              f"{m.get('duration')} per run  load avg at end {m.get('loadavg_at_end')}"
              + ("  [SMOKE: figures meaningless]" if m.get("smoke") else "")]
     if d["passthrough"]:
-        lines += ["", "(1) pass-through: read tool, 1 KiB body           req/s                        p99 ms",
-                  "  conns      direct       nginx      idemgw  gw/nginx    direct  nginx idemgw  gw+p99 vs direct"]
+        lines += ["", "(1) pass-through: read tool, 1 KiB body           req/s                        p99 ms"
+                      "                            cpu us/req",
+                  "  conns      direct       nginx      idemgw  gw/nginx    direct  nginx idemgw  gw+p99 vs direct"
+                  "   nginx idemgw"]
         for e in d["passthrough"]:
             dd, n, g = e["direct"] or {}, e["nginx"] or {}, e["idemgw"] or {}
             lines.append(f"  {e['conns']:5d} {fmt(dd.get('rps')):>11} {fmt(n.get('rps')):>11} {fmt(g.get('rps')):>11}"
                          f"  {fmt(e['ratio_idemgw_nginx'], 2):>8}  {fmt(ms(dd.get('p99_us')), 2):>8} {fmt(ms(n.get('p99_us')), 2):>6}"
-                         f" {fmt(ms(g.get('p99_us')), 2):>6}  {fmt(ms(e['added_p99_us_vs_direct']), 2):>8} ms")
+                         f" {fmt(ms(g.get('p99_us')), 2):>6}  {fmt(ms(e['added_p99_us_vs_direct']), 2):>8} ms"
+                         f"  {fmt(n.get('cpu_us'), 1):>6} {fmt(g.get('cpu_us'), 1):>6}")
     p = d["protected"]
     if p:
         lines += ["", f"(2) protected first executions ({p['conns']} conns, {p.get('workers', 1)} workers x store pool {p['store_pool']}): "
@@ -233,7 +236,9 @@ def print_table(d):
     if r:
         lines += ["", f"(3) replays ({r['conns']} conns): {fmt(r['idemgw']['rps'])} req/s, p99 {fmt(ms(r['idemgw']['p99_us']), 2)} ms"
                       f"; pass-through same run {fmt(r['passthrough']['rps'])} req/s -> replay / pass-through = "
-                      f"{fmt(r['ratio_replay_passthrough'], 2)}"]
+                      f"{fmt(r['ratio_replay_passthrough'], 2)}",
+                  f"    gateway CPU per request: replay {fmt(r['idemgw'].get('cpu_us'), 1)} us,"
+                  f" pass-through {fmt(r['passthrough'].get('cpu_us'), 1)} us"]
     s = d["sse"]
     if s:
         lines += ["", "(4) SSE, 100 progress events per call: upstream write -> agent receipt",
