@@ -136,13 +136,16 @@ static const char finish_batch_sql[] =
     " WHERE k.key = f.key AND k.fence = f.fence AND c.v = 'off' RETURNING f.i";
 
 /* finish_sql without waiting for the WAL flush, as a batch of finishes commits: the default
- * finish (store.durable_finish off). The claim before it stays synchronous. */
+ * finish (store.durable_finish off). The claim before it stays synchronous. The setting is
+ * changed from the row's filter, not from a CTE joined in (whose plan nodes every execution
+ * built and tore down): a row is only written once the whole filter held, set_config included,
+ * and a statement that writes no row leaves nothing to flush. */
 static const char finish_async_sql[] =
-    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true) AS v)"
-    " UPDATE idem_keys k SET state = $3::text, result = $4::bytea,"
-    " result_too_large = $5::boolean, updated_at = now(), finished_at = now(),"
+    "UPDATE idem_keys SET state = $3::text, result = $4::bytea, result_too_large = $5::boolean,"
+    " updated_at = now(), finished_at = now(),"
     " expires_at = now() + $6::bigint * interval '1 millisecond'"
-    " FROM c WHERE k.key = $1::text AND k.fence = $2::bigint AND c.v = 'off'";
+    " WHERE key = $1::text AND fence = $2::bigint"
+    " AND set_config('synchronous_commit', 'off', true) = 'off'";
 
 /* An operator's look (and wait mode's poll): the row, then its duplicates. */
 static const char get_sql[] = "SELECT false, false, " ROW_COLS ", " STORE_PG_DUP_COLS
