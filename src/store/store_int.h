@@ -36,8 +36,8 @@ typedef enum {
     STORE_OP_QUEUE_SHOW,
     STORE_OP_QUEUE_RESOLVE,
     STORE_OP_QUEUE_SUMMARY,
-    STORE_OP_CLAIM_LOOK, /* a claim that wrote nothing reads the row it met (claim_look_sql) */
-    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
+    STORE_OP_CLAIM_LOOK, /* after a claim that wrote nothing: the row it met */
+    STORE_OP_COUNT_,     /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12

@@ -55,11 +55,12 @@ static const char claim_sql[] =
     "  ELSE k.first_session_id END,"
     " first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
     "  ELSE k.first_jsonrpc_id END,"
-    " result = NULL, result_too_large = false, lease_until = excluded.lease_until," STORE_PG_NEW_LIFE_DUPS
+    " result = NULL, result_too_large = false, lease_until = "
+    "excluded.lease_until," STORE_PG_NEW_LIFE_DUPS
     " updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
     " claim_token = excluded.claim_token"
-    " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND("k", "excluded.args_digest")
-    " RETURNING k.fence, k.attempts, " ISO_UTC("k.created_at");
+    " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
+        "k", "excluded.args_digest") " RETURNING k.fence, k.attempts, " ISO_UTC("k.created_at");
 
 /* After a claim that wrote nothing: the row as it is now ($1 key, $2 digest, $3 takeover flag),
  * with whether this claim could take it over. That happens when the row changed between the
