@@ -139,7 +139,9 @@ typedef struct store_claim_result {
     bool taken_over; /* acquired by taking over an expired / failed / lease-lost row */
     int64_t fence;
     int attempts;
-    store_row_t row; /* the existing row when !acquired */
+    /* the existing row when !acquired; when acquired, only its state, fence, attempts,
+     * args_digest and created_at are sure to be filled */
+    store_row_t row;
 } store_claim_result_t;
 
 /* res is NULL unless st == STORE_OK. */

@@ -784,8 +784,19 @@ bool store_conn_send(store_conn_t *c, store_op_t *op)
     conn_cork(c);
     /* a sync per op: its own implicit transaction, so an error aborts only this op. Without
      * the sync the statement never commits, so a failure here means it did not happen. */
-    if (!PQsendQueryPrepared(c->pg, store_stmt_name(op->kind), op->nparams,
-                             (const char *const *)op->values, op->lengths, op->formats, 0) ||
+    const char *const *values = (const char *const *)op->values;
+    int nparams = op->nparams;
+    const char *look[3];
+    if (op->kind == STORE_OP_CLAIM_LOOK) {
+        /* the claim's own parameters, those the look reads (all text) */
+        look[0] = op->values[STORE_CLAIM_P_KEY];
+        look[1] = op->values[STORE_CLAIM_P_DIGEST];
+        look[2] = op->values[STORE_CLAIM_P_TAKEOVER];
+        values = look;
+        nparams = 3;
+    }
+    if (!PQsendQueryPrepared(c->pg, store_stmt_name(op->kind), nparams, values, op->lengths,
+                             op->formats, 0) ||
         !PQpipelineSync(c->pg)) {
         char err[256];
         conn_dead(c, pg_msg(c->pg, err, sizeof(err)));

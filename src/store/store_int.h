@@ -36,12 +36,16 @@ typedef enum {
     STORE_OP_QUEUE_SHOW,
     STORE_OP_QUEUE_RESOLVE,
     STORE_OP_QUEUE_SUMMARY,
-    STORE_OP_COUNT_, /* number of kinds; also the number of prepared statements */
+    STORE_OP_CLAIM_LOOK, /* after a claim that wrote nothing: the row it met */
+    STORE_OP_COUNT_,     /* number of kinds; also the number of prepared statements */
 } store_op_kind_t;
 
 #define STORE_MAX_PARAMS 12
 /* A claim's parameters that are not the row's own: its deadline by the database's clock (set
  * when sent) and its token (sql/004_claim_token.sql). */
+#define STORE_CLAIM_P_KEY 0
+#define STORE_CLAIM_P_DIGEST 3
+#define STORE_CLAIM_P_TAKEOVER 9
 #define STORE_CLAIM_P_DEADLINE 10
 #define STORE_CLAIM_P_TOKEN 11
 #define STORE_CLAIM_NPARAMS 12

@@ -246,6 +246,7 @@ static void op_callback(store_pg_t *s, store_op_t *op, store_status_t st)
     }
     switch (op->kind) {
     case STORE_OP_CLAIM:
+    case STORE_OP_CLAIM_LOOK:
         op->cb.claim(st, NULL, op->arg);
         break;
     case STORE_OP_GET:
@@ -784,9 +785,45 @@ static void finish_batch_done(store_pg_t *s, store_op_t *b, PGresult *res)
     free(matched);
 }
 
+/* A claim that wrote its row: claim_sql returns its fence, attempts and first-seen time. */
+static void claim_acquired(store_pg_t *s, store_op_t *op, const PGresult *res)
+{
+    if (PQnfields(res) != 3 || PQntuples(res) != 1) {
+        log_error(0, "store: claim returned an unexpected row");
+        op_callback(s, op, STORE_ERR_STATEMENT);
+        return;
+    }
+    store_claim_result_t cr;
+    memset(&cr, 0, sizeof(cr));
+    s->stats.claims++;
+    cr.acquired = true;
+    cr.fence = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+    cr.attempts = atoi(PQgetvalue(res, 0, 1));
+    cr.taken_over = cr.fence > 1;
+    cr.row.state = STORE_STATE_IN_PROGRESS;
+    cr.row.fence = cr.fence;
+    cr.row.attempts = cr.attempts;
+    cr.row.args_digest = op->values[STORE_CLAIM_P_DIGEST];
+    cr.row.created_at = PQgetvalue(res, 0, 2);
+    op->cb.claim(STORE_OK, &cr, op->arg);
+}
+
+/* A claim answered: acquired, or nothing written, which sends the look for the row it met
+ * (ahead of the queue, as the same call's next step). The look answered: the row, or the
+ * claim again when the row could be taken over now or is gone. */
 static void claim_done(store_pg_t *s, store_op_t *op, PGresult *res)
 {
-    if (claim_stale(res, PQntuples(res) > 0 ? 0 : -1)) {
+    if (op->kind == STORE_OP_CLAIM && PQntuples(res) == 0) {
+        op->kind = STORE_OP_CLAIM_LOOK;
+        queue_push(s, op, true);
+        store_pump(s);
+        return;
+    }
+    if (op->kind == STORE_OP_CLAIM) {
+        store_pump(s);
+        claim_acquired(s, op, res);
+    } else if (claim_stale(res, PQntuples(res) > 0 ? 0 : -1)) {
+        op->kind = STORE_OP_CLAIM;
         bool again = claim_retry(s, op);
         store_pump(s);
         if (again)
@@ -834,9 +871,9 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
         op_free(op);
         return;
     }
-    if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_BATCH ||
-        op->kind == STORE_OP_FINISH_BATCH) {
-        if (op->kind == STORE_OP_CLAIM) {
+    if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_LOOK ||
+        op->kind == STORE_OP_CLAIM_BATCH || op->kind == STORE_OP_FINISH_BATCH) {
+        if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_LOOK) {
             claim_done(s, op, res); /* frees op, or queues it again */
         } else {
             if (op->kind == STORE_OP_CLAIM_BATCH)
