@@ -342,8 +342,10 @@ static void enqueue(store_sqlite_t *s, sq_op_t *op)
         s->q_head = op;
     s->q_tail = op;
     s->q_len++;
-    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    /* after the unlock: a writer woken while the loop still held the mutex would block on it at
+     * once, and need a second wake-up (the writer checks the queue under the mutex anyway) */
+    pthread_cond_signal(&s->cv);
 }
 
 /* Accepts an op from a public call, or frees it when refused. */
