@@ -283,9 +283,9 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
         note->recorded = state;
         note->why = why;
     }
-    store_status_t st = recorder_finish(&i->recorder, &rc, state, result, result_len,
-                                        c->too_large, note ? on_note_recorded : on_finished,
-                                        note ? (void *)note : c);
+    store_status_t st =
+        recorder_finish(&i->recorder, &rc, state, result, result_len, c->too_large,
+                        note ? on_note_recorded : on_finished, note ? (void *)note : c);
     if (st == STORE_OK && note) {
         call_set_state(c, CALL_DONE);
         exchange_release(c->ex);
