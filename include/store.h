@@ -187,6 +187,15 @@ store_status_t store_claim(store_t *s, const store_claim_req_t *req, store_claim
  * too_large marks a succeeded call whose result was not stored. cb may be NULL. */
 store_status_t store_finish(store_t *s, const store_finish_req_t *req, store_finish_cb cb,
                             void *arg) MUST_CHECK;
+/* Whether a finish is ordered before every later call: once store_finish returned STORE_OK,
+ * a claim or read of its key made through this store after that sees what the finish wrote,
+ * even before its callback ran, and no other process writes the store meanwhile. So an answer
+ * need not wait for its finish's callback for a retry to find the outcome. True for the
+ * embedded store of the process that holds its file alone, when finishes do not wait for the
+ * disk (one writer thread runs the calls in the order they came); false for Postgres (a finish
+ * and a later claim may go on two connections), for the embedded store's peers, and with
+ * durable finishes (the answer then waits for the disk). */
+bool store_orders_finishes(const store_t *s);
 /* Reads a row (wait mode polls with it). */
 store_status_t store_get(store_t *s, const char *key, store_get_cb cb, void *arg) MUST_CHECK;
 /* Records a duplicate on the key's row without changing its state: its counts, and an entry
@@ -340,6 +349,8 @@ typedef struct store_ops {
     /* may be NULL: the operator's queue (store_queue.h), answered with store_queue_done */
     store_status_t (*queue)(void *impl, struct store_queue_op *op);
     bool (*ready)(const void *impl);
+    /* may be NULL (false): store_orders_finishes */
+    bool (*orders_finishes)(const void *impl);
     /* may be NULL: why the store is not ready, into buf ("" when it is) */
     void (*down_reason)(const void *impl, char *buf, size_t len);
     void (*get_stats)(const void *impl, store_stats_t *out);

@@ -1,6 +1,7 @@
 /* The upstream's answer to a protected call (idem_int.h): watched as the exchange's observer,
  * the final JSON-RPC response captured (decoded when compressed, out of JSON or SSE), its
- * outcome decided and recorded before the agent gets the answer. */
+ * outcome decided and recorded before the agent gets the answer (or, on a store that orders
+ * its finishes, queued for the store before it: record). */
 #include "idem_int.h"
 #include "answers.h"
 #include "cancel.h"
@@ -151,23 +152,46 @@ static bool call_answer_seen(void *arg)
     return c->final_seen;
 }
 
+/* What the store made of a finish, in the log. */
+static void log_recorded(uint64_t conn_id, const char *key_hash, store_status_t st,
+                         bool fence_matched, store_state_t recorded, outcome_why_t why)
+{
+    if (st != STORE_OK) {
+        log_error(conn_id, "could not record the outcome of key %.*s: %s", KEY_HASH_LOG_LEN,
+                  key_hash, store_status_str(st));
+    } else if (!fence_matched) {
+        log_warn(conn_id, "outcome of key %.*s not recorded: the claim was taken over",
+                 KEY_HASH_LOG_LEN, key_hash);
+    } else {
+        /* logged once the store has it: a retry sent after this line sees the outcome */
+        log_info(conn_id, "key %.*s recorded as %s (%s)", KEY_HASH_LOG_LEN, key_hash,
+                 store_state_str(recorded), outcome_why_str(why));
+    }
+}
+
+/* A finish whose call was answered when it was queued (store_orders_finishes): the call and its
+ * exchange may be gone by the time the store has it, so the log line keeps its own copy. */
+typedef struct recorded_note {
+    uint64_t conn_id;
+    char key_hash[KEY_HASH_LOG_LEN + 1];
+    store_state_t recorded;
+    outcome_why_t why;
+} recorded_note_t;
+
+static void on_note_recorded(store_status_t st, bool fence_matched, uint64_t window_ms, void *arg)
+{
+    recorded_note_t *n = arg;
+    (void)window_ms;
+    log_recorded(n->conn_id, n->key_hash, st, fence_matched, n->recorded, n->why);
+    free(n);
+}
+
 static void on_finished(store_status_t st, bool fence_matched, uint64_t window_ms, void *arg)
 {
     call_t *c = arg;
     (void)window_ms;
     idem_t *i = c->idem;
-    uint64_t conn_id = exchange_conn_id(c->ex);
-    if (st != STORE_OK) {
-        log_error(conn_id, "could not record the outcome of key %.*s: %s", KEY_HASH_LOG_LEN,
-                  c->key_hash, store_status_str(st));
-    } else if (!fence_matched) {
-        log_warn(conn_id, "outcome of key %.*s not recorded: the claim was taken over",
-                 KEY_HASH_LOG_LEN, c->key_hash);
-    } else {
-        /* logged once the store has it: a retry sent after this line sees the outcome */
-        log_info(conn_id, "key %.*s recorded as %s (%s)", KEY_HASH_LOG_LEN, c->key_hash,
-                 store_state_str(c->recorded), outcome_why_str(c->why));
-    }
+    log_recorded(exchange_conn_id(c->ex), c->key_hash, st, fence_matched, c->recorded, c->why);
     call_set_state(c, CALL_DONE);
     if (c->foreign) {
         /* the upstream answered with another request's response: never the caller's */
@@ -206,7 +230,12 @@ static void deferred_finish_fail(evutil_socket_t fd, short what, void *arg)
     on_finished(c->deferred_status, false, c->rules.window_ms, c);
 }
 
-/* Writes the outcome; the agent's answer waits for it, so a retry right after sees it. */
+/* Writes the outcome; a retry right after the agent's answer sees it. The answer waits for the
+ * store's callback, unless the store orders a finish before every later call
+ * (store_orders_finishes: the embedded store of one process, finishes not waiting for the disk):
+ * then it goes as soon as the finish is queued, and saves the agent the round trip to the
+ * writer thread and back. An answer the gateway replaces (another request's response, a cut
+ * one) still waits. */
 static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
 {
     idem_t *i = c->idem;
@@ -246,8 +275,23 @@ static observe_t record(call_t *c, store_state_t state, outcome_why_t why)
         .session = call_header(c, "mcp-session-id"),
         .jsonrpc_id = call_msg(c)->id_text,
     };
+    recorded_note_t *note = NULL;
+    if (!c->foreign && !(c->cut && why == WHY_UNKNOWN) && store_orders_finishes(i->ctx.store)) {
+        note = xcalloc(1, sizeof(*note));
+        note->conn_id = exchange_conn_id(c->ex);
+        memcpy(note->key_hash, c->key_hash, KEY_HASH_LOG_LEN); /* calloc'd: NUL-terminated */
+        note->recorded = state;
+        note->why = why;
+    }
     store_status_t st =
-        recorder_finish(&i->recorder, &rc, state, result, result_len, c->too_large, on_finished, c);
+        recorder_finish(&i->recorder, &rc, state, result, result_len, c->too_large,
+                        note ? on_note_recorded : on_finished, note ? (void *)note : c);
+    if (st == STORE_OK && note) {
+        call_set_state(c, CALL_DONE);
+        exchange_release(c->ex);
+        return OBSERVE_PASS;
+    }
+    free(note);
     if (st != STORE_OK) {
         /* reported from the loop: the proxy is still in its callback */
         c->deferred_status = st;

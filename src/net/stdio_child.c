@@ -25,10 +25,22 @@
 void stdio_child_write(child_t *c, json_t *msg)
 {
     char *s = json_dumps(msg, JSON_COMPACT);
-    struct evbuffer *to = c->ready && c->in ? bufferevent_get_output(c->in) : c->held;
+    bool live = c->ready && c->in;
+    struct evbuffer *to = live ? bufferevent_get_output(c->in) : c->held;
     if (to) {
+        bool idle = live && evbuffer_get_length(to) == 0;
         evbuffer_add(to, s, strlen(s));
         evbuffer_add(to, "\n", 1);
+        /* Nothing queued before it: written now, not when the loop next polls the pipe (a
+         * round of the loop before the child could start on it). A socket bufferevent keeps
+         * its output's front frozen but for its own writes, so the same is done here. What
+         * the pipe does not take (full, or closed) stays for the bufferevent, which writes it
+         * or reports the error as usual. */
+        if (idle) {
+            evbuffer_unfreeze(to, 1);
+            (void)evbuffer_write(to, bufferevent_getfd(c->in));
+            evbuffer_freeze(to, 1);
+        }
     }
     free(s);
 }

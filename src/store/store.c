@@ -186,6 +186,11 @@ bool store_ready(const store_t *s)
     return s && s->ops->ready(s->impl);
 }
 
+bool store_orders_finishes(const store_t *s)
+{
+    return s && s->ops->orders_finishes && s->ops->orders_finishes(s->impl);
+}
+
 void store_down_reason(const store_t *s, char *buf, size_t len)
 {
     if (len)

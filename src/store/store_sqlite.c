@@ -342,8 +342,10 @@ static void enqueue(store_sqlite_t *s, sq_op_t *op)
         s->q_head = op;
     s->q_tail = op;
     s->q_len++;
-    pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+    /* after the unlock: a writer woken while the loop still held the mutex would block on it at
+     * once, and need a second wake-up (the writer checks the queue under the mutex anyway) */
+    pthread_cond_signal(&s->cv);
 }
 
 /* Accepts an op from a public call, or frees it when refused. */
@@ -580,6 +582,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     sq_plan_t plan = sq_plan(sq->shared, sq->peers);
     if (!sq_lock_file(s->path, plan.lock, &s->lock_fd, msg, msglen))
         goto fail;
+    s->alone = plan.lock == SQ_LOCK_EXCLUSIVE;
     if (open_db(s, plan, opt->migrate && plan.create, msg, msglen) != STORE_OK)
         goto fail;
     s->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -817,6 +820,15 @@ static void ops_free(void *impl)
     sq_free(impl);
 }
 
+/* The writer thread takes the queue in order, a batch in one transaction and the ops of a batch
+ * in turn: a call queued after a finish reads its commit. Another process writing the file (a
+ * peer) could read the row before that commit; a durable finish is answered after its fsync. */
+static bool ops_orders_finishes(const void *impl)
+{
+    const store_sqlite_t *s = impl;
+    return s->alone && !s->durable_finish;
+}
+
 const store_ops_t store_sqlite_ops = {
     .name = "sqlite",
     .claim = ops_claim,
@@ -832,6 +844,7 @@ const store_ops_t store_sqlite_ops = {
     .report = ops_report,
     .queue = ops_queue,
     .ready = ops_ready,
+    .orders_finishes = ops_orders_finishes,
     .down_reason = ops_down_reason,
     .get_stats = ops_get_stats,
     .observe = ops_observe,

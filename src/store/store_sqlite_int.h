@@ -236,6 +236,7 @@ typedef struct store_sqlite {
     sq_guard_t guard;       /* the files opened (store_sqlite_guard.c) */
     bool guarded;           /* not in shared mode: this process holds the lock */
     bool durable_finish;    /* finishes wait for the disk too (store.durable_finish) */
+    bool alone;             /* the file's only writer (its exclusive lock): calls commit in order */
     bool lazy_sync;         /* writer: PRAGMA synchronous is NORMAL now, not FULL */
     struct event *guard_ev; /* every GUARD_CHECK_MS: the files, and the disk probe */
     bool probing;           /* the disk probe is queued or running (loop only) */

@@ -23,6 +23,7 @@ static struct {
     char *finish_key, *get_key; /* what the last finish and get named */
     int64_t fence;              /* the last finish's */
     store_state_t state;
+    bool ordered; /* store_orders_finishes says so */
 } fs;
 
 static store_status_t fake_claim(void *impl, const store_claim_req_t *req, store_claim_cb cb,
@@ -88,6 +89,10 @@ static bool fake_ready(const void *impl)
 {
     return true;
 }
+static bool fake_orders_finishes(const void *impl)
+{
+    return fs.ordered;
+}
 static void fake_free(void *impl)
 {
 }
@@ -101,6 +106,7 @@ static const store_ops_t fake_ops = {
     .pending_duplicates = fake_pending_duplicates,
     .extend_lease = fake_extend_lease,
     .ready = fake_ready,
+    .orders_finishes = fake_orders_finishes,
     .free = fake_free,
 };
 

@@ -317,6 +317,40 @@ static void foreign_answer_is_replaced_and_recorded_unknown(void **state)
     free_call(ex);
 }
 
+/* A store that orders its finishes before every later call (the embedded store of one
+ * process): the answer goes as soon as the finish is queued, and the exchange may end before
+ * the store has it; its callback then only logs and fills the cache. An answer the gateway
+ * replaces still waits for the store. */
+static void ordered_store_answers_once_the_finish_is_queued(void **state)
+{
+    fs.ordered = true;
+    exchange_t *ex = call("refund", 21, "alice");
+    deliver_acquired();
+    assert_int_equal(answer_json(ex, RESULT), OBSERVE_PASS);
+    assert_int_equal(fs.finishes, 1);
+    assert_int_equal(fs.state, STORE_STATE_SUCCEEDED);
+    assert_true(ex->released);
+    assert_int_equal(w.stats.protected_in_flight, 0);
+    assert_string_equal(ex->outcome, "executed");
+    assert_int_equal(w.stats.executions, 1);
+    free_call(ex);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+
+    exchange_t *again = call("refund", 21, "alice");
+    assert_int_equal(fs.claims, 1); /* from the cache, filled when the store had it */
+    assert_non_null(strstr(again->body, "\"replayed\":true"));
+    free_call(again);
+
+    exchange_t *other = call("refund", 22, "alice");
+    deliver_acquired();
+    const char *foreign = "{\"jsonrpc\":\"2.0\",\"id\":99,\"result\":{\"content\":[]}}";
+    assert_int_equal(answer_json(other, foreign), OBSERVE_HOLD);
+    assert_false(other->replaced);
+    fs.finish_cb(STORE_OK, true, fs.arg);
+    assert_true(other->replaced);
+    free_call(other);
+}
+
 static void cut_answer_is_held_as_unknown(void **state)
 {
     exchange_t *ex = call("refund", 13, "alice");
@@ -575,6 +609,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(statement_error_never_says_retry_later, setup, teardown),
         cmocka_unit_test_setup_teardown(no_subject_refuses_before_the_store, setup, teardown),
         cmocka_unit_test_setup_teardown(foreign_answer_is_replaced_and_recorded_unknown, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(ordered_store_answers_once_the_finish_is_queued, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(cut_answer_is_held_as_unknown, setup, teardown),
         cmocka_unit_test_setup_teardown(unreachable_upstream_is_released, setup, teardown),

@@ -361,6 +361,52 @@ static void peers_open_a_new_file_at_once(void **state)
     }
 }
 
+/* A gateway alone on its file orders a finish before every later call: a claim of the key
+ * queued right after the finish, before its callback ran, reads the outcome (so its answer
+ * need not wait). Peers do not promise it (another process may claim first), nor does a store
+ * whose finishes wait for the disk. */
+static void a_store_alone_orders_its_finishes(void **state)
+{
+    (void)state;
+    fresh();
+    char msg[512] = "";
+    store_t *alone = open_as(false, msg, sizeof(msg));
+    assert_non_null(alone);
+    assert_true(store_orders_finishes(alone));
+    claim_out_t first = claim(alone, "k1", 30000, false);
+    assert_true(first.acquired);
+    finish_out_t fin = {0};
+    store_finish_req_t f = {.key = "k1",
+                            .fence = first.fence,
+                            .state = STORE_STATE_SUCCEEDED,
+                            .result = "{\"ok\":2}",
+                            .result_len = 8,
+                            .window_ms = 600000};
+    assert_int_equal(store_finish(alone, &f, finish_cb, &fin), STORE_OK);
+    claim_out_t retry = {0};
+    store_claim_req_t r = req_for("k1", 30000, true);
+    assert_int_equal(store_claim(alone, &r, claim_cb, &retry), STORE_OK);
+    assert_true(wait_for(flag_set, &retry.done, 10000));
+    assert_true(fin.done); /* answered in the order they were queued */
+    assert_false(retry.acquired);
+    assert_int_equal(retry.state, STORE_STATE_SUCCEEDED);
+    assert_string_equal(retry.result, "{\"ok\":2}");
+    store_free(alone);
+
+    fresh();
+    store_t *peer = open_peer();
+    assert_false(store_orders_finishes(peer));
+    store_free(peer);
+
+    fresh();
+    store_options_t o = {.migrate = true, .timeout_ms = 5000};
+    store_sqlite_options_t sq = {.path = path, .durable_finish = true};
+    store_t *durable = store_sqlite_new(base, &o, &sq, msg, sizeof(msg));
+    assert_non_null(durable);
+    assert_false(store_orders_finishes(durable));
+    store_free(durable);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +416,7 @@ int main(void)
         cmocka_unit_test(leases_and_takeovers_hold_across_peers),
         cmocka_unit_test(a_gateway_and_peers_refuse_each_other),
         cmocka_unit_test(peers_open_a_new_file_at_once),
+        cmocka_unit_test(a_store_alone_orders_its_finishes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
