@@ -694,13 +694,10 @@ loop_ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
 # Postgres's CPU: its server processes' ticks (the gateway's store connections are long-lived
 # backends, so a run's statements are counted in them)
 pg_ticks() {
-    local home=$tmp/pg pm t=0 p
+    local home=$tmp/pg pm
     [ -f "$tmp/pg/cluster" ] && home=$(cat "$tmp/pg/cluster") # as root: the cluster's own folder
     pm=$(head -n 1 "$home/data/postmaster.pid" 2>/dev/null) || { echo 0; return; }
-    for p in $pm $(pgrep -P "$pm"); do
-        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0)))
-    done
-    echo "$t"
+    tree_ticks "$pm"
 }
 if want cost; then
     cost_rounds=${BENCH_COST_ROUNDS:-$([ "$smoke" = 1 ] && echo 1 || echo 3)}

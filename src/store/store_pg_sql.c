@@ -30,6 +30,21 @@
  * deadline it inserts and takes over nothing, so no call the gateway refused holds its key. */
 #define CLAIM_IN_TIME "clock_timestamp() <= to_timestamp($11::bigint / 1000.0)"
 
+/* What a claim that takes a row over sets (both the single claim and the batch): an expired row
+ * starts a new life (created_at, attempts, first ids, duplicate counts), a live one counts on. */
+#define CLAIM_SET_NEW_LIFE                                                                         \
+    " tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"       \
+    " explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"           \
+    " attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"                  \
+    " created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"              \
+    " first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"           \
+    "  ELSE k.first_session_id END,"                                                               \
+    " first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"           \
+    "  ELSE k.first_jsonrpc_id END,"                                                               \
+    " result = NULL, result_too_large = false, lease_until = "                                     \
+    "excluded.lease_until," STORE_PG_NEW_LIFE_DUPS                                                 \
+    " updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
+
 /* Insert, or take over ($4 digest, $10 takeover flag, $11 deadline as below). A claim that
  * wrote its row gets back only what its caller uses: the fence, the attempts and when the key
  * was first seen. A claim that wrote nothing (the key is held, or the deadline passed) gets no
@@ -46,18 +61,7 @@ static const char claim_sql[] =
     " SELECT $1::text, $2::text, $3::text, $4::text, $5::boolean, 'in_progress'::text, 1, 1,"
     " $6::text, $7::text, now() + $8::bigint * interval '1 millisecond', now(), now(),"
     " now() + greatest($8::bigint, $9::bigint) * interval '1 millisecond', $12::text"
-    " WHERE " CLAIM_IN_TIME " ON CONFLICT (key) DO UPDATE SET"
-    " tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
-    " explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
-    " attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
-    " created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"
-    " first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"
-    "  ELSE k.first_session_id END,"
-    " first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
-    "  ELSE k.first_jsonrpc_id END,"
-    " result = NULL, result_too_large = false, lease_until = "
-    "excluded.lease_until," STORE_PG_NEW_LIFE_DUPS
-    " updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
+    " WHERE " CLAIM_IN_TIME " ON CONFLICT (key) DO UPDATE SET" CLAIM_SET_NEW_LIFE
     " claim_token = excluded.claim_token"
     " WHERE " CLAIM_IN_TIME " AND " TAKEOVER_COND(
         "k", "excluded.args_digest") " RETURNING k.fence, k.attempts, " ISO_UTC("k.created_at");
@@ -96,17 +100,7 @@ static const char claim_batch_sql[] =
     "  now() + greatest(r.lease_ms, r.window_ms) * interval '1 millisecond', r.token"
     " FROM r WHERE clock_timestamp() <= to_timestamp(r.deadline / 1000.0) ORDER BY r.key"
     " ON CONFLICT (key) DO UPDATE SET"
-    "  tool = excluded.tool, subject = excluded.subject, args_digest = excluded.args_digest,"
-    "  explicit_key = excluded.explicit_key, state = 'in_progress', fence = k.fence + 1,"
-    "  attempts = CASE WHEN k.expires_at <= now() THEN 1 ELSE k.attempts + 1 END,"
-    "  created_at = CASE WHEN k.expires_at <= now() THEN now() ELSE k.created_at END,"
-    "  first_session_id = CASE WHEN k.expires_at <= now() THEN excluded.first_session_id"
-    "   ELSE k.first_session_id END,"
-    "  first_jsonrpc_id = CASE WHEN k.expires_at <= now() THEN excluded.first_jsonrpc_id"
-    "   ELSE k.first_jsonrpc_id END,"
-    "  result = NULL, result_too_large = false, lease_until = excluded.lease_until,"
-    STORE_PG_NEW_LIFE_DUPS
-    "  updated_at = now(), finished_at = NULL, expires_at = excluded.expires_at,"
+    CLAIM_SET_NEW_LIFE
     "  claim_token = excluded.claim_token"
     " WHERE clock_timestamp() <= to_timestamp(" BATCH_ROW("deadline") " / 1000.0) AND "
     TAKEOVER_COND_IF("k", "excluded.args_digest", BATCH_ROW("takeover"))
