@@ -5,6 +5,7 @@
 #include "catalog_fetch.h"
 #include "catalog_watch.h"
 #include "config.h"
+#include "event_mem.h"
 #include "http_conn.h"
 #include "idem.h"
 #include "handoff.h"
@@ -1188,6 +1189,7 @@ static void print_check(const config_t *cfg, const char *path)
 
 int main(int argc, char **argv)
 {
+    event_mem_init(); /* before any other libevent call */
     if (argc > 1 && strcmp(argv[1], "key") == 0)
         return key_cmd_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "keys") == 0)

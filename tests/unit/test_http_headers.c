@@ -103,6 +103,13 @@ static void test_name_is_token(void **state)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         assert_int_equal(http_header_name_is_token(cases[i].name), cases[i].token);
+    /* each byte value inside a name: a token character exactly when RFC 9110's tchar lists it */
+    for (int c = 1; c < 256; c++) {
+        bool tchar = (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                     (c < 0x80 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+        char name[4] = {'a', (char)c, 'b', '\0'};
+        assert_int_equal(http_header_name_is_token(name), tchar);
+    }
 }
 
 static void test_hop_by_hop(void **state)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,12 +163,29 @@ static void test_json_plain_len(void **state)
 {
     (void)state;
     static const unsigned char stops[] = {'"', '\\', 0x00, 0x01, 0x1f, 0x80, 0xc3, 0xff};
-    char buf[40];
+    char buf[48];
+    /* every offset of the sixteen-byte blocks, the eight-byte ones and the bytes after them */
     for (size_t k = 0; k < sizeof(stops); k++) {
-        for (size_t at = 0; at < 24; at++) {
+        for (size_t at = 0; at < sizeof(buf); at++) {
             memset(buf, 'a', sizeof(buf));
             buf[at] = (char)stops[k];
             assert_int_equal(util_json_plain_len(buf, sizeof(buf)), at);
+            /* a second special byte later changes nothing: the first one counts */
+            if (at + 1 < sizeof(buf)) {
+                buf[sizeof(buf) - 1] = '"';
+                assert_int_equal(util_json_plain_len(buf, sizeof(buf)), at);
+            }
+        }
+    }
+    /* each byte value, in each kind of step: special exactly when JSON cannot hold it as is */
+    static const size_t offsets[] = {3, 20, 37, 45};
+    for (int c = 0; c < 256; c++) {
+        bool special = c < 0x20 || c >= 0x80 || c == '"' || c == '\\';
+        for (size_t o = 0; o < sizeof(offsets) / sizeof(offsets[0]); o++) {
+            memset(buf, 'b', sizeof(buf));
+            buf[offsets[o]] = (char)c;
+            assert_int_equal(util_json_plain_len(buf, sizeof(buf)),
+                             special ? offsets[o] : sizeof(buf));
         }
     }
     memset(buf, ' ', sizeof(buf));
