@@ -9,6 +9,11 @@
  * the thread that will run the event loops: only its frees are kept for reuse. */
 void event_mem_init(void);
 
+/* A buffer of the same kind for the gateway's own use: realloc (NULL p: a new one; out of
+ * memory aborts) and free, with the same blocks kept for reuse. */
+void *event_mem_realloc(void *p, size_t n);
+void event_mem_free(void *p);
+
 /* Blocks kept for reuse now, and their bytes (for tests). */
 size_t event_mem_kept(size_t *bytes);
 

@@ -8,19 +8,22 @@
  * instructions were malloc and free).
  *
  * So libevent allocates through malloc (its calloc clears what malloc gave), and blocks of a
- * chain's sizes, from just over 1 KiB to 16 KiB, are rounded up to a power of two and kept on
+ * chain's sizes, from just over 1 KiB to 32 KiB, are rounded up to a power of two and kept on
  * a short list per size when the loop's thread frees them, to be handed out again as they
  * are. A freed block is filed by its usable size, so any block that holds a size serves it.
- * Other threads allocate and free as usual; a block one of them frees is not kept. */
+ * Other threads allocate and free as usual; a block one of them frees is not kept. The
+ * gateway's own per-request buffers of such sizes (an answer kept whole to rewrite its id)
+ * use the same lists through event_mem_realloc and event_mem_free. */
 #include "event_mem.h"
 
 #include <event2/event.h>
 #include <malloc.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define CLASS_MIN_SHIFT 11 /* 2 KiB: smaller blocks are glibc's cache's */
-#define CLASSES 4          /* 2, 4, 8 and 16 KiB */
+#define CLASSES 5          /* 2, 4, 8, 16 and 32 KiB (a socket read takes 32 KiB) */
 #define KEEP 16            /* blocks kept per size: a few requests' worth */
 #define SMALL_MAX 1024     /* up to this, malloc's own cache is quick */
 
@@ -78,6 +81,21 @@ static void mem_free(void *p)
         }
     }
     free(p);
+}
+
+void *event_mem_realloc(void *p, size_t n)
+{
+    void *q = mem_realloc(p, n ? n : 1);
+    if (!q) {
+        fprintf(stderr, "idemgw: out of memory (%zu bytes)\n", n);
+        abort();
+    }
+    return q;
+}
+
+void event_mem_free(void *p)
+{
+    mem_free(p);
 }
 
 void event_mem_init(void)

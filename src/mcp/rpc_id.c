@@ -1,6 +1,7 @@
 /* Assigned JSON-RPC ids: the request and cancel rewritten, the answer mapped back (rpc_id.h). */
 #include "rpc_id.h"
 #include "mcp.h"
+#include "event_mem.h"
 
 #include <event2/buffer.h>
 #include <inttypes.h>
@@ -266,7 +267,7 @@ void rpc_id_rewriter_free(rpc_id_rewriter_t *r)
     if (!r)
         return;
     decoder_free(r->decoder);
-    free(r->kept);
+    event_mem_free(r->kept);
     free(r);
 }
 
@@ -416,7 +417,7 @@ static rpc_id_status_t take(rpc_id_rewriter_t *r, const char *data, size_t len,
         size_t cap = r->kept_cap ? r->kept_cap : 4096;
         while (cap < r->kept_len + len)
             cap *= 2;
-        r->kept = xrealloc(r->kept, cap);
+        r->kept = event_mem_realloc(r->kept, cap);
         r->kept_cap = cap;
     }
     memcpy(r->kept + r->kept_len, data, len);
