@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
+#include <strings.h>
 
 struct evbuffer;
 
@@ -35,11 +37,28 @@ void http_headers_end_value(http_headers_t *h);
 
 const char *http_headers_name(const http_headers_t *h, size_t i);
 const char *http_headers_value(const http_headers_t *h, size_t i);
-/* First value of a header by case-insensitive name, or NULL. */
-const char *http_headers_get(const http_headers_t *h, const char *name);
+/* The length of the i-th name. */
+size_t http_headers_name_len(const http_headers_t *h, size_t i);
+/* First value of a header by case-insensitive name of nlen bytes, or NULL. */
+const char *http_headers_getn(const http_headers_t *h, const char *name, size_t nlen);
+/* How many copies of a header a message carries (case-insensitive name of nlen bytes). */
+size_t http_headers_countn(const http_headers_t *h, const char *name, size_t nlen);
 
-/* How many copies of a header a message carries (case-insensitive name). */
-size_t http_headers_count(const http_headers_t *h, const char *name);
+/* The same by a NUL-terminated name: inline, so a literal's length is known when compiled
+ * (headers are looked up by name a dozen times per request). */
+static inline const char *http_headers_get(const http_headers_t *h, const char *name)
+{
+    return http_headers_getn(h, name, strlen(name));
+}
+
+static inline size_t http_headers_count(const http_headers_t *h, const char *name)
+{
+    return http_headers_countn(h, name, strlen(name));
+}
+
+/* True when a name of nlen bytes is lit, a lower-case literal, in any case. */
+#define HTTP_NAME_IS(name, nlen, lit)                                                              \
+    ((nlen) == sizeof(lit) - 1 && strncasecmp((name), (lit), sizeof(lit) - 1) == 0)
 /* Drops every copy of a header; the remaining ones keep their order. */
 void http_headers_remove(http_headers_t *h, const char *name);
 /* A field name is an RFC 9110 token: no whitespace (as in "Name : v"), no separators. */

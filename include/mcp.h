@@ -70,7 +70,8 @@ typedef struct mcp_span {
 
 /* mcp_member_span for several names in one walk of the text: spans[k] is where names[k] is
  * (the last one, as with mcp_member_span). False, and none present, when the text is not an
- * object of members. */
+ * object of members, or when asked for more than MCP_SPANS_MAX names. */
+#define MCP_SPANS_MAX 16
 bool mcp_member_spans(const char *text, size_t len, const char *const names[], size_t count,
                       mcp_span_t spans[]);
 

@@ -360,8 +360,9 @@ size_t util_json_plain_len(const char *s, size_t n)
                   space = _mm_set1_epi8(0x20);
     for (; i + 16 <= n; i += 16) {
         __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i special = _mm_or_si128(_mm_cmplt_epi8(v, space),
-                                       _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
+        __m128i special =
+            _mm_or_si128(_mm_cmplt_epi8(v, space),
+                         _mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, slash)));
         unsigned mask = (unsigned)_mm_movemask_epi8(special);
         if (mask)
             return i + (size_t)__builtin_ctz(mask);

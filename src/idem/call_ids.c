@@ -140,9 +140,11 @@ static void copy_head(http_headers_t *out, const http_headers_t *in)
     http_headers_reset(out);
     for (size_t i = 0; i < in->n; i++) {
         const char *name = http_headers_name(in, i), *value = http_headers_value(in, i);
-        if (strcasecmp(name, "content-length") == 0 || strcasecmp(name, "content-encoding") == 0)
+        size_t nlen = http_headers_name_len(in, i);
+        if (HTTP_NAME_IS(name, nlen, "content-length") ||
+            HTTP_NAME_IS(name, nlen, "content-encoding"))
             continue;
-        http_headers_add_name(out, name, strlen(name));
+        http_headers_add_name(out, name, nlen);
         http_headers_end_name(out);
         http_headers_add_value(out, value, strlen(value));
         http_headers_end_value(out);

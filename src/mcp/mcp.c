@@ -107,8 +107,16 @@ typedef struct member_pos {
 static bool name_is(const char *s, size_t mstart, size_t kend, const char *name, size_t nlen)
 {
     size_t raw = kend - mstart - 2;
-    if (!memchr(s + mstart + 1, '\\', raw))
-        return raw == nlen && memcmp(s + mstart + 1, name, nlen) == 0;
+    const char *key = s + mstart + 1;
+    /* an escape is longer than the character it stands for: a key shorter than name cannot
+     * be it, and one of the same length is it only byte for byte (unless name itself holds a
+     * backslash). Most keys are told apart here, without looking for a backslash. */
+    if (raw < nlen)
+        return false;
+    if (raw == nlen && !memchr(name, '\\', nlen))
+        return memcmp(key, name, nlen) == 0;
+    if (!memchr(key, '\\', raw))
+        return raw == nlen && memcmp(key, name, nlen) == 0;
     json_t *j = json_loadb(s + mstart, kend - mstart, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     bool same = j && json_is_string(j) && json_string_length(j) == nlen &&
                 memcmp(json_string_value(j), name, nlen) == 0;
@@ -172,8 +180,14 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
 bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t count,
                       mcp_span_t spans[])
 {
-    for (size_t k = 0; k < count; k++)
+    size_t nlens[MCP_SPANS_MAX];
+    for (size_t k = 0; k < count; k++) {
         spans[k] = (mcp_span_t){0, 0, false};
+        if (k < MCP_SPANS_MAX)
+            nlens[k] = strlen(names[k]);
+    }
+    if (count > MCP_SPANS_MAX)
+        return false;
     size_t i = skip_ws(s, 0, n);
     if (i >= n || s[i] != '{')
         return false;
@@ -194,7 +208,7 @@ bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t
         if (vend > n)
             break;
         for (size_t k = 0; k < count; k++)
-            if (name_is(s, mstart, kend, names[k], strlen(names[k])))
+            if (name_is(s, mstart, kend, names[k], nlens[k]))
                 spans[k] = (mcp_span_t){vstart, vend - vstart, true};
         i = skip_ws(s, vend, n);
         if (i < n && s[i] == '}')

@@ -133,9 +133,9 @@ bool http_header_name_is_token(const char *name)
     return true;
 }
 
-size_t http_headers_count(const http_headers_t *h, const char *name)
+size_t http_headers_countn(const http_headers_t *h, const char *name, size_t nlen)
 {
-    size_t nlen = strlen(name), n = 0;
+    size_t n = 0;
     for (size_t i = 0; i < h->n; i++)
         if (h->items[i].name_len == nlen &&
             strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
@@ -165,9 +165,13 @@ const char *http_headers_value(const http_headers_t *h, size_t i)
     return h->buf + h->items[i].value_off;
 }
 
-const char *http_headers_get(const http_headers_t *h, const char *name)
+size_t http_headers_name_len(const http_headers_t *h, size_t i)
 {
-    size_t nlen = strlen(name);
+    return h->items[i].name_len;
+}
+
+const char *http_headers_getn(const http_headers_t *h, const char *name, size_t nlen)
+{
     for (size_t i = 0; i < h->n; i++)
         if (h->items[i].name_len == nlen &&
             strncasecmp(h->buf + h->items[i].name_off, name, nlen) == 0)
@@ -191,7 +195,8 @@ static bool in_token_list(const char *list, const char *name)
     return false;
 }
 
-bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
+/* name of len bytes */
+static bool hop_by_hop(const char *name, size_t len, const char *connection_value)
 {
     /* every header of every message passes here: names are compared only with the hop-by-hop
      * names of their own length */
@@ -208,11 +213,15 @@ bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
                {"transfer-encoding", 17},
                {"proxy-authenticate", 18},
                {"proxy-authorization", 19}};
-    size_t len = strlen(name);
     for (size_t i = 0; i < ARRAY_LEN(hop) && hop[i].len <= len; i++)
-        if (hop[i].len == len && strcasecmp(name, hop[i].name) == 0)
+        if (hop[i].len == len && strncasecmp(name, hop[i].name, len) == 0)
             return true;
     return connection_value && in_token_list(connection_value, name);
+}
+
+bool http_header_is_hop_by_hop(const char *name, const char *connection_value)
+{
+    return hop_by_hop(name, strlen(name), connection_value);
 }
 
 /* True when one of the "Name: value\r\n" lines of extra sets name. */
@@ -300,10 +309,11 @@ void http_write_request_head(struct evbuffer *out, const char *method, const cha
     }
     for (size_t i = 0; i < in->n; i++) {
         const char *name = http_headers_name(in, i);
-        if (strcasecmp(name, "host") == 0 || strcasecmp(name, "content-length") == 0 ||
-            http_header_is_hop_by_hop(name, conn) || set_by_extra(extra, name))
+        size_t nlen = in->items[i].name_len;
+        if (HTTP_NAME_IS(name, nlen, "host") || HTTP_NAME_IS(name, nlen, "content-length") ||
+            hop_by_hop(name, nlen, conn) || set_by_extra(extra, name))
             continue;
-        if (strcasecmp(name, "x-forwarded-for") == 0) {
+        if (HTTP_NAME_IS(name, nlen, "x-forwarded-for")) {
             xff = http_headers_value(in, i);
             continue;
         }
@@ -347,7 +357,8 @@ void http_write_response_head(struct evbuffer *out, int status, const char *cont
         const char *conn = http_headers_get(in, "connection");
         for (size_t i = 0; i < in->n; i++) {
             const char *name = http_headers_name(in, i);
-            if (strcasecmp(name, "content-length") == 0 || http_header_is_hop_by_hop(name, conn))
+            size_t nlen = in->items[i].name_len;
+            if (HTTP_NAME_IS(name, nlen, "content-length") || hop_by_hop(name, nlen, conn))
                 continue;
             add_field(out, name, http_headers_value(in, i));
         }

@@ -47,7 +47,7 @@ static void test_small_and_huge_not_kept(void **state)
 {
     (void)state;
     size_t before = event_mem_kept(NULL);
-    add_and_free(100);              /* a small chain: malloc's own cache */
+    add_and_free(100);             /* a small chain: malloc's own cache */
     add_and_free((size_t)1 << 20); /* a megabyte: back to malloc at once */
     assert_int_equal(event_mem_kept(NULL), before);
 }

@@ -164,7 +164,11 @@ static void test_request_head(void **state)
     add(&h, "Transfer-Encoding", "chunked");
     add(&h, "X-Forwarded-For", "10.0.0.1");
     add(&h, "traceparent", "00-abc-def-01");
+    add(&h, "Hostname", "h"); /* names a letter longer than dropped ones: kept */
+    add(&h, "CONTENT-LENGTHS", "1");
     add(&h, "Accept-Encoding", "gzip, br");
+    for (size_t i = 0; i < h.n; i++)
+        assert_int_equal(http_headers_name_len(&h, i), strlen(http_headers_name(&h, i)));
     struct evbuffer *b = evbuffer_new();
     /* the extra lines replace the request's own headers of the same names */
     http_write_request_head(b, "POST", "/mcp?x=1", &h, "127.0.0.1:3001", "127.0.0.2", 12,
@@ -177,6 +181,8 @@ static void test_request_head(void **state)
                            "MCP-Protocol-Version: 2025-11-25\r\n"
                            "Accept: application/json, text/event-stream\r\n"
                            "traceparent: 00-abc-def-01\r\n"
+                           "Hostname: h\r\n"
+                           "CONTENT-LENGTHS: 1\r\n"
                            "X-Forwarded-For: 10.0.0.1, 127.0.0.2\r\n"
                            "Content-Length: 12\r\n"
                            "Idempotency-Key: k\r\n"

@@ -262,6 +262,29 @@ static void test_member_spans(void **state)
     assert_false(mcp_member_spans("{\"id\":1,", 8, names, 4, sp));
     assert_false(sp[0].present);
     assert_false(mcp_member_spans("[1]", 3, names, 4, sp));
+
+    /* keys told apart by length first: an escaped key is longer than what it decodes to, and a
+     * name may hold a backslash of its own */
+    static const struct {
+        const char *text, *name;
+        bool found;
+    } keys[] = {
+        {"{\"\\u0069d\":1}", "id", true},     /* escaped, longer than the name */
+        {"{\"idx\":1,\"i\":2}", "id", false}, /* longer and shorter, no escape */
+        {"{\"a\\\\b\":1}", "a\\b", true},     /* "a\\b" is a, backslash, b */
+        {"{\"a\\b\":1}", "a\\b", false},      /* "a\b" is a, backspace: same length */
+        {"{\"\\\"x\":1}", "\"x", true},       /* an escaped quote */
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        size_t off, len;
+        const char *one[] = {keys[i].name};
+        mcp_span_t k[1];
+        assert_int_equal(
+            mcp_member_span(keys[i].text, strlen(keys[i].text), keys[i].name, &off, &len),
+            keys[i].found);
+        assert_true(mcp_member_spans(keys[i].text, strlen(keys[i].text), one, 1, k));
+        assert_int_equal(k[0].present, keys[i].found);
+    }
 }
 
 static void test_classify(void **state)
