@@ -46,6 +46,10 @@ test('an https upstream: protected calls reuse kept-alive connections; a new one
     databaseUrl: await createDatabase(),
     config: { upstream_ca_file: certs.ca, subject: { static: 'tenant-tls' } },
   });
+  // the gateway lists the upstream's tools on its own at start: that handshake is over (and
+  // its tickets kept) before the agent's first one, which could otherwise run beside it and be
+  // a second full handshake, as no ticket exists yet
+  await waitForLog(gw, /tool catalogue: \d+ tools listed by the upstream/);
   const client = await mcpClient(t, gw.url);
   const calls = 6;
   for (let i = 0; i < calls; i++) {
