@@ -16,6 +16,8 @@
 #define MUST_CHECK __attribute__((warn_unused_result))
 #define ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Out of memory: says how much was asked for on stderr and aborts. */
+_Noreturn void util_oom(size_t n);
 void *xmalloc(size_t n);
 void *xcalloc(size_t n, size_t size);
 void *xrealloc(void *p, size_t n);

@@ -15,11 +15,11 @@
  * gateway's own per-request buffers of such sizes (an answer kept whole to rewrite its id)
  * use the same lists through event_mem_realloc and event_mem_free. */
 #include "event_mem.h"
+#include "util.h"
 
 #include <event2/event.h>
 #include <malloc.h>
 #include <stdbool.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #define CLASS_MIN_SHIFT 11 /* 2 KiB: smaller blocks are glibc's cache's */
@@ -86,10 +86,8 @@ static void mem_free(void *p)
 void *event_mem_realloc(void *p, size_t n)
 {
     void *q = mem_realloc(p, n ? n : 1);
-    if (!q) {
-        fprintf(stderr, "idemgw: out of memory (%zu bytes)\n", n);
-        abort();
-    }
+    if (!q)
+        util_oom(n);
     return q;
 }
 

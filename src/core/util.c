@@ -18,7 +18,7 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-static void oom(size_t n)
+void util_oom(size_t n)
 {
     fprintf(stderr, "idemgw: out of memory allocating %zu bytes\n", n);
     abort();
@@ -28,7 +28,7 @@ void *xmalloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     if (!p)
-        oom(n);
+        util_oom(n);
     return p;
 }
 
@@ -48,7 +48,7 @@ void *xcalloc(size_t n, size_t size)
         p = calloc(n ? n : 1, size ? size : 1);
     }
     if (!p)
-        oom(n * size);
+        util_oom(n * size);
     return p;
 }
 
@@ -56,7 +56,7 @@ void *xrealloc(void *p, size_t n)
 {
     void *q = realloc(p, n ? n : 1);
     if (!q)
-        oom(n);
+        util_oom(n);
     return q;
 }
 
@@ -77,7 +77,7 @@ char *xvasprintf(const char *fmt, va_list ap)
 {
     char *out = NULL;
     if (vasprintf(&out, fmt, ap) < 0)
-        oom(strlen(fmt));
+        util_oom(strlen(fmt));
     return out;
 }
 

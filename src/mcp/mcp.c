@@ -180,14 +180,13 @@ bool mcp_member_span(const char *s, size_t n, const char *name, size_t *off, siz
 bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t count,
                       mcp_span_t spans[])
 {
-    size_t nlens[MCP_SPANS_MAX];
-    for (size_t k = 0; k < count; k++) {
+    for (size_t k = 0; k < count; k++)
         spans[k] = (mcp_span_t){0, 0, false};
-        if (k < MCP_SPANS_MAX)
-            nlens[k] = strlen(names[k]);
-    }
     if (count > MCP_SPANS_MAX)
         return false;
+    size_t nlens[MCP_SPANS_MAX];
+    for (size_t k = 0; k < count; k++)
+        nlens[k] = strlen(names[k]);
     size_t i = skip_ws(s, 0, n);
     if (i >= n || s[i] != '{')
         return false;
