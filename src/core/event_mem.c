@@ -1,19 +1,21 @@
 /* libevent's memory.
  *
- * Every request passes through a handful of evbuffers, and each body that does not fit in a
- * small chain gets one of 2, 4 or 8 KiB (libevent rounds a chain up to a power of two). glibc
- * keeps freed blocks for quick reuse only up to about 1 KiB (its per-thread cache); larger
- * ones go back to its bins and come out again through the slow path, and its calloc never
- * uses that cache at all. Both showed in a relayed read's profile (about a tenth of its
- * instructions were malloc and free).
+ * Every request passes through a handful of evbuffers, and each gets chains of 1 KiB (libevent's
+ * smallest: a response head, a rewritten id) or of 2, 4 or 8 KiB for a body (libevent rounds a
+ * chain up to a power of two). glibc keeps freed blocks for quick reuse only up to about 1 KiB
+ * (its per-thread cache, seven of each size); larger ones, and a 1 KiB one whenever that cache
+ * is empty, go through its slow path, which also merges its small free blocks first (the
+ * consolidation that showed in a relayed read's profile), and its calloc never uses that cache
+ * at all. About a tenth of a read's instructions were malloc and free.
  *
  * So libevent allocates through malloc (its calloc clears what malloc gave), and blocks of a
- * chain's sizes, from just over 1 KiB to 32 KiB, are rounded up to a power of two and kept on
- * a short list per size when the loop's thread frees them, to be handed out again as they
+ * chain's sizes, from just over 512 bytes to 32 KiB, are rounded up to a power of two and kept
+ * on a short list per size when the loop's thread frees them, to be handed out again as they
  * are. A freed block is filed by its usable size, so any block that holds a size serves it.
  * Other threads allocate and free as usual; a block one of them frees is not kept. The
  * gateway's own per-request buffers of such sizes (an answer kept whole to rewrite its id)
- * use the same lists through event_mem_realloc and event_mem_free. */
+ * use the same lists through event_mem_realloc and event_mem_free, a new one taking a kept
+ * block as libevent's do. */
 #include "event_mem.h"
 #include "util.h"
 
@@ -22,10 +24,10 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#define CLASS_MIN_SHIFT 11 /* 2 KiB: smaller blocks are glibc's cache's */
-#define CLASSES 5          /* 2, 4, 8, 16 and 32 KiB (a socket read takes 32 KiB) */
+#define CLASS_MIN_SHIFT 10 /* 1 KiB: libevent's smallest chain */
+#define CLASSES 6          /* 1, 2, 4, 8, 16 and 32 KiB (a socket read takes 32 KiB) */
 #define KEEP 16            /* blocks kept per size: a few requests' worth */
-#define SMALL_MAX 1024     /* up to this, malloc's own cache is quick */
+#define SMALL_MAX 512      /* up to this, malloc's own cache is quick */
 
 static __thread bool loop_thread;
 static __thread void *kept[CLASSES][KEEP];
@@ -59,8 +61,10 @@ static void *mem_malloc(size_t n)
 
 static void *mem_realloc(void *p, size_t n)
 {
+    if (!p)
+        return mem_malloc(n);
     int c = class_for(n);
-    if (p && c >= 0 && malloc_usable_size(p) >= n)
+    if (c >= 0 && malloc_usable_size(p) >= n)
         return p;
     return realloc(p, c < 0 ? n : class_size(c));
 }
