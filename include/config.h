@@ -165,8 +165,9 @@ typedef struct config {
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
     bool store_group_commit;    /* Postgres: batch queued claims and finishes (off) */
     bool store_durable_finish;  /* finishes wait for the disk too, either store (off) */
-    bool store_peers;           /* the embedded store's file is shared with peer processes of
-                                   this machine (set by idemgw stdio; no config key) */
+    uint64_t store_commit_delay_ms; /* embedded store: a claim among others waits for company */
+    bool store_peers;               /* the embedded store's file is shared with peer processes of
+                                       this machine (set by idemgw stdio; no config key) */
 
     /* timeouts */
     uint64_t client_header_timeout_ms;    /* whole request head must arrive within (10s) */

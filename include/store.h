@@ -303,6 +303,7 @@ typedef struct store_stats {
     int connections_wanted; /* connections the store keeps open when it can */
     uint64_t transactions;  /* embedded store: write transactions committed */
     uint64_t lazy_transactions; /* of those, finishes alone, committed without an fsync */
+    uint64_t delayed_transactions; /* of those, waited for company (store.commit_delay) */
     uint64_t batched_ops;   /* embedded store: operations those transactions carried */
     uint64_t claim_batches; /* Postgres: batch claim statements (two or more claims) */
     uint64_t claims_batched;   /* claims those statements carried */

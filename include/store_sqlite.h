@@ -44,7 +44,9 @@ typedef struct store_sqlite_options {
                          exist (never created) */
     bool peers;       /* one of several processes on this machine that serve from the file at once
                          (idemgw stdio): a shared process lock, SQLite's own VFS */
-    bool durable_finish; /* finishes wait for the disk too; else only claims and the rest do */
+    bool durable_finish;      /* finishes wait for the disk too; else only claims and the rest do */
+    uint64_t commit_delay_us; /* store.commit_delay: a claim's transaction, with others open,
+                                 waits this long for company (0: never) */
 } store_sqlite_options_t;
 
 /* Opens sq->path (created when missing, unless sq->shared), takes the process lock, applies

@@ -480,7 +480,7 @@ fi
 # three ways: plain; with its tool wrapped by Powertools' makeIdempotent over Redis (appendonly,
 # appendfsync always: a record is on disk before Redis answers); plain behind idemgw on
 # Postgres (one statement per call, and with store.group_commit) and on the embedded SQLite
-# store. First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
+# store (as configured by default, and with store.commit_delay: 2ms). First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
 # each (mode, connections) pair runs in rounds, every target back to back in each round, and the
 # report takes the median over the rounds (a shared machine's bursts hit one round, not all).
 #   BENCH_PT_DURATION=2s  length of each run of this section
@@ -513,15 +513,15 @@ if want powertools; then
     ptl_port=$(free_port)
     start_node sdk-powertools "$ptl_port" REDIS_URL="redis://127.0.0.1:$rd_port"
 
-    # gateways in front of the plain server: NAME DATABASE_URL GROUP_COMMIT WORKERS
+    # gateways in front of the plain server: NAME DATABASE_URL GROUP_COMMIT WORKERS [COMMIT_DELAY]
     start_pt_gw() {
-        local name=$1 db=$2 gc=$3 w=$4 port admin
+        local name=$1 db=$2 gc=$3 w=$4 cd=${5:-0ms} port admin
         port=$(free_port)
         admin=$(free_port)
         sed -e "s/^listen: .*/listen: 127.0.0.1:$port/" -e "s/^admin_listen: .*/admin_listen: 127.0.0.1:$admin/" \
             -e "s/^workers: .*/workers: $w/" -e "s|^database_url: .*|database_url: $db|" \
             -e "s|^upstream: .*|upstream: http://127.0.0.1:$plain_port/mcp|" \
-            -e "s/^  pool: .*/  pool: $store_pool\n  group_commit: $gc/" \
+            -e "s/^  pool: .*/  pool: $store_pool\n  group_commit: $gc\n  commit_delay: $cd/" \
             "$tmp/idemgw.yaml" >"$tmp/$name.yaml"
         "$IDEMGW" -c "$tmp/$name.yaml" >"$tmp/$name.log" 2>&1 &
         pids+=($!)
@@ -531,7 +531,8 @@ if want powertools; then
     start_pt_gw gw_pg "$pg_url" false "$pt_workers"
     start_pt_gw gw_pggc "$pg_url" true "$pt_workers"
     start_pt_gw gw_sqlite "sqlite:$tmp/pt-keys.db" false 1
-    targets="plain powertools idemgw_pg idemgw_pg_gc idemgw_sqlite"
+    start_pt_gw gw_sqlite_cd "sqlite:$tmp/pt-keys-cd.db" false 1 2ms
+    targets="plain powertools idemgw_pg idemgw_pg_gc idemgw_sqlite idemgw_sqlite_cd"
     port_of() {
         case $1 in
         plain) echo "$plain_port" ;;
@@ -539,6 +540,7 @@ if want powertools; then
         idemgw_pg) echo "$gw_pg_port" ;;
         idemgw_pg_gc) echo "$gw_pggc_port" ;;
         idemgw_sqlite) echo "$gw_sqlite_port" ;;
+        idemgw_sqlite_cd) echo "$gw_sqlite_cd_port" ;;
         esac
     }
 
@@ -592,7 +594,7 @@ if want powertools; then
         grep -q 'configuration reloaded' "$tmp/gw_pggc.log" && break
         sleep 0.05
     done
-    for g in gw_pg gw_pggc gw_sqlite; do
+    for g in gw_pg gw_pggc gw_sqlite gw_sqlite_cd; do
         eval "gp=\$${g}_pid"
         kill "$gp" 2>/dev/null || true
         wait "$gp" 2>/dev/null || true

@@ -774,7 +774,9 @@ static bool open_store(server_t *s)
         .pg = {.pool_size = cfg->store_pool,
                .group_commit = cfg->store_group_commit,
                .durable_finish = cfg->store_durable_finish},
-        .sqlite = {.durable_finish = cfg->store_durable_finish, .peers = cfg->store_peers},
+        .sqlite = {.durable_finish = cfg->store_durable_finish,
+                   .peers = cfg->store_peers,
+                   .commit_delay_us = cfg->store_commit_delay_ms * 1000},
     };
     /* the default file's folders (~/.local/state/idemgw, ...) may not exist yet; a file the
      * operator named is theirs to place */

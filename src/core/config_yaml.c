@@ -737,6 +737,12 @@ static const key_spec_t store_keys[] = {
     {.name = "cache_bytes", .kind = K_SIZE, .off = CFG(cache_bytes), .max = 1ULL << 40, RESTART},
     {.name = "group_commit", .kind = K_BOOL, .off = CFG(store_group_commit), RESTART},
     {.name = "durable_finish", .kind = K_BOOL, .off = CFG(store_durable_finish), RESTART},
+    {.name = "commit_delay",
+     .kind = K_DUR,
+     .off = CFG(store_commit_delay_ms),
+     .min = 0,
+     .max = 100,
+     RESTART},
 };
 
 /* Read on every use: a reload applies to the next request, connection or drain. */

@@ -342,10 +342,12 @@ static void enqueue(store_sqlite_t *s, sq_op_t *op)
         s->q_head = op;
     s->q_tail = op;
     s->q_len++;
+    bool wake = sq_delay_wakes(s);
     pthread_mutex_unlock(&s->mu);
     /* after the unlock: a writer woken while the loop still held the mutex would block on it at
      * once, and need a second wake-up (the writer checks the queue under the mutex anyway) */
-    pthread_cond_signal(&s->cv);
+    if (wake)
+        pthread_cond_signal(&s->cv);
 }
 
 /* Accepts an op from a public call, or frees it when refused. */
@@ -576,8 +578,14 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
+    s->commit_delay_us = sq->commit_delay_us;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
+    /* the commit delay's deadline is on the monotonic clock */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
 
     sq_plan_t plan = sq_plan(sq->shared, sq->peers);
     if (!sq_lock_file(s->path, plan.lock, &s->lock_fd, msg, msglen))
@@ -804,6 +812,7 @@ static void ops_get_stats(const void *impl, store_stats_t *out)
     out->queued = s->q_len;
     out->transactions = s->transactions;
     out->lazy_transactions = s->lazy_transactions;
+    out->delayed_transactions = s->delayed_transactions;
     out->batched_ops = s->batched_ops;
     pthread_mutex_unlock(&s->mu);
     out->connections_up = ops_ready(s) ? 1 : 0;

@@ -15,8 +15,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BATCH_MAX 512 /* ops per transaction: bounds the wait of the last one */
-
 const char *const sq_kind_names[] = {"claim",  "finish",        "get",     "duplicates",
                                      "sweep",  "extend",        "release", "forget",
                                      "report", "count_unknown", "probe",   "queue"};
@@ -693,11 +691,12 @@ void *sq_writer_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        /* everything waiting, up to BATCH_MAX, in one transaction */
+        sq_delay_wait(s);
+        /* everything waiting, up to SQ_BATCH_MAX, in one transaction */
         sq_op_t *batch = s->q_head, *last = batch;
         int n = 1;
         batch->where = SQ_TAKEN;
-        while (last->next && n < BATCH_MAX) {
+        while (last->next && n < SQ_BATCH_MAX) {
             last = last->next;
             last->where = SQ_TAKEN;
             n++;
@@ -711,6 +710,7 @@ void *sq_writer_main(void *arg)
 
         run_batch(s, batch);
         sq_vfs_forget(s->db); /* a rolled-back batch's gathered frames */
+        sq_delay_count(s, batch);
 
         pthread_mutex_lock(&s->mu);
         if (s->done_tail)

@@ -2112,6 +2112,80 @@ static void test_sqlite_finish_not_synced(void **state)
     }
 }
 
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+/* store.commit_delay: a claim made while many claims are open waits for company, and one
+ * queued after it (here 20 ms later) commits in the same transaction; a claim with few open
+ * beside it does not wait. The wait is bounded by the open calls' time at the recent pace of
+ * finishes (store_sqlite_delay.c): at most two finishes in the 300 ms or more the loop idles
+ * below, and nine claims open, make it at least 9 x 150 / 8 ms; the delay itself (60 s) never
+ * bounds it here. */
+static void test_sqlite_commit_delay(void **state)
+{
+    (void)state;
+    if (backend != BACKEND_SQLITE)
+        skip();
+    char *path = xasprintf("%s/delay.db", sqlite_dir);
+    store_options_t opt = {.migrate = true, .timeout_ms = 120000};
+    store_sqlite_options_t sq = {.path = path, .commit_delay_us = 60 * 1000000ull};
+    char msg[512] = "";
+    store_t *s = store_sqlite_new(base, &opt, &sq, msg, sizeof(msg));
+    assert_non_null(s);
+    store_stats_t st0, st1, st2, st3;
+
+    /* one call at a time, and then ten open: none waits (the pace is not known yet, and fewer
+     * than eight were open beside each) */
+    store_claim_req_t a = req_for("t:delay:h:a", "d1");
+    assert_true(do_claim(s, &a).acquired);
+    assert_true(do_finish(s, a.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    char keys[10][40];
+    for (int i = 0; i < 10; i++) {
+        snprintf(keys[i], sizeof(keys[i]), "t:delay:h:open%d", i);
+        store_claim_req_t r = req_for(keys[i], "d1");
+        assert_true(do_claim(s, &r).acquired);
+    }
+    store_get_stats(s, &st0);
+    assert_int_equal(st0.delayed_transactions, 0);
+
+    /* the pace: a finish after the loop idled (its batch measures finishes per time) */
+    assert_false(wait_for(never, NULL, 300));
+    assert_true(do_finish(s, keys[0], 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+
+    /* nine open: the next claim waits; one queued 20 ms later joins its transaction */
+    store_get_stats(s, &st1);
+    claim_out_t c, d;
+    memset(&c, 0, sizeof(c));
+    memset(&d, 0, sizeof(d));
+    store_claim_req_t rc = req_for("t:delay:h:c", "d1");
+    store_claim_req_t rd = req_for("t:delay:h:d", "d1");
+    assert_int_equal(store_claim(s, &rc, claim_cb, &c), STORE_OK);
+    assert_false(wait_for(flag_set, &c.done, 20));
+    assert_int_equal(store_claim(s, &rd, claim_cb, &d), STORE_OK);
+    assert_true(wait_for(flag_set, &c.done, 10000));
+    assert_true(wait_for(flag_set, &d.done, 10000));
+    assert_true(c.acquired && d.acquired);
+    store_get_stats(s, &st2);
+    assert_int_equal(st2.delayed_transactions - st1.delayed_transactions, 1);
+    assert_int_equal(st2.transactions - st1.transactions, 1);
+    assert_int_equal(st2.batched_ops - st1.batched_ops, 2);
+
+    /* every call finished: the next claim goes at once */
+    for (int i = 1; i < 10; i++)
+        assert_true(do_finish(s, keys[i], 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    assert_true(do_finish(s, rc.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    assert_true(do_finish(s, rd.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+    store_claim_req_t e = req_for("t:delay:h:e", "d1");
+    assert_true(do_claim(s, &e).acquired);
+    store_get_stats(s, &st3);
+    assert_int_equal(st3.delayed_transactions, st2.delayed_transactions);
+    store_free(s);
+    free(path);
+}
+
 /* Calls waiting together go in one transaction (one fsync), each with its own answer. */
 static void test_sqlite_batching(void **state)
 {
@@ -2307,6 +2381,7 @@ int main(void)
         cmocka_unit_test(test_sqlite_lock_refuses_second),
         cmocka_unit_test(test_sqlite_batching),
         cmocka_unit_test(test_sqlite_finish_not_synced),
+        cmocka_unit_test(test_sqlite_commit_delay),
         cmocka_unit_test(test_sqlite_deadline_missed),
         cmocka_unit_test(test_outstanding_settles),
     };
