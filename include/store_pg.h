@@ -14,10 +14,12 @@ extern const store_ops_t store_pg_ops;
 
 /* The Postgres backend's own options. */
 typedef struct store_pg_options {
-    const char *conninfo; /* libpq conninfo/URL; NULL or "" = PG* environment */
-    int pool_size;        /* connections, default 4 */
-    bool group_commit;    /* queued claims (finishes) share one statement */
-    bool durable_finish;  /* a finish waits for the WAL flush (never batched) */
+    const char *conninfo;     /* libpq conninfo/URL; NULL or "" = PG* environment */
+    int pool_size;            /* connections, default 4 */
+    bool group_commit;        /* queued claims (finishes) share one statement */
+    bool durable_finish;      /* a finish waits for the WAL flush (never batched) */
+    uint64_t commit_delay_us; /* with group_commit: a claim among many open is held this long
+                                 at most for a batch (store_delay.h; 0: never) */
 } store_pg_options_t;
 
 /* Creates the store and starts connecting in the background. When the database is reachable

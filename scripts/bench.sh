@@ -479,8 +479,9 @@ fi
 # One official MCP SDK server (tests/fixtures/powertools-server.mjs, stateless, JSON answers)
 # three ways: plain; with its tool wrapped by Powertools' makeIdempotent over Redis (appendonly,
 # appendfsync always: a record is on disk before Redis answers); plain behind idemgw on
-# Postgres (one statement per call, and with store.group_commit) and on the embedded SQLite
-# store (as configured by default, and with store.commit_delay: 2ms). First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
+# Postgres (one statement per call; with store.group_commit; with it and store.commit_delay:
+# 2ms) and on the embedded SQLite store (as configured by default, and with store.commit_delay:
+# 2ms). First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
 # each (mode, connections) pair runs in rounds, every target back to back in each round, and the
 # report takes the median over the rounds (a shared machine's bursts hit one round, not all).
 #   BENCH_PT_DURATION=2s  length of each run of this section
@@ -530,15 +531,17 @@ if want powertools; then
     }
     start_pt_gw gw_pg "$pg_url" false "$pt_workers"
     start_pt_gw gw_pggc "$pg_url" true "$pt_workers"
+    start_pt_gw gw_pgcd "$pg_url" true "$pt_workers" 2ms
     start_pt_gw gw_sqlite "sqlite:$tmp/pt-keys.db" false 1
     start_pt_gw gw_sqlite_cd "sqlite:$tmp/pt-keys-cd.db" false 1 2ms
-    targets="plain powertools idemgw_pg idemgw_pg_gc idemgw_sqlite idemgw_sqlite_cd"
+    targets="plain powertools idemgw_pg idemgw_pg_gc idemgw_pg_cd idemgw_sqlite idemgw_sqlite_cd"
     port_of() {
         case $1 in
         plain) echo "$plain_port" ;;
         powertools) echo "$ptl_port" ;;
         idemgw_pg) echo "$gw_pg_port" ;;
         idemgw_pg_gc) echo "$gw_pggc_port" ;;
+        idemgw_pg_cd) echo "$gw_pgcd_port" ;;
         idemgw_sqlite) echo "$gw_sqlite_port" ;;
         idemgw_sqlite_cd) echo "$gw_sqlite_cd_port" ;;
         esac
@@ -594,7 +597,7 @@ if want powertools; then
         grep -q 'configuration reloaded' "$tmp/gw_pggc.log" && break
         sleep 0.05
     done
-    for g in gw_pg gw_pggc gw_sqlite gw_sqlite_cd; do
+    for g in gw_pg gw_pggc gw_pgcd gw_sqlite gw_sqlite_cd; do
         eval "gp=\$${g}_pid"
         kill "$gp" 2>/dev/null || true
         wait "$gp" 2>/dev/null || true

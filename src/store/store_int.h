@@ -6,6 +6,7 @@
 
 #include "dup_table.h"
 #include "store.h"
+#include "store_delay.h"
 
 #include <libpq-fe.h>
 #include <stdbool.h>
@@ -82,6 +83,7 @@ typedef struct store_op {
     struct store_op **members;  /* a batch: the calls it carries, in the order of its arrays */
     int nmembers;
     bool slot;                  /* holds one of the claim or finish statement slots */
+    bool held;                  /* a claim held at the head once (store.commit_delay) */
     bool internal;              /* the sweeper's batch or the duplicate flush: no callback */
     int dup_keys;               /* duplicate flush: keys it carries (for log lines) */
     store_status_t fail_status; /* set while on the delivery list */
@@ -150,6 +152,9 @@ struct store_pg {
     bool migrate;
     bool group_commit; /* batch queued claims and finishes (else one statement each) */
     bool durable_finish; /* finishes wait for the WAL flush (and are never batched) */
+    uint64_t commit_delay_us; /* with group_commit: how long a claim may be held for a batch */
+    store_pace_t pace;        /* claims open, the pace of finishes (store_delay.h) */
+    struct event *hold_ev;    /* a claim is held at the head until it fires */
     uint64_t sweep_interval_ms;
     int sweep_batch;
 

@@ -489,6 +489,42 @@ static store_op_t *batch_gather(store_pg_t *s, store_op_t *first)
     return b;
 }
 
+static void hold_over(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    store_pump(arg);
+}
+
+/* store.commit_delay with group commit: the claim at the head, among many calls open, waits
+ * once for others to join its batch, as long as store_delay.h allows; the queue behind it
+ * waits too (each key's calls keep their order). True while a hold is on. */
+static bool hold_claim(store_pg_t *s)
+{
+    if (s->commit_delay_us == 0)
+        return false;
+    if (evtimer_pending(s->hold_ev, NULL))
+        return true;
+    if (s->q_head->held)
+        return false;
+    s->q_head->held = true;
+    uint64_t w =
+        store_delay_wait_us(s->commit_delay_us, s->pace.open_claims, s->pace.finishes_per_us);
+    if (w == 0)
+        return false;
+    struct timeval tv = {(time_t)(w / 1000000u), (suseconds_t)(w % 1000000u)};
+    evtimer_add(s->hold_ev, &tv);
+    s->stats.delayed_transactions++;
+    return true;
+}
+
+/* The claims open and the calls closed, for the commit delay's policy. */
+static void pace_note(store_pg_t *s, int opened, int closed)
+{
+    if (s->commit_delay_us > 0)
+        store_pace_note(&s->pace, opened, closed, store_delay_now_us());
+}
+
 /* Sends queued ops, each to the connection with the fewest in flight, until every connection's
  * pipeline is full or the queue is empty. A claim or finish waits at the head while its kind's
  * slots are all in flight (the queue behind it waits too, so each key's calls keep their
@@ -501,6 +537,8 @@ void store_pump(store_pg_t *s)
             cls = -1; /* the batch statement does not wait for the flush: finishes go alone */
         if (cls >= 0 && !s->q_head->slot &&
             s->batch_inflight[cls] >= s->pool_size * STORE_BATCH_SLOTS_PER_CONN)
+            return;
+        if (cls == 0 && !s->q_head->slot && hold_claim(s))
             return;
         store_conn_t *c = NULL;
         for (int i = 0; i < s->pool_size; i++) {
@@ -704,6 +742,7 @@ static void claim_deliver(store_pg_t *s, store_op_t *op, const PGresult *res, in
     cr.attempts = cr.row.attempts;
     /* every takeover increments the fence; only a fresh insert has fence 1 */
     cr.taken_over = cr.acquired && cr.fence > 1;
+    pace_note(s, cr.acquired, 0);
     op->cb.claim(STORE_OK, &cr, op->arg);
     free(buf);
 }
@@ -805,6 +844,7 @@ static void claim_acquired(store_pg_t *s, store_op_t *op, const PGresult *res)
     cr.row.attempts = cr.attempts;
     cr.row.args_digest = op->values[STORE_CLAIM_P_DIGEST];
     cr.row.created_at = PQgetvalue(res, 0, 2);
+    pace_note(s, 1, 0);
     op->cb.claim(STORE_OK, &cr, op->arg);
 }
 
@@ -1088,12 +1128,18 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
     s->migrate = opt->migrate;
     s->group_commit = pg->group_commit;
     s->durable_finish = pg->durable_finish;
+    s->commit_delay_us = pg->group_commit ? pg->commit_delay_us : 0;
+    if (pg->commit_delay_us > 0 && !pg->group_commit)
+        log_warn(0, "store: commit_delay holds a claim for a batch statement, and Postgres "
+                    "batches claims only with store.group_commit: true; without it the delay "
+                    "does nothing");
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
     s->deliver_ev = must_event(event_new(base, -1, 0, deliver_cb, s));
     s->sweep_ev = must_event(event_new(base, -1, EV_PERSIST, sweep_tick, s));
     s->sweep_more_ev = must_event(evtimer_new(base, sweep_tick, s));
     s->dup_ev = must_event(event_new(base, -1, EV_PERSIST, dup_tick, s));
+    s->hold_ev = must_event(evtimer_new(base, hold_over, s));
     store_indoubt_init(s);
     s->conns = xcalloc((size_t)s->pool_size, sizeof(*s->conns));
     for (int i = 0; i < s->pool_size; i++)
@@ -1156,6 +1202,7 @@ static void pg_free(store_pg_t *s)
     event_free(s->sweep_ev);
     event_free(s->sweep_more_ev);
     event_free(s->dup_ev);
+    event_free(s->hold_ev);
     store_indoubt_free(s);
     dup_table_free(&s->dups);
     free(s->conns);
@@ -1217,6 +1264,7 @@ static store_status_t pg_finish(store_pg_t *s, const store_finish_req_t *req, st
      * of Postgres, it leaves the claim, which blocks a second execution and reads as an
      * unknown outcome once its lease ends. Not waiting for the flush saves the second fsync of
      * every first execution. store.durable_finish makes it wait (a replay after a crash). */
+    pace_note(s, 0, 1);
     store_op_t *op = op_new(s->durable_finish ? STORE_OP_FINISH : STORE_OP_FINISH_ASYNC);
     op_text(op, req->key);
     op_int(op, req->fence);
@@ -1270,6 +1318,7 @@ static store_status_t pg_extend_lease(store_pg_t *s, const char *key, int64_t fe
 
 static store_status_t pg_release(store_pg_t *s, const char *key, store_release_cb cb, void *arg)
 {
+    pace_note(s, 0, 1);
     store_op_t *op = op_new(STORE_OP_RELEASE);
     op_text(op, key);
     op->cb.release = cb;

@@ -5,6 +5,7 @@
 #define IDEMGW_STORE_SQLITE_INT_H
 
 #include "dup_table.h"
+#include "store_delay.h"
 #include "stats.h"
 #include "store.h"
 #include "util.h"
@@ -227,10 +228,7 @@ typedef struct store_sqlite {
     bool lingering;                /* the writer waits for company: enqueue need not wake it */
     /* store.commit_delay (store_sqlite_delay.c) */
     uint64_t commit_delay_us; /* 0: off */
-    int open_claims;          /* writer only: claims acquired, their calls not finished */
-    /* writer only: the recent pace of finishes (store_sqlite_delay.c) */
-    uint64_t pace_since_us, pace_finishes;
-    double finishes_per_us; /* 0: not known yet */
+    store_pace_t pace;        /* writer only: claims open, the pace of finishes */
 
     int efd; /* the writer wakes the loop: results are on the done list */
     struct event *done_ev;
@@ -264,17 +262,15 @@ static inline void sq_iso_utc(int64_t ms, char out[SQ_ISO_LEN + 1])
 
 /* Frees a row's strings and zeroes it. */
 void sq_row_free(sq_row_t *r);
+
 /* Operations in one transaction at most: bounds the wait of the last one. */
 #define SQ_BATCH_MAX 512
 
 /* The commit delay (store_sqlite_delay.c). sq_delay_wait: the writer, under mu, with ops
- * queued: waits for company when the delay is set, the queue holds a claim and enough claims
- * are open. sq_delay_wakes: under mu, after queueing an op: whether to wake the writer.
- * sq_delay_count: the writer, after a batch committed: the claims it opened and closed. */
+ * queued: holds the batch while the policy allows (store_delay.h) and the queue holds a claim.
+ * sq_delay_wakes: under mu, after queueing an op: whether to wake the writer. sq_delay_count:
+ * the writer, after a batch committed: the claims it opened and the calls it closed. */
 void sq_delay_wait(store_sqlite_t *s);
-/* The policy alone: how long a batch holding a claim waits, in microseconds (0: not at all),
- * given the delay, the claims open and the recent pace of finishes (0: not known). */
-uint64_t sq_delay_wait_us(uint64_t delay_us, int open_claims, double finishes_per_us);
 bool sq_delay_wakes(const store_sqlite_t *s);
 void sq_delay_count(store_sqlite_t *s, const sq_op_t *batch);
 

@@ -75,7 +75,7 @@ test('BENCH_SMOKE=1 scripts/bench.sh writes every section', { timeout: 600_000 }
   assert.ok('ratio_protected_large_small' in doc.growth && 'ratio_replay_large_small' in doc.growth);
 
   // (8) every target, both modes, both connection counts, all answered 2xx
-  const targets = ['plain', 'powertools', 'idemgw_pg', 'idemgw_pg_gc', 'idemgw_sqlite', 'idemgw_sqlite_cd'];
+  const targets = ['plain', 'powertools', 'idemgw_pg', 'idemgw_pg_gc', 'idemgw_pg_cd', 'idemgw_sqlite', 'idemgw_sqlite_cd'];
   assert.equal(doc.powertools.runs.length, 2 * 2 * targets.length, `powertools runs:\n${log}`);
   for (const run of doc.powertools.runs) {
     assert.ok(targets.includes(run.target) && 'ratio_to_plain' in run, `powertools ${run.target}`);
