@@ -163,6 +163,7 @@ static void test_minimal(void **state)
     assert_null(c->subject.value);
     assert_int_equal(c->policy.n_tools, 0);
     assert_int_equal(c->policy.defaults.cls, TOOL_CLASS_NON_IDEMPOTENT);
+    assert_int_equal(c->store_commit_delay_ms, 0); /* off unless asked for */
     assert_true(config_host_allowed(c, "localhost:8080"));
     assert_false(config_host_allowed(c, "evil.example.com"));
     config_free(c);
@@ -386,6 +387,8 @@ static void test_exact_messages(void **state)
     expect_one_error("upstream: http://h/mcp\ntimeouts: {upstream: 10x}\n",
                      "t.yaml:2: timeouts.upstream: bad duration '10x' (a whole number with unit "
                      "ms, s, m, h or d, e.g. 250ms, 90s, 10m)");
+    expect_one_error("upstream: http://h/mcp\nstore: {commit_delay: 1s}\n",
+                     "t.yaml:2: store.commit_delay: 1s is out of range (0ms to 100ms)");
     expect_one_error("upstream: http://h/mcp\nlimits:\n  max_body: 2GiB\n",
                      "t.yaml:3: limits.max_body: 2GiB is out of range (1KiB to 1GiB)");
     expect_one_error("upstream: http://h/mcp\ndefaults: {class: write}\n",
@@ -1025,6 +1028,7 @@ static void test_keys_classified(void **state)
         "store.cache_bytes",
         "store.group_commit",
         "store.durable_finish",
+        "store.commit_delay",
         "otlp_endpoint",
         "otlp_sample_ratio",
         "alerts.webhook_url",
@@ -1120,15 +1124,17 @@ static void test_reload_merge(void **state)
     setenv("PGHOST", "db", 1);
     next = must_load_str("listen: '[::1]:9000'\nadmin_listen: 127.0.0.1:9001\nworkers: 3\n"
                          "upstream: https://other:8443/x\nupstream_ca_file: conf/idemgw.yaml\n"
-                         "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB}\n"
+                         "store: {pool: 9, timeout: 1s, cache_entries: 5, cache_bytes: 1MiB,"
+                         " commit_delay: 5ms}\n"
                          "otlp_endpoint: http://collector:4318\n"
                          "alerts: {webhook_url: 'http://hooks:9/x', webhook_format: slack,"
                          " webhook_timeout: 2s}\n");
     unsetenv("PGHOST");
-    assert_int_equal(config_reload_merge(running, next, report_key, &r), 13);
+    assert_int_equal(config_reload_merge(running, next, report_key, &r), 14);
     assert_string_equal(r.text, "listen\nadmin_listen\nworkers\nupstream\nupstream_ca_file\n"
                                 "store.pool\nstore.timeout\nstore.cache_entries\n"
-                                "store.cache_bytes\notlp_endpoint\nalerts.webhook_url\n"
+                                "store.cache_bytes\nstore.commit_delay\notlp_endpoint\n"
+                                "alerts.webhook_url\n"
                                 "alerts.webhook_format\nalerts.webhook_timeout\n");
     assert_null(next->otlp.url);
     assert_null(next->alerts_webhook_url);
@@ -1149,6 +1155,7 @@ static void test_reload_merge(void **state)
     assert_int_equal(next->store_timeout_ms, 5000);
     assert_int_equal(next->cache_entries, 100000);
     assert_int_equal(next->cache_bytes, 64u << 20);
+    assert_int_equal(next->store_commit_delay_ms, 0);
     config_free(next);
     config_free(running);
 }
