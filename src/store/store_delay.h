@@ -21,7 +21,9 @@ void store_pace_note(store_pace_t *p, int opened, int closed, uint64_t now_us);
 
 /* How long to hold a claim, in microseconds (0: not at all): never with fewer than eight
  * claims open beside it or an unknown pace; else an eighth of the time the open calls take to
- * finish at that pace, at most delay_us, and nothing under 50 us. */
+ * finish at that pace, at most delay_us, and nothing under 50 us. The backends hold only a
+ * claim that finds the store idle (nothing queued as the last commit ended, no claim in
+ * flight): a store kept busy batches by itself. */
 uint64_t store_delay_wait_us(uint64_t delay_us, int open_claims, double finishes_per_us);
 
 /* CLOCK_MONOTONIC in microseconds. */

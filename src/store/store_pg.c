@@ -496,16 +496,18 @@ static void hold_over(evutil_socket_t fd, short what, void *arg)
     store_pump(arg);
 }
 
-/* store.commit_delay with group commit: the claim at the head, among many calls open, waits
- * once for others to join its batch, as long as store_delay.h allows; the queue behind it
- * waits too (each key's calls keep their order). True while a hold is on. */
+/* store.commit_delay with group commit: the claim at the head, among many calls open and with
+ * no claim statement in flight, waits once for others to join its batch, as long as
+ * store_delay.h allows; the queue behind it waits too (each key's calls keep their order).
+ * True while a hold is on. */
 static bool hold_claim(store_pg_t *s)
 {
     if (s->commit_delay_us == 0)
         return false;
     if (evtimer_pending(s->hold_ev, NULL))
         return true;
-    if (s->q_head->held)
+    /* with a claim statement in flight, the claims queued meanwhile go together anyway */
+    if (s->q_head->held || s->batch_inflight[0] > 0)
         return false;
     s->q_head->held = true;
     uint64_t w =

@@ -2,6 +2,10 @@
  * waits for company, for as long as store_delay.c's policy allows from the claims open and the
  * pace of finishes the writer counted.
  *
+ * Only a batch the writer was idle for is held: ops already queued when the last batch ended
+ * have waited for the disk as long as a hold would make them, and go at once (a store kept
+ * busy by a fast server batches by itself, and holding there costs calls).
+ *
  * The writer thread waits on the queue's condition variable with the mutex released, until the
  * hold is over, the batch is full (SQ_BATCH_MAX) or the store stops. While it waits, queueing
  * an operation does not wake it (that wake-up is part of what is saved) unless the batch is

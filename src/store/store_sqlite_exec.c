@@ -683,6 +683,7 @@ static void run_batch(store_sqlite_t *s, sq_op_t *batch)
 void *sq_writer_main(void *arg)
 {
     store_sqlite_t *s = arg;
+    bool idle = true; /* nothing was queued when the last batch was handed back */
     for (;;) {
         pthread_mutex_lock(&s->mu);
         while (!s->q_head && !s->stopping)
@@ -691,7 +692,8 @@ void *sq_writer_main(void *arg)
             pthread_mutex_unlock(&s->mu);
             break;
         }
-        sq_delay_wait(s);
+        if (idle)
+            sq_delay_wait(s);
         /* everything waiting, up to SQ_BATCH_MAX, in one transaction */
         sq_op_t *batch = s->q_head, *last = batch;
         int n = 1;
@@ -718,6 +720,7 @@ void *sq_writer_main(void *arg)
         else
             s->done_head = batch;
         s->done_tail = last;
+        idle = !s->q_head;
         pthread_mutex_unlock(&s->mu);
         uint64_t one = 1;
         ssize_t w = write(s->efd, &one, sizeof(one));

@@ -267,7 +267,8 @@ void sq_row_free(sq_row_t *r);
 #define SQ_BATCH_MAX 512
 
 /* The commit delay (store_sqlite_delay.c). sq_delay_wait: the writer, under mu, with ops
- * queued: holds the batch while the policy allows (store_delay.h) and the queue holds a claim.
+ * queued after it was idle: holds the batch while the policy allows (store_delay.h) and the
+ * queue holds a claim.
  * sq_delay_wakes: under mu, after queueing an op: whether to wake the writer. sq_delay_count:
  * the writer, after a batch committed: the claims it opened and the calls it closed. */
 void sq_delay_wait(store_sqlite_t *s);
