@@ -47,6 +47,12 @@ void store_pace_note(store_pace_t *p, int opened, int closed, uint64_t now_us)
     }
 }
 
+uint64_t store_delay_cap_us(uint64_t delay_us, uint64_t timeout_ms)
+{
+    uint64_t quarter = timeout_ms * 1000u / 4;
+    return delay_us < quarter ? delay_us : quarter;
+}
+
 uint64_t store_delay_wait_us(uint64_t delay_us, int open_claims, double finishes_per_us)
 {
     if (delay_us == 0 || open_claims < SIBLINGS || !(finishes_per_us > 0))

@@ -26,6 +26,10 @@ void store_pace_note(store_pace_t *p, int opened, int closed, uint64_t now_us);
  * flight): a store kept busy batches by itself. */
 uint64_t store_delay_wait_us(uint64_t delay_us, int open_claims, double finishes_per_us);
 
+/* The longest hold a backend allows: the delay, and at most a quarter of its operations'
+ * deadline (store.timeout), so a held claim is answered in time. */
+uint64_t store_delay_cap_us(uint64_t delay_us, uint64_t timeout_ms);
+
 /* CLOCK_MONOTONIC in microseconds. */
 uint64_t store_delay_now_us(void);
 

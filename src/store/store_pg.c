@@ -1130,7 +1130,8 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
     s->migrate = opt->migrate;
     s->group_commit = pg->group_commit;
     s->durable_finish = pg->durable_finish;
-    s->commit_delay_us = pg->group_commit ? pg->commit_delay_us : 0;
+    s->commit_delay_us =
+        pg->group_commit ? store_delay_cap_us(pg->commit_delay_us, s->timeout_ms) : 0;
     if (pg->commit_delay_us > 0 && !pg->group_commit)
         log_warn(0, "store: commit_delay holds a claim for a batch statement, and Postgres "
                     "batches claims only with store.group_commit: true; without it the delay "

@@ -578,7 +578,7 @@ static store_sqlite_t *sq_open(struct event_base *base, const store_options_t *o
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->sweep_interval_ms = opt->sweep_interval_ms;
     s->sweep_batch = opt->sweep_batch > 0 ? opt->sweep_batch : 1000;
-    s->commit_delay_us = sq->commit_delay_us;
+    s->commit_delay_us = store_delay_cap_us(sq->commit_delay_us, s->timeout_ms);
     pthread_mutex_init(&s->mu, NULL);
     /* the commit delay's deadline is on the monotonic clock */
     pthread_condattr_t ca;

@@ -694,6 +694,14 @@ void *sq_writer_main(void *arg)
         }
         if (idle)
             sq_delay_wait(s);
+        if (!s->q_head) {
+            /* held, and meanwhile its ops missed their deadlines or the store began closing */
+            bool stop = s->stopping;
+            pthread_mutex_unlock(&s->mu);
+            if (stop)
+                break;
+            continue;
+        }
         /* everything waiting, up to SQ_BATCH_MAX, in one transaction */
         sq_op_t *batch = s->q_head, *last = batch;
         int n = 1;

@@ -2118,48 +2118,61 @@ static bool never(void *arg)
     return false;
 }
 
-/* store.commit_delay: a claim made while many claims are open is held for company, and one
- * queued after it (here 20 ms later) commits with it, in one transaction (the embedded store)
- * or one batch statement (Postgres, with group commit); a claim with few open beside it is not
- * held. The hold is bounded by the open calls' time at the recent pace of finishes
- * (store_delay.c): at most two finishes in the 300 ms or more the loop idles below, and nine
- * claims open, make it at least 9 x 150 / 8 ms; the delay itself (60 s) never bounds it here. */
-static void test_commit_delay(void **state)
+/* A store of this run's backend with store.commit_delay at 60 s (the pace bounds the holds
+ * below, never the delay) and the given deadline. path: the SQLite file, or NULL. */
+static store_t *delay_store(const char *path, uint64_t timeout_ms)
 {
-    (void)state;
-    bool sqlite = backend == BACKEND_SQLITE;
-    char *path = sqlite ? xasprintf("%s/delay.db", sqlite_dir) : NULL;
-    store_options_t opt = {.migrate = true, .timeout_ms = 120000};
+    store_options_t opt = {.migrate = true, .timeout_ms = timeout_ms};
     uint64_t delay = 60 * 1000000ull;
     store_sqlite_options_t sq = {.path = path, .commit_delay_us = delay};
     store_pg_options_t pg = {
         .conninfo = db_conninfo, .pool_size = 1, .group_commit = true, .commit_delay_us = delay};
     char msg[512] = "";
-    store_t *s = sqlite ? store_sqlite_new(base, &opt, &sq, msg, sizeof(msg))
-                        : store_pg_new(base, &opt, &pg, msg, sizeof(msg));
+    store_t *s = backend == BACKEND_SQLITE ? store_sqlite_new(base, &opt, &sq, msg, sizeof(msg))
+                                           : store_pg_new(base, &opt, &pg, msg, sizeof(msg));
     assert_non_null(s);
     assert_true(wait_for(is_ready, s, 10000));
-    store_stats_t st0, st1, st2, st3;
+    return s;
+}
 
-    /* one call at a time, and then ten open: none is held (the pace is not known yet, and
-     * fewer than eight were open beside each) */
-    store_claim_req_t a = req_for("t:delay:h:a", "d1");
-    assert_true(do_claim(s, &a).acquired);
-    assert_true(do_finish(s, a.key, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
-    char keys[10][40];
+/* One call at a time, then ten claims open (keys PREFIX0..9), none held (the pace is not known
+ * yet, and fewer than eight were open beside each); then the loop idles 300 ms or more and
+ * PREFIX0 finishes, which measures the pace: at most two finishes in that time, and nine claims
+ * open, hold the next claim for at least 9 x 150 / 8 ms (store_delay.c). */
+static void nine_open(store_t *s, const char *prefix, char keys[10][40])
+{
+    char a[40];
+    snprintf(a, sizeof(a), "%sa", prefix);
+    store_claim_req_t ra = req_for(a, "d1");
+    assert_true(do_claim(s, &ra).acquired);
+    assert_true(do_finish(s, a, 1, STORE_STATE_SUCCEEDED, "{}", 600000));
     for (int i = 0; i < 10; i++) {
-        snprintf(keys[i], sizeof(keys[i]), "t:delay:h:open%d", i);
+        snprintf(keys[i], 40, "%s%d", prefix, i);
         store_claim_req_t r = req_for(keys[i], "d1");
         assert_true(do_claim(s, &r).acquired);
     }
-    store_get_stats(s, &st0);
-    assert_int_equal(st0.delayed_transactions, 0);
-
-    /* the pace: a finish after the loop idled (finishes per time, once 100 ms are over) */
+    store_stats_t st;
+    store_get_stats(s, &st);
+    assert_int_equal(st.delayed_transactions, 0);
     assert_false(wait_for(never, NULL, 300));
     assert_true(do_finish(s, keys[0], 1, STORE_STATE_SUCCEEDED, "{}", 600000));
+}
+
+/* store.commit_delay: a claim made while many claims are open is held for company, and one
+ * queued after it (here 20 ms later) commits with it, in one transaction (the embedded store)
+ * or one batch statement (Postgres, with group commit); a claim with few open beside it is not
+ * held. */
+static void test_commit_delay(void **state)
+{
+    (void)state;
+    bool sqlite = backend == BACKEND_SQLITE;
+    char *path = sqlite ? xasprintf("%s/delay.db", sqlite_dir) : NULL;
+    store_t *s = delay_store(path, 120000);
+    char keys[10][40];
+    nine_open(s, "t:delay:h:open", keys);
 
     /* nine open: the next claim is held; one queued 20 ms later joins it */
+    store_stats_t st1, st2, st3;
     store_get_stats(s, &st1);
     claim_out_t c, d;
     memset(&c, 0, sizeof(c));
@@ -2193,6 +2206,41 @@ static void test_commit_delay(void **state)
     assert_int_equal(st3.delayed_transactions, st2.delayed_transactions);
     store_free(s);
     free(path);
+}
+
+/* A hold is at most a quarter of the operations' deadline (store.timeout): with 100 ms, a
+ * claim that the pace alone would hold for 168 ms or more is still answered in time. A store
+ * closed while it holds a claim fails it as closing. */
+static void test_commit_delay_deadline(void **state)
+{
+    (void)state;
+    bool sqlite = backend == BACKEND_SQLITE;
+    char *path = sqlite ? xasprintf("%s/delay-deadline.db", sqlite_dir) : NULL;
+    store_t *s = delay_store(path, 100);
+    char keys[10][40];
+    nine_open(s, "t:delay:h:dl", keys);
+    store_stats_t st0, st1;
+    store_get_stats(s, &st0);
+    store_claim_req_t rc = req_for("t:delay:h:late", "d1");
+    claim_out_t c = do_claim(s, &rc);
+    assert_true(c.acquired);
+    store_get_stats(s, &st1);
+    assert_int_equal(st1.delayed_transactions - st0.delayed_transactions, 1);
+    store_free(s);
+
+    /* closing during a hold */
+    char *path2 = sqlite ? xasprintf("%s/delay-close.db", sqlite_dir) : NULL;
+    s = delay_store(path2, 120000);
+    nine_open(s, "t:delay:h:cl", keys);
+    memset(&c, 0, sizeof(c));
+    store_claim_req_t rq = req_for("t:delay:h:closing", "d1");
+    assert_int_equal(store_claim(s, &rq, claim_cb, &c), STORE_OK);
+    assert_false(wait_for(flag_set, &c.done, 20));
+    store_free(s);
+    assert_true(c.done);
+    assert_int_equal(c.st, STORE_ERR_SHUTDOWN);
+    free(path);
+    free(path2);
 }
 
 /* Calls waiting together go in one transaction (one fsync), each with its own answer. */
@@ -2391,6 +2439,7 @@ int main(void)
         cmocka_unit_test(test_sqlite_batching),
         cmocka_unit_test(test_sqlite_finish_not_synced),
         cmocka_unit_test(test_commit_delay),
+        cmocka_unit_test(test_commit_delay_deadline),
         cmocka_unit_test(test_sqlite_deadline_missed),
         cmocka_unit_test(test_outstanding_settles),
     };

@@ -77,6 +77,14 @@ static void test_pace_counts_and_windows(void **state)
     assert_int_equal(p.open_claims, 0);
 }
 
+static void test_cap_is_a_quarter_of_the_deadline(void **state)
+{
+    (void)state;
+    assert_int_equal(store_delay_cap_us(2000, 5000), 2000);   /* 2 ms under 1.25 s */
+    assert_int_equal(store_delay_cap_us(100000, 100), 25000); /* 100 ms over 25 ms */
+    assert_int_equal(store_delay_cap_us(0, 100), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -85,6 +93,7 @@ int main(void)
         cmocka_unit_test(test_unknown_pace_never_waits),
         cmocka_unit_test(test_wait_is_a_share_of_the_open_calls_time),
         cmocka_unit_test(test_pace_counts_and_windows),
+        cmocka_unit_test(test_cap_is_a_quarter_of_the_deadline),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
