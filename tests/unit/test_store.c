@@ -2135,11 +2135,12 @@ static store_t *delay_store(const char *path, uint64_t timeout_ms)
     return s;
 }
 
-/* One call at a time, then ten claims open (keys PREFIX0..9), none held (the pace is not known
- * yet, and fewer than eight were open beside each); then the loop idles 300 ms or more and
+/* One call at a time, then ten claims open (keys PREFIX0..9; on a slow machine the last ones may
+ * already be held, once the first 100 ms gave a pace); then the loop idles idle_ms or more and
  * PREFIX0 finishes, which measures the pace: at most two finishes in that time, and nine claims
- * open, hold the next claim for at least 9 x 150 / 8 ms (store_delay.c). */
-static void nine_open(store_t *s, const char *prefix, char keys[10][40])
+ * open, hold the next claim for at least 9 x (idle_ms / 2) / 8 ms (store_delay.c): 168 ms
+ * after 300. */
+static void nine_open(store_t *s, const char *prefix, char keys[10][40], uint64_t idle_ms)
 {
     char a[40];
     snprintf(a, sizeof(a), "%sa", prefix);
@@ -2151,10 +2152,7 @@ static void nine_open(store_t *s, const char *prefix, char keys[10][40])
         store_claim_req_t r = req_for(keys[i], "d1");
         assert_true(do_claim(s, &r).acquired);
     }
-    store_stats_t st;
-    store_get_stats(s, &st);
-    assert_int_equal(st.delayed_transactions, 0);
-    assert_false(wait_for(never, NULL, 300));
+    assert_false(wait_for(never, NULL, idle_ms));
     assert_true(do_finish(s, keys[0], 1, STORE_STATE_SUCCEEDED, "{}", 600000));
 }
 
@@ -2169,7 +2167,7 @@ static void test_commit_delay(void **state)
     char *path = sqlite ? xasprintf("%s/delay.db", sqlite_dir) : NULL;
     store_t *s = delay_store(path, 120000);
     char keys[10][40];
-    nine_open(s, "t:delay:h:open", keys);
+    nine_open(s, "t:delay:h:open", keys, 300);
 
     /* nine open: the next claim is held; one queued 20 ms later joins it */
     store_stats_t st1, st2, st3;
@@ -2208,17 +2206,17 @@ static void test_commit_delay(void **state)
     free(path);
 }
 
-/* A hold is at most a quarter of the operations' deadline (store.timeout): with 100 ms, a
- * claim that the pace alone would hold for 168 ms or more is still answered in time. A store
- * closed while it holds a claim fails it as closing. */
+/* A hold is at most a quarter of the operations' deadline (store.timeout): with 400 ms, a
+ * claim that the pace alone would hold for 562 ms or more is held 100 ms and answered in time.
+ * A store closed while it holds a claim fails it as closing. */
 static void test_commit_delay_deadline(void **state)
 {
     (void)state;
     bool sqlite = backend == BACKEND_SQLITE;
     char *path = sqlite ? xasprintf("%s/delay-deadline.db", sqlite_dir) : NULL;
-    store_t *s = delay_store(path, 100);
+    store_t *s = delay_store(path, 400);
     char keys[10][40];
-    nine_open(s, "t:delay:h:dl", keys);
+    nine_open(s, "t:delay:h:dl", keys, 1000);
     store_stats_t st0, st1;
     store_get_stats(s, &st0);
     store_claim_req_t rc = req_for("t:delay:h:late", "d1");
@@ -2231,7 +2229,7 @@ static void test_commit_delay_deadline(void **state)
     /* closing during a hold */
     char *path2 = sqlite ? xasprintf("%s/delay-close.db", sqlite_dir) : NULL;
     s = delay_store(path2, 120000);
-    nine_open(s, "t:delay:h:cl", keys);
+    nine_open(s, "t:delay:h:cl", keys, 300);
     memset(&c, 0, sizeof(c));
     store_claim_req_t rq = req_for("t:delay:h:closing", "d1");
     assert_int_equal(store_claim(s, &rq, claim_cb, &c), STORE_OK);
