@@ -2119,9 +2119,11 @@ static bool never(void *arg)
 }
 
 /* A store of this run's backend with store.commit_delay at 60 s (the pace bounds the holds
- * below, never the delay) and the given deadline. path: the SQLite file, or NULL. */
-static store_t *delay_store(const char *path, uint64_t timeout_ms)
+ * below, never the delay) and the given deadline; on SQLite, the file NAME of the group's
+ * directory. */
+static store_t *delay_store(const char *name, uint64_t timeout_ms)
 {
+    char *path = xasprintf("%s/%s", sqlite_dir, name);
     store_options_t opt = {.migrate = true, .timeout_ms = timeout_ms};
     uint64_t delay = 60 * 1000000ull;
     store_sqlite_options_t sq = {.path = path, .commit_delay_us = delay};
@@ -2130,6 +2132,7 @@ static store_t *delay_store(const char *path, uint64_t timeout_ms)
     char msg[512] = "";
     store_t *s = backend == BACKEND_SQLITE ? store_sqlite_new(base, &opt, &sq, msg, sizeof(msg))
                                            : store_pg_new(base, &opt, &pg, msg, sizeof(msg));
+    free(path); /* the store keeps its own copy */
     assert_non_null(s);
     assert_true(wait_for(is_ready, s, 10000));
     return s;
@@ -2164,8 +2167,7 @@ static void test_commit_delay(void **state)
 {
     (void)state;
     bool sqlite = backend == BACKEND_SQLITE;
-    char *path = sqlite ? xasprintf("%s/delay.db", sqlite_dir) : NULL;
-    store_t *s = delay_store(path, 120000);
+    store_t *s = delay_store("delay.db", 120000);
     char keys[10][40];
     nine_open(s, "t:delay:h:open", keys, 300);
 
@@ -2203,7 +2205,6 @@ static void test_commit_delay(void **state)
     store_get_stats(s, &st3);
     assert_int_equal(st3.delayed_transactions, st2.delayed_transactions);
     store_free(s);
-    free(path);
 }
 
 /* A hold is at most a quarter of the operations' deadline (store.timeout): with 400 ms, a
@@ -2212,9 +2213,7 @@ static void test_commit_delay(void **state)
 static void test_commit_delay_deadline(void **state)
 {
     (void)state;
-    bool sqlite = backend == BACKEND_SQLITE;
-    char *path = sqlite ? xasprintf("%s/delay-deadline.db", sqlite_dir) : NULL;
-    store_t *s = delay_store(path, 400);
+    store_t *s = delay_store("delay-deadline.db", 400);
     char keys[10][40];
     nine_open(s, "t:delay:h:dl", keys, 1000);
     store_stats_t st0, st1;
@@ -2227,8 +2226,7 @@ static void test_commit_delay_deadline(void **state)
     store_free(s);
 
     /* closing during a hold */
-    char *path2 = sqlite ? xasprintf("%s/delay-close.db", sqlite_dir) : NULL;
-    s = delay_store(path2, 120000);
+    s = delay_store("delay-close.db", 120000);
     nine_open(s, "t:delay:h:cl", keys, 300);
     memset(&c, 0, sizeof(c));
     store_claim_req_t rq = req_for("t:delay:h:closing", "d1");
@@ -2237,8 +2235,6 @@ static void test_commit_delay_deadline(void **state)
     store_free(s);
     assert_true(c.done);
     assert_int_equal(c.st, STORE_ERR_SHUTDOWN);
-    free(path);
-    free(path2);
 }
 
 /* Calls waiting together go in one transaction (one fsync), each with its own answer. */
