@@ -163,7 +163,7 @@ typedef struct config {
     uint64_t sweep_interval_ms; /* how often expired keys are deleted (default 60s) */
     int cache_entries;          /* replay cache per worker: finished results kept (100000; 0 off) */
     uint64_t cache_bytes;       /* and the bytes they may take (64 MiB) */
-    bool store_group_commit;    /* Postgres: batch queued claims and finishes (off) */
+    bool store_group_commit;    /* Postgres: batch queued claims and finishes (on) */
     bool store_durable_finish;  /* finishes wait for the disk too, either store (off) */
     uint64_t store_commit_delay_ms; /* embedded store: a claim among others waits for company */
     bool store_peers;               /* the embedded store's file is shared with peer processes of

@@ -479,9 +479,9 @@ fi
 # One official MCP SDK server (tests/fixtures/powertools-server.mjs, stateless, JSON answers)
 # three ways: plain; with its tool wrapped by Powertools' makeIdempotent over Redis (appendonly,
 # appendfsync always: a record is on disk before Redis answers); plain behind idemgw on
-# Postgres (one statement per call; with store.group_commit; with it and store.commit_delay:
-# 2ms) and on the embedded SQLite store (as configured by default, and with store.commit_delay:
-# 2ms). First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
+# Postgres (idemgw_pg: one statement per call, store.group_commit: false; idemgw_pg_gc: group
+# commit, as configured by default; idemgw_pg_cd: with store.commit_delay: 2ms too) and on the
+# embedded SQLite store (as configured by default, and with store.commit_delay: 2ms). First executions and replays, 1 and 16 keep-alive connections, the same wrk client;
 # each (mode, connections) pair runs in rounds, every target back to back in each round, and the
 # report takes the median over the rounds (a shared machine's bursts hit one round, not all).
 #   BENCH_PT_DURATION=2s  length of each run of this section

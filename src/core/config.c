@@ -475,6 +475,7 @@ static void config_defaults(config_t *c)
     c->dup_harness_ms = DUP_HARNESS_DEFAULT_MS;
     c->dup_model_ms = DUP_MODEL_DEFAULT_MS;
     c->store_pool = 4;
+    c->store_group_commit = true;
     c->store_timeout_ms = 5 * 1000;
     c->workers = 1;
     c->otlp_sample_ratio = 1.0;

@@ -1712,6 +1712,57 @@ static void test_group_commit(void **state)
     close_other(s);
 }
 
+/* Group commit keeps one claim statement and one finish statement in flight per store, on one
+ * connection: 50 claims and a finish issued at once with a pool of 4 leave as the first claim
+ * alone, the finish beside it on its connection, and the other 49 claims in one batch when
+ * the first comes back. One slot per connection sent four claims alone on four connections
+ * and the finish on a fifth's worth (Postgres). */
+static void test_group_commit_one_in_flight(void **state)
+{
+    (void)state;
+    if (backend == BACKEND_SQLITE)
+        skip();
+    store_t *s = open_other(4, 0, 0);
+    store_claim_req_t done = req_for("t:onefl:done", "d1");
+    claim_out_t d = do_claim(s, &done);
+    assert_true(d.acquired);
+    store_stats_t before, busy, after;
+    store_get_stats(s, &before);
+
+    static claim_out_t outs[CONCURRENT];
+    char keys[CONCURRENT][64];
+    memset(outs, 0, sizeof(outs));
+    for (int i = 0; i < CONCURRENT; i++) {
+        snprintf(keys[i], sizeof(keys[0]), "t:onefl:%d", i);
+        store_claim_req_t req = req_for(keys[i], "d1");
+        assert_int_equal(store_claim(s, &req, claim_cb, &outs[i]), STORE_OK);
+    }
+    memset(pipe_outs, 0, sizeof(pipe_outs));
+    pipe_seq = 0;
+    store_finish_req_t fin = {.key = done.key,
+                              .fence = d.fence,
+                              .state = STORE_STATE_SUCCEEDED,
+                              .result = "{}",
+                              .result_len = 2,
+                              .window_ms = 600000};
+    assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[0]), STORE_OK);
+    store_get_stats(s, &busy);
+    assert_int_equal(busy.connections_busy, 1);
+
+    assert_true(wait_for(all_done, outs, 20000));
+    int n = 1;
+    assert_true(wait_for(pipe_all_done, &n, 20000));
+    assert_true(pipe_outs[0].matched);
+    for (int i = 0; i < CONCURRENT; i++) {
+        assert_int_equal(outs[i].st, STORE_OK);
+        assert_true(outs[i].acquired);
+    }
+    store_get_stats(s, &after);
+    assert_int_equal(after.claim_batches - before.claim_batches, 1);
+    assert_int_equal(after.claims_batched - before.claims_batched, CONCURRENT - 1);
+    close_other(s);
+}
+
 static bool swept_35(void *arg)
 {
     store_stats_t stats;
@@ -2424,6 +2475,7 @@ int main(void)
         cmocka_unit_test(test_report),
         cmocka_unit_test(test_concurrent_two_stores),
         cmocka_unit_test(test_group_commit),
+        cmocka_unit_test(test_group_commit_one_in_flight),
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_free_fails_pending),
         cmocka_unit_test(test_restart_recovers),
