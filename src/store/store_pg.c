@@ -527,20 +527,22 @@ static void pace_note(store_pg_t *s, int opened, int closed)
         store_pace_note(&s->pace, opened, closed, store_delay_now_us());
 }
 
-/* Whether c has a group commit statement in flight (a claim or finish in a slot). */
-static bool carries_batch(const store_conn_t *c)
+/* Whether c has group commit statements in flight (claims or finishes in a slot) and nothing
+ * else: a batch sent behind them waits for no sweep or operator's query. */
+static bool carries_batches_only(const store_conn_t *c)
 {
     for (const store_op_t *o = c->fl_head; o; o = o->next)
-        if (o->slot)
-            return true;
-    return false;
+        if (!o->slot)
+            return false;
+    return c->fl_head != NULL;
 }
 
 /* The connection to send the next op to: the one with the fewest in flight; under group commit
- * a claim or finish goes where the other kind's statement already is, so one backend takes
- * both in turn and one wake-up often serves both (the pipeline sends them together), while
- * the other connections stay free for everything else. Spread over the pool, the two kinds
- * cost Postgres about a third more per call. NULL: no connection can take an op now. */
+ * a claim or finish goes where the other kind's statement already is (and nothing else), so
+ * one backend takes both in turn and one wake-up often serves both (the pipeline sends them
+ * together), while the other connections stay free for everything else. Spread over the pool,
+ * the two kinds cost Postgres about a third more per call. NULL: no connection can take an op
+ * now. */
 static store_conn_t *pick_conn(store_pg_t *s, bool batch)
 {
     store_conn_t *c = NULL;
@@ -548,7 +550,7 @@ static store_conn_t *pick_conn(store_pg_t *s, bool batch)
         store_conn_t *k = &s->conns[i];
         if (!store_conn_can_send(k))
             continue;
-        if (batch && carries_batch(k))
+        if (batch && carries_batches_only(k))
             return k;
         if (!c || k->inflight < c->inflight)
             c = k;

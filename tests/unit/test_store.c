@@ -75,6 +75,14 @@ static bool is_ready(void *arg)
     return store_ready(arg);
 }
 
+/* Every connection of the pool is up (a store is ready with one). */
+static bool all_connected(void *arg)
+{
+    store_stats_t st;
+    store_get_stats(arg, &st);
+    return st.connections_up == st.connections_wanted;
+}
+
 static bool is_not_ready(void *arg)
 {
     return !store_ready(arg);
@@ -1763,6 +1771,66 @@ static void test_group_commit_one_in_flight(void **state)
     close_other(s);
 }
 
+/* A batch goes only behind batches: with both connections of a pool of 2 carrying something,
+ * a finish goes to the less busy one, not behind an operator's release that waits for a row
+ * lock another session holds (it would wait out the lock). */
+static void test_group_commit_not_behind_other(void **state)
+{
+    (void)state;
+    if (backend == BACKEND_SQLITE)
+        skip();
+    store_t *s = open_other(2, 0, 0);
+    assert_true(wait_for(all_connected, s, 10000));
+    store_claim_req_t done = req_for("t:behind:done", "d1");
+    claim_out_t d = do_claim(s, &done);
+    assert_true(d.acquired);
+    store_claim_req_t locked = req_for("t:behind:locked", "d1");
+    assert_true(do_claim(s, &locked).acquired);
+    PGconn *locker = PQconnectdb(db_conninfo);
+    assert_int_equal(PQstatus(locker), CONNECTION_OK);
+    PGresult *r = PQexec(locker, "BEGIN");
+    PQclear(r);
+    r = PQexec(locker, "SELECT 1 FROM idem_keys WHERE key = 't:behind:locked' FOR UPDATE");
+    assert_int_equal(PQresultStatus(r), PGRES_TUPLES_OK);
+    PQclear(r);
+
+    /* one pass: a claim (a batch slot) and a look take a connection each, the release goes
+     * behind the claim (both connections carry one), then the finish */
+    claim_out_t c;
+    memset(&c, 0, sizeof(c));
+    store_claim_req_t fresh = req_for("t:behind:fresh", "d1");
+    assert_int_equal(store_claim(s, &fresh, claim_cb, &c), STORE_OK);
+    get_out_t g;
+    memset(&g, 0, sizeof(g));
+    assert_int_equal(store_get(s, done.key, get_cb, &g), STORE_OK);
+    op_row_t rel;
+    memset(&rel, 0, sizeof(rel));
+    assert_int_equal(store_release(s, locked.key, release_cb, &rel), STORE_OK);
+    memset(pipe_outs, 0, sizeof(pipe_outs));
+    pipe_seq = 0;
+    store_finish_req_t fin = {.key = done.key,
+                              .fence = d.fence,
+                              .state = STORE_STATE_SUCCEEDED,
+                              .result = "{}",
+                              .result_len = 2,
+                              .window_ms = 600000};
+    assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[0]), STORE_OK);
+    int n = 1;
+    assert_true(wait_for(pipe_all_done, &n, 3000));
+    assert_int_equal(pipe_outs[0].st, STORE_OK);
+    assert_true(pipe_outs[0].matched);
+    assert_false(rel.done);
+
+    r = PQexec(locker, "ROLLBACK");
+    PQclear(r);
+    PQfinish(locker);
+    assert_true(wait_for(flag_set, &rel.done, 10000));
+    assert_int_equal(rel.st, STORE_OK);
+    assert_true(wait_for(flag_set, &c.done, 10000));
+    assert_true(c.acquired);
+    close_other(s);
+}
+
 static bool swept_35(void *arg)
 {
     store_stats_t stats;
@@ -2476,6 +2544,7 @@ int main(void)
         cmocka_unit_test(test_concurrent_two_stores),
         cmocka_unit_test(test_group_commit),
         cmocka_unit_test(test_group_commit_one_in_flight),
+        cmocka_unit_test(test_group_commit_not_behind_other),
         cmocka_unit_test(test_sweeper),
         cmocka_unit_test(test_free_fails_pending),
         cmocka_unit_test(test_restart_recovers),
