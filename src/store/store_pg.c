@@ -558,10 +558,11 @@ static store_conn_t *pick_conn(store_pg_t *s, bool batch)
     return c;
 }
 
-/* Sends queued ops, each to the connection with the fewest in flight, until every connection's
- * pipeline is full or the queue is empty. A claim or finish waits at the head while its kind's
- * slots are all in flight (the queue behind it waits too, so each key's calls keep their
- * order); when one comes back, it leaves together with the calls of its kind queued behind. */
+/* Sends queued ops, each to the connection pick_conn chooses, until every connection's
+ * pipeline is full or the queue is empty. Under group commit a claim or finish waits at the head
+ * while its kind's statement is in flight (the queue behind it waits too, so each key's calls
+ * keep their order); when that comes back, it leaves together with the calls of its kind queued
+ * behind. */
 void store_pump(store_pg_t *s)
 {
     while (s->q_head) {
