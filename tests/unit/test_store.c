@@ -1720,6 +1720,20 @@ static void test_group_commit(void **state)
     close_other(s);
 }
 
+/* A succeeded finish of key at fence, answered into pipe_outs[0] (cleared first). */
+static void send_finish(store_t *s, const char *key, int64_t fence)
+{
+    memset(pipe_outs, 0, sizeof(pipe_outs));
+    pipe_seq = 0;
+    store_finish_req_t fin = {.key = key,
+                              .fence = fence,
+                              .state = STORE_STATE_SUCCEEDED,
+                              .result = "{}",
+                              .result_len = 2,
+                              .window_ms = 600000};
+    assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[0]), STORE_OK);
+}
+
 /* Group commit keeps one claim statement and one finish statement in flight per store, on one
  * connection: 50 claims and a finish issued at once with a pool of 4 leave as the first claim
  * alone, the finish beside it on its connection, and the other 49 claims in one batch when
@@ -1745,15 +1759,7 @@ static void test_group_commit_one_in_flight(void **state)
         store_claim_req_t req = req_for(keys[i], "d1");
         assert_int_equal(store_claim(s, &req, claim_cb, &outs[i]), STORE_OK);
     }
-    memset(pipe_outs, 0, sizeof(pipe_outs));
-    pipe_seq = 0;
-    store_finish_req_t fin = {.key = done.key,
-                              .fence = d.fence,
-                              .state = STORE_STATE_SUCCEEDED,
-                              .result = "{}",
-                              .result_len = 2,
-                              .window_ms = 600000};
-    assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[0]), STORE_OK);
+    send_finish(s, done.key, d.fence);
     store_get_stats(s, &busy);
     assert_int_equal(busy.connections_busy, 1);
 
@@ -1806,15 +1812,7 @@ static void test_group_commit_not_behind_other(void **state)
     op_row_t rel;
     memset(&rel, 0, sizeof(rel));
     assert_int_equal(store_release(s, locked.key, release_cb, &rel), STORE_OK);
-    memset(pipe_outs, 0, sizeof(pipe_outs));
-    pipe_seq = 0;
-    store_finish_req_t fin = {.key = done.key,
-                              .fence = d.fence,
-                              .state = STORE_STATE_SUCCEEDED,
-                              .result = "{}",
-                              .result_len = 2,
-                              .window_ms = 600000};
-    assert_int_equal(store_finish(s, &fin, pipe_finish_cb, &pipe_outs[0]), STORE_OK);
+    send_finish(s, done.key, d.fence);
     int n = 1;
     assert_true(wait_for(pipe_all_done, &n, 3000));
     assert_int_equal(pipe_outs[0].st, STORE_OK);
