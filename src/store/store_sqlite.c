@@ -513,18 +513,37 @@ static void sq_free(store_sqlite_t *s)
     s->closing = true;
     sq_op_t *failed = NULL;
     if (s->thread_started) {
-        /* queued calls fail; the counts still in memory are written before the thread ends */
+        /* queued calls fail; the outcomes of calls already made (finishes: their agents may
+         * have had the answer already, store_orders_finishes) and the counts still in memory
+         * are written before the thread ends. A finish lost here would leave its claim in
+         * progress, then unknown, for a call that succeeded. */
         sq_op_t *dups = dup_take(s);
         pthread_mutex_lock(&s->mu);
-        failed = s->q_head;
-        s->q_head = s->q_tail = NULL;
-        s->q_len = 0;
+        sq_op_t *keep = NULL, **keep_tail = &keep, **fail_tail = &failed;
+        int kept = 0;
+        for (sq_op_t *op = s->q_head, *next; op; op = next) {
+            next = op->next;
+            op->next = NULL;
+            if (op->kind == SQ_FINISH) {
+                *keep_tail = op;
+                keep_tail = &op->next;
+                kept++;
+            } else {
+                *fail_tail = op;
+                fail_tail = &op->next;
+            }
+        }
         if (dups) {
             dups->store = s;
             dups->where = SQ_QUEUED;
-            s->q_head = s->q_tail = dups;
-            s->q_len = 1;
+            *keep_tail = dups;
+            kept++;
         }
+        s->q_head = keep;
+        s->q_tail = NULL;
+        for (sq_op_t *op = keep; op; op = op->next)
+            s->q_tail = op;
+        s->q_len = kept;
         s->stopping = true;
         pthread_cond_signal(&s->cv);
         pthread_mutex_unlock(&s->mu);
