@@ -17,6 +17,28 @@ def ms(us):
     return None if us is None else round(us / 1000.0, 3)
 
 
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
+
+
+def median_by(runs, key):
+    """The run whose key is the median of the runs' (the lower middle of an even count)."""
+    runs = sorted((r for r in runs if r and r.get(key) is not None), key=lambda r: r[key])
+    return runs[(len(runs) - 1) // 2] if runs else None
+
+
+def diff(a, b, key):
+    return a[key] - b[key] if a and b and a.get(key) is not None and b.get(key) is not None else None
+
+
+def round1(v):
+    return None if v is None else round(v, 1)
+
+
 def main():
     src, dst = sys.argv[1], sys.argv[2]
     meta = json.loads(sys.argv[sys.argv.index("--meta") + 1]) if "--meta" in sys.argv else {}
@@ -27,19 +49,30 @@ def main():
     def wrk(w):
         return {k: w.get(k) for k in ("rps", "p50_us", "p90_us", "p99_us", "max_us", "requests", "errors", "non2xx", "cpu_us")}
 
-    # (1) pass-through
+    # (1) pass-through: per connection count and target, the median of its rounds (by rate); the
+    # ratios and added latencies are the medians of each round's own (the targets of a round ran
+    # back to back), and rounds_ahead counts the rounds idemgw answered at least nginx's rate
     pt = {}
     for r in by("passthrough"):
-        pt.setdefault(r["conns"], {})[r["target"]] = wrk(r["wrk"])
+        pt.setdefault(r["conns"], {}).setdefault(r.get("round", 1), {})[r["target"]] = wrk(r["wrk"])
     passthrough = []
     for c in sorted(pt):
-        e = {"conns": c, **{t: pt[c].get(t) for t in ("direct", "nginx", "idemgw")}}
-        d, n, g = e["direct"] or {}, e["nginx"] or {}, e["idemgw"] or {}
-        e["ratio_idemgw_nginx"] = ratio(g.get("rps"), n.get("rps"))
-        e["ratio_idemgw_direct"] = ratio(g.get("rps"), d.get("rps"))
-        e["added_p50_us_vs_direct"] = g["p50_us"] - d["p50_us"] if g and d else None
-        e["added_p99_us_vs_direct"] = g["p99_us"] - d["p99_us"] if g and d else None
-        e["nginx_added_p99_us_vs_direct"] = n["p99_us"] - d["p99_us"] if n and d else None
+        rounds = [pt[c][k] for k in sorted(pt[c])]
+        e = {"conns": c, "rounds": len(rounds)}
+        for t in ("direct", "nginx", "idemgw"):
+            runs = [x[t] for x in rounds if x.get(t)]
+            e[t] = dict(median_by(runs, "rps") or runs[0]) if runs else None
+            if e[t]:  # an error in any round shows
+                for k in ("errors", "non2xx"):
+                    e[t][k] = sum(abs(x.get(k) or 0) for x in runs)
+        per = [(x.get("direct") or {}, x.get("nginx") or {}, x.get("idemgw") or {}) for x in rounds]
+        e["ratio_idemgw_nginx"] = median([ratio(g.get("rps"), n.get("rps")) for d, n, g in per])
+        e["ratio_idemgw_direct"] = median([ratio(g.get("rps"), d.get("rps")) for d, n, g in per])
+        e["rounds_idemgw_nginx"] = [ratio(g.get("rps"), n.get("rps")) for d, n, g in per]
+        e["rounds_ahead_of_nginx"] = sum(1 for d, n, g in per if g.get("rps") and n.get("rps") and g["rps"] >= n["rps"])
+        e["added_p50_us_vs_direct"] = median([diff(g, d, "p50_us") for d, n, g in per])
+        e["added_p99_us_vs_direct"] = median([diff(g, d, "p99_us") for d, n, g in per])
+        e["nginx_added_p99_us_vs_direct"] = median([diff(n, d, "p99_us") for d, n, g in per])
         passthrough.append(e)
 
     # (2) protected
@@ -62,13 +95,26 @@ def main():
         replay = {"conns": r["conns"], "idemgw": wrk(r["idemgw"]), "passthrough": wrk(r["passthrough"]),
                   "ratio_replay_passthrough": ratio(r["idemgw"]["rps"], r["passthrough"]["rps"])}
 
-    # (4) SSE
-    sse = {r["target"]: r["latency"] for r in by("sse")} or None
-    if sse and "direct" in sse:
-        for t, v in sse.items():
-            if t != "direct" and v.get("p50_us") is not None and sse["direct"].get("p50_us") is not None:
-                v["added_p50_us_vs_direct"] = round(v["p50_us"] - sse["direct"]["p50_us"], 1)
-                v["added_p99_us_vs_direct"] = round(v["p99_us"] - sse["direct"]["p99_us"], 1)
+    # (4) SSE: per target, the round with the median p99; the added latencies are the medians of
+    # each round's own difference from the direct path
+    sr = {}
+    for r in by("sse"):
+        sr.setdefault(r.get("round", 1), {})[r["target"]] = r["latency"]
+    sse = None
+    if sr:
+        rounds = [sr[k] for k in sorted(sr)]
+        targets = [t for t in ("direct", "nginx", "idemgw", "idemgw_protected") if any(t in x for x in rounds)]
+        targets += sorted({t for x in rounds for t in x} - set(targets))
+        sse = {}
+        for t in targets:
+            v = dict(median_by([x[t] for x in rounds if t in x], "p99_us") or {})
+            v["rounds"] = len(rounds)
+            v["rounds_p99_us"] = [x[t].get("p99_us") for x in rounds if t in x]
+            if t != "direct":
+                pairs = [(x[t], x["direct"]) for x in rounds if t in x and "direct" in x]
+                v["added_p50_us_vs_direct"] = round1(median([diff(a, b, "p50_us") for a, b in pairs]))
+                v["added_p99_us_vs_direct"] = round1(median([diff(a, b, "p99_us") for a, b in pairs]))
+            sse[t] = v
 
     # (5) memory
     memory = None
@@ -209,14 +255,15 @@ def print_table(d):
              f"{m.get('duration')} per run  load avg at end {m.get('loadavg_at_end')}"
              + ("  [SMOKE: figures meaningless]" if m.get("smoke") else "")]
     if d["passthrough"]:
-        lines += ["", "(1) pass-through: read tool, 1 KiB body           req/s                        p99 ms"
+        lines += ["", "(1) pass-through: read tool, 1 KiB body, median of rounds    req/s                        p99 ms"
                       "                            cpu us/req",
-                  "  conns      direct       nginx      idemgw  gw/nginx    direct  nginx idemgw  gw+p99 vs direct"
+                  "  conns      direct       nginx      idemgw  gw/nginx  ahead    direct  nginx idemgw  gw+p99 vs direct"
                   "   nginx idemgw"]
         for e in d["passthrough"]:
             dd, n, g = e["direct"] or {}, e["nginx"] or {}, e["idemgw"] or {}
             lines.append(f"  {e['conns']:5d} {fmt(dd.get('rps')):>11} {fmt(n.get('rps')):>11} {fmt(g.get('rps')):>11}"
-                         f"  {fmt(e['ratio_idemgw_nginx'], 2):>8}  {fmt(ms(dd.get('p99_us')), 2):>8} {fmt(ms(n.get('p99_us')), 2):>6}"
+                         f"  {fmt(e['ratio_idemgw_nginx'], 2):>8}  {e.get('rounds_ahead_of_nginx', 0)}/{e.get('rounds', 1)}"
+                         f"  {fmt(ms(dd.get('p99_us')), 2):>8} {fmt(ms(n.get('p99_us')), 2):>6}"
                          f" {fmt(ms(g.get('p99_us')), 2):>6}  {fmt(ms(e['added_p99_us_vs_direct']), 2):>8} ms"
                          f"  {fmt(n.get('cpu_us'), 1):>6} {fmt(g.get('cpu_us'), 1):>6}")
     p = d["protected"]
@@ -241,7 +288,7 @@ def print_table(d):
                   f" pass-through {fmt(r['passthrough'].get('cpu_us'), 1)} us"]
     s = d["sse"]
     if s:
-        lines += ["", "(4) SSE, 100 progress events per call: upstream write -> agent receipt",
+        lines += ["", "(4) SSE, 100 progress events per call: upstream write -> agent receipt (median of rounds)",
                   "  path                  events   p50 us   p99 us   max us   +p50 vs direct  +p99 vs direct"]
         for t, v in s.items():
             lines.append(f"  {t:20s} {fmt(v.get('events')):>7} {fmt(v.get('p50_us')):>8} {fmt(v.get('p99_us')):>8}"
