@@ -307,6 +307,8 @@ typedef struct store_stats {
     uint64_t batched_ops;   /* embedded store: operations those transactions carried */
     uint64_t claim_batches; /* Postgres: batch claim statements (two or more claims) */
     uint64_t claims_batched;   /* claims those statements carried */
+    int batch_slots;           /* Postgres, group commit: statements of each kind allowed in
+                                  flight now (store_pg_slots.c); 0 without group commit */
     uint64_t finish_batches;   /* Postgres: batch finish statements */
     uint64_t finishes_batched; /* finishes those statements carried */
     uint64_t claims_in_doubt;  /* Postgres: claims whose answer was lost with their connection */

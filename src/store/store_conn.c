@@ -804,6 +804,7 @@ bool store_conn_send(store_conn_t *c, store_op_t *op)
     }
     op->next = NULL;
     op->conn = c;
+    op->sent_us = store_delay_now_us();
     if (c->fl_tail)
         c->fl_tail->next = op;
     else

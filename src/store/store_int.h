@@ -62,14 +62,11 @@ typedef enum {
 /* A migration run by a pool connection (the one at start could not connect) may wait for
  * another gateway's and rewrite tables: it gets this long instead. */
 #define STORE_MIGRATE_DEADLINE_MS (10 * 60 * 1000)
-/* Group commit: at most this many claim statements (and as many finish statements) in flight
- * per store, whatever the pool's size. Claims queued behind them leave as one batch statement
- * when one comes back; with no concurrency each call still goes alone. Postgres flushes its WAL
- * once at a time anyway, so a second claim statement in flight only waits for the same flush
- * with fewer rows; one per connection of a pool of 4 made batches of about 2 calls and cost
- * Postgres 140-250 us per call where one per store costs it about 100 (docs/performance.md,
- * "Group commit: one statement of each kind in flight"). */
-#define STORE_BATCH_SLOTS 1
+/* Group commit: how many claim statements (and as many finish statements) each store keeps in
+ * flight is store_pg_t.batch_slots, from the distance to Postgres (store_pg_slots.c): one when it
+ * is near, which makes the largest batches (one per connection of a pool of 4 made batches of
+ * about 2 calls and cost a local Postgres 140-250 us per call where one per store costs it about
+ * 100: docs/performance.md, "Group commit: one statement of each kind in flight"). */
 #define STORE_BATCH_MAX 128 /* calls in one batch statement */
 
 /* One call, from the API until its callback. Owns copies of its parameters because it may wait
@@ -96,6 +93,7 @@ typedef struct store_op {
     struct event *deadline_ev;  /* the client-side deadline (store_pg_t.op_deadline_ms) */
     uint64_t deadline_wall_ms;  /* the same deadline by the wall clock, for the claim's own */
     uint64_t start_us;          /* internal ops: when made (stats_now_us), for /metrics */
+    uint64_t sent_us;           /* when it went to a connection (store_delay_now_us) */
 } store_op_t;
 
 typedef enum {
@@ -178,6 +176,10 @@ struct store_pg {
     bool schema_refused; /* the database is newer than this binary: stay down */
     bool closing;        /* store_free in progress */
     int batch_inflight[2]; /* claim [0] and finish [1] statements holding a slot */
+    int batch_slots;       /* slots of each kind (store_pg_slots.c): 1 until measured */
+    uint64_t rt_window_us; /* store_pg_slots.c: the current window's start (0: none yet) */
+    uint64_t rt_fast_us, rt_fast_prev_us; /* the fastest claim round trip in it, and the last */
+    uint64_t rt_n, rt_prev_n;             /* round trips seen in each */
     store_indoubt_t *indoubt; /* claims in doubt, STORE_INDOUBT_MAX at most */
     int indoubt_len;
     int indoubt_dropped;      /* not kept since the last warning: the list was full */
@@ -284,5 +286,12 @@ bool store_submit_internal(store_pg_t *s, store_op_t *op);
 /* A connection went down: when none is up, fail what is queued. */
 void store_conn_lost(store_pg_t *s);
 int store_up_count(const store_pg_t *s);
+
+/* store_pg_slots.c: group commit's statements in flight. store_slots_note takes a claim
+ * statement's round trip (send to answer) and sets s->batch_slots (wider only once 16 were seen
+ * in the two windows); store_slots_for is the rule: one, and one more per 500 us of the fastest
+ * round trip (UINT64_MAX: none yet), at most pool. */
+void store_slots_note(store_pg_t *s, uint64_t round_trip_us, uint64_t now_us);
+int store_slots_for(uint64_t fastest_us, int pool);
 
 #endif

@@ -569,7 +569,7 @@ void store_pump(store_pg_t *s)
         int cls = s->group_commit ? batch_class(s->q_head->kind) : -1;
         if (cls == 1 && s->durable_finish)
             cls = -1; /* the batch statement does not wait for the flush: finishes go alone */
-        if (cls >= 0 && !s->q_head->slot && s->batch_inflight[cls] >= STORE_BATCH_SLOTS)
+        if (cls >= 0 && !s->q_head->slot && s->batch_inflight[cls] >= s->batch_slots)
             return;
         if (cls == 0 && !s->q_head->slot && hold_claim(s))
             return;
@@ -939,6 +939,10 @@ void store_op_done(store_pg_t *s, store_op_t *op, PGresult *res)
         op_free(op);
         return;
     }
+    if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_BATCH) {
+        uint64_t now = store_delay_now_us();
+        store_slots_note(s, now - op->sent_us, now);
+    }
     if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_LOOK ||
         op->kind == STORE_OP_CLAIM_BATCH || op->kind == STORE_OP_FINISH_BATCH) {
         if (op->kind == STORE_OP_CLAIM || op->kind == STORE_OP_CLAIM_LOOK) {
@@ -1151,6 +1155,7 @@ static store_pg_t *pg_open(struct event_base *base, const store_options_t *opt,
     s->conninfo = pg->conninfo && pg->conninfo[0] ? xstrdup(pg->conninfo) : NULL;
     s->servers = store_url_servers(s->conninfo);
     s->pool_size = pg->pool_size > 0 ? pg->pool_size : 4;
+    s->batch_slots = 1;
     s->timeout_ms = opt->timeout_ms > 0 ? opt->timeout_ms : STORE_TIMEOUT_DEFAULT_MS;
     s->op_deadline_ms = s->timeout_ms + s->timeout_ms / 2;
     s->connect_deadline_ms = 2 * s->timeout_ms;
@@ -1256,6 +1261,7 @@ static void pg_get_stats(const store_pg_t *s, store_stats_t *out)
     out->queued = s->q_len;
     out->connections_up = store_up_count(s);
     out->connections_wanted = s->pool_size;
+    out->batch_slots = s->group_commit ? s->batch_slots : 0;
     out->in_doubt_pending = s->indoubt_len;
     for (int i = 0; i < s->pool_size; i++)
         out->connections_busy += s->conns[i].state == STORE_CONN_BUSY;
