@@ -129,6 +129,8 @@ typedef struct server_stats {
     uint64_t store_conns_open;        /* gauge: connections ready */
     uint64_t store_conns_busy;        /* gauge: connections with statements in flight */
     uint64_t store_queued;            /* gauge: operations waiting for a connection (the writer) */
+    uint64_t store_batch_slots;       /* gauge: group commit's statements of each kind allowed in
+                                         flight (Postgres; 0 without group commit) */
     uint64_t store_claims;            /* claim statements that returned a row */
     uint64_t store_connects;          /* connections that became ready */
     uint64_t store_swept;             /* expired rows deleted */

@@ -463,6 +463,9 @@ static void store_series(struct evbuffer *b, const server_stats_t *s)
     GAUGE("store_queued_operations",
           "Store operations waiting for a connection (Postgres) or the writer (SQLite).",
           s->store_queued);
+    GAUGE("store_batch_slots",
+          "Statements of each kind group commit allows in flight (Postgres; 1 when it is near).",
+          s->store_batch_slots);
     GAUGE("protected_calls_in_flight",
           "Protected calls claimed and forwarded whose outcome is not yet recorded.",
           s->protected_in_flight);

@@ -120,6 +120,7 @@ static void publish(evutil_socket_t fd, short what, void *arg)
     o->store_conns_open = (uint64_t)st.connections_up;
     o->store_conns_busy = (uint64_t)st.connections_busy;
     o->store_queued = (uint64_t)st.queued;
+    o->store_batch_slots = st.batch_slots > 0 ? (uint64_t)st.batch_slots : 0;
     o->store_claims = st.claims;
     o->store_connects = st.connects;
     o->store_swept = st.swept;

@@ -193,6 +193,7 @@ test('two workers: one endpoint adds up both pools and both workers\' calls', po
     return x.get('idemgw_store_connections') === 6 ? x : null;
   }, { what: 'both workers\' pools to be up and published' });
   assert.equal(m.get('idemgw_store_connections_wanted'), 6, 'store.pool connections per worker, added up');
+  assert.equal(m.get('idemgw_store_batch_slots'), 2, 'group commit: one statement of each kind in flight per worker, Postgres beside it');
   assert.equal(m.get('idemgw_store_up'), 1);
   assert.equal(m.get('idemgw_unknown_keys'), 0, 'the whole store, counted once');
 });
