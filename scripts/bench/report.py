@@ -147,9 +147,13 @@ def main():
         # each figure is the median over the rounds; a ratio is taken within its round first
         by_round = {(r["mode"], r["conns"], r.get("round", 1), r["target"]): wrk(r["wrk"]) for r in pr}
         cells = {}
+        ahead = {}  # (mode, conns, target) -> rounds at least Powertools' rate of the same round
         for (mode, conns, rnd, target), w in by_round.items():
             plain = by_round.get((mode, conns, rnd, "plain")) or {}
             cells.setdefault((mode, conns, target), []).append({**w, "ratio_to_plain": ratio(w.get("rps"), plain.get("rps"))})
+            pt = (by_round.get((mode, conns, rnd, "powertools")) or {}).get("rps")
+            if target.startswith("idemgw") and pt and w.get("rps") is not None:
+                ahead[(mode, conns, target)] = ahead.get((mode, conns, target), 0) + (w["rps"] >= pt)
         med = lambda xs: None if not xs else sorted(xs)[len(xs) // 2] if len(xs) % 2 else (sorted(xs)[len(xs) // 2 - 1] + sorted(xs)[len(xs) // 2]) / 2
         runs, cell = [], {}
         for (mode, conns, target), ws in cells.items():
@@ -157,6 +161,8 @@ def main():
             m["errors"] = sum(w.get("errors") or 0 for w in ws)
             m["non2xx"] = sum(w.get("non2xx") or 0 for w in ws)
             m["rounds"] = [round(w["rps"] or 0, 1) for w in ws]
+            if (mode, conns, target) in ahead:
+                m["rounds_ahead_of_powertools"] = ahead[(mode, conns, target)]
             cell[(mode, conns, target)] = m
             runs.append({"mode": mode, "conns": conns, "target": target, **m})
         powertools = {"runs": runs}
@@ -317,11 +323,14 @@ def print_table(d):
     if pw:
         lines += ["", f"(8) idempotency inside the MCP SDK server (Powertools + Redis, appendfsync always) vs idemgw in front "
                       f"of it ({pw.get('workers')} worker x store pool {pw.get('store_pool')}; median of {pw.get('rounds')} rounds of {pw.get('duration')})",
-                  "  mode     conns  target              req/s   p50 ms   p99 ms   x plain   req/s of each round"]
+                  "  mode     conns  target              req/s   p50 ms   p99 ms   x plain   req/s of each round"
+                  "  (rounds at least Powertools' rate)"]
         for x in pw["runs"]:
             lines.append(f"  {'first' if x['mode'] == 'protected' else 'replay':7s} {x['conns']:5d}  {x['target']:15s}"
                          f" {fmt(x.get('rps')):>9} {fmt(ms(x.get('p50_us')), 2):>8} {fmt(ms(x.get('p99_us')), 2):>8}"
-                         f" {fmt(x.get('ratio_to_plain'), 2):>9}   " + " ".join(fmt(v) for v in x.get("rounds", [])))
+                         f" {fmt(x.get('ratio_to_plain'), 2):>9}   " + " ".join(fmt(v) for v in x.get("rounds", []))
+                         + (f"  ({x['rounds_ahead_of_powertools']}/{len(x.get('rounds', []))})"
+                            if "rounds_ahead_of_powertools" in x else ""))
         pg, gc = pw.get("pgbench") or {}, pw.get("group_commit") or {}
         lines.append(f"  group commit: pgbench ceiling (claim+finish, {pg.get('clients')} clients) {fmt(pg.get('tps'))} tps;"
                      " first executions / ceiling: "
