@@ -30,6 +30,8 @@ typedef struct mcp_msg {
     mcp_kind_t kind;
     const char *method;       /* borrowed from root, or NULL */
     char *id_text;            /* raw JSON text of the request id, or NULL; owned */
+    size_t id_off;            /* where id_text stands in the body parsed, when id_at_known */
+    bool id_at_known;         /* (the scanner's path): the id rewritten without a second walk */
     json_t *id;               /* borrowed from root, or NULL */
     const char *tool;         /* params.name of a tools/call, or NULL */
     const char **batch_tools; /* tools/call names inside a batch; owned array, borrowed names */

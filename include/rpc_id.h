@@ -14,6 +14,7 @@
 #define IDEMGW_RPC_ID_H
 
 #include "decode.h"
+#include "mcp.h"
 #include "util.h"
 
 #include <jansson.h>
@@ -43,8 +44,11 @@ void rpc_id_format(char out[RPC_ID_TEXT_MAX], const char *nonce, uint64_t n);
 char *rpc_id_set_request_id(const char *body, size_t len, const char *id_text, size_t *out_len);
 /* The same, in place in a request's body (its bytes before the id and the id rewritten, the
  * rest left where it is); false, the body untouched, when it has no id member to replace. body
- * is a buffer of the caller's own, its start not frozen (evbuffer_prepend). */
-bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text) MUST_CHECK;
+ * is a buffer of the caller's own, its start not frozen (evbuffer_prepend). parsed, when not
+ * NULL, is the parse of exactly these bytes (mcp_parse): where it found the id is used rather
+ * than walking the body again (a body changed since must not be passed with it). */
+bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text,
+                           const mcp_msg_t *parsed) MUST_CHECK;
 /* The same for params.requestId of a notifications/cancelled. */
 char *rpc_id_set_cancel_id(const char *body, size_t len, const char *id_text, size_t *out_len);
 

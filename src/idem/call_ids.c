@@ -213,7 +213,7 @@ static void call_forward(void *arg, exchange_t *ex)
     call_ids_t *ids = e->ids;
     rpc_id_format(e->assigned, ids->nonce, ++ids->next);
     /* the id rewritten where it is: the body is not written out again */
-    if (!rpc_id_put_request_id(exchange_request(ex)->body, e->assigned)) {
+    if (!rpc_id_put_request_id(exchange_request(ex)->body, e->assigned, exchange_msg(ex))) {
         /* an id written with escapes in its member name: it goes as the caller wrote it, on a
          * connection of its own (another caller's answer may carry the same id), and only an
          * answer with that id is the call's */

@@ -543,6 +543,8 @@ static int parse_fast(const char *body, size_t len, mcp_msg_t *out)
         out->call_without_id = !has_id && strcmp(method, "tools/call") == 0;
         if (has_id) {
             out->id_text = xstrndup(body + sc.id.off, sc.id.len);
+            out->id_off = sc.id.off;
+            out->id_at_known = true;
             out->id = load(out->id_text, sc.id.len);
             out->own_id = out->id;
         }

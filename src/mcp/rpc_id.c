@@ -102,11 +102,27 @@ static void free_spliced(const void *data, size_t len, void *arg)
  * comes first or second in a request. */
 #define PUT_HEAD_MAX 256
 
-bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text)
+/* Where the parse found the id, when it says and the bytes there are still the id it read. */
+static bool parsed_span(const mcp_msg_t *parsed, const char *text, size_t len, size_t *off,
+                        size_t *vlen)
+{
+    if (!parsed || !parsed->id_at_known || !parsed->id_text)
+        return false;
+    size_t n = strlen(parsed->id_text);
+    if (parsed->id_off > len || n > len - parsed->id_off ||
+        memcmp(text + parsed->id_off, parsed->id_text, n) != 0)
+        return false;
+    *off = parsed->id_off;
+    *vlen = n;
+    return true;
+}
+
+bool rpc_id_put_request_id(struct evbuffer *body, const char *id_text, const mcp_msg_t *parsed)
 {
     size_t len = evbuffer_get_length(body), off, vlen, n = strlen(id_text);
     char *text = len ? (char *)evbuffer_pullup(body, -1) : NULL;
-    if (!text || !mcp_member_span(text, len, "id", &off, &vlen))
+    if (!text || (!parsed_span(parsed, text, len, &off, &vlen) &&
+                  !mcp_member_span(text, len, "id", &off, &vlen)))
         return false;
     if (n == vlen) {
         memcpy(text + off, id_text, n);

@@ -208,6 +208,7 @@ void exchange_upstream_alone(exchange_t *ex)
 
 void exchange_replace_body(exchange_t *ex, const char *body, size_t len)
 {
+    ex->msg.id_at_known = false; /* the parse's offsets were into the old bytes */
     evbuffer_drain(ex->req->body, evbuffer_get_length(ex->req->body));
     evbuffer_add(ex->req->body, body, len);
 }

@@ -90,19 +90,56 @@ static void test_request_id_in_place(void **state)
     for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
         size_t n = 0;
         char *want = rpc_id_set_request_id(bodies[i], strlen(bodies[i]), ASSIGNED, &n);
-        struct evbuffer *b = evbuffer_new();
-        evbuffer_add(b, bodies[i], strlen(bodies[i]));
-        assert_true(rpc_id_put_request_id(b, ASSIGNED));
-        assert_int_equal(evbuffer_get_length(b), n);
-        assert_memory_equal(evbuffer_pullup(b, -1), want, n);
-        evbuffer_free(b);
+        /* walking the body, and from where its parse found the id */
+        for (int hinted = 0; hinted < 2; hinted++) {
+            mcp_msg_t m;
+            assert_int_equal(mcp_parse(bodies[i], strlen(bodies[i]), &m), MCP_OK);
+            assert_true(m.id_at_known);
+            struct evbuffer *b = evbuffer_new();
+            evbuffer_add(b, bodies[i], strlen(bodies[i]));
+            assert_true(rpc_id_put_request_id(b, ASSIGNED, hinted ? &m : NULL));
+            assert_int_equal(evbuffer_get_length(b), n);
+            assert_memory_equal(evbuffer_pullup(b, -1), want, n);
+            evbuffer_free(b);
+            mcp_msg_free(&m);
+        }
         free(want);
     }
     struct evbuffer *b = evbuffer_new();
     evbuffer_add(b, "{\"method\":\"x\"}", 14);
-    assert_false(rpc_id_put_request_id(b, ASSIGNED));
+    assert_false(rpc_id_put_request_id(b, ASSIGNED, NULL));
     assert_int_equal(evbuffer_get_length(b), 14);
     evbuffer_free(b);
+}
+
+/* A parse of other bytes than the body's (the body replaced since, an argument cut out before
+ * the id) is not trusted: the id is found by walking the body, and only the id changes. */
+static void test_request_id_stale_parse(void **state)
+{
+    static const char parsed[] =
+        "{\"method\":\"x\",\"params\":{\"k\":\"secret\",\"n\":7},\"id\":7}";
+    /* where the parse saw the id, these bytes hold the pad */
+    static const char now[] =
+        "{\"method\":\"x\",\"params\":{\"n\":7},\"id\":7,\"pad\":\"xxxxxxxxxxxxxxxxxxxx\"}";
+    static const char want[] = "{\"method\":\"x\",\"params\":{\"n\":7},\"id\":" ASSIGNED
+                               ",\"pad\":\"xxxxxxxxxxxxxxxxxxxx\"}";
+    mcp_msg_t m;
+    assert_int_equal(mcp_parse(parsed, strlen(parsed), &m), MCP_OK);
+    assert_true(m.id_at_known);
+    assert_true(m.id_off < strlen(now) && now[m.id_off] == 'x');
+    struct evbuffer *b = evbuffer_new();
+    evbuffer_add(b, now, strlen(now));
+    assert_true(rpc_id_put_request_id(b, ASSIGNED, &m));
+    assert_int_equal(evbuffer_get_length(b), strlen(want));
+    assert_memory_equal(evbuffer_pullup(b, -1), want, strlen(want));
+    evbuffer_free(b);
+    /* and a body shorter than where the parse saw the id */
+    b = evbuffer_new();
+    evbuffer_add(b, "{\"id\":7}", 8);
+    assert_true(rpc_id_put_request_id(b, ASSIGNED, &m));
+    assert_memory_equal(evbuffer_pullup(b, -1), "{\"id\":" ASSIGNED "}", strlen(ASSIGNED) + 7);
+    evbuffer_free(b);
+    mcp_msg_free(&m);
 }
 
 /* Ids compared as JSON values, from their texts. */
@@ -405,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_status_and_format),
         cmocka_unit_test(test_request_and_cancel_rewritten),
         cmocka_unit_test(test_request_id_in_place),
+        cmocka_unit_test(test_request_id_stale_parse),
         cmocka_unit_test(test_same_id),
         cmocka_unit_test(test_messages),
         cmocka_unit_test(test_json_answer),
