@@ -384,6 +384,22 @@ static void test_fast_path_matches_tree(void **state)
 {
     static const char *const bodies[] = {
         "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"a\"}}",
+        /* ids of every kind: the scanner makes the usual ones itself */
+        "{\"id\":-0,\"method\":\"x\"}",
+        "{\"id\":-17,\"method\":\"x\"}",
+        "{\"id\":999999999999999999,\"method\":\"x\"}",
+        "{\"id\":-999999999999999999,\"method\":\"x\"}",
+        "{\"id\":9223372036854775807,\"method\":\"x\"}",
+        "{\"id\":-9223372036854775808,\"method\":\"x\"}",
+        "{\"id\":92233720368547758070,\"method\":\"x\"}",
+        "{\"id\":1.5,\"method\":\"x\"}",
+        "{\"id\":1e3,\"method\":\"x\"}",
+        "{\"id\":\"\",\"method\":\"x\"}",
+        "{\"id\":\"caf\xc3\xa9\",\"method\":\"x\"}",
+        "{\"id\":\"a\\u0000b\",\"method\":\"x\"}",
+        "{\"id\":\"a\\\"b\",\"method\":\"x\"}",
+        "{\"id\":true,\"method\":\"x\"}",
+        "{\"id\":{\"k\":[1]},\"method\":\"x\"}",
         "{\"method\":\"tools/call\",\"id\":\"x\",\"params\":{\"arguments\":{\"name\":\"no\"}}}",
         "{\"method\":\"tools/call\",\"id\":2,\"params\":{\"name\":\"a\"},\"params\":{}}",
         "{\"method\":\"m\",\"method\":\"tools/call\",\"id\":3,\"params\":{\"name\":\"b\"}}",
@@ -430,6 +446,10 @@ static void test_fast_path_matches_tree(void **state)
             assert_string_equal(f.id_text, t.id_text);
         else
             assert_null(f.id_text);
+        if (t.id)
+            assert_true(f.id && json_equal(f.id, t.id));
+        else
+            assert_null(f.id);
         mcp_msg_free(&f);
         mcp_msg_free(&t);
     }
