@@ -581,19 +581,6 @@ static upstream_conn_t *take_idle(upstream_pool_t *pool)
     return NULL;
 }
 
-/* The request's bytes, kept for send_again. Referenced, not copied: the request's own chains
- * stay alive (and unchanged) until the copy is freed, as it is on the answer's first byte. A
- * request holding chains libevent cannot reference is copied. */
-static struct evbuffer *keep_for_resend(struct evbuffer *request)
-{
-    struct evbuffer *copy = evbuffer_new();
-    if (evbuffer_add_buffer_reference(copy, request) != 0) {
-        evbuffer_drain(copy, evbuffer_get_length(copy));
-        evbuffer_add(copy, evbuffer_pullup(request, -1), evbuffer_get_length(request));
-    }
-    return copy;
-}
-
 /* alone: a request whose answer nothing but the connection tells apart (upstream.h) takes a
  * new connection, which no later request takes: a stray left on a kept-alive one would be read
  * as its answer, and one left after its answer as the next request's. */
@@ -604,8 +591,10 @@ static upstream_conn_t *send_on(upstream_pool_t *pool, struct evbuffer *request,
     if (up) {
         up->state = UP_WAIT_HEAD;
         up->got_bytes = false;
-        if (!once)
-            up->resend = keep_for_resend(request);
+        if (!once) {
+            up->resend = evbuffer_new();
+            evbuffer_add(up->resend, evbuffer_pullup(request, -1), evbuffer_get_length(request));
+        }
         arm(up, up->pool->limits->timeout_ms);
     } else {
         up = xcalloc(1, sizeof(*up));
