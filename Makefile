@@ -35,7 +35,7 @@ UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(BUILD)/tests/%)
 # Unit tests may include a folder's private header (stdio_int.h) by its name, wherever it lives.
 UNIT_INC  := $(patsubst %/,-I%,$(wildcard src/*/))
 
-.PHONY: all asan clean check layers unit integration bench bench-stdio faults faults-campaign fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage sim sim-mutants
+.PHONY: all asan clean check layers unit integration bench bench-stdio bench-instructions faults faults-campaign fuzz fuzz-bins fuzz-smoke format deb man package-test image-test coverage sim sim-mutants
 
 all: $(BUILD)/idemgw
 
@@ -131,6 +131,11 @@ bench: all
 # per session. Also a section of `make bench` (BENCH_ONLY=stdio).
 bench-stdio: all
 	$(Q)scripts/bench/stdio.sh
+
+# Instructions per relayed read, protected first execution and replay under callgrind: a
+# figure that does not move with the machine's load, to compare builds (docs/performance.md).
+bench-instructions: all
+	$(Q)scripts/bench/instructions.sh
 
 # The fault suite: hostile upstreams, Postgres kill -9, a locked key table, EMFILE, slowloris.
 # Not part of `make check`: a few minutes of load. FAULTS="emfile slowloris" runs only those.
