@@ -206,8 +206,13 @@ bool mcp_member_spans(const char *s, size_t n, const char *const names[], size_t
         size_t vstart = skip_ws(s, i + 1, n), vend = skip_value(s, vstart, n);
         if (vend > n)
             break;
+        /* a name without escapes (nearly all) is compared byte for byte with the names of its
+         * length; name_is unescapes the others */
+        size_t raw = kend - mstart - 2;
+        bool plain = !memchr(s + mstart + 1, '\\', raw);
         for (size_t k = 0; k < count; k++)
-            if (name_is(s, mstart, kend, names[k], nlens[k]))
+            if (plain ? raw == nlens[k] && memcmp(s + mstart + 1, names[k], raw) == 0
+                      : name_is(s, mstart, kend, names[k], nlens[k]))
                 spans[k] = (mcp_span_t){vstart, vend - vstart, true};
         i = skip_ws(s, vend, n);
         if (i < n && s[i] == '}')
