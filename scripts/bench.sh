@@ -218,17 +218,7 @@ limits:
 timeouts:
   client_idle: 600s
   drain: 1s
-log:
-  level: warn
-subject:
-  static: bench
-defaults:
-  class: non_idempotent
-  window: 1h
-tools:
-  search: {class: read}
-  stream: {class: read}
-  hold: {class: read}
+$(bench_policy stream hold)
 EOF
 gw_pid=
 start_gw() {

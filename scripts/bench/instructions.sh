@@ -77,15 +77,7 @@ admin_listen: 127.0.0.1:$admin
 workers: 1
 upstream: http://127.0.0.1:$up_port/mcp
 database_url: sqlite:$tmp/keys-$mode.db
-log:
-  level: warn
-subject:
-  static: bench
-defaults:
-  class: non_idempotent
-  window: 1h
-tools:
-  search: {class: read}
+$(bench_policy)
 EOF
     profile="$out_dir/instructions-$mode.out"
     rm -f "$profile" "$profile".*

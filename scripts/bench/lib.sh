@@ -33,3 +33,10 @@ gw_ready() {
 metric() {
     curl -sf "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 == n {print $2; f=1} END {if (!f) print 0}'
 }
+
+# bench_policy [TOOL...]: the configuration's tail every benchmark gateway shares: warn logs,
+# one static subject, every tool non_idempotent for an hour but "search" and the TOOLs (reads)
+bench_policy() {
+    printf 'log:\n  level: warn\nsubject:\n  static: bench\ndefaults:\n  class: non_idempotent\n  window: 1h\ntools:\n  search: {class: read}\n'
+    for t in "$@"; do printf '  %s: {class: read}\n' "$t"; done
+}

@@ -41,34 +41,12 @@ static const char *header_mismatch(const http_request_t *req, const mcp_msg_t *m
  * acted on, as Host, Origin, credentials, keys and sessions would be. */
 static const char *duplicated_header(const http_headers_t *h)
 {
-#define ONCE(s)                                                                                    \
-    {                                                                                              \
-        s, sizeof(s) - 1                                                                           \
-    }
-    static const struct {
-        const char *name;
-        size_t len;
-    } once[] = {ONCE("Host"),           ONCE("Origin"),
-                ONCE("Authorization"),  ONCE("Idempotency-Key"),
-                ONCE("Mcp-Session-Id"), ONCE("Mcp-Method"),
-                ONCE("Mcp-Name"),       ONCE("MCP-Protocol-Version")};
-#undef ONCE
-    /* one pass over the request's headers (every request passes here), each name compared only
-     * with the names of its length */
-    unsigned seen = 0, twice = 0;
-    for (size_t i = 0; i < h->n; i++) {
-        size_t len = http_headers_name_len(h, i);
-        for (size_t k = 0; k < ARRAY_LEN(once); k++) {
-            if (once[k].len != len || strncasecmp(http_headers_name(h, i), once[k].name, len) != 0)
-                continue;
-            twice |= seen & (1u << k);
-            seen |= 1u << k;
-            break;
-        }
-    }
-    for (size_t k = 0; k < ARRAY_LEN(once); k++)
-        if (twice & (1u << k))
-            return once[k].name;
+    static const char *const once[] = {
+        "Host",           "Origin",     "Authorization", "Idempotency-Key",
+        "Mcp-Session-Id", "Mcp-Method", "Mcp-Name",      "MCP-Protocol-Version"};
+    for (size_t i = 0; i < ARRAY_LEN(once); i++)
+        if (http_headers_count(h, once[i]) > 1)
+            return once[i];
     return NULL;
 }
 
